@@ -1,0 +1,213 @@
+//! Where limiters get the time from.
+//!
+//! No limiter in Weir reads the system time itself. Each one is generic over a [`Clock`], a
+//! source of monotonic nanoseconds, so the same decision code runs against:
+//!
+//! - [`SystemClock`] — real monotonic time, the default;
+//! - [`TokioClock`] (feature `tokio`) — tokio's clock, which follows a *paused* runtime in tests
+//!   (`#[tokio::test(start_paused = true)]`), so async waiting can be tested exactly;
+//! - [`ManualClock`] — time that moves only when a test says so, for synchronous tests.
+//!
+//! Timestamps are plain [`Nanos`]: nanoseconds since the clock's own origin. Only differences
+//! between two readings of the same clock mean anything.
+
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A point in time: nanoseconds since a clock's origin.
+pub type Nanos = u64;
+
+/// A source of monotonic time for limiters.
+///
+/// `now` must never go backwards. Limiters tolerate a clock that stands still, but a clock that
+/// jumps back would let them admit early.
+pub trait Clock: Send + Sync + 'static {
+    /// The current time in nanoseconds since this clock's origin.
+    fn now(&self) -> Nanos;
+}
+
+impl<C: Clock> Clock for Arc<C> {
+    fn now(&self) -> Nanos {
+        (**self).now()
+    }
+}
+
+/// Converts a duration to nanoseconds, saturating at `u64::MAX` (about 584 years).
+pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Real monotonic time.
+///
+/// Backed by [`quanta`], which reads the CPU's time-stamp counter where that is reliable and
+/// falls back to the OS monotonic clock elsewhere: a reading costs a few nanoseconds instead of
+/// the ~20 ns of `std::time::Instant::now()`, which matters on a limiter's hot path. All
+/// `SystemClock`s in a process share one origin, so their readings are comparable and advance at
+/// the same rate as [`std::time::Instant`] (and therefore as tokio's timer).
+#[derive(Debug, Clone)]
+pub struct SystemClock {
+    clock: quanta::Clock,
+    origin: quanta::Instant,
+}
+
+impl SystemClock {
+    /// A clock reading real monotonic time.
+    pub fn new() -> Self {
+        static ORIGIN: OnceLock<(quanta::Clock, quanta::Instant)> = OnceLock::new();
+        let (clock, origin) = ORIGIN.get_or_init(|| {
+            let clock = quanta::Clock::new();
+            let origin = clock.now();
+            (clock, origin)
+        });
+        SystemClock {
+            clock: clock.clone(),
+            origin: *origin,
+        }
+    }
+}
+
+impl Default for SystemClock {
+    fn default() -> Self {
+        SystemClock::new()
+    }
+}
+
+impl Clock for SystemClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        duration_to_nanos(self.clock.now().saturating_duration_since(self.origin))
+    }
+}
+
+/// Time that moves only when told to: for exact, synchronous tests.
+///
+/// Clones share the same time, so a test can hand one clone to a limiter and advance another.
+#[derive(Debug, Clone, Default)]
+pub struct ManualClock {
+    now: Arc<AtomicU64>,
+}
+
+impl ManualClock {
+    /// A clock standing at `start`.
+    pub fn new(start: Nanos) -> Self {
+        ManualClock {
+            now: Arc::new(AtomicU64::new(start)),
+        }
+    }
+
+    /// Moves time forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        self.now.fetch_add(duration_to_nanos(by), Ordering::AcqRel);
+    }
+
+    /// Sets the time. Moving it backwards is a bug in the test and panics.
+    pub fn set(&self, to: Nanos) {
+        let previous = self.now.swap(to, Ordering::AcqRel);
+        assert!(
+            previous <= to,
+            "ManualClock moved backwards from {previous} to {to}"
+        );
+    }
+}
+
+impl Clock for ManualClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        self.now.load(Ordering::Acquire)
+    }
+}
+
+/// tokio's clock: real time normally, and frozen or auto-advancing under a paused runtime.
+///
+/// Use it when a test (or a program) waits with [`acquire`](crate::TokenBucket::acquire) under
+/// `tokio::time::pause()`: the limiter then computes its waits on the same timeline that tokio's
+/// sleeps run on. All `TokioClock`s in a process share one origin.
+#[cfg(feature = "tokio")]
+#[derive(Debug, Clone, Copy)]
+pub struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock reading tokio's time.
+    pub fn new() -> Self {
+        TokioClock {
+            origin: tokio_origin(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Default for TokioClock {
+    fn default() -> Self {
+        TokioClock::new()
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    #[inline]
+    fn now(&self) -> Nanos {
+        duration_to_nanos(tokio::time::Instant::now().saturating_duration_since(self.origin))
+    }
+}
+
+/// One origin for every `TokioClock`, taken a little in the past.
+///
+/// Paused time is per runtime, so in a test process that runs several paused runtimes, each
+/// starts from whatever `Instant` tokio hands it; backdating the origin keeps every reading
+/// positive. Readings are only compared within one runtime.
+#[cfg(feature = "tokio")]
+fn tokio_origin() -> tokio::time::Instant {
+    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
+    let origin = *ORIGIN.get_or_init(|| {
+        let now = std::time::Instant::now();
+        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
+    });
+    tokio::time::Instant::from_std(origin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_moves_only_when_told() {
+        let clock = ManualClock::new(5);
+        let other = clock.clone();
+        assert_eq!(clock.now(), 5);
+        other.advance(Duration::from_millis(1));
+        assert_eq!(clock.now(), 1_000_005);
+        clock.set(2_000_000);
+        assert_eq!(other.now(), 2_000_000);
+    }
+
+    #[test]
+    #[should_panic(expected = "moved backwards")]
+    fn manual_clock_refuses_to_go_back() {
+        let clock = ManualClock::new(10);
+        clock.set(9);
+    }
+
+    #[test]
+    fn system_clocks_share_an_origin_and_do_not_go_back() {
+        let a = SystemClock::new();
+        let first = a.now();
+        let b = SystemClock::new();
+        let second = b.now();
+        assert!(second >= first);
+        assert!(a.now() >= second);
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn tokio_clock_follows_paused_time() {
+        let clock = TokioClock::new();
+        let before = clock.now();
+        tokio::time::advance(Duration::from_millis(250)).await;
+        assert_eq!(clock.now() - before, 250_000_000);
+    }
+}

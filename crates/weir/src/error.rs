@@ -1,0 +1,141 @@
+//! The errors and refusals the limiters return.
+//!
+//! Two different things can go "wrong" when asking a limiter:
+//! - [`ConfigError`]: the parameters make no sense (a zero rate, `initial > max`). The error
+//!   names the field, so a config file or an API caller can be told exactly what to fix.
+//! - [`Refused`]: the parameters are fine but the request cannot be admitted *now*. This is the
+//!   limiter doing its job, and it says when asking again would succeed.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Limiter parameters that were rejected. Every variant names the offending field.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum ConfigError {
+    /// A rate was zero, negative, NaN or infinite.
+    #[error("`{field}` must be a finite number greater than zero, got {value}")]
+    NotPositive {
+        /// The field, e.g. `rate` or `qps`.
+        field: &'static str,
+        /// The value given.
+        value: f64,
+    },
+    /// A rate was above what a nanosecond clock can space out (one token per nanosecond).
+    #[error("`{field}` must be at most {max} per second, got {value}")]
+    TooFast {
+        /// The field, e.g. `rate`.
+        field: &'static str,
+        /// The value given.
+        value: f64,
+        /// The largest value accepted.
+        max: f64,
+    },
+    /// A count or a duration that must be at least one unit was zero.
+    #[error("`{field}` must be greater than zero")]
+    Zero {
+        /// The field, e.g. `burst`, `refill_amount` or `refill_interval`.
+        field: &'static str,
+    },
+    /// The leaky bucket would start with more tokens than it can hold.
+    #[error("`initial` ({initial}) must not exceed `max` ({max})")]
+    InitialAboveMax {
+        /// The `initial` given.
+        initial: u64,
+        /// The `max` given.
+        max: u64,
+    },
+}
+
+/// Why a non-blocking acquire did not admit the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum Refused {
+    /// Not enough tokens now. Asking again after `retry_after` succeeds if nothing else takes
+    /// them first.
+    #[error("rate limited; retry after {retry_after:?}")]
+    RetryAfter {
+        /// The exact time until the request could be admitted.
+        retry_after: Duration,
+    },
+    /// Every concurrency permit is taken (or waiters are queued ahead). Only a release makes
+    /// room, so there is no time to give.
+    #[error("no permit available")]
+    NoPermit,
+    /// The request costs more than the bucket can ever hold at once, so a non-blocking acquire
+    /// can never admit it. A waiting `acquire` can: it drains the full bucket and waits for the
+    /// rest.
+    #[error("cost {cost} exceeds the bucket's capacity of {capacity}")]
+    ExceedsCapacity {
+        /// The cost asked for.
+        cost: u64,
+        /// The most the bucket can hold.
+        capacity: u64,
+    },
+}
+
+impl Refused {
+    /// The time after which asking again could succeed, where the limiter can know it.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Refused::RetryAfter { retry_after } => Some(*retry_after),
+            Refused::NoPermit | Refused::ExceedsCapacity { .. } => None,
+        }
+    }
+}
+
+/// Checks that a rate (tokens or requests per second) can be turned into a spacing in
+/// nanoseconds.
+pub(crate) fn check_rate(field: &'static str, value: f64) -> Result<(), ConfigError> {
+    if !value.is_finite() || value <= 0.0 {
+        return Err(ConfigError::NotPositive { field, value });
+    }
+    const MAX: f64 = 1e9;
+    if value > MAX {
+        return Err(ConfigError::TooFast {
+            field,
+            value,
+            max: MAX,
+        });
+    }
+    Ok(())
+}
+
+/// Checks that a count is at least one.
+pub(crate) fn check_nonzero(field: &'static str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        Err(ConfigError::Zero { field })
+    } else {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_checks_name_the_field() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let err = check_rate("qps", bad).unwrap_err();
+            assert!(err.to_string().starts_with("`qps` must be"), "{err}");
+        }
+        assert!(matches!(
+            check_rate("rate", 2e9),
+            Err(ConfigError::TooFast { field: "rate", .. })
+        ));
+        assert_eq!(check_rate("rate", 1e9), Ok(()));
+        assert_eq!(
+            check_nonzero("burst", 0),
+            Err(ConfigError::Zero { field: "burst" })
+        );
+    }
+
+    #[test]
+    fn refusals_say_when_to_retry() {
+        let wait = Refused::RetryAfter {
+            retry_after: Duration::from_millis(20),
+        };
+        assert_eq!(wait.retry_after(), Some(Duration::from_millis(20)));
+        assert_eq!(Refused::NoPermit.retry_after(), None);
+    }
+}

@@ -1,0 +1,42 @@
+//! # Weir
+//!
+//! Throttling and admission control for shared backends: the decisions, without the I/O.
+//!
+//! A shared backend — a metadata service, a page server, a search cluster — is hurt when one
+//! tenant, table or user floods it. This crate holds the pieces that decide whether a request
+//! may go ahead, each small, exact and testable on its own:
+//!
+//! - [`limiter`]: the four limiters — [`TokenBucket`], [`LeakyBucket`] (optionally fair),
+//!   [`Strict`] and [`Concurrency`];
+//! - [`clock`]: where they read the time from ([`SystemClock`], [`ManualClock`] for tests,
+//!   [`TokioClock`] for paused-time async tests).
+//!
+//! Nothing here opens a socket or starts a thread. Every rate limiter takes its time from a
+//! [`Clock`], so a test can drive it to the nanosecond. With the `tokio` feature (on by default)
+//! each limiter also has an async `acquire` that waits its turn.
+//!
+//! ```
+//! use weir::{Concurrency, TokenBucket, TokenBucketConfig};
+//!
+//! let per_host = TokenBucket::new(TokenBucketConfig { rate: 100.0, burst: 100 })?;
+//! let in_flight = Concurrency::new(10);
+//! if per_host.try_acquire(1).is_ok() {
+//!     if let Ok(_permit) = in_flight.try_acquire(1) {
+//!         // ... call the backend; the permit is released when dropped ...
+//!     }
+//! }
+//! # Ok::<(), weir::ConfigError>(())
+//! ```
+
+pub mod clock;
+pub mod error;
+pub mod limiter;
+
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
+pub use clock::{Clock, ManualClock, Nanos, SystemClock};
+pub use error::{ConfigError, Refused};
+pub use limiter::{
+    Admitted, Concurrency, LeakyBucket, LeakyBucketConfig, OwnedPermit, Permit, Strict,
+    StrictConfig, TokenBucket, TokenBucketConfig,
+};

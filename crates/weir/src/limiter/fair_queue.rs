@@ -1,0 +1,288 @@
+//! The waiting line of a fair leaky bucket (feature `tokio`).
+//!
+//! Fairness here means strict arrival order: a waiter is admitted only after everyone who
+//! queued before it, so a large request is never starved by a stream of small ones.
+//!
+//! Only the waiter at the head of the line touches the bucket. When it reaches the head it
+//! *claims* its cost (a GCRA reservation, which may run the bucket into debt for a request larger
+//! than the bucket) and sleeps until the claim is due; the others sleep until they are woken as
+//! the new head. A head that gives up hands back its claim and wakes the next waiter, so a
+//! cancelled waiter passes its turn on and gives back exactly what it took, nothing more. A
+//! reconfiguration hands the head's claim back and makes the head claim again under the new
+//! shape.
+//!
+//! The line itself is a `BTreeMap` keyed by arrival ticket, under a mutex that only the slow
+//! path takes: leaving from the middle of the line is `O(log n)`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::MutexGuard;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Notify;
+
+use super::gcra::Reservation;
+use crate::clock::Nanos;
+
+/// A place in line.
+pub(crate) struct Ticket {
+    /// Arrival order; also the key in the line.
+    pub number: u64,
+    /// Woken when this ticket becomes the head, or when its claim was reset.
+    pub wake: Arc<Notify>,
+}
+
+/// What a waiter should do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Turn {
+    /// Someone is ahead: wait to be woken.
+    NotYet,
+    /// This ticket is the head and its claim is due at `ready`.
+    Claimed {
+        /// When the claim is due.
+        ready: Nanos,
+        /// Identifies the claim, so that a claim reset while its owner slept is noticed.
+        claim: u64,
+    },
+}
+
+struct Waiter {
+    cost: u64,
+    wake: Arc<Notify>,
+}
+
+struct HeadClaim {
+    ticket: u64,
+    id: u64,
+    reservation: Reservation,
+}
+
+#[derive(Default)]
+struct Line {
+    next_ticket: u64,
+    next_claim: u64,
+    waiters: BTreeMap<u64, Waiter>,
+    claim: Option<HeadClaim>,
+    /// Total cost of the waiters that have not claimed yet.
+    unclaimed_cost: u64,
+}
+
+impl Line {
+    fn wake_head(&self) {
+        if let Some((_, head)) = self.waiters.first_key_value() {
+            head.wake.notify_one();
+        }
+    }
+}
+
+/// The line of waiters of one fair bucket.
+#[derive(Default)]
+pub(crate) struct FairQueue {
+    line: Mutex<Line>,
+    len: AtomicUsize,
+}
+
+impl std::fmt::Debug for FairQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairQueue")
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+impl FairQueue {
+    fn lock(&self) -> MutexGuard<'_, Line> {
+        self.line
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waiters in line. The fast path reads only this.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Acquire)
+    }
+
+    /// Total cost of the waiters that have not claimed yet, for retry-after estimates.
+    pub fn unclaimed_cost(&self) -> u64 {
+        self.lock().unclaimed_cost
+    }
+
+    /// Joins the back of the line.
+    pub fn join(&self, cost: u64) -> Ticket {
+        let mut line = self.lock();
+        let number = line.next_ticket;
+        line.next_ticket += 1;
+        let wake = Arc::new(Notify::new());
+        line.waiters.insert(
+            number,
+            Waiter {
+                cost,
+                wake: Arc::clone(&wake),
+            },
+        );
+        line.unclaimed_cost = line.unclaimed_cost.saturating_add(cost);
+        self.len.fetch_add(1, Ordering::AcqRel);
+        Ticket { number, wake }
+    }
+
+    /// Where `ticket` stands. At the head with no claim yet, it claims now with `claim`.
+    pub fn turn(&self, ticket: u64, claim: impl FnOnce(u64) -> Reservation) -> Turn {
+        let mut line = self.lock();
+        let Some((&head, waiter)) = line.waiters.first_key_value() else {
+            return Turn::NotYet;
+        };
+        if head != ticket {
+            return Turn::NotYet;
+        }
+        if let Some(current) = &line.claim {
+            debug_assert_eq!(current.ticket, ticket, "only the head claims");
+            return Turn::Claimed {
+                ready: current.reservation.ready,
+                claim: current.id,
+            };
+        }
+        let cost = waiter.cost;
+        let reservation = claim(cost);
+        let id = line.next_claim;
+        line.next_claim += 1;
+        line.unclaimed_cost = line.unclaimed_cost.saturating_sub(cost);
+        line.claim = Some(HeadClaim {
+            ticket,
+            id,
+            reservation,
+        });
+        Turn::Claimed {
+            ready: reservation.ready,
+            claim: id,
+        }
+    }
+
+    /// Admits the head if its claim `claim` still stands; false if the claim was reset meanwhile.
+    pub fn admit(&self, ticket: u64, claim: u64) -> bool {
+        let mut line = self.lock();
+        match &line.claim {
+            Some(current) if current.ticket == ticket && current.id == claim => {}
+            _ => return false,
+        }
+        line.claim = None;
+        line.waiters.remove(&ticket);
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        line.wake_head();
+        true
+    }
+
+    /// Leaves the line without being admitted. A head hands its claim back with `give_back`.
+    pub fn leave(&self, ticket: u64, give_back: impl FnOnce(u64)) {
+        let mut line = self.lock();
+        let Some(waiter) = line.waiters.remove(&ticket) else {
+            return;
+        };
+        self.len.fetch_sub(1, Ordering::AcqRel);
+        match line.claim.take() {
+            Some(claim) if claim.ticket == ticket => give_back(claim.reservation.taken),
+            other => {
+                line.claim = other;
+                line.unclaimed_cost = line.unclaimed_cost.saturating_sub(waiter.cost);
+            }
+        }
+        line.wake_head();
+    }
+
+    /// Runs `change` with the head's claim handed back (via `give_back`), then makes the head
+    /// claim again, so a reshaped bucket serves the head under its new shape.
+    pub fn with_claim_released<R>(
+        &self,
+        give_back: impl FnOnce(u64),
+        change: impl FnOnce() -> R,
+    ) -> R {
+        let mut line = self.lock();
+        if let Some(claim) = line.claim.take() {
+            give_back(claim.reservation.taken);
+            if let Some(waiter) = line.waiters.get(&claim.ticket) {
+                line.unclaimed_cost = line.unclaimed_cost.saturating_add(waiter.cost);
+            }
+        }
+        let result = change();
+        line.wake_head();
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reservation(ready: Nanos, taken: u64) -> Reservation {
+        Reservation { ready, taken }
+    }
+
+    #[test]
+    fn only_the_head_claims_and_admission_passes_the_turn() {
+        let queue = FairQueue::default();
+        let a = queue.join(50);
+        let b = queue.join(1);
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.unclaimed_cost(), 51);
+        assert_eq!(queue.turn(b.number, |_| unreachable!()), Turn::NotYet);
+        let Turn::Claimed { ready, claim } = queue.turn(a.number, |cost| {
+            assert_eq!(cost, 50);
+            reservation(7, 500)
+        }) else {
+            panic!("the head claims");
+        };
+        assert_eq!(ready, 7);
+        assert_eq!(queue.unclaimed_cost(), 1);
+        // Asking again returns the same claim rather than claiming twice.
+        assert_eq!(
+            queue.turn(a.number, |_| unreachable!()),
+            Turn::Claimed { ready, claim }
+        );
+        assert!(queue.admit(a.number, claim));
+        assert_eq!(queue.len(), 1);
+        assert!(matches!(
+            queue.turn(b.number, |_| reservation(9, 10)),
+            Turn::Claimed { ready: 9, .. }
+        ));
+    }
+
+    #[test]
+    fn a_head_that_leaves_gives_back_its_claim_and_others_give_back_nothing() {
+        let queue = FairQueue::default();
+        let a = queue.join(5);
+        let b = queue.join(3);
+        let c = queue.join(2);
+        queue.turn(a.number, |_| reservation(1, 55));
+        let mut given = Vec::new();
+        queue.leave(b.number, |taken| given.push(taken));
+        assert!(given.is_empty(), "b claimed nothing");
+        queue.leave(a.number, |taken| given.push(taken));
+        assert_eq!(given, vec![55]);
+        assert_eq!(queue.unclaimed_cost(), 2);
+        assert!(matches!(
+            queue.turn(c.number, |_| reservation(3, 20)),
+            Turn::Claimed { ready: 3, .. }
+        ));
+    }
+
+    #[test]
+    fn a_reset_claim_is_not_admitted_and_is_claimed_again() {
+        let queue = FairQueue::default();
+        let a = queue.join(4);
+        let Turn::Claimed { claim, .. } = queue.turn(a.number, |_| reservation(10, 40)) else {
+            panic!("the head claims");
+        };
+        let mut given = 0;
+        queue.with_claim_released(|taken| given = taken, || ());
+        assert_eq!(given, 40);
+        assert_eq!(queue.unclaimed_cost(), 4);
+        assert!(!queue.admit(a.number, claim), "the old claim is gone");
+        let Turn::Claimed { ready, claim } = queue.turn(a.number, |_| reservation(20, 80)) else {
+            panic!("claims again");
+        };
+        assert_eq!(ready, 20);
+        assert!(queue.admit(a.number, claim));
+        assert_eq!(queue.len(), 0);
+    }
+}

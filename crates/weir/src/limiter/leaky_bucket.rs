@@ -1,0 +1,360 @@
+//! `LeakyBucket { initial, refill_interval, refill_amount, max, fair }`: seed 004's per-tenant
+//! throttle.
+//!
+//! Seed 004 described its bucket as `refill_amount` tokens added every `refill_interval`, up to
+//! `max`, starting with `initial`. Weir runs the same bucket as GCRA with a continuous refill:
+//! one token every `refill_interval / refill_amount`, a capacity of `max`. The long-run rate and
+//! the largest burst are the same as the stepped bucket's; what differs is that a waiter is let
+//! through the moment its tokens have accrued instead of at the next refill step, so waits are
+//! shorter and smoother.
+//!
+//! With `fair = true` (the default) waiters are admitted strictly in arrival order, and a
+//! request larger than `max` is admitted eventually: it drains the full bucket and waits for
+//! the rest. With `fair = false` a non-blocking [`try_acquire`](LeakyBucket::try_acquire) may
+//! overtake queued waiters on a lock-free fast path.
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir::{LeakyBucket, LeakyBucketConfig, ManualClock, Refused};
+//!
+//! let clock = ManualClock::new(0);
+//! // 5000 requests per second, bursts of up to 5000: seed 004's pageserver settings.
+//! let config = LeakyBucketConfig {
+//!     initial: 0,
+//!     refill_interval: Duration::from_millis(100),
+//!     refill_amount: 500,
+//!     max: 5000,
+//!     fair: true,
+//! };
+//! let bucket = LeakyBucket::with_clock(config, clock.clone())?;
+//! // `initial = 0`: even the first request waits for one token to accrue.
+//! assert_eq!(
+//!     bucket.try_acquire(1),
+//!     Err(Refused::RetryAfter { retry_after: Duration::from_micros(200) })
+//! );
+//! # Ok::<(), weir::ConfigError>(())
+//! ```
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::gcra::{Bucket, Params};
+use crate::clock::{Clock, SystemClock, duration_to_nanos};
+use crate::error::{ConfigError, Refused, check_nonzero};
+
+/// The parameters of a [`LeakyBucket`], named as in seed 004.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeakyBucketConfig {
+    /// Tokens in the bucket when it is created (at most `max`). Only used at creation: a
+    /// reconfiguration keeps the bucket's current fill instead.
+    pub initial: u64,
+    /// Over this interval, `refill_amount` tokens are added. Greater than zero.
+    pub refill_interval: Duration,
+    /// Tokens added per `refill_interval`. At least 1.
+    pub refill_amount: u64,
+    /// The most tokens the bucket holds. At least 1.
+    pub max: u64,
+    /// Admit waiters strictly in arrival order.
+    pub fair: bool,
+}
+
+impl LeakyBucketConfig {
+    /// Checks the parameters; the error names the field at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.refill_interval.is_zero() {
+            return Err(ConfigError::Zero {
+                field: "refill_interval",
+            });
+        }
+        check_nonzero("refill_amount", self.refill_amount)?;
+        check_nonzero("max", self.max)?;
+        if self.initial > self.max {
+            return Err(ConfigError::InitialAboveMax {
+                initial: self.initial,
+                max: self.max,
+            });
+        }
+        let interval_ns = self.refill_interval.as_nanos();
+        if u128::from(self.refill_amount) > interval_ns {
+            return Err(ConfigError::TooFast {
+                field: "refill_amount",
+                value: self.rate(),
+                max: 1e9,
+            });
+        }
+        Ok(())
+    }
+
+    /// The long-run rate in tokens per second.
+    pub fn rate(&self) -> f64 {
+        self.refill_amount as f64 / self.refill_interval.as_secs_f64()
+    }
+
+    fn params(&self) -> Params {
+        let interval_ns = u128::from(duration_to_nanos(self.refill_interval));
+        let amount = u128::from(self.refill_amount.max(1));
+        // Rounded up, so rounding only ever makes the bucket stricter.
+        let per_token = u64::try_from(interval_ns.div_ceil(amount)).unwrap_or(u64::MAX);
+        Params::new(per_token, self.max)
+    }
+}
+
+/// Seed 004's leaky bucket, optionally fair. See the [module docs](self).
+#[derive(Debug)]
+pub struct LeakyBucket<C: Clock = SystemClock> {
+    bucket: Bucket,
+    clock: C,
+    fair: AtomicBool,
+    config: Mutex<LeakyBucketConfig>,
+    #[cfg(feature = "tokio")]
+    queue: super::fair_queue::FairQueue,
+}
+
+impl LeakyBucket<SystemClock> {
+    /// A bucket holding `config.initial` tokens, on the system clock.
+    pub fn new(config: LeakyBucketConfig) -> Result<Self, ConfigError> {
+        LeakyBucket::with_clock(config, SystemClock::new())
+    }
+}
+
+impl<C: Clock> LeakyBucket<C> {
+    /// A bucket holding `config.initial` tokens, reading time from `clock`.
+    pub fn with_clock(config: LeakyBucketConfig, clock: C) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let bucket = Bucket::new(config.params(), config.initial, clock.now());
+        Ok(LeakyBucket {
+            bucket,
+            clock,
+            fair: AtomicBool::new(config.fair),
+            config: Mutex::new(config),
+            #[cfg(feature = "tokio")]
+            queue: Default::default(),
+        })
+    }
+
+    /// Takes `cost` tokens if the bucket has them now and, when fair, nobody is waiting.
+    ///
+    /// Refused with [`Refused::RetryAfter`] and the time until the tokens (and, when fair, the
+    /// tokens of everyone queued ahead) will have accrued, or with [`Refused::ExceedsCapacity`]
+    /// if `cost > max`.
+    #[inline]
+    pub fn try_acquire(&self, cost: u64) -> Result<(), Refused> {
+        let now = self.clock.now();
+        #[cfg(feature = "tokio")]
+        if self.queue.len() > 0 && self.fair.load(Ordering::Relaxed) {
+            return Err(self.refusal_behind_queue(cost, now));
+        }
+        self.bucket.try_acquire(cost, now)
+    }
+
+    /// The refusal for a request that would have to queue behind the current waiters.
+    #[cfg(feature = "tokio")]
+    fn refusal_behind_queue(&self, cost: u64, now: crate::clock::Nanos) -> Refused {
+        let params = self.bucket.params();
+        if cost.saturating_mul(params.interval) > params.tolerance {
+            return Refused::ExceedsCapacity {
+                cost,
+                capacity: params.capacity(),
+            };
+        }
+        let ahead = self.queue.unclaimed_cost().saturating_add(cost);
+        let due = self
+            .bucket
+            .tat()
+            .max(now)
+            .saturating_add(ahead.saturating_mul(params.interval))
+            .saturating_sub(params.tolerance);
+        Refused::RetryAfter {
+            retry_after: Duration::from_nanos(due.saturating_sub(now)),
+        }
+    }
+
+    /// Waits until `cost` tokens can be taken, and takes them.
+    ///
+    /// When fair, waiters are admitted strictly in arrival order. A `cost` above `max` is
+    /// admitted once the full bucket plus what accrues covers it. Cancel-safe: a dropped waiter
+    /// leaves the line, hands back anything it had claimed and passes its turn on.
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self, cost: u64) -> super::Admitted {
+        if self.fair.load(Ordering::Relaxed) {
+            self.acquire_in_line(cost).await
+        } else {
+            super::waiting::reserve_and_wait(&self.bucket, &self.clock, cost).await
+        }
+    }
+
+    #[cfg(feature = "tokio")]
+    async fn acquire_in_line(&self, cost: u64) -> super::Admitted {
+        use super::fair_queue::Turn;
+
+        let start = self.clock.now();
+        if self.queue.len() == 0 && self.bucket.try_acquire(cost, start).is_ok() {
+            return super::Admitted::AT_ONCE;
+        }
+        let ticket = self.queue.join(cost);
+        let mut place = PlaceInLine {
+            bucket: self,
+            ticket: ticket.number,
+            admitted: false,
+        };
+        let mut slept = false;
+        loop {
+            let now = self.clock.now();
+            match self
+                .queue
+                .turn(ticket.number, |cost| self.bucket.reserve(cost, now))
+            {
+                Turn::NotYet => ticket.wake.notified().await,
+                Turn::Claimed { ready, claim } => {
+                    if ready > now {
+                        slept = true;
+                        let wait = Duration::from_nanos(ready - now);
+                        if tokio::time::timeout(wait, ticket.wake.notified())
+                            .await
+                            .is_ok()
+                        {
+                            // Woken before the claim was due: it was reset. Look again.
+                            continue;
+                        }
+                    }
+                    if self.queue.admit(ticket.number, claim) {
+                        break;
+                    }
+                }
+            }
+        }
+        place.admitted = true;
+        if slept {
+            super::Admitted::after(Duration::from_nanos(self.clock.now().saturating_sub(start)))
+        } else {
+            super::Admitted::AT_ONCE
+        }
+    }
+
+    /// Changes the bucket's shape while in use. The current fill is kept (capped at the new
+    /// `max`), waiters keep their places in line, and the head is re-served under the new rate.
+    /// `initial` is ignored: it only applies to a new bucket. A rejected config changes nothing.
+    pub fn reconfigure(&self, config: LeakyBucketConfig) -> Result<(), ConfigError> {
+        config.validate()?;
+        let mut current = self
+            .config
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let now = self.clock.now();
+        let reshape = || self.bucket.reshape(config.params(), now);
+        #[cfg(feature = "tokio")]
+        self.queue
+            .with_claim_released(|taken| self.bucket.give_back(taken), reshape);
+        #[cfg(not(feature = "tokio"))]
+        reshape();
+        self.fair.store(config.fair, Ordering::Relaxed);
+        *current = config;
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> LeakyBucketConfig {
+        *self
+            .config
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whole tokens in the bucket now (0 while waiters' claims hold it in debt).
+    pub fn available(&self) -> u64 {
+        self.bucket.available(self.clock.now())
+    }
+
+    /// Requests waiting in line.
+    pub fn waiters(&self) -> usize {
+        #[cfg(feature = "tokio")]
+        {
+            self.queue.len()
+        }
+        #[cfg(not(feature = "tokio"))]
+        {
+            0
+        }
+    }
+}
+
+/// Leaves the line, handing back any claim, if the waiting future is dropped before admission.
+#[cfg(feature = "tokio")]
+struct PlaceInLine<'a, C: Clock> {
+    bucket: &'a LeakyBucket<C>,
+    ticket: u64,
+    admitted: bool,
+}
+
+#[cfg(feature = "tokio")]
+impl<C: Clock> Drop for PlaceInLine<'_, C> {
+    fn drop(&mut self) {
+        if !self.admitted {
+            let bucket = &self.bucket.bucket;
+            self.bucket
+                .queue
+                .leave(self.ticket, |taken| bucket.give_back(taken));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(initial: u64, max: u64) -> LeakyBucketConfig {
+        LeakyBucketConfig {
+            initial,
+            refill_interval: Duration::from_millis(100),
+            refill_amount: 10,
+            max,
+            fair: true,
+        }
+    }
+
+    #[test]
+    fn invalid_configs_name_the_field() {
+        let cases = [
+            (
+                LeakyBucketConfig {
+                    refill_amount: 0,
+                    ..config(0, 10)
+                },
+                "`refill_amount`",
+            ),
+            (
+                LeakyBucketConfig {
+                    refill_interval: Duration::ZERO,
+                    ..config(0, 10)
+                },
+                "`refill_interval`",
+            ),
+            (config(0, 0), "`max`"),
+            (config(11, 10), "`initial` (11) must not exceed `max` (10)"),
+            (
+                LeakyBucketConfig {
+                    refill_interval: Duration::from_nanos(5),
+                    refill_amount: 6,
+                    ..config(0, 10)
+                },
+                "`refill_amount`",
+            ),
+        ];
+        for (bad, field) in cases {
+            let err = bad.validate().unwrap_err();
+            assert!(err.to_string().contains(field), "{err}");
+            assert!(LeakyBucket::new(bad).is_err());
+        }
+        assert_eq!(config(10, 10).rate(), 100.0);
+    }
+
+    #[test]
+    fn a_rejected_reconfiguration_leaves_the_bucket_as_it_was() {
+        let bucket = LeakyBucket::with_clock(config(10, 10), crate::ManualClock::new(0)).unwrap();
+        bucket.try_acquire(4).unwrap();
+        assert!(bucket.reconfigure(config(0, 0)).is_err());
+        assert_eq!(bucket.config(), config(10, 10));
+        assert_eq!(bucket.available(), 6);
+    }
+}

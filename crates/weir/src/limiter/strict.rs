@@ -1,0 +1,255 @@
+//! `Strict { qps }`: requests spaced exactly `1/qps` apart, no burst.
+//!
+//! Seed 001's table-level limiter. It answers *when* a request may run: each reservation takes
+//! the next free slot, slots are `1/qps` apart, and idle time is not banked, so after a quiet
+//! spell the first request runs at once and the second still waits a full interval. That is
+//! what a backpressure controller wants from a key it has throttled: a steady trickle, never a
+//! burst.
+//!
+//! ```
+//! use std::time::Duration;
+//! use weir::{ManualClock, Strict, StrictConfig};
+//!
+//! let clock = ManualClock::new(0);
+//! let strict = Strict::with_clock(StrictConfig { qps: 10.0 }, clock.clone())?;
+//! assert_eq!(strict.reserve(1), 0);
+//! assert_eq!(strict.reserve(1), 100_000_000); // 100 ms later
+//! # Ok::<(), weir::ConfigError>(())
+//! ```
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use super::gcra::Params;
+use crate::clock::{Clock, Nanos, SystemClock};
+use crate::error::{ConfigError, Refused, check_rate};
+
+/// The parameter of a [`Strict`] limiter.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StrictConfig {
+    /// Requests per second. Finite, > 0, at most 10⁹.
+    pub qps: f64,
+}
+
+impl StrictConfig {
+    /// Checks the parameter; the error names the field.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        check_rate("qps", self.qps)
+    }
+
+    fn interval(&self) -> u64 {
+        Params::interval_for_rate(self.qps)
+    }
+}
+
+/// One request per `1/qps`, exactly; see the [module docs](self).
+#[derive(Debug)]
+pub struct Strict<C: Clock = SystemClock> {
+    /// The first free slot. Slots before `now` are gone: idle time is not banked.
+    next: AtomicU64,
+    interval: AtomicU64,
+    clock: C,
+    config: Mutex<StrictConfig>,
+}
+
+impl Strict<SystemClock> {
+    /// A strict limiter on the system clock.
+    pub fn new(config: StrictConfig) -> Result<Self, ConfigError> {
+        Strict::with_clock(config, SystemClock::new())
+    }
+}
+
+impl<C: Clock> Strict<C> {
+    /// A strict limiter reading time from `clock`.
+    pub fn with_clock(config: StrictConfig, clock: C) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Strict {
+            next: AtomicU64::new(0),
+            interval: AtomicU64::new(config.interval()),
+            clock,
+            config: Mutex::new(config),
+        })
+    }
+
+    /// Reserves the next slot for a request of `cost` (it occupies `cost` slots) and returns the
+    /// instant, on this limiter's clock, at which it may run. The caller waits until then.
+    pub fn reserve(&self, cost: u64) -> Nanos {
+        let now = self.clock.now();
+        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
+        let previous = self
+            .next
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
+                Some(next.max(now).saturating_add(span))
+            })
+            .unwrap_or_else(|next| next);
+        previous.max(now)
+    }
+
+    /// Runs now if the next slot has come; otherwise refused with the exact time until it does.
+    pub fn try_acquire(&self, cost: u64) -> Result<(), Refused> {
+        let now = self.clock.now();
+        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
+        let mut next = self.next.load(Ordering::Acquire);
+        loop {
+            if next > now {
+                return Err(Refused::RetryAfter {
+                    retry_after: Duration::from_nanos(next - now),
+                });
+            }
+            match self.next.compare_exchange_weak(
+                next,
+                now.saturating_add(span),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(()),
+                Err(actual) => next = actual,
+            }
+        }
+    }
+
+    /// Reserves a slot and waits for it.
+    ///
+    /// Cancel-safe: a waiter dropped before its slot gives the slot back if nobody has reserved
+    /// after it (otherwise the slot stays spent: later waiters keep their times).
+    #[cfg(feature = "tokio")]
+    pub async fn acquire(&self, cost: u64) -> super::Admitted {
+        let now = self.clock.now();
+        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
+        let slot = self.reserve(cost);
+        if slot <= now {
+            return super::Admitted::AT_ONCE;
+        }
+        let pending = PendingSlot {
+            next: &self.next,
+            slot,
+            span,
+        };
+        let wait = Duration::from_nanos(slot - now);
+        tokio::time::sleep(wait).await;
+        std::mem::forget(pending);
+        super::Admitted::after(wait)
+    }
+
+    /// Changes the rate. With `reset_reservations`, the slots already reserved are forgotten
+    /// and the next request runs at once: a controller relaxing a limit uses this so that the
+    /// queue built under the old, tighter limit does not hold new requests back. Requests that
+    /// already hold a slot keep it.
+    pub fn reconfigure(
+        &self,
+        config: StrictConfig,
+        reset_reservations: bool,
+    ) -> Result<(), ConfigError> {
+        config.validate()?;
+        let mut current = self
+            .config
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        self.interval.store(config.interval(), Ordering::Release);
+        if reset_reservations {
+            self.next.store(0, Ordering::Release);
+        }
+        *current = config;
+        Ok(())
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> StrictConfig {
+        *self
+            .config
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Gives a slot back if the waiter is dropped and nobody reserved after it.
+#[cfg(feature = "tokio")]
+struct PendingSlot<'a> {
+    next: &'a AtomicU64,
+    slot: Nanos,
+    span: u64,
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for PendingSlot<'_> {
+    fn drop(&mut self) {
+        let _ = self.next.compare_exchange(
+            self.slot.saturating_add(self.span),
+            self.slot,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+
+    const MS: u64 = 1_000_000;
+
+    fn strict(qps: f64) -> (Strict<ManualClock>, ManualClock) {
+        let clock = ManualClock::new(0);
+        (
+            Strict::with_clock(StrictConfig { qps }, clock.clone()).unwrap(),
+            clock,
+        )
+    }
+
+    #[test]
+    fn try_acquire_says_exactly_when() {
+        let (strict, clock) = strict(10.0);
+        assert_eq!(strict.try_acquire(1), Ok(()));
+        assert_eq!(
+            strict.try_acquire(1),
+            Err(Refused::RetryAfter {
+                retry_after: Duration::from_millis(100)
+            })
+        );
+        clock.advance(Duration::from_millis(100));
+        assert_eq!(strict.try_acquire(1), Ok(()));
+    }
+
+    #[test]
+    fn reset_forgets_queued_slots() {
+        let (strict, _clock) = strict(1.0);
+        for i in 0..5 {
+            assert_eq!(strict.reserve(1), i * 1_000 * MS);
+        }
+        strict
+            .reconfigure(StrictConfig { qps: 10.0 }, true)
+            .unwrap();
+        assert_eq!(strict.reserve(1), 0);
+        assert_eq!(strict.reserve(1), 100 * MS);
+        strict
+            .reconfigure(StrictConfig { qps: 20.0 }, false)
+            .unwrap();
+        assert_eq!(strict.reserve(1), 200 * MS, "kept slots stay");
+        assert_eq!(strict.reserve(1), 250 * MS);
+    }
+
+    #[test]
+    fn bad_qps_is_refused_by_name() {
+        for qps in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let err = Strict::new(StrictConfig { qps }).unwrap_err();
+            assert!(err.to_string().contains("`qps`"), "{err}");
+        }
+        let (strict, _clock) = strict(10.0);
+        assert!(strict.reconfigure(StrictConfig { qps: 0.0 }, true).is_err());
+        assert_eq!(strict.config(), StrictConfig { qps: 10.0 });
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_last_waiter_gives_its_slot_back() {
+        let strict =
+            Strict::with_clock(StrictConfig { qps: 1.0 }, crate::TokioClock::new()).unwrap();
+        assert!(!strict.acquire(1).await.throttled());
+        let timed_out = tokio::time::timeout(Duration::from_millis(10), strict.acquire(1)).await;
+        assert!(timed_out.is_err());
+        let admitted = strict.acquire(1).await;
+        assert_eq!(admitted.waited(), Duration::from_millis(990));
+    }
+}
