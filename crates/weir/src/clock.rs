@@ -49,16 +49,17 @@ pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
 #[derive(Debug, Clone)]
 pub struct SystemClock {
     clock: quanta::Clock,
-    origin: quanta::Instant,
+    /// A raw counter reading taken once per process; readings are scaled relative to it.
+    origin: u64,
 }
 
 impl SystemClock {
     /// A clock reading real monotonic time.
     pub fn new() -> Self {
-        static ORIGIN: OnceLock<(quanta::Clock, quanta::Instant)> = OnceLock::new();
+        static ORIGIN: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
         let (clock, origin) = ORIGIN.get_or_init(|| {
             let clock = quanta::Clock::new();
-            let origin = clock.now();
+            let origin = clock.raw();
             (clock, origin)
         });
         SystemClock {
@@ -77,7 +78,9 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> Nanos {
-        duration_to_nanos(self.clock.now().saturating_duration_since(self.origin))
+        // Scaling the raw delta directly skips a round trip through `Duration`, which is a
+        // measurable share of a ~10 ns decision.
+        self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
 }
 

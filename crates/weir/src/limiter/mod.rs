@@ -12,13 +12,13 @@
 //! an async `acquire` that waits. Each can be reconfigured while in use without losing its state
 //! or its waiters. None reads the time itself: the rate limiters take a [`Clock`](crate::Clock).
 
-mod concurrency;
+pub mod concurrency;
 #[cfg(feature = "tokio")]
 mod fair_queue;
 pub(crate) mod gcra;
-mod leaky_bucket;
-mod strict;
-mod token_bucket;
+pub mod leaky_bucket;
+pub mod strict;
+pub mod token_bucket;
 #[cfg(feature = "tokio")]
 mod waiting;
 
