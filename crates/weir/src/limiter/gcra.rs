@@ -59,6 +59,7 @@ impl Params {
     }
 }
 
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
 /// A reservation taken by [`reserve`]: when it may run and what it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reservation {
@@ -99,6 +100,7 @@ pub(crate) fn try_acquire(
     }
 }
 
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
 /// Takes `cost` tokens unconditionally, going into debt if needed, and returns when the request
 /// may run. Reservations are served in the order they are taken, and a request larger than the
 /// capacity is fine: it drains the full bucket and waits for the rest.
@@ -116,6 +118,7 @@ pub(crate) fn reserve(tat: &AtomicU64, params: Params, cost: u64, now: Nanos) ->
     }
 }
 
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
 /// Returns what a cancelled reservation took.
 ///
 /// The bucket ends as if the reservation had never been made *at the instant it was made*:
@@ -188,11 +191,13 @@ impl Bucket {
         try_acquire(&self.tat, self.params(), cost, now)
     }
 
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
     /// See [`reserve`](fn@reserve).
     pub fn reserve(&self, cost: u64, now: Nanos) -> Reservation {
         reserve(&self.tat, self.params(), cost, now)
     }
 
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
     /// See [`give_back`](fn@give_back).
     pub fn give_back(&self, taken: u64) {
         give_back(&self.tat, taken)
@@ -203,6 +208,7 @@ impl Bucket {
         available(self.tat.load(Ordering::Acquire), self.params(), now)
     }
 
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
     /// The TAT as it stands (for the fair queue's "when would this be ready" estimates).
     pub fn tat(&self) -> Nanos {
         self.tat.load(Ordering::Acquire)
