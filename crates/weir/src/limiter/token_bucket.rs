@@ -100,7 +100,9 @@ impl<C: Clock> TokenBucket<C> {
     }
 
     /// Changes rate and burst while in use, keeping the bucket's current fill (capped at the
-    /// new burst). A rejected config leaves the bucket untouched.
+    /// new burst; tokens already reserved by waiters stay reserved, converted to the new rate).
+    /// Waiters already sleeping keep the time they were given. A rejected config leaves the
+    /// bucket untouched.
     pub fn reconfigure(&self, config: TokenBucketConfig) -> Result<(), ConfigError> {
         config.validate()?;
         let mut current = self
