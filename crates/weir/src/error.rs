@@ -47,6 +47,18 @@ pub enum ConfigError {
     },
 }
 
+impl ConfigError {
+    /// The name of the field at fault.
+    pub fn field(&self) -> &'static str {
+        match self {
+            ConfigError::NotPositive { field, .. }
+            | ConfigError::TooFast { field, .. }
+            | ConfigError::Zero { field } => field,
+            ConfigError::InitialAboveMax { .. } => "initial",
+        }
+    }
+}
+
 /// Why a non-blocking acquire did not admit the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum Refused {

@@ -30,7 +30,9 @@
 
 pub mod clock;
 pub mod error;
+pub mod keyed;
 pub mod limiter;
+pub mod policy;
 
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;

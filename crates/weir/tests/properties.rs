@@ -6,10 +6,14 @@
 //! - In any window of length `t`, the admitted cost is at most `burst + rate × t`.
 //! - Nothing is admitted before its ready time: one nanosecond early is refused, on time is not.
 //! - Strict reservations and concurrency permits against their own small models.
+//! - A keyed limiter whose key map is too small, so it keeps evicting: every key it decides for
+//!   must still decide exactly like a bucket that was never evicted.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
+use weir::keyed::{KeyedLimiter, KeyedRefusal, Overflow, Shape};
 use weir::{
     Clock, Concurrency, LeakyBucket, LeakyBucketConfig, ManualClock, Refused, Strict, StrictConfig,
     TokenBucket, TokenBucketConfig,
@@ -274,5 +278,43 @@ proptest! {
         }
         drop(held);
         prop_assert_eq!(limiter.in_flight(), 0);
+    }
+
+    #[test]
+    fn eviction_never_drops_a_busy_bucket(
+        ops in prop::collection::vec((0usize..6, 0u64..40, 1u64..4, any::<bool>()), 1..300),
+    ) {
+        const INTERVAL: u64 = 10_000_000; // 100 tokens/s
+        let clock = ManualClock::new(0);
+        let limiter = KeyedLimiter::new(
+            Shape::Gcra { interval: INTERVAL, capacity: 3, initial: 3, fair: false },
+            3,
+            Overflow::Reject,
+            clock.clone(),
+        );
+        // Buckets that are never evicted: the truth.
+        let mut models: HashMap<usize, ReferenceBucket> = HashMap::new();
+        for (key, advance_ms, cost, sweep) in ops {
+            clock.advance(Duration::from_millis(advance_ms));
+            let now = clock.now();
+            if sweep {
+                limiter.sweep();
+            }
+            let name = format!("key-{key}");
+            match limiter.try_acquire(&name, cost) {
+                Err(KeyedRefusal::KeysExhausted) => {
+                    // No decision was made for this key: the map was full of busy keys.
+                    prop_assert_eq!(limiter.counters().keys, 3);
+                }
+                decided => {
+                    let model = models
+                        .entry(key)
+                        .or_insert_with(|| ReferenceBucket::new(INTERVAL, 3, 3, now));
+                    let expected = model.try_acquire(cost, now);
+                    prop_assert_eq!(decided.map(|_| ()), expected.map_err(KeyedRefusal::Limited));
+                }
+            }
+            prop_assert!(limiter.counters().keys <= 3);
+        }
     }
 }

@@ -159,18 +159,21 @@ impl FairQueue {
         }
     }
 
-    /// Admits the head if its claim `claim` still stands; false if the claim was reset meanwhile.
-    pub fn admit(&self, ticket: u64, claim: u64) -> bool {
+    /// Admits the head if its claim `claim` still stands, returning what the claim took; `None`
+    /// if the claim was reset meanwhile.
+    pub fn admit(&self, ticket: u64, claim: u64) -> Option<u64> {
         let mut line = self.lock();
-        match &line.claim {
-            Some(current) if current.ticket == ticket && current.id == claim => {}
-            _ => return false,
-        }
+        let taken = match &line.claim {
+            Some(current) if current.ticket == ticket && current.id == claim => {
+                current.reservation.taken
+            }
+            _ => return None,
+        };
         line.claim = None;
         line.waiters.remove(&ticket);
         self.len.fetch_sub(1, Ordering::AcqRel);
         line.wake_head();
-        true
+        Some(taken)
     }
 
     /// Leaves the line without being admitted. A head hands its claim back with `give_back`.
@@ -239,7 +242,7 @@ mod tests {
             queue.turn(a.number, |_| unreachable!()),
             Turn::Claimed { ready, claim }
         );
-        assert!(queue.admit(a.number, claim));
+        assert_eq!(queue.admit(a.number, claim), Some(500));
         assert_eq!(queue.len(), 1);
         assert!(matches!(
             queue.turn(b.number, |_| reservation(9, 10)),
@@ -277,12 +280,12 @@ mod tests {
         queue.with_claim_released(|taken| given = taken, || ());
         assert_eq!(given, 40);
         assert_eq!(queue.unclaimed_cost(), 4);
-        assert!(!queue.admit(a.number, claim), "the old claim is gone");
+        assert_eq!(queue.admit(a.number, claim), None, "the old claim is gone");
         let Turn::Claimed { ready, claim } = queue.turn(a.number, |_| reservation(20, 80)) else {
             panic!("claims again");
         };
         assert_eq!(ready, 20);
-        assert!(queue.admit(a.number, claim));
+        assert_eq!(queue.admit(a.number, claim), Some(80));
         assert_eq!(queue.len(), 0);
     }
 }

@@ -91,7 +91,7 @@ impl LeakyBucketConfig {
         self.refill_amount as f64 / self.refill_interval.as_secs_f64()
     }
 
-    fn params(&self) -> Params {
+    pub(crate) fn params(&self) -> Params {
         let interval_ns = u128::from(duration_to_nanos(self.refill_interval));
         let amount = u128::from(self.refill_amount.max(1));
         // Rounded up, so rounding only ever makes the bucket stricter.
@@ -218,7 +218,7 @@ impl<C: Clock> LeakyBucket<C> {
                             continue;
                         }
                     }
-                    if self.queue.admit(ticket.number, claim) {
+                    if self.queue.admit(ticket.number, claim).is_some() {
                         break;
                     }
                 }

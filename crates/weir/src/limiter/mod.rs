@@ -14,7 +14,7 @@
 
 pub mod concurrency;
 #[cfg(feature = "tokio")]
-mod fair_queue;
+pub(crate) mod fair_queue;
 pub(crate) mod gcra;
 pub mod leaky_bucket;
 pub mod strict;

@@ -1,0 +1,296 @@
+//! What a policy counts, and the periodic "policy P was throttled" report.
+//!
+//! Counters are plain atomics beside the policy (never one series per key), read as a
+//! [`StatsSnapshot`]. The core depends on no metrics library: the server turns snapshots into
+//! Prometheus text. Waits are recorded in a fixed-bucket histogram whose bounds match
+//! Prometheus's default latency buckets.
+
+use std::fmt;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::keyed::StoreCounters;
+
+/// Upper bounds of the wait histogram's buckets, in seconds (the last bucket is unbounded).
+pub const WAIT_BUCKETS: [f64; 11] = [
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+];
+
+/// The live counters of one policy.
+#[derive(Debug, Default)]
+pub struct PolicyStats {
+    started: AtomicU64,
+    finished: AtomicU64,
+    admitted: AtomicU64,
+    throttled: AtomicU64,
+    rejected: AtomicU64,
+    would_throttle: AtomicU64,
+    unkeyed: AtomicU64,
+    wait_sum_ns: AtomicU64,
+    wait_counts: [AtomicU64; WAIT_BUCKETS.len() + 1],
+    in_flight: AtomicI64,
+    waiters: AtomicI64,
+}
+
+/// How a decision ended, for the counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted without waiting.
+    Admitted,
+    /// Admitted after waiting.
+    Throttled,
+    /// Refused.
+    Rejected,
+    /// Refused by the limiter but admitted because the policy only monitors.
+    WouldThrottle,
+}
+
+impl PolicyStats {
+    /// A request the policy applies to has arrived.
+    #[inline]
+    pub fn start(&self) {
+        self.started.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request had no bucket key (seed 000: no value for the dimension) and went through
+    /// unthrottled.
+    pub fn unkeyed(&self) {
+        self.unkeyed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A decision was made. Refusals finish the request at once; admissions finish when
+    /// [`finish`](Self::finish) is called.
+    #[inline]
+    pub fn decided(&self, outcome: Outcome, waited: Duration) {
+        match outcome {
+            Outcome::Admitted => {
+                self.admitted.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Throttled => {
+                self.admitted.fetch_add(1, Ordering::Relaxed);
+                self.throttled.fetch_add(1, Ordering::Relaxed);
+                self.record_wait(waited);
+            }
+            Outcome::WouldThrottle => {
+                self.admitted.fetch_add(1, Ordering::Relaxed);
+                self.would_throttle.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Rejected => {
+                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.finished.fetch_add(1, Ordering::Relaxed);
+                if !waited.is_zero() {
+                    self.record_wait(waited);
+                }
+                return;
+            }
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An admitted request has finished.
+    #[inline]
+    pub fn finish(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.finished.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request started or stopped waiting.
+    pub fn waiting(&self, delta: i64) {
+        self.waiters.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    fn record_wait(&self, waited: Duration) {
+        self.wait_sum_ns.fetch_add(
+            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let seconds = waited.as_secs_f64();
+        let bucket = WAIT_BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(WAIT_BUCKETS.len());
+        self.wait_counts[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The counters now, with the key counts of the policy's buckets.
+    pub fn snapshot(&self, keys: StoreCounters) -> StatsSnapshot {
+        let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        StatsSnapshot {
+            started: load(&self.started),
+            finished: load(&self.finished),
+            admitted: load(&self.admitted),
+            throttled: load(&self.throttled),
+            rejected: load(&self.rejected),
+            would_throttle: load(&self.would_throttle),
+            unkeyed: load(&self.unkeyed),
+            wait_sum: Duration::from_nanos(load(&self.wait_sum_ns)),
+            wait_counts: self.wait_counts.iter().map(load).collect(),
+            in_flight: self.in_flight.load(Ordering::Relaxed).max(0) as u64,
+            waiters: self.waiters.load(Ordering::Relaxed).max(0) as u64,
+            keys: keys.keys,
+            evictions: keys.evictions,
+            overflow_hits: keys.overflow_hits,
+        }
+    }
+}
+
+/// One policy's counters at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatsSnapshot {
+    /// Requests the policy applied to (accounted, started).
+    pub started: u64,
+    /// Requests that are done: refused, or admitted and finished.
+    pub finished: u64,
+    /// Requests admitted (with or without waiting, and in monitor mode).
+    pub admitted: u64,
+    /// Requests admitted after waiting.
+    pub throttled: u64,
+    /// Requests refused.
+    pub rejected: u64,
+    /// Requests the limiter refused but monitor mode admitted.
+    pub would_throttle: u64,
+    /// Requests without a bucket key, admitted unthrottled.
+    pub unkeyed: u64,
+    /// Total time requests waited.
+    pub wait_sum: Duration,
+    /// Waits per bucket of [`WAIT_BUCKETS`] (not cumulative), the last one unbounded.
+    pub wait_counts: Vec<u64>,
+    /// Admitted requests not finished yet.
+    pub in_flight: u64,
+    /// Requests waiting now.
+    pub waiters: u64,
+    /// Keys tracked now.
+    pub keys: u64,
+    /// Idle keys dropped so far.
+    pub evictions: u64,
+    /// New keys that found the key map full.
+    pub overflow_hits: u64,
+}
+
+/// "Policy P was throttled in the last N s": what changed over one reporting period.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThrottleReport {
+    /// The policy.
+    pub policy: String,
+    /// The period covered.
+    pub period: Duration,
+    /// Requests the policy applied to in the period.
+    pub accounted: u64,
+    /// Requests that had to wait.
+    pub throttled: u64,
+    /// Requests refused.
+    pub rejected: u64,
+    /// Requests monitor mode would have throttled.
+    pub would_throttle: u64,
+    /// Total wait in the period.
+    pub wait_sum: Duration,
+    /// The rate (or limit) each bucket allows.
+    pub allowed: f64,
+}
+
+impl ThrottleReport {
+    /// The report for the change from `before` to `after`, or `None` if nothing was throttled,
+    /// refused or would have been.
+    pub fn between(
+        policy: &str,
+        period: Duration,
+        before: &StatsSnapshot,
+        after: &StatsSnapshot,
+        allowed: f64,
+    ) -> Option<Self> {
+        let report = ThrottleReport {
+            policy: policy.to_owned(),
+            period,
+            accounted: after.started.saturating_sub(before.started),
+            throttled: after.throttled.saturating_sub(before.throttled),
+            rejected: after.rejected.saturating_sub(before.rejected),
+            would_throttle: after.would_throttle.saturating_sub(before.would_throttle),
+            wait_sum: after.wait_sum.saturating_sub(before.wait_sum),
+            allowed,
+        };
+        (report.throttled + report.rejected + report.would_throttle > 0).then_some(report)
+    }
+}
+
+impl fmt::Display for ThrottleReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "policy `{}` was throttled in the last {:.0?}: {} of {} requests waited ({:.3?} in total), {} refused, {} would have been throttled; each bucket allows {}",
+            self.policy,
+            self.period,
+            self.throttled,
+            self.accounted,
+            self.wait_sum,
+            self.rejected,
+            self.would_throttle,
+            self.allowed,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_land_in_the_right_counters() {
+        let stats = PolicyStats::default();
+        for _ in 0..4 {
+            stats.start();
+        }
+        stats.decided(Outcome::Admitted, Duration::ZERO);
+        stats.decided(Outcome::Throttled, Duration::from_millis(7));
+        stats.decided(Outcome::WouldThrottle, Duration::ZERO);
+        stats.decided(Outcome::Rejected, Duration::ZERO);
+        stats.finish();
+        let s = stats.snapshot(StoreCounters::default());
+        assert_eq!(
+            (
+                s.started,
+                s.admitted,
+                s.throttled,
+                s.would_throttle,
+                s.rejected
+            ),
+            (4, 3, 1, 1, 1)
+        );
+        assert_eq!((s.in_flight, s.finished), (2, 2));
+        assert_eq!(s.wait_sum, Duration::from_millis(7));
+        // 7 ms falls in the (5 ms, 10 ms] bucket.
+        assert_eq!(s.wait_counts[2], 1);
+        assert_eq!(s.wait_counts.iter().sum::<u64>(), 1);
+    }
+
+    #[test]
+    fn a_report_is_only_made_when_something_was_throttled() {
+        let quiet = StatsSnapshot {
+            started: 10,
+            admitted: 10,
+            ..Default::default()
+        };
+        let later = StatsSnapshot {
+            started: 30,
+            admitted: 30,
+            ..Default::default()
+        };
+        assert_eq!(
+            ThrottleReport::between("p", Duration::from_secs(10), &quiet, &later, 5.0),
+            None
+        );
+        let throttled = StatsSnapshot {
+            started: 40,
+            throttled: 5,
+            wait_sum: Duration::from_millis(250),
+            ..later.clone()
+        };
+        let report =
+            ThrottleReport::between("p", Duration::from_secs(10), &later, &throttled, 5.0).unwrap();
+        assert_eq!((report.accounted, report.throttled), (10, 5));
+        assert!(
+            report
+                .to_string()
+                .starts_with("policy `p` was throttled in the last 10s: 5 of 10")
+        );
+    }
+}

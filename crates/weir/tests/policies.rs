@@ -1,0 +1,574 @@
+//! Policies end to end: config parsing and validation, keyed buckets with bounded memory,
+//! kinds and overrides, monitor mode, multi-policy rollback, live reconfiguration, stats and
+//! "who is throttled". Every test runs on a manual or paused clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::keyed::{KeyedLimiter, KeyedRefusal, Overflow, Shape};
+use weir::policy::{Policy, PolicyConfig, PolicySet, RejectReason, Request};
+use weir::{ManualClock, TokioClock};
+
+const MS: u64 = 1_000_000;
+
+fn policy(toml_text: &str) -> PolicyConfig {
+    toml::from_str(toml_text).unwrap_or_else(|e| panic!("bad test config: {e}"))
+}
+
+fn on(clock: &ManualClock, toml_text: &str) -> Policy<ManualClock> {
+    Policy::with_cores(policy(toml_text), clock.clone(), 4).expect("valid policy")
+}
+
+#[test]
+fn the_design_examples_parse_from_toml_and_json() {
+    #[derive(serde::Deserialize)]
+    struct File {
+        policy: Vec<PolicyConfig>,
+    }
+    let file: File = toml::from_str(
+        r#"
+        [[policy]]
+        name = "getpage"
+        kinds = ["PageRequestHandler"]
+        mode = "enforce"
+        on_exhausted = "wait"
+        max_wait = "5s"
+        max_keys = 100000
+        leaky_bucket = { initial = 0, refill_interval = "100ms", refill_amount = 500, max = 5000, fair = true }
+
+        [[policy]]
+        name = "ms-host"
+        token_bucket = { rate = 100, burst = 100, per_core = true, overrides = { prepare_rowset = 50, list_snapshots = 0 } }
+
+        [[policy]]
+        name = "tables"
+        strict = { qps = 10 }
+
+        [[policy]]
+        name = "search"
+        on_exhausted = "reject"
+        concurrency = { node_limit = 10, shared_limit = 20, lease_ttl = "30s", on_unavailable = "open" }
+        "#,
+    )
+    .unwrap();
+    let set = PolicySet::with_cores(file.policy, ManualClock::new(0), 2).unwrap();
+    let names: Vec<_> = set.policies().iter().map(|p| p.name().to_owned()).collect();
+    assert_eq!(names, vec!["getpage", "ms-host", "search", "tables"]);
+    let ms_host = set.get("ms-host").unwrap();
+    assert_eq!(ms_host.limit(), 200.0, "100 per core on 2 cores");
+    assert_eq!(ms_host.limit_for("prepare_rowset"), Some(100.0));
+    assert_eq!(ms_host.limit_for("list_snapshots"), None, "0 = unlimited");
+
+    // The same policy as the JSON body of `PUT /v1/policies/getpage` (name from the URL).
+    let json: PolicyConfig = serde_json::from_str(
+        r#"{"kinds":["PageRequestHandler"],"on_exhausted":"wait","max_wait":"5s",
+            "leaky_bucket":{"initial":0,"refill_interval":"100ms","refill_amount":500,"max":5000}}"#,
+    )
+    .unwrap();
+    let getpage = set.get("getpage").unwrap().config();
+    assert_eq!(
+        PolicyConfig {
+            name: "getpage".into(),
+            ..json
+        },
+        getpage
+    );
+    // And back: what the API would return parses to the same thing.
+    let round_trip: PolicyConfig =
+        serde_json::from_str(&serde_json::to_string(&getpage).unwrap()).unwrap();
+    assert_eq!(round_trip, getpage);
+}
+
+#[test]
+fn validation_names_the_policy_and_the_field() {
+    let cases = [
+        (
+            r#"name = "p""#,
+            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency",
+        ),
+        (
+            r#"
+            name = "p"
+            strict = { qps = 1 }
+            token_bucket = { rate = 1 }"#,
+            "policy `p`: `limiter` is ambiguous: give exactly one limiter table, not token_bucket and strict",
+        ),
+        (
+            r#"
+            name = "p"
+            token_bucket = { rate = 0 }"#,
+            "policy `p`: `token_bucket.rate` must be a finite number greater than zero, got 0",
+        ),
+        (
+            r#"
+            name = "p"
+            leaky_bucket = { initial = 9, refill_interval = "1s", refill_amount = 1, max = 5 }"#,
+            "policy `p`: `leaky_bucket.initial` (9) must not exceed `max` (5)",
+        ),
+        (
+            r#"
+            name = "p"
+            leaky_bucket = { refill_interval = "0s", refill_amount = 1, max = 5 }"#,
+            "policy `p`: `leaky_bucket.refill_interval` must be greater than zero",
+        ),
+        (
+            r#"
+            name = "p"
+            strict = { qps = 5, overrides = { scan = -2 } }"#,
+            "policy `p`: `strict.overrides.scan` must be -1 (default), 0 (unlimited) or > 0, got -2",
+        ),
+        (
+            r#"
+            name = "p"
+            max_keys = 0
+            strict = { qps = 5 }"#,
+            "policy `p`: `max_keys` must be at least 1",
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(policy(text).validate().unwrap_err().to_string(), expected);
+    }
+    // Unknown fields are errors too, not silently ignored.
+    let unknown = toml::from_str::<PolicyConfig>("name = \"p\"\nrate_limit = 5").unwrap_err();
+    assert!(unknown.to_string().contains("rate_limit"), "{unknown}");
+    // A set reports every problem at once, duplicates included.
+    let problems = PolicySet::with_cores(
+        vec![
+            policy("name = \"a\"\nstrict = { qps = 0 }"),
+            policy("name = \"b\"\nstrict = { qps = 1 }"),
+            policy("name = \"b\"\nstrict = { qps = 2 }"),
+        ],
+        ManualClock::new(0),
+        1,
+    )
+    .unwrap_err();
+    let messages: Vec<_> = problems.iter().map(|p| p.to_string()).collect();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert!(messages[0].starts_with("policy `a`: `strict.qps`"));
+    assert_eq!(
+        messages[1],
+        "policy `b`: `name` is used by more than one policy"
+    );
+}
+
+#[test]
+fn keys_get_buckets_of_their_own() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"t\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 1, burst = 2 }",
+    );
+    for tenant in ["a", "b", "c"] {
+        assert!(p.try_acquire(&Request::new(tenant)).is_ok());
+        assert!(p.try_acquire(&Request::new(tenant)).is_ok());
+        let refused = p.try_acquire(&Request::new(tenant)).unwrap_err();
+        assert_eq!(refused.retry_after(), Some(Duration::from_secs(1)));
+    }
+    let stats = p.stats();
+    assert_eq!((stats.admitted, stats.rejected, stats.keys), (6, 3, 3));
+}
+
+#[test]
+fn kinds_select_requests_and_others_pass_uncounted() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"getpage\"\nkinds = [\"PageRequestHandler\"]\ntoken_bucket = { rate = 1, burst = 1 }",
+    );
+    let page = Request::new("tenant").kind("PageRequestHandler");
+    let compaction = Request::new("tenant").kind("Compaction");
+    assert!(p.try_acquire(&page).is_ok());
+    assert!(p.try_acquire(&page).is_err());
+    for _ in 0..10 {
+        let admitted = p.try_acquire(&compaction).unwrap();
+        assert!(!admitted.applied());
+    }
+    assert!(!p.try_acquire(&Request::new("tenant")).unwrap().applied());
+    assert_eq!(p.stats().started, 2, "only the listed kind is accounted");
+}
+
+#[test]
+fn overrides_default_unlimited_own_and_per_core() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        r#"
+        name = "ms-host"
+        on_exhausted = "reject"
+        token_bucket = { rate = 2, burst = 2, per_core = true, overrides = { get_tablet = -1, list_snapshots = 0, prepare_rowset = 1 } }
+        "#,
+    );
+    // 4 cores: default 8/s with a burst of 8.
+    let admitted = |kind: &str, n: usize| {
+        (0..n)
+            .filter(|_| p.try_acquire(&Request::new(kind).kind(kind)).is_ok())
+            .count()
+    };
+    assert_eq!(admitted("get_tablet", 20), 8, "-1: the default");
+    assert_eq!(admitted("commit_rowset", 20), 8, "no override: the default");
+    assert_eq!(admitted("list_snapshots", 1000), 1000, "0: unlimited");
+    // 1 per core → 4/s, burst scaled alike to 4.
+    assert_eq!(admitted("prepare_rowset", 20), 4);
+    assert_eq!(p.limit_for("prepare_rowset"), Some(4.0));
+    let stats = p.stats();
+    assert_eq!(stats.started, 20 + 20 + 1000 + 20);
+    assert_eq!(stats.admitted, 8 + 8 + 1000 + 4);
+}
+
+#[test]
+fn monitor_mode_admits_everything_and_counts_what_it_would_throttle() {
+    let clock = ManualClock::new(0);
+    for limiter in [
+        "token_bucket = { rate = 1, burst = 2 }",
+        "leaky_bucket = { refill_interval = \"1s\", refill_amount = 1, max = 2, initial = 2 }",
+        "strict = { qps = 1 }",
+        "concurrency = { node_limit = 2 }",
+    ] {
+        let p = on(
+            &clock,
+            &format!("name = \"m\"\nmode = \"monitor\"\n{limiter}"),
+        );
+        let held: Vec<_> = (0..5)
+            .map(|_| p.try_acquire(&Request::new("k")).expect("monitor admits"))
+            .collect();
+        let would = held.iter().filter(|a| a.would_throttle()).count();
+        let expected = if limiter.starts_with("strict") { 4 } else { 3 };
+        assert_eq!(would, expected, "{limiter}");
+        let stats = p.stats();
+        assert_eq!(
+            (stats.admitted, stats.would_throttle, stats.rejected),
+            (5, expected as u64, 0),
+            "{limiter}"
+        );
+    }
+}
+
+#[test]
+fn a_refusal_by_one_policy_gives_back_what_the_others_took() {
+    let clock = ManualClock::new(0);
+    let set = PolicySet::with_cores(
+        vec![
+            policy("name = \"a-strict\"\nstrict = { qps = 1 }"),
+            policy("name = \"b-tokens\"\ntoken_bucket = { rate = 1, burst = 3 }"),
+            policy("name = \"c-inflight\"\nconcurrency = { node_limit = 1 }"),
+        ],
+        clock.clone(),
+        1,
+    )
+    .unwrap();
+    let request = Request::new("k");
+    let first = set.try_acquire(&request).expect("everything has room");
+    assert_eq!(first.iter().count(), 3);
+    clock.advance(Duration::from_secs(1));
+    // The strict slot and a token are free again, but the permit is still held: refused, and
+    // the slot and the token must come back.
+    let refused = set.try_acquire(&request).unwrap_err();
+    assert_eq!(refused.policy, "c-inflight");
+    drop(first);
+    // Had the refused request kept its slot, the next one would be a second away.
+    let strict = set.get("a-strict").unwrap();
+    assert!(strict.try_acquire(&request).is_ok());
+    // Had it kept its token, 2 would be left (3 - 1 + 1 refilled - 1); all 3 are.
+    let tokens = set.get("b-tokens").unwrap();
+    let admitted = (0..5)
+        .filter(|_| tokens.try_acquire(&request).is_ok())
+        .count();
+    assert_eq!(admitted, 3);
+}
+
+#[test]
+fn the_key_cap_holds_under_churn_with_shared_overflow() {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::new(
+        Shape::Gcra {
+            interval: MS,
+            capacity: 1,
+            initial: 1,
+            fair: false,
+        },
+        1000,
+        Overflow::Shared,
+        clock.clone(),
+    );
+    let mut key = String::new();
+    for i in 0..10_000_000u64 {
+        key.clear();
+        use std::fmt::Write;
+        write!(key, "tenant-{i}").unwrap();
+        // Each key takes its one token; a millisecond later its bucket is full (idle) again.
+        let _ = limiter.try_acquire(&key, 1);
+        if i % 1000 == 999 {
+            clock.advance(Duration::from_millis(200));
+        }
+        debug_assert!(limiter.counters().keys <= 1000);
+    }
+    let counters = limiter.counters();
+    assert!(counters.keys <= 1000, "{counters:?}");
+    assert!(counters.evictions >= 10_000_000 - 1000, "{counters:?}");
+}
+
+#[test]
+fn busy_keys_are_kept_and_new_keys_overflow_to_a_shared_bucket_or_are_refused() {
+    let clock = ManualClock::new(0);
+    let shape = Shape::Gcra {
+        interval: 1000 * MS,
+        capacity: 2,
+        initial: 2,
+        fair: false,
+    };
+    for overflow in [Overflow::Shared, Overflow::Reject] {
+        let limiter = KeyedLimiter::new(shape, 2, overflow, clock.clone());
+        limiter.try_acquire("a", 1).unwrap();
+        limiter.try_acquire("b", 1).unwrap();
+        // Both are busy (not full), so a third key cannot evict them.
+        let third = limiter.try_acquire("c", 1);
+        match overflow {
+            Overflow::Shared => {
+                let grant = third.expect("the overflow bucket has room");
+                assert!(grant.taken.overflowed());
+                // The overflow bucket is shared by every overflowing key.
+                limiter.try_acquire("d", 1).unwrap();
+                assert!(limiter.try_acquire("e", 1).is_err());
+            }
+            Overflow::Reject => assert_eq!(third.unwrap_err(), KeyedRefusal::KeysExhausted),
+        }
+        // "a" kept its state: one token left, not a fresh burst of two.
+        assert!(limiter.try_acquire("a", 1).is_ok());
+        assert!(limiter.try_acquire("a", 1).is_err());
+        assert_eq!(limiter.counters().keys, 2);
+        assert_eq!(
+            limiter.counters().overflow_hits,
+            if overflow == Overflow::Shared { 3 } else { 1 }
+        );
+    }
+}
+
+#[test]
+fn concurrency_keys_with_permits_in_flight_are_never_evicted() {
+    let clock = ManualClock::new(0);
+    let limiter = KeyedLimiter::new(
+        Shape::Concurrency { limit: 1 },
+        1,
+        Overflow::Reject,
+        clock.clone(),
+    );
+    let held = limiter.try_acquire("a", 1).unwrap();
+    clock.advance(Duration::from_secs(3600));
+    assert_eq!(limiter.sweep(), 0);
+    assert_eq!(
+        limiter.try_acquire("b", 1).unwrap_err(),
+        KeyedRefusal::KeysExhausted
+    );
+    assert!(
+        limiter.try_acquire("a", 1).is_err(),
+        "still holding its one permit"
+    );
+    drop(held);
+    assert_eq!(limiter.sweep(), 1);
+    assert!(limiter.try_acquire("b", 1).is_ok());
+}
+
+#[test]
+fn reconfiguring_keeps_each_buckets_fill_and_rejected_changes_keep_the_old_config() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"r\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 10, burst = 10 }",
+    );
+    for _ in 0..10 {
+        assert!(p.try_acquire(&Request::new("a")).unwrap().applied());
+    }
+    for _ in 0..5 {
+        assert!(p.try_acquire(&Request::new("b")).unwrap().applied());
+    }
+    // Raise the rate tenfold: "a" stays empty, "b" keeps its 5 tokens — no fresh burst.
+    p.reconfigure(policy(
+        "on_exhausted = \"reject\"\ntoken_bucket = { rate = 100, burst = 10 }",
+    ))
+    .unwrap();
+    assert!(p.try_acquire(&Request::new("a")).is_err());
+    let b = (0..10)
+        .filter(|_| p.try_acquire(&Request::new("b")).is_ok())
+        .count();
+    assert_eq!(b, 5);
+    clock.advance(Duration::from_millis(10));
+    assert!(
+        p.try_acquire(&Request::new("a")).is_ok(),
+        "refills at the new rate"
+    );
+
+    let before = p.config();
+    let err = p
+        .reconfigure(policy("token_bucket = { rate = -5, burst = 10 }"))
+        .unwrap_err();
+    assert_eq!(err.field, "token_bucket.rate");
+    assert_eq!(p.config(), before);
+    let err = p
+        .reconfigure(policy("name = \"other\"\nstrict = { qps = 1 }"))
+        .unwrap_err();
+    assert_eq!(err.field, "name");
+    assert_eq!(p.config(), before);
+}
+
+#[test]
+fn changing_the_kind_of_limiter_starts_afresh() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"k\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 1, burst = 1 }",
+    );
+    assert!(p.try_acquire(&Request::new("a")).unwrap().applied());
+    assert!(p.try_acquire(&Request::new("a")).is_err());
+    p.reconfigure(policy(
+        "on_exhausted = \"reject\"\nconcurrency = { node_limit = 1 }",
+    ))
+    .unwrap();
+    let permit = p
+        .try_acquire(&Request::new("a"))
+        .expect("a fresh concurrency bucket");
+    assert!(p.try_acquire(&Request::new("a")).is_err());
+    drop(permit);
+    assert!(p.try_acquire(&Request::new("a")).is_ok());
+}
+
+#[tokio::test(start_paused = true)]
+async fn reconfiguring_under_load_keeps_waiters() {
+    let p = Arc::new(
+        Policy::with_cores(
+            policy(
+                r#"
+                name = "fair"
+                max_wait = "10s"
+                leaky_bucket = { initial = 0, refill_interval = "100ms", refill_amount = 1, max = 10 }
+                "#,
+            ),
+            TokioClock::new(),
+            1,
+        )
+        .unwrap(),
+    );
+    let start = tokio::time::Instant::now();
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let p = Arc::clone(&p);
+        waiters.push(tokio::spawn(async move {
+            let admission = p.acquire(&Request::new("tenant")).await.expect("admitted");
+            (admission.waited(), admission.throttled())
+        }));
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(p.stats().waiters, 3);
+    tokio::time::advance(Duration::from_millis(50)).await;
+    // Ten times the rate while three requests wait: none is dropped, all are served sooner.
+    p.reconfigure(policy(
+        r#"
+        max_wait = "10s"
+        leaky_bucket = { initial = 0, refill_interval = "10ms", refill_amount = 1, max = 10 }
+        "#,
+    ))
+    .unwrap();
+    let mut results = Vec::new();
+    for waiter in waiters {
+        results.push(waiter.await.unwrap());
+    }
+    assert!(results.iter().all(|&(_, throttled)| throttled));
+    // The head keeps the time it was given (100 ms). By then, at the new rate, the tokens of
+    // the two behind it have accrued too: 0.5 token in the first 50 ms, 5 in the next 50 ms.
+    let waited: Vec<_> = results.iter().map(|(w, _)| w.as_millis()).collect();
+    assert_eq!(waited, vec![100, 100, 100]);
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    let stats = p.stats();
+    assert_eq!((stats.throttled, stats.rejected, stats.waiters), (3, 0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_requests_give_up_after_max_wait() {
+    let p = Policy::with_cores(
+        policy("name = \"w\"\nmax_wait = \"250ms\"\ntoken_bucket = { rate = 2, burst = 1 }"),
+        TokioClock::new(),
+        1,
+    )
+    .unwrap();
+    let request = Request::new("k");
+    assert!(!p.acquire(&request).await.unwrap().throttled());
+    let second = p.acquire(&request).await.unwrap_err();
+    // The next token is 500 ms away, more than `max_wait`: refused at once, with the exact wait.
+    assert_eq!(second.retry_after(), Some(Duration::from_millis(500)));
+    tokio::time::advance(Duration::from_millis(300)).await;
+    let third = p.acquire(&request).await.unwrap();
+    assert_eq!(third.waited(), Duration::from_millis(200));
+
+    let permits = Policy::with_cores(
+        policy("name = \"c\"\nmax_wait = \"250ms\"\nconcurrency = { node_limit = 1 }"),
+        TokioClock::new(),
+        1,
+    )
+    .unwrap();
+    let _held = permits.acquire(&request).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let timed_out = permits.acquire(&request).await.unwrap_err();
+    assert_eq!(
+        timed_out.reason,
+        RejectReason::WaitedTooLong {
+            max_wait: Duration::from_millis(250)
+        }
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(250));
+}
+
+#[test]
+fn who_is_throttled_lists_the_keys_held_back_with_their_limits() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"t\"\non_exhausted = \"reject\"\nstrict = { qps = 10 }",
+    );
+    for i in 0..100u64 {
+        clock.set(i * 10 * MS); // 100 requests/s for "hot"
+        let _ = p.try_acquire(&Request::new("hot").kind("scan"));
+        if i % 10 == 0 {
+            let _ = p.try_acquire(&Request::new("cold").kind("scan")); // 10/s: never throttled
+        }
+    }
+    let rows = p.throttled_keys(10);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let hot = &rows[0];
+    assert_eq!((hot.key.as_str(), hot.kind.as_str()), ("hot", "scan"));
+    assert_eq!(hot.qps_limit, Some(10.0));
+    // Followed since its first refusal at 10 ms: 99 requests in 0.98 s, admitted and refused
+    // alike.
+    assert!(
+        (hot.current_qps - 99.0 / 0.98).abs() < 1e-6,
+        "{}",
+        hot.current_qps
+    );
+}
+
+#[test]
+fn the_periodic_report_speaks_only_when_something_was_throttled() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"getpage\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 5, burst = 5 }",
+    );
+    for _ in 0..5 {
+        assert!(p.try_acquire(&Request::new("t")).unwrap().applied());
+    }
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(p.report(), None);
+    for _ in 0..8 {
+        let _ = p.try_acquire(&Request::new("t"));
+    }
+    clock.advance(Duration::from_secs(10));
+    let report = p.report().expect("3 were refused");
+    assert_eq!(
+        (report.accounted, report.rejected, report.throttled),
+        (8, 3, 0)
+    );
+    assert_eq!(report.period, Duration::from_secs(10));
+    assert_eq!(
+        report.to_string(),
+        "policy `getpage` was throttled in the last 10s: 0 of 8 requests waited (0.000ns in total), 3 refused, 0 would have been throttled; each bucket allows 5"
+    );
+    assert_eq!(p.report(), None, "nothing since");
+}
