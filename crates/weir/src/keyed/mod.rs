@@ -12,7 +12,6 @@
 
 pub mod store;
 
-#[cfg(feature = "tokio")]
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
@@ -97,16 +96,17 @@ impl Cell<Shape> for RateCell {
     }
 }
 
-impl Cell<Shape> for Concurrency {
+/// A concurrency key's cell is shared with its permits and waiters, which hold it directly.
+impl Cell<Shape> for Arc<Concurrency> {
     fn new(shape: &Shape, _now: Nanos) -> Self {
-        match *shape {
+        Arc::new(match *shape {
             Shape::Concurrency { limit } => Concurrency::new(limit),
             _ => Concurrency::new(0),
-        }
+        })
     }
 
     fn is_idle(&self, _shape: &Shape, _now: Nanos) -> bool {
-        self.in_flight() == 0 && self.waiters() == 0
+        Arc::strong_count(self) == 1 && self.in_flight() == 0 && self.waiters() == 0
     }
 }
 
@@ -172,7 +172,7 @@ impl From<KeysExhausted> for KeyedRefusal {
 #[derive(Debug)]
 enum Buckets {
     Rate(Store<Shape, RateCell>),
-    Concurrency(Store<Shape, Concurrency>),
+    Concurrency(Store<Shape, Arc<Concurrency>>),
 }
 
 /// One bucket per key, all of one shape. See the [module docs](self).
@@ -452,23 +452,25 @@ impl<C: Clock> KeyedLimiter<C> {
         match plan {
             Plan::Admitted(taken) => Ok(grant(taken, Duration::ZERO)),
             Plan::Refused(refused) => Err(KeyedRefusal::Limited(refused)),
-            Plan::Sleep { cell, ready, taken } => {
+            Plan::Sleep { ready, taken } => {
+                // The reservation keeps the key's bucket busy (and so in the map) until it is
+                // due, so it can be found again to give it back.
                 let pending = Pending {
-                    value: &cell.value,
-                    what: Some(&taken.what),
+                    store,
+                    key,
+                    taken: Some(&taken),
                 };
                 let wait = Duration::from_nanos(ready - now);
                 tokio::time::sleep(wait).await;
                 pending.disarm();
                 Ok(grant(taken, wait))
             }
-            Plan::Line { cell, overflowed } => {
+            Plan::Line { overflowed } => {
                 let in_line = lines::InLine {
                     lines: &self.lines,
                     store,
                     key,
                     overflowed,
-                    cell: &cell,
                 };
                 match tokio::time::timeout(max_wait, in_line.wait(cost, &self.clock)).await {
                     Ok((taken_ns, waited)) => Ok(grant(
@@ -567,13 +569,11 @@ enum Plan {
     Refused(Refused),
     /// Reserved: sleep until `ready`; give it back if cancelled.
     Sleep {
-        cell: Arc<RateCell>,
         ready: Nanos,
         taken: Taken,
     },
-    /// A fair bucket: wait in the key's line.
+    /// A fair bucket: wait in the key's line (already counted in the cell's `waiting`).
     Line {
-        cell: Arc<RateCell>,
         overflowed: bool,
     },
 }
@@ -586,8 +586,10 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
             if let Ok(taken) = try_rate(found, cost, now) {
                 return Plan::Admitted(taken);
             }
+            // Counted as waiting under the shard's lock: from here on the key cannot be
+            // evicted until it leaves the line.
+            cell.waiting.fetch_add(1, Ordering::AcqRel);
             return Plan::Line {
-                cell: Arc::clone(cell),
                 overflowed: found.overflowed,
             };
         }
@@ -619,7 +621,6 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
         });
     }
     Plan::Sleep {
-        cell: Arc::clone(cell),
         ready,
         taken: Taken::new(what, found.overflowed),
     }
@@ -628,22 +629,26 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
 /// Undoes a reservation if the waiting future is dropped before it is due.
 #[cfg(feature = "tokio")]
 struct Pending<'a> {
-    value: &'a AtomicU64,
-    what: Option<&'a What>,
+    store: &'a Store<Shape, RateCell>,
+    key: &'a str,
+    taken: Option<&'a Taken>,
 }
 
 #[cfg(feature = "tokio")]
 impl Pending<'_> {
     fn disarm(mut self) {
-        self.what = None;
+        self.taken = None;
     }
 }
 
 #[cfg(feature = "tokio")]
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if let Some(what) = self.what.take() {
-            undo(self.value, what);
+        if let Some(taken) = self.taken.take() {
+            self.store
+                .with_existing(self.key, taken.overflowed, |found| {
+                    undo(&found.cell.value, &taken.what)
+                });
         }
     }
 }
@@ -686,22 +691,15 @@ mod lines {
                 .map_or(0, |line| line.unclaimed_cost())
         }
 
-        fn join(
-            &self,
-            key: &str,
-            overflowed: bool,
-            cell: &RateCell,
-            cost: u64,
-        ) -> (Arc<FairQueue>, Ticket) {
+        fn join(&self, key: &str, overflowed: bool, cost: u64) -> (Arc<FairQueue>, Ticket) {
             let mut lines = self.lock();
             let line = Arc::clone(lines.entry((overflowed, Box::from(key))).or_default());
             let ticket = line.join(cost);
-            cell.waiting.fetch_add(1, Ordering::AcqRel);
             (line, ticket)
         }
 
-        fn done(&self, key: &str, overflowed: bool, cell: &RateCell, line: &Arc<FairQueue>) {
-            cell.waiting.fetch_sub(1, Ordering::AcqRel);
+        /// A waiter has left `line`; throws the line away if it was the last.
+        fn done(&self, key: &str, overflowed: bool, line: &Arc<FairQueue>) {
             let mut lines = self.lock();
             if line.len() == 0 {
                 let line_key = (overflowed, Box::from(key));
@@ -718,15 +716,13 @@ mod lines {
         pub store: &'a Store<Shape, RateCell>,
         pub key: &'a str,
         pub overflowed: bool,
-        /// Held, so the key stays in the map while we wait.
-        pub cell: &'a Arc<RateCell>,
     }
 
     impl InLine<'_> {
         /// Waits until admitted; returns what the claim took and how long that was.
         pub async fn wait<C: Clock>(&self, cost: u64, clock: &C) -> (u64, Duration) {
             let start = clock.now();
-            let (line, ticket) = self.lines.join(self.key, self.overflowed, self.cell, cost);
+            let (line, ticket) = self.lines.join(self.key, self.overflowed, cost);
             let mut place = Place {
                 in_line: self,
                 line: &line,
@@ -756,19 +752,24 @@ mod lines {
             }
         }
 
-        /// Reserves `cost` on the held cell, with the shape read under the cell's own lock.
-        fn claim(&self, cost: u64, now: Nanos) -> gcra::Reservation {
-            let cell = self.cell;
-            self.store
+        /// Runs `f` on the key's cell. The key is counted as waiting, so its cell is in the map
+        /// (`None` would mean that invariant broke; nothing panics over it).
+        fn with_cell<R>(&self, f: impl FnOnce(&RateCell, &Shape) -> R) -> Option<R> {
+            let found = self
+                .store
                 .with_existing(self.key, self.overflowed, |found| {
-                    debug_assert!(
-                        Arc::ptr_eq(found.cell, cell),
-                        "a held cell stays in the map"
-                    );
-                    gcra::reserve(&cell.value, found.shape.params(), cost, now)
-                })
-                .unwrap_or_else(|| {
-                    gcra::reserve(&cell.value, self.store.shape().params(), cost, now)
+                    f(found.cell, found.shape)
+                });
+            debug_assert!(found.is_some(), "a key with waiters is never evicted");
+            found
+        }
+
+        /// Reserves `cost` on the key's bucket, with its shape read under the same lock.
+        fn claim(&self, cost: u64, now: Nanos) -> gcra::Reservation {
+            self.with_cell(|cell, shape| gcra::reserve(&cell.value, shape.params(), cost, now))
+                .unwrap_or(gcra::Reservation {
+                    ready: now,
+                    taken: 0,
                 })
         }
     }
@@ -783,18 +784,16 @@ mod lines {
 
     impl Drop for Place<'_, '_> {
         fn drop(&mut self) {
-            let InLine {
-                lines,
-                key,
-                overflowed,
-                cell,
-                ..
-            } = *self.in_line;
+            let in_line = self.in_line;
             if !self.admitted {
-                self.line
-                    .leave(self.ticket, |taken| gcra::give_back(&cell.value, taken));
+                self.line.leave(self.ticket, |taken| {
+                    in_line.with_cell(|cell, _| gcra::give_back(&cell.value, taken));
+                });
             }
-            lines.done(key, overflowed, cell, self.line);
+            in_line.with_cell(|cell, _| cell.waiting.fetch_sub(1, Ordering::AcqRel));
+            in_line
+                .lines
+                .done(in_line.key, in_line.overflowed, self.line);
         }
     }
 }

@@ -11,8 +11,8 @@
 //! unconverted cell.
 //!
 //! Memory is bounded by `max_keys`. At the cap, a new key first triggers a sweep that drops idle
-//! cells (a cell is idle when the limiter says so *and* nothing outside the map holds it: no
-//! permit, no waiter). Cells that are not idle are never dropped — dropping one would give its
+//! cells (a cell is idle when its bucket is back to its initial state and nothing outside the
+//! map depends on it: no permit, no waiter). Cells that are not idle are never dropped — dropping one would give its
 //! key a fresh burst, so key churn would become a way around the limit. If nothing can be
 //! dropped, the new key overflows: it shares one overflow cell with every other overflowing key,
 //! or is refused, as the policy says. A sweep that frees nothing is not repeated for a while, so
@@ -21,7 +21,7 @@
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
@@ -32,7 +32,7 @@ pub(crate) trait Cell<S>: Send + Sync {
     /// A fresh cell for a key seen for the first time.
     fn new(shape: &S, now: Nanos) -> Self;
     /// Whether dropping this cell would lose nothing: the bucket is back to its initial state
-    /// (full, nothing in flight). Callers only ask when nothing outside the map holds the cell.
+    /// (full, nothing in flight) and nothing outside the map is waiting on it or holding it.
     fn is_idle(&self, shape: &S, now: Nanos) -> bool;
 }
 
@@ -52,7 +52,7 @@ pub(crate) struct Found<'a, S, C> {
     /// The shape in force for this cell (held under its shard's lock).
     pub shape: &'a S,
     /// The key's cell.
-    pub cell: &'a Arc<C>,
+    pub cell: &'a C,
     /// True if the key is not tracked and shares the overflow cell.
     pub overflowed: bool,
 }
@@ -73,7 +73,7 @@ struct Shard<S, C> {
 #[derive(Debug)]
 struct ShardData<S, C> {
     shape: S,
-    table: HashTable<(Box<str>, Arc<C>)>,
+    table: HashTable<(Box<str>, C)>,
 }
 
 /// Counters of what the map did, for stats.
@@ -127,7 +127,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             })
             .collect();
         let mut overflow_table = HashTable::new();
-        let overflow_cell = Arc::new(C::new(&shape, now));
+        let overflow_cell = C::new(&shape, now);
         overflow_table.insert_unique(0, (Box::from(""), overflow_cell), |_| 0);
         Store {
             shards,
@@ -146,8 +146,11 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
     }
 
     fn shard_of(&self, hash: u64) -> &Shard<S, C> {
-        // The low bits pick the bucket inside hashbrown's table; the high bits pick the shard.
-        let index = (hash >> 57) as usize & (self.shards.len() - 1);
+        // hashbrown places an entry by the hash's low bits and tags it with the top 7 bits.
+        // The shard takes the bits just below the tag: taking tag bits would leave every
+        // shard's table with fewer distinct tags, so more false matches and more key compares.
+        let shard_bits = self.shards.len().trailing_zeros();
+        let index = (hash << 7 >> (64 - shard_bits)) as usize;
         &self.shards[index]
     }
 
@@ -193,7 +196,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                 let present = data.table.find(hash, |(k, _)| **k == *key).is_some();
                 if present || self.take_slot() {
                     if !present {
-                        let cell = Arc::new(C::new(&data.shape, now));
+                        let cell = C::new(&data.shape, now);
                         let hasher = &self.hasher;
                         data.table
                             .insert_unique(hash, (Box::from(key), cell), |(k, _)| {
@@ -267,7 +270,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             let mut data = write(&shard.lock);
             let ShardData { shape, table } = &mut *data;
             let before = table.len();
-            table.retain(|(_, cell)| !(Arc::strong_count(cell) == 1 && cell.is_idle(shape, now)));
+            table.retain(|(_, cell)| !cell.is_idle(shape, now));
             dropped += before - table.len();
         }
         self.len.fetch_sub(dropped, Ordering::AcqRel);
@@ -332,7 +335,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
 
     /// Calls `f` with each key's cell (not the overflow cell), one shard read-locked at a time.
     #[cfg(test)]
-    pub fn for_each(&self, mut f: impl FnMut(&str, &S, &Arc<C>)) {
+    pub fn for_each(&self, mut f: impl FnMut(&str, &S, &C)) {
         for shard in self.shards.iter() {
             let data = read(&shard.lock);
             for (key, cell) in data.table.iter() {
@@ -353,14 +356,16 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
 
     use super::*;
 
-    /// A cell whose idleness a test sets by hand.
+    /// A cell whose idleness a test sets by hand; held "outside the map" while `holders > 0`.
     #[derive(Debug)]
     struct TestCell {
         busy: AtomicBool,
+        holders: Arc<AtomicUsize>,
         created_at: Nanos,
     }
 
@@ -368,11 +373,12 @@ mod tests {
         fn new(_shape: &u64, now: Nanos) -> Self {
             TestCell {
                 busy: AtomicBool::new(false),
+                holders: Arc::new(AtomicUsize::new(0)),
                 created_at: now,
             }
         }
         fn is_idle(&self, _shape: &u64, _now: Nanos) -> bool {
-            !self.busy.load(Ordering::Relaxed)
+            !self.busy.load(Ordering::Relaxed) && self.holders.load(Ordering::Relaxed) == 0
         }
     }
 
@@ -417,10 +423,13 @@ mod tests {
     #[test]
     fn cells_held_outside_the_map_are_never_swept() {
         let store = Store::<u64, TestCell>::new(0, 1, Overflow::Reject, 0);
-        let held = store.with("held", 1, |f| Arc::clone(f.cell)).unwrap();
+        let held = store
+            .with("held", 1, |f| Arc::clone(&f.cell.holders))
+            .unwrap();
+        held.fetch_add(1, Ordering::Relaxed);
         assert_eq!(store.sweep(2), 0);
         assert_eq!(store.with("other", 3, |_| ()), Err(KeysExhausted));
-        drop(held);
+        held.fetch_sub(1, Ordering::Relaxed);
         assert_eq!(store.sweep(FRUITLESS_SWEEP_BACKOFF * 2), 1);
         assert!(
             store

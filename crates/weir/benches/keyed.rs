@@ -1,0 +1,83 @@
+//! Keyed decisions at 1, 1 000 and 1 000 000 keys, beside governor's keyed limiter.
+//!
+//! Run with `cargo bench -p weir --bench keyed`. Both limiters hold one bucket per key, admit
+//! every request (limits far above the loop's rate) and see the keys in the same order: a
+//! shuffled cycle over the key set, so large key sets miss the caches as they would in a
+//! server. governor's keyed limiter is its dashmap store with the standard library's SipHash,
+//! the same hasher Weir uses.
+
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use governor::{Quota, RateLimiter};
+use weir::SystemClock;
+use weir::keyed::{KeyedLimiter, Overflow, Shape};
+
+/// Keys like a tenant id, in a fixed pseudo-random order.
+fn keys(count: usize) -> Vec<String> {
+    let mut keys: Vec<String> = (0..count).map(|i| format!("tenant-{i:08}")).collect();
+    // A fixed xorshift shuffle: the same order every run, no dependency.
+    let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+    for i in (1..keys.len()).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        keys.swap(i, (state % (i as u64 + 1)) as usize);
+    }
+    keys
+}
+
+fn keyed(c: &mut Criterion) {
+    let mut group = c.benchmark_group("keyed_try_acquire");
+    for count in [1usize, 1_000, 1_000_000] {
+        let keys = keys(count);
+
+        let weir = KeyedLimiter::new(
+            Shape::Gcra {
+                interval: 1,
+                capacity: 1_000_000_000,
+                initial: 1_000_000_000,
+                fair: false,
+            },
+            count.max(1),
+            Overflow::Shared,
+            SystemClock::new(),
+        );
+        for key in &keys {
+            let _ = weir.try_acquire(key, 1);
+        }
+        let mut i = 0;
+        group.bench_function(BenchmarkId::new("weir", count), |b| {
+            b.iter(|| {
+                i = if i + 1 == keys.len() { 0 } else { i + 1 };
+                black_box(weir.try_acquire(black_box(&keys[i]), 1).is_ok())
+            })
+        });
+        drop(weir);
+
+        let max = NonZeroU32::MAX;
+        let governor = RateLimiter::dashmap(Quota::per_second(max).allow_burst(max));
+        for key in &keys {
+            let _ = governor.check_key(key);
+        }
+        let mut i = 0;
+        group.bench_function(BenchmarkId::new("governor_dashmap", count), |b| {
+            b.iter(|| {
+                i = if i + 1 == keys.len() { 0 } else { i + 1 };
+                black_box(governor.check_key(black_box(&keys[i])).is_ok())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2));
+    targets = keyed
+}
+criterion_main!(benches);
