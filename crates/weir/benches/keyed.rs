@@ -4,7 +4,7 @@
 //! every request (limits far above the loop's rate) and see the keys in the same order: a
 //! shuffled cycle over the key set, so large key sets miss the caches as they would in a
 //! server. governor's keyed limiter is its dashmap store with the standard library's SipHash,
-//! the same hasher Weir uses.
+//! the same hasher Weir uses. A last group runs the same decision through a whole `Policy`.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -14,6 +14,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
 use weir::SystemClock;
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
+use weir::policy::{Policy, PolicyConfig, Request};
 
 /// Keys like a tenant id, in a fixed pseudo-random order.
 fn keys(count: usize) -> Vec<String> {
@@ -70,6 +71,23 @@ fn keyed(c: &mut Criterion) {
             })
         });
     }
+    group.finish();
+
+    // The same decision through a whole policy (kind check, counters, admission object).
+    let mut group = c.benchmark_group("policy_try_acquire");
+    let keys = keys(1_000);
+    let config: PolicyConfig = toml::from_str(
+        "name = \"bench\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 1000000000, burst = 1000000000 }",
+    )
+    .expect("valid config");
+    let policy = Policy::new(config, SystemClock::new()).expect("valid policy");
+    let mut i = 0;
+    group.bench_function(BenchmarkId::new("weir_policy", 1_000), |b| {
+        b.iter(|| {
+            i = if i + 1 == keys.len() { 0 } else { i + 1 };
+            black_box(policy.try_acquire(&Request::new(black_box(&keys[i]))).is_ok())
+        })
+    });
     group.finish();
 }
 

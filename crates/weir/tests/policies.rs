@@ -572,3 +572,70 @@ fn the_periodic_report_speaks_only_when_something_was_throttled() {
     );
     assert_eq!(p.report(), None, "nothing since");
 }
+
+#[test]
+fn requests_without_a_bucket_key_pass_and_are_counted() {
+    use weir::policy::principal::{Dimension, bucket_key};
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"per-user\"\non_exhausted = \"reject\"\nconcurrency = { node_limit = 1 }",
+    );
+    let principal = "role|analyst";
+    match bucket_key("search-group", Dimension::Username, principal) {
+        Some(key) => panic!("no username in the principal, yet a key: {key}"),
+        None => p.pass_unkeyed("search"),
+    }
+    let key = bucket_key("search-group", Dimension::Role, principal).unwrap();
+    let _held = p.try_acquire(&Request::new(&key)).unwrap();
+    assert!(p.try_acquire(&Request::new(&key)).is_err());
+    let stats = p.stats();
+    assert_eq!((stats.unkeyed, stats.started, stats.admitted), (1, 2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fair_waiter_that_gives_up_passes_its_turn_on() {
+    let p = Arc::new(
+        Policy::with_cores(
+            policy(
+                r#"
+                name = "fair"
+                max_wait = "300ms"
+                leaky_bucket = { initial = 0, refill_interval = "100ms", refill_amount = 1, max = 10 }
+                "#,
+            ),
+            TokioClock::new(),
+            1,
+        )
+        .unwrap(),
+    );
+    let start = tokio::time::Instant::now();
+    // A big request at the head: 5 tokens, 500 ms away — more than it will wait.
+    let big = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move { p.acquire(&Request::new("t").cost(5)).await })
+    };
+    tokio::task::yield_now().await;
+    let small = {
+        let p = Arc::clone(&p);
+        tokio::spawn(async move { p.acquire(&Request::new("t")).await })
+    };
+    tokio::task::yield_now().await;
+    let refused = big.await.unwrap().unwrap_err();
+    assert_eq!(
+        refused.reason,
+        RejectReason::WaitedTooLong {
+            max_wait: Duration::from_millis(300)
+        }
+    );
+    // The three tokens that accrued while the big one waited stay in the bucket: the small
+    // request behind it goes the moment the big one gives up.
+    let admitted = small.await.unwrap().unwrap();
+    assert_eq!(admitted.waited(), Duration::from_millis(300));
+    assert_eq!(start.elapsed(), Duration::from_millis(300));
+    let stats = p.stats();
+    assert_eq!((stats.rejected, stats.throttled, stats.waiters), (1, 1, 0));
+    // Two of the three tokens are left for whoever comes next.
+    assert!(p.try_acquire(&Request::new("t").cost(2)).is_ok());
+    assert!(p.try_acquire(&Request::new("t")).is_err());
+}

@@ -383,6 +383,15 @@ impl<C: Clock + Clone> Policy<C> {
         }
     }
 
+    /// Lets through a request that has no bucket key (seed 000: the principal has no value for
+    /// the policy's dimension), counting it as such if the policy applies to its kind.
+    pub fn pass_unkeyed(&self, kind: &str) {
+        let state = self.state.load();
+        if state.config.applies_to(kind) {
+            state.stats.unkeyed();
+        }
+    }
+
     /// Gives back what `admission` took (a request that another policy refused).
     pub fn rollback(&self, request: &Request<'_>, mut admission: Admission<C>) {
         let (Some(state), Some(taken)) = (&admission.state, admission.taken.take()) else {

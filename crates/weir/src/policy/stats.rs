@@ -20,7 +20,8 @@ pub const WAIT_BUCKETS: [f64; 11] = [
 #[derive(Debug, Default)]
 pub struct PolicyStats {
     started: AtomicU64,
-    finished: AtomicU64,
+    /// Admitted requests that have finished (in flight = admitted − released).
+    released: AtomicU64,
     admitted: AtomicU64,
     throttled: AtomicU64,
     rejected: AtomicU64,
@@ -28,7 +29,6 @@ pub struct PolicyStats {
     unkeyed: AtomicU64,
     wait_sum_ns: AtomicU64,
     wait_counts: [AtomicU64; WAIT_BUCKETS.len() + 1],
-    in_flight: AtomicI64,
     waiters: AtomicI64,
 }
 
@@ -63,35 +63,29 @@ impl PolicyStats {
     #[inline]
     pub fn decided(&self, outcome: Outcome, waited: Duration) {
         match outcome {
-            Outcome::Admitted => {
-                self.admitted.fetch_add(1, Ordering::Relaxed);
-            }
+            Outcome::Admitted => {}
             Outcome::Throttled => {
-                self.admitted.fetch_add(1, Ordering::Relaxed);
                 self.throttled.fetch_add(1, Ordering::Relaxed);
                 self.record_wait(waited);
             }
             Outcome::WouldThrottle => {
-                self.admitted.fetch_add(1, Ordering::Relaxed);
                 self.would_throttle.fetch_add(1, Ordering::Relaxed);
             }
             Outcome::Rejected => {
                 self.rejected.fetch_add(1, Ordering::Relaxed);
-                self.finished.fetch_add(1, Ordering::Relaxed);
                 if !waited.is_zero() {
                     self.record_wait(waited);
                 }
                 return;
             }
         }
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.admitted.fetch_add(1, Ordering::Relaxed);
     }
 
     /// An admitted request has finished.
     #[inline]
     pub fn finish(&self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
-        self.finished.fetch_add(1, Ordering::Relaxed);
+        self.released.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A request started or stopped waiting.
@@ -115,17 +109,21 @@ impl PolicyStats {
     /// The counters now, with the key counts of the policy's buckets.
     pub fn snapshot(&self, keys: StoreCounters) -> StatsSnapshot {
         let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        // Read `released` before `admitted`, so in flight never comes out negative.
+        let released = load(&self.released);
+        let admitted = load(&self.admitted);
+        let rejected = load(&self.rejected);
         StatsSnapshot {
             started: load(&self.started),
-            finished: load(&self.finished),
-            admitted: load(&self.admitted),
+            finished: released + rejected,
+            admitted,
             throttled: load(&self.throttled),
-            rejected: load(&self.rejected),
+            rejected,
             would_throttle: load(&self.would_throttle),
             unkeyed: load(&self.unkeyed),
             wait_sum: Duration::from_nanos(load(&self.wait_sum_ns)),
             wait_counts: self.wait_counts.iter().map(load).collect(),
-            in_flight: self.in_flight.load(Ordering::Relaxed).max(0) as u64,
+            in_flight: admitted.saturating_sub(released),
             waiters: self.waiters.load(Ordering::Relaxed).max(0) as u64,
             keys: keys.keys,
             evictions: keys.evictions,
