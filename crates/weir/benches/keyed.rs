@@ -85,7 +85,11 @@ fn keyed(c: &mut Criterion) {
     group.bench_function(BenchmarkId::new("weir_policy", 1_000), |b| {
         b.iter(|| {
             i = if i + 1 == keys.len() { 0 } else { i + 1 };
-            black_box(policy.try_acquire(&Request::new(black_box(&keys[i]))).is_ok())
+            black_box(
+                policy
+                    .try_acquire(&Request::new(black_box(&keys[i])))
+                    .is_ok(),
+            )
         })
     });
     group.finish();
