@@ -28,6 +28,7 @@
 //! # Ok::<(), weir::ConfigError>(())
 //! ```
 
+pub mod backpressure;
 pub mod clock;
 pub mod error;
 pub mod keyed;

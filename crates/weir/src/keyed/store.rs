@@ -334,7 +334,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
     }
 
     /// Calls `f` with each key's cell (not the overflow cell), one shard read-locked at a time.
-    #[cfg(test)]
+    /// A walk over every key: for rare, bounded uses (a busy signal's top-k), never per request.
     pub fn for_each(&self, mut f: impl FnMut(&str, &S, &C)) {
         for shard in self.shards.iter() {
             let data = read(&shard.lock);

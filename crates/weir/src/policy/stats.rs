@@ -16,6 +16,40 @@ pub const WAIT_BUCKETS: [f64; 11] = [
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
 ];
 
+/// Waits in fixed buckets of [`WAIT_BUCKETS`], with their sum.
+#[derive(Debug, Default)]
+pub struct WaitHistogram {
+    sum_ns: AtomicU64,
+    counts: [AtomicU64; WAIT_BUCKETS.len() + 1],
+}
+
+impl WaitHistogram {
+    /// Records one wait.
+    pub fn record(&self, waited: Duration) {
+        self.sum_ns.fetch_add(
+            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        let seconds = waited.as_secs_f64();
+        let bucket = WAIT_BUCKETS
+            .iter()
+            .position(|&bound| seconds <= bound)
+            .unwrap_or(WAIT_BUCKETS.len());
+        self.counts[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The total wait, and the waits per bucket (not cumulative; the last one unbounded).
+    pub fn snapshot(&self) -> (Duration, Vec<u64>) {
+        (
+            Duration::from_nanos(self.sum_ns.load(Ordering::Relaxed)),
+            self.counts
+                .iter()
+                .map(|c| c.load(Ordering::Relaxed))
+                .collect(),
+        )
+    }
+}
+
 /// The live counters of one policy.
 #[derive(Debug, Default)]
 pub struct PolicyStats {
@@ -27,8 +61,7 @@ pub struct PolicyStats {
     rejected: AtomicU64,
     would_throttle: AtomicU64,
     unkeyed: AtomicU64,
-    wait_sum_ns: AtomicU64,
-    wait_counts: [AtomicU64; WAIT_BUCKETS.len() + 1],
+    waits: WaitHistogram,
     waiters: AtomicI64,
 }
 
@@ -94,16 +127,7 @@ impl PolicyStats {
     }
 
     fn record_wait(&self, waited: Duration) {
-        self.wait_sum_ns.fetch_add(
-            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        let seconds = waited.as_secs_f64();
-        let bucket = WAIT_BUCKETS
-            .iter()
-            .position(|&bound| seconds <= bound)
-            .unwrap_or(WAIT_BUCKETS.len());
-        self.wait_counts[bucket].fetch_add(1, Ordering::Relaxed);
+        self.waits.record(waited);
     }
 
     /// The counters now, with the key counts of the policy's buckets.
@@ -113,6 +137,7 @@ impl PolicyStats {
         let released = load(&self.released);
         let admitted = load(&self.admitted);
         let rejected = load(&self.rejected);
+        let (wait_sum, wait_counts) = self.waits.snapshot();
         StatsSnapshot {
             started: load(&self.started),
             finished: released + rejected,
@@ -121,8 +146,8 @@ impl PolicyStats {
             rejected,
             would_throttle: load(&self.would_throttle),
             unkeyed: load(&self.unkeyed),
-            wait_sum: Duration::from_nanos(load(&self.wait_sum_ns)),
-            wait_counts: self.wait_counts.iter().map(load).collect(),
+            wait_sum,
+            wait_counts,
             in_flight: admitted.saturating_sub(released),
             waiters: self.waiters.load(Ordering::Relaxed).max(0) as u64,
             keys: keys.keys,
