@@ -32,6 +32,8 @@ pub mod backpressure;
 pub mod clock;
 pub mod error;
 pub mod keyed;
+#[cfg(feature = "tower")]
+pub mod layer;
 pub mod limiter;
 pub mod policy;
 

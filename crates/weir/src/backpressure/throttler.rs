@@ -1,8 +1,10 @@
 //! The throttler: a strict limiter per limited (RPC type, key).
 //!
 //! Seed 001's `TableRpcThrottler`. Only keys the state machine has limited have a limiter here,
-//! so the table is small (top-k × levels). A call to a key without a limit costs one atomic load:
-//! the count of limited keys is checked before any lock is taken.
+//! so the table is small (top-k × levels). A call when no key is limited costs one atomic load:
+//! the count of limited keys is checked before any lock is taken. Otherwise the lookup hashes
+//! with foldhash rather than SipHash: only keys the controller chose to limit are in the table,
+//! so callers cannot flood it with colliding keys, and the lookup is on every call's path.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -11,7 +13,8 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use crate::clock::{Clock, Nanos};
 use crate::limiter::{Strict, StrictConfig};
 
-type Limits<C> = HashMap<String, HashMap<String, Arc<Strict<C>>>>;
+type Hasher = foldhash::fast::RandomState;
+type Limits<C> = HashMap<String, HashMap<String, Arc<Strict<C>>, Hasher>, Hasher>;
 
 /// Strict limiters for the limited keys.
 #[derive(Debug)]
@@ -25,7 +28,7 @@ impl<C: Clock + Clone> Throttler<C> {
     /// No key limited.
     pub fn new(clock: C) -> Self {
         Throttler {
-            limits: RwLock::new(HashMap::new()),
+            limits: RwLock::new(HashMap::default()),
             count: AtomicUsize::new(0),
             clock,
         }
@@ -104,7 +107,7 @@ impl<C: Clock + Clone> Throttler<C> {
 
     /// Limited keys of `rpc`.
     pub fn count_for(&self, rpc: &str) -> usize {
-        self.read().get(rpc).map_or(0, HashMap::len)
+        self.read().get(rpc).map_or(0, |keys| keys.len())
     }
 }
 

@@ -1,0 +1,169 @@
+//! The client-side `ThrottleLayer`: host-level limits and adaptive backpressure around calls.
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tower_layer::Layer;
+use tower_service::Service;
+
+use super::BoxFuture;
+use crate::backpressure::Backpressure;
+use crate::backpressure::host::HostLimiter;
+use crate::clock::Clock;
+
+/// Says whether a call's outcome means "the server is busy".
+pub trait IsBusy<T> {
+    /// True if `outcome` is a busy answer.
+    fn is_busy(&self, outcome: &T) -> bool;
+}
+
+/// The default classifier: HTTP 429 or 503, or a gRPC status `RESOURCE_EXHAUSTED` (8) in the
+/// response headers (a trailers-only response, which is how servers shed load).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HttpBusy;
+
+impl<B, E> IsBusy<Result<http::Response<B>, E>> for HttpBusy {
+    fn is_busy(&self, outcome: &Result<http::Response<B>, E>) -> bool {
+        let Ok(response) = outcome else {
+            return false;
+        };
+        matches!(
+            response.status(),
+            http::StatusCode::TOO_MANY_REQUESTS | http::StatusCode::SERVICE_UNAVAILABLE
+        ) || response
+            .headers()
+            .get("grpc-status")
+            .is_some_and(|status| status.as_bytes() == b"8")
+    }
+}
+
+/// A classifier from a closure.
+#[derive(Debug, Clone, Copy)]
+pub struct BusyWhen<F>(pub F);
+
+impl<T, F: Fn(&T) -> bool> IsBusy<T> for BusyWhen<F> {
+    fn is_busy(&self, outcome: &T) -> bool {
+        (self.0)(outcome)
+    }
+}
+
+/// Wraps a client so that every call is throttled by Weir; see the [module docs](super).
+///
+/// `target` names each call's RPC type and key (`None`: the call is not throttled or recorded).
+pub struct ThrottleLayer<C: Clock + Clone, F, P = HttpBusy> {
+    backpressure: Arc<Backpressure<C>>,
+    host: Option<Arc<HostLimiter<C>>>,
+    target: Arc<F>,
+    busy: P,
+}
+
+impl<C: Clock + Clone, F, P: Clone> Clone for ThrottleLayer<C, F, P> {
+    fn clone(&self) -> Self {
+        ThrottleLayer {
+            backpressure: Arc::clone(&self.backpressure),
+            host: self.host.clone(),
+            target: Arc::clone(&self.target),
+            busy: self.busy.clone(),
+        }
+    }
+}
+
+impl<C: Clock + Clone, F> ThrottleLayer<C, F, HttpBusy> {
+    /// A layer feeding `backpressure`, naming calls with `target`, classifying HTTP/gRPC
+    /// responses as busy with [`HttpBusy`].
+    pub fn new(backpressure: Arc<Backpressure<C>>, target: F) -> Self {
+        ThrottleLayer {
+            backpressure,
+            host: None,
+            target: Arc::new(target),
+            busy: HttpBusy,
+        }
+    }
+}
+
+impl<C: Clock + Clone, F, P> ThrottleLayer<C, F, P> {
+    /// Also waits for the RPC type's host-level token before each call.
+    pub fn host_limits(mut self, host: Arc<HostLimiter<C>>) -> Self {
+        self.host = Some(host);
+        self
+    }
+
+    /// Classifies outcomes with `busy` instead.
+    pub fn busy_when<Q>(self, busy: Q) -> ThrottleLayer<C, F, Q> {
+        ThrottleLayer {
+            backpressure: self.backpressure,
+            host: self.host,
+            target: self.target,
+            busy,
+        }
+    }
+}
+
+impl<S, C: Clock + Clone, F, P: Clone> Layer<S> for ThrottleLayer<C, F, P> {
+    type Service = ThrottleService<S, C, F, P>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        ThrottleService {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// The service made by [`ThrottleLayer`].
+pub struct ThrottleService<S, C: Clock + Clone, F, P> {
+    inner: S,
+    layer: ThrottleLayer<C, F, P>,
+}
+
+impl<S: Clone, C: Clock + Clone, F, P: Clone> Clone for ThrottleService<S, C, F, P> {
+    fn clone(&self) -> Self {
+        ThrottleService {
+            inner: self.inner.clone(),
+            layer: self.layer.clone(),
+        }
+    }
+}
+
+impl<S, C, F, P, Req> Service<Req> for ThrottleService<S, C, F, P>
+where
+    S: Service<Req> + Clone + Send + 'static,
+    S::Future: Send,
+    S::Response: Send,
+    S::Error: Send,
+    Req: Send + 'static,
+    C: Clock + Clone,
+    F: Fn(&Req) -> Option<(String, String)> + Send + Sync + 'static,
+    P: IsBusy<Result<S::Response, S::Error>> + Clone + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = BoxFuture<Result<S::Response, S::Error>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Req) -> Self::Future {
+        // The clone is fresh; the ready one (polled above) serves this call.
+        let fresh = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let target = (self.layer.target)(&request);
+        let layer = self.layer.clone();
+        Box::pin(async move {
+            let Some((rpc, key)) = target else {
+                return inner.call(request).await;
+            };
+            if let Some(host) = &layer.host {
+                host.acquire(&rpc).await;
+            }
+            layer.backpressure.before_call(&rpc, &key).await;
+            let outcome = inner.call(request).await;
+            layer.backpressure.after_call(&rpc, &key);
+            if layer.busy.is_busy(&outcome) {
+                layer.backpressure.on_busy();
+            }
+            outcome
+        })
+    }
+}

@@ -1,0 +1,336 @@
+//! The tower layers around toy services, on a paused clock.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tower::{Layer, Service, ServiceExt, service_fn};
+use weir::TokioClock;
+use weir::backpressure::host::{HostLimiter, HostLimitsConfig};
+use weir::backpressure::{AdaptiveConfig, Backpressure};
+use weir::layer::{BusyWhen, Extracted, PolicyLayer, ThrottleLayer};
+use weir::policy::{Policy, PolicyConfig};
+
+type Req = http::Request<String>;
+type Res = http::Response<String>;
+
+/// The RPC type and the table come from headers.
+fn target(request: &Req) -> Option<(String, String)> {
+    let header = |name| {
+        request
+            .headers()
+            .get(name)?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
+    };
+    Some((header("rpc")?, header("table")?))
+}
+
+fn call(rpc: &str, table: &str) -> Req {
+    http::Request::builder()
+        .header("rpc", rpc)
+        .header("table", table)
+        .body(String::new())
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn busy_answers_throttle_the_hot_table_and_clones_share_the_state() {
+    let backpressure = Arc::new(
+        Backpressure::new(
+            AdaptiveConfig {
+                enabled: true,
+                ratio: 0.5,
+                top_k: 1,
+                ..AdaptiveConfig::default()
+            },
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    let busy = Arc::new(AtomicBool::new(false));
+    let server = {
+        let busy = Arc::clone(&busy);
+        service_fn(move |_request: Req| {
+            let status = if busy.load(Ordering::Relaxed) {
+                503
+            } else {
+                200
+            };
+            async move {
+                Ok::<_, Infallible>(
+                    http::Response::builder()
+                        .status(status)
+                        .body(String::new())
+                        .unwrap(),
+                )
+            }
+        })
+    };
+    let layer = ThrottleLayer::new(Arc::clone(&backpressure), target);
+    let mut client = layer.layer(server);
+    // 30 calls to the hot table, 3 to a cold one, in the window: 10 and 1 qps.
+    for _ in 0..30 {
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(call("PREP", "hot"))
+            .await
+            .unwrap();
+    }
+    for _ in 0..3 {
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(call("PREP", "cold"))
+            .await
+            .unwrap();
+    }
+    busy.store(true, Ordering::Relaxed);
+    let answer = client
+        .ready()
+        .await
+        .unwrap()
+        .call(call("PREP", "cold"))
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 503);
+    busy.store(false, Ordering::Relaxed);
+    assert_eq!(
+        backpressure.limit("PREP", "hot"),
+        Some(5.0),
+        "the hot table, halved"
+    );
+    assert_eq!(
+        backpressure.limit("PREP", "cold"),
+        None,
+        "the cold one untouched"
+    );
+
+    // A clone of the service is throttled by the same limits: 5 qps = 200 ms apart.
+    let mut clone = client.clone();
+    let start = tokio::time::Instant::now();
+    for _ in 0..3 {
+        clone
+            .ready()
+            .await
+            .unwrap()
+            .call(call("PREP", "hot"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(start.elapsed(), Duration::from_millis(400));
+    let before = tokio::time::Instant::now();
+    clone
+        .ready()
+        .await
+        .unwrap()
+        .call(call("PREP", "cold"))
+        .await
+        .unwrap();
+    assert_eq!(before.elapsed(), Duration::ZERO);
+}
+
+#[tokio::test(start_paused = true)]
+async fn host_limits_apply_per_rpc_type_and_a_custom_classifier_works() {
+    let backpressure =
+        Arc::new(Backpressure::new(AdaptiveConfig::default(), TokioClock::new()).unwrap());
+    let host = Arc::new(
+        HostLimiter::new(
+            HostLimitsConfig {
+                default_qps: 10.0,
+                ..Default::default()
+            },
+            &[],
+            1,
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    let server = service_fn(|_request: Req| async { Ok::<_, Infallible>(Res::default()) });
+    let signalled = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&signalled);
+    let layer = ThrottleLayer::new(backpressure, target)
+        .host_limits(host)
+        .busy_when(BusyWhen(move |_: &Result<Res, Infallible>| {
+            seen.store(true, Ordering::Relaxed);
+            false
+        }));
+    let mut client = layer.layer(server);
+    let start = tokio::time::Instant::now();
+    for _ in 0..11 {
+        client
+            .ready()
+            .await
+            .unwrap()
+            .call(call("COMMIT", "t"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(100),
+        "the 11th waited for a token"
+    );
+    assert!(signalled.load(Ordering::Relaxed));
+}
+
+fn policy(text: &str) -> Arc<Policy<TokioClock>> {
+    let config: PolicyConfig = toml::from_str(text).unwrap();
+    Arc::new(Policy::with_cores(config, TokioClock::new(), 1).unwrap())
+}
+
+fn tenant(request: &Req) -> Option<Extracted> {
+    let tenant = request.headers().get("tenant")?.to_str().ok()?;
+    Some(Extracted::key(tenant))
+}
+
+fn from(tenant: &str, grpc: bool) -> Req {
+    let mut builder = http::Request::builder().header("tenant", tenant);
+    if grpc {
+        builder = builder.header("content-type", "application/grpc");
+    }
+    builder.body(String::new()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_policy_layer_sheds_with_429_or_resource_exhausted() {
+    let p =
+        policy("name = \"api\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 2, burst = 1 }");
+    let server = service_fn(|_request: Req| async { Ok::<_, Infallible>(Res::new("ok".into())) });
+    let mut service = PolicyLayer::new(Arc::clone(&p), tenant).layer(server);
+
+    let ok = service
+        .ready()
+        .await
+        .unwrap()
+        .call(from("a", false))
+        .await
+        .unwrap();
+    assert_eq!(
+        (ok.status(), ok.body().as_str()),
+        (http::StatusCode::OK, "ok")
+    );
+    let shed = service
+        .ready()
+        .await
+        .unwrap()
+        .call(from("a", false))
+        .await
+        .unwrap();
+    assert_eq!(shed.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        shed.headers()["retry-after"],
+        "1",
+        "500 ms, rounded up to a second"
+    );
+    let grpc = service
+        .ready()
+        .await
+        .unwrap()
+        .call(from("a", true))
+        .await
+        .unwrap();
+    assert_eq!(grpc.status(), http::StatusCode::OK);
+    assert_eq!(grpc.headers()["grpc-status"], "8");
+    assert!(
+        grpc.headers()["grpc-message"]
+            .to_str()
+            .unwrap()
+            .starts_with("policy `api`")
+    );
+    // Another tenant is not affected; a request without a tenant passes, counted as unkeyed.
+    let other = service
+        .ready()
+        .await
+        .unwrap()
+        .call(from("b", false))
+        .await
+        .unwrap();
+    assert_eq!(other.status(), http::StatusCode::OK);
+    let anonymous = http::Request::new(String::new());
+    let passed = service
+        .ready()
+        .await
+        .unwrap()
+        .call(anonymous)
+        .await
+        .unwrap();
+    assert_eq!(passed.status(), http::StatusCode::OK);
+    let stats = p.stats();
+    assert_eq!((stats.admitted, stats.rejected, stats.unkeyed), (2, 2, 1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn permits_are_released_when_the_response_completes_or_is_dropped() {
+    let p =
+        policy("name = \"inflight\"\non_exhausted = \"reject\"\nconcurrency = { node_limit = 1 }");
+    let server = service_fn(|_request: Req| async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok::<_, Infallible>(Res::default())
+    });
+    let mut service = PolicyLayer::new(Arc::clone(&p), tenant).layer(server);
+
+    let slow = service.ready().await.unwrap().call(from("a", false));
+    let slow = tokio::spawn(slow);
+    tokio::task::yield_now().await;
+    assert_eq!(p.stats().in_flight, 1);
+    let shed = service
+        .ready()
+        .await
+        .unwrap()
+        .call(from("a", false))
+        .await
+        .unwrap();
+    assert_eq!(shed.status(), http::StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        shed.headers().get("retry-after").is_none(),
+        "no time can be promised"
+    );
+    slow.await.unwrap().unwrap();
+    assert_eq!(
+        p.stats().in_flight,
+        0,
+        "released when the response completed"
+    );
+
+    // A response future dropped half-way releases its permit too.
+    let abandoned = service.ready().await.unwrap().call(from("a", false));
+    let abandoned = tokio::spawn(abandoned);
+    tokio::task::yield_now().await;
+    assert_eq!(p.stats().in_flight, 1);
+    abandoned.abort();
+    let _ = abandoned.await;
+    assert_eq!(p.stats().in_flight, 0);
+    let ok = service
+        .ready()
+        .await
+        .unwrap()
+        .call(from("a", false))
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), http::StatusCode::OK);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_waiting_policy_delays_instead_of_shedding() {
+    let p = policy("name = \"w\"\nmax_wait = \"1s\"\ntoken_bucket = { rate = 10, burst = 1 }");
+    let server = service_fn(|_request: Req| async { Ok::<_, Infallible>(Res::default()) });
+    let mut service = PolicyLayer::new(p, tenant).layer(server);
+    let start = tokio::time::Instant::now();
+    for _ in 0..3 {
+        let ok = service
+            .ready()
+            .await
+            .unwrap()
+            .call(from("a", false))
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), http::StatusCode::OK);
+    }
+    assert_eq!(start.elapsed(), Duration::from_millis(200));
+}
