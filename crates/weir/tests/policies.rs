@@ -55,7 +55,7 @@ fn the_design_examples_parse_from_toml_and_json() {
     let names: Vec<_> = set.policies().iter().map(|p| p.name().to_owned()).collect();
     assert_eq!(names, vec!["getpage", "ms-host", "search", "tables"]);
     let ms_host = set.get("ms-host").unwrap();
-    assert_eq!(ms_host.limit(), 200.0, "100 per core on 2 cores");
+    assert_eq!(ms_host.limit(), Some(200.0), "100 per core on 2 cores");
     assert_eq!(ms_host.limit_for("prepare_rowset"), Some(100.0));
     assert_eq!(ms_host.limit_for("list_snapshots"), None, "0 = unlimited");
 
@@ -84,7 +84,7 @@ fn validation_names_the_policy_and_the_field() {
     let cases = [
         (
             r#"name = "p""#,
-            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency",
+            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
         ),
         (
             r#"
@@ -638,4 +638,74 @@ async fn a_fair_waiter_that_gives_up_passes_its_turn_on() {
     // Two of the three tokens are left for whoever comes next.
     assert!(p.try_acquire(&Request::new("t").cost(2)).is_ok());
     assert!(p.try_acquire(&Request::new("t")).is_err());
+}
+
+#[test]
+fn an_adaptive_policy_limits_hot_keys_on_busy_and_relaxes_on_ticks() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        r#"
+        name = "ms-tables"
+        on_exhausted = "reject"
+        adaptive = { top_k = 1, ratio = 0.5, floor = 1.0, window = "3s", upgrade_interval = "1s", downgrade_interval = "3s" }
+        "#,
+    );
+    assert_eq!(p.limit(), None);
+    let hot = Request::new("table-7").kind("PREPARE_ROWSET");
+    let cold = Request::new("table-9").kind("PREPARE_ROWSET");
+    for _ in 0..30 {
+        assert!(p.try_acquire(&hot).unwrap().applied());
+    }
+    assert!(p.try_acquire(&cold).is_ok());
+    assert_eq!(p.busy(), Some(true), "the hottest key is tightened");
+    // 10 qps observed → 5 qps: one call now, the next 200 ms later.
+    assert!(p.try_acquire(&hot).is_ok());
+    let refused = p.try_acquire(&hot).unwrap_err();
+    assert_eq!(refused.retry_after(), Some(Duration::from_millis(200)));
+    assert!(p.try_acquire(&cold).is_ok(), "cold keys are untouched");
+    let rows = p.throttled_keys(10);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (rows[0].key.as_str(), rows[0].kind.as_str()),
+        ("table-7", "PREPARE_ROWSET")
+    );
+    assert_eq!(rows[0].qps_limit, Some(5.0));
+    // Three quiet seconds undo the upgrade.
+    p.tick(3000);
+    assert!(p.try_acquire(&hot).is_ok());
+    assert!(p.try_acquire(&hot).is_ok());
+    let bp = p.backpressure_stats().unwrap();
+    assert_eq!((bp.upgrades, bp.downgrades, bp.busy_signals), (1, 1, 1));
+    let stats = p.stats();
+    assert_eq!((stats.rejected, stats.admitted), (1, 35));
+    // A non-adaptive policy has no busy signal to take.
+    let plain = on(&clock, "name = \"plain\"\nstrict = { qps = 1 }");
+    assert_eq!(plain.busy(), None);
+}
+
+#[test]
+fn an_adaptive_policy_in_monitor_mode_only_counts() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"dry\"\nmode = \"monitor\"\nadaptive = { top_k = 1, ratio = 0.5 }",
+    );
+    let hot = Request::new("t").kind("PREP");
+    for _ in 0..30 {
+        assert!(p.try_acquire(&hot).is_ok());
+    }
+    assert_eq!(p.busy(), Some(true));
+    for _ in 0..5 {
+        assert!(p.try_acquire(&hot).is_ok(), "a dry run never refuses");
+    }
+    assert_eq!(p.stats().rejected, 0);
+    // Invalid adaptive settings are named like any other field.
+    let err = policy("name = \"bad\"\nadaptive = { ratio = 2.0 }")
+        .validate()
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "policy `bad`: `adaptive.ratio` must be between 0 and 1 (exclusive)"
+    );
 }

@@ -330,6 +330,38 @@ impl<C: Clock + Clone> Backpressure<C> {
         self.throttler.reserve(rpc, key)
     }
 
+    /// A call to `rpc`/`key` now, if it may run now: `Err(wait)` (nothing taken) otherwise.
+    pub fn try_call(&self, rpc: &str, key: &str) -> Result<(), Duration> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        self.throttler.try_acquire(rpc, key)
+    }
+
+    /// Reserves a call to `rpc`/`key` if it may run within `max_wait`: the instant it may run
+    /// (`None`: now), or `Err(wait)` with nothing taken.
+    pub fn reserve_within(
+        &self,
+        rpc: &str,
+        key: &str,
+        max_wait: Duration,
+    ) -> Result<Option<crate::clock::Nanos>, Duration> {
+        if !self.enabled.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        self.throttler.reserve_within(rpc, key, max_wait)
+    }
+
+    /// Whether calls only record what they would have waited (dry run).
+    pub fn dry_run(&self) -> bool {
+        self.dry_run.load(Ordering::Relaxed)
+    }
+
+    /// Records a wait of a call of `rpc` (for callers that wait by themselves).
+    pub fn record_wait(&self, rpc: &str, waited: Duration) {
+        self.waits.record(rpc, waited);
+    }
+
     /// Waits until a call to `rpc`/`key` may run; returns the wait (in dry-run mode, the wait
     /// that would have been, without sleeping).
     #[cfg(feature = "tokio")]

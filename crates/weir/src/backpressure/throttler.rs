@@ -53,6 +53,39 @@ impl<C: Clock + Clone> Throttler<C> {
         limits.get(rpc)?.get(key).map(|strict| strict.reserve(1))
     }
 
+    /// Runs a call to `rpc`/`key` now if it is not limited or its next slot has come;
+    /// otherwise takes nothing and says how long until it would.
+    pub fn try_acquire(&self, rpc: &str, key: &str) -> Result<(), std::time::Duration> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let limits = self.read();
+        match limits.get(rpc).and_then(|keys| keys.get(key)) {
+            None => Ok(()),
+            Some(strict) => strict
+                .try_acquire(1)
+                .map_err(|refused| refused.retry_after().unwrap_or_default()),
+        }
+    }
+
+    /// Reserves a slot for `rpc`/`key` if it starts within `max_wait`: `Ok(None)` if the key is
+    /// not limited, `Err(wait)` (nothing taken) if the slot is further away.
+    pub fn reserve_within(
+        &self,
+        rpc: &str,
+        key: &str,
+        max_wait: std::time::Duration,
+    ) -> Result<Option<Nanos>, std::time::Duration> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return Ok(None);
+        }
+        let limits = self.read();
+        match limits.get(rpc).and_then(|keys| keys.get(key)) {
+            None => Ok(None),
+            Some(strict) => strict.reserve_within(1, max_wait).map(Some),
+        }
+    }
+
     /// Limits `rpc`/`key` to `qps`. With `reset`, slots queued under the previous limit are
     /// forgotten.
     pub fn set(&self, rpc: &str, key: &str, qps: f64, reset: bool) {

@@ -86,6 +86,25 @@ impl<C: Clock> Strict<C> {
         previous.max(now)
     }
 
+    /// Reserves a slot if it starts within `max_wait` of now; otherwise takes nothing (the slot
+    /// is handed back if nobody reserved after it) and says how far away it was.
+    pub fn reserve_within(&self, cost: u64, max_wait: Duration) -> Result<Nanos, Duration> {
+        let now = self.clock.now();
+        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
+        let slot = self.reserve(cost);
+        let wait = Duration::from_nanos(slot.saturating_sub(now));
+        if wait > max_wait {
+            let _ = self.next.compare_exchange(
+                slot.saturating_add(span),
+                slot,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+            return Err(wait);
+        }
+        Ok(slot)
+    }
+
     /// Runs now if the next slot has come; otherwise refused with the exact time until it does.
     pub fn try_acquire(&self, cost: u64) -> Result<(), Refused> {
         let now = self.clock.now();
@@ -228,6 +247,20 @@ mod tests {
             .unwrap();
         assert_eq!(strict.reserve(1), 200 * MS, "kept slots stay");
         assert_eq!(strict.reserve(1), 250 * MS);
+    }
+
+    #[test]
+    fn reserve_within_takes_nothing_when_too_far() {
+        let (strict, _clock) = strict(1.0);
+        assert_eq!(strict.reserve_within(1, Duration::ZERO), Ok(0));
+        assert_eq!(
+            strict.reserve_within(1, Duration::from_millis(999)),
+            Err(Duration::from_secs(1))
+        );
+        assert_eq!(
+            strict.reserve_within(1, Duration::from_secs(1)),
+            Ok(1_000 * MS)
+        );
     }
 
     #[test]

@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::backpressure::AdaptiveConfig;
 use crate::error::ConfigError;
 use crate::keyed::{Overflow, Shape};
 use crate::limiter::gcra::Params;
@@ -187,6 +188,11 @@ pub struct PolicyConfig {
     /// A concurrency limit per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<ConcurrencySpec>,
+    /// Adaptive backpressure: keys are (kind = RPC type, key = table), limited only when a
+    /// downstream reports "busy". In a policy the controller is always on; `mode = "monitor"`
+    /// makes it a dry run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveConfig>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -216,7 +222,12 @@ pub enum LimiterSpec<'a> {
     Strict(&'a StrictSpec),
     /// `concurrency`.
     Concurrency(&'a ConcurrencySpec),
+    /// `adaptive`.
+    Adaptive(&'a AdaptiveConfig),
 }
+
+/// Adaptive policies have no per-kind overrides.
+static NO_OVERRIDES: Overrides = BTreeMap::new();
 
 impl LimiterSpec<'_> {
     /// The table's name in config.
@@ -226,15 +237,17 @@ impl LimiterSpec<'_> {
             LimiterSpec::LeakyBucket(_) => "leaky_bucket",
             LimiterSpec::Strict(_) => "strict",
             LimiterSpec::Concurrency(_) => "concurrency",
+            LimiterSpec::Adaptive(_) => "adaptive",
         }
     }
 
-    fn overrides(&self) -> &Overrides {
+    pub(crate) fn overrides(&self) -> &Overrides {
         match self {
             LimiterSpec::TokenBucket(s) => &s.overrides,
             LimiterSpec::LeakyBucket(s) => &s.overrides,
             LimiterSpec::Strict(s) => &s.overrides,
             LimiterSpec::Concurrency(s) => &s.overrides,
+            LimiterSpec::Adaptive(_) => &NO_OVERRIDES,
         }
     }
 
@@ -244,6 +257,7 @@ impl LimiterSpec<'_> {
             LimiterSpec::LeakyBucket(s) => s.per_core,
             LimiterSpec::Strict(s) => s.per_core,
             LimiterSpec::Concurrency(s) => s.per_core,
+            LimiterSpec::Adaptive(_) => false,
         }
     }
 }
@@ -299,6 +313,7 @@ impl PolicyConfig {
             self.leaky_bucket.as_ref().map(LimiterSpec::LeakyBucket),
             self.strict.as_ref().map(LimiterSpec::Strict),
             self.concurrency.as_ref().map(LimiterSpec::Concurrency),
+            self.adaptive.as_ref().map(LimiterSpec::Adaptive),
         ]
         .into_iter()
         .flatten()
@@ -308,7 +323,7 @@ impl PolicyConfig {
             [] => Err(PolicyError::new(
                 &self.name,
                 "limiter",
-                "is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency",
+                "is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
             )),
             many => Err(PolicyError::new(
                 &self.name,
@@ -357,6 +372,15 @@ impl PolicyConfig {
         }
         match self.limiter() {
             Err(e) => errors.push(e),
+            Ok(LimiterSpec::Adaptive(adaptive)) => {
+                if let Err(e) = adaptive.validate() {
+                    errors.push(PolicyError::new(
+                        name,
+                        format!("adaptive.{}", e.field),
+                        e.problem,
+                    ));
+                }
+            }
             Ok(spec) => {
                 if let Err(e) = self.shape_for(spec, 1.0) {
                     errors.push(e);
@@ -487,6 +511,11 @@ impl PolicyConfig {
                     interval: Params::interval_for_rate(config.qps),
                 })
             }
+            LimiterSpec::Adaptive(_) => Err(PolicyError::new(
+                name,
+                "adaptive",
+                "has no bucket shape: its keys are limited one by one",
+            )),
             LimiterSpec::Concurrency(s) => {
                 if s.lease_ttl.is_zero() {
                     return Err(PolicyError::new(
@@ -515,6 +544,7 @@ impl PolicyConfig {
             LimiterSpec::LeakyBucket(s) => s.refill_amount as f64,
             LimiterSpec::Strict(s) => s.qps,
             LimiterSpec::Concurrency(s) => s.node_limit.max(1) as f64,
+            LimiterSpec::Adaptive(_) => 1.0,
         };
         if matches!(spec, LimiterSpec::Concurrency(_)) {
             // A concurrency override is the limit itself, not a ratio of a limit that may be 0.

@@ -51,6 +51,7 @@ pub use set::{Admissions, PolicySet};
 use stats::{Outcome, PolicyStats, StatsSnapshot, ThrottleReport};
 use throttled::{Changes, ThrottledKeys};
 
+use crate::backpressure::{Backpressure, BackpressureStats};
 use crate::clock::{Clock, Nanos};
 use crate::keyed::{Grant, KeyedLimiter, KeyedRefusal, Shape, StoreCounters, Taken};
 
@@ -163,38 +164,45 @@ impl std::error::Error for Rejection {}
 
 /// The buckets a request of some kind is counted in.
 #[derive(Debug)]
-enum KindBuckets<C: Clock> {
+enum KindBuckets<C: Clock + Clone> {
     Unlimited,
     Own(Arc<KeyedLimiter<C>>),
 }
 
 /// Everything a reconfiguration replaces, swapped in one atomic step.
 #[derive(Debug)]
-struct PolicyState<C: Clock> {
+struct PolicyState<C: Clock + Clone> {
     config: PolicyConfig,
-    default: Arc<KeyedLimiter<C>>,
+    /// The default buckets (`None` for an adaptive policy).
+    default: Option<Arc<KeyedLimiter<C>>>,
     kinds: HashMap<String, KindBuckets<C>>,
+    /// The controller of an adaptive policy.
+    adaptive: Option<Arc<Backpressure<C>>>,
     stats: Arc<PolicyStats>,
     throttled: Arc<ThrottledKeys>,
 }
 
-impl<C: Clock> PolicyState<C> {
-    /// The buckets for `kind`: `None` if the policy does not apply, `Some(None)` if the kind is
-    /// unlimited.
+impl<C: Clock + Clone> PolicyState<C> {
+    /// The buckets for `kind`: `None` if the policy does not apply, `Some(None)` if the kind has
+    /// no buckets (unlimited, or an adaptive policy).
     #[inline]
     fn buckets(&self, kind: &str) -> Option<Option<&Arc<KeyedLimiter<C>>>> {
         if !self.config.applies_to(kind) {
             return None;
         }
         match self.kinds.get(kind) {
-            None => Some(Some(&self.default)),
+            None => Some(self.default.as_ref()),
             Some(KindBuckets::Unlimited) => Some(None),
             Some(KindBuckets::Own(limiter)) => Some(Some(limiter)),
         }
     }
 
     fn counters(&self) -> StoreCounters {
-        let mut total = self.default.counters();
+        let mut total = self
+            .default
+            .as_ref()
+            .map(|d| d.counters())
+            .unwrap_or_default();
         for buckets in self.kinds.values() {
             if let KindBuckets::Own(limiter) = buckets {
                 let c = limiter.counters();
@@ -211,14 +219,14 @@ impl<C: Clock> PolicyState<C> {
 /// permits); [`Policy::rollback`] gives back what it took instead.
 #[derive(Debug)]
 #[must_use = "dropping an admission finishes the request and releases its permits"]
-pub struct Admission<C: Clock> {
+pub struct Admission<C: Clock + Clone> {
     state: Option<Arc<PolicyState<C>>>,
     taken: Option<Taken>,
     waited: Duration,
     outcome: Option<Outcome>,
 }
 
-impl<C: Clock> Admission<C> {
+impl<C: Clock + Clone> Admission<C> {
     /// An admission by a policy that does not apply to the request: nothing counted.
     fn untouched() -> Self {
         Admission {
@@ -250,7 +258,7 @@ impl<C: Clock> Admission<C> {
     }
 }
 
-impl<C: Clock> Drop for Admission<C> {
+impl<C: Clock + Clone> Drop for Admission<C> {
     fn drop(&mut self) {
         if let Some(state) = &self.state {
             state.stats.finish();
@@ -339,6 +347,9 @@ impl<C: Clock + Clone> Policy<C> {
         };
         state.stats.start();
         self.check_cost(&state, request)?;
+        if let Some(adaptive) = &state.adaptive {
+            return self.try_adaptive(&state, adaptive, request);
+        }
         let Some(limiter) = buckets else {
             return Ok(self.admit(&state, None, Duration::ZERO, Outcome::Admitted));
         };
@@ -363,6 +374,9 @@ impl<C: Clock + Clone> Policy<C> {
         };
         state.stats.start();
         self.check_cost(&state, request)?;
+        if let Some(adaptive) = &state.adaptive {
+            return self.wait_adaptive(&state, adaptive, request).await;
+        }
         let Some(limiter) = buckets else {
             return Ok(self.admit(&state, None, Duration::ZERO, Outcome::Admitted));
         };
@@ -390,6 +404,94 @@ impl<C: Clock + Clone> Policy<C> {
         if state.config.applies_to(kind) {
             state.stats.unkeyed();
         }
+    }
+
+    /// An adaptive policy decides without waiting: the key's next slot, if it is limited.
+    fn try_adaptive(
+        &self,
+        state: &Arc<PolicyState<C>>,
+        adaptive: &Backpressure<C>,
+        request: &Request<'_>,
+    ) -> Result<Admission<C>, Rejection> {
+        match adaptive.try_call(request.kind, request.key) {
+            Ok(()) => {
+                adaptive.after_call(request.kind, request.key);
+                Ok(self.admit(state, None, Duration::ZERO, Outcome::Admitted))
+            }
+            Err(wait) => self.adaptive_refused(state, adaptive, request, wait),
+        }
+    }
+
+    /// An adaptive policy that waits: takes the key's slot if it comes within `max_wait`.
+    #[cfg(feature = "tokio")]
+    async fn wait_adaptive(
+        &self,
+        state: &Arc<PolicyState<C>>,
+        adaptive: &Backpressure<C>,
+        request: &Request<'_>,
+    ) -> Result<Admission<C>, Rejection> {
+        let reserved = adaptive.reserve_within(request.kind, request.key, state.config.max_wait);
+        match reserved {
+            Err(wait) => self.adaptive_refused(state, adaptive, request, wait),
+            Ok(None) => {
+                adaptive.after_call(request.kind, request.key);
+                Ok(self.admit(state, None, Duration::ZERO, Outcome::Admitted))
+            }
+            Ok(Some(at)) => {
+                let wait = Duration::from_nanos(at.saturating_sub(self.clock.now()));
+                if !wait.is_zero() {
+                    state.stats.waiting(1);
+                    let waiting = StillWaiting(&state.stats);
+                    tokio::time::sleep(wait).await;
+                    drop(waiting);
+                }
+                adaptive.record_wait(request.kind, wait);
+                adaptive.after_call(request.kind, request.key);
+                let outcome = if wait.is_zero() {
+                    Outcome::Admitted
+                } else {
+                    Outcome::Throttled
+                };
+                Ok(self.admit(state, None, wait, outcome))
+            }
+        }
+    }
+
+    fn adaptive_refused(
+        &self,
+        state: &Arc<PolicyState<C>>,
+        adaptive: &Backpressure<C>,
+        request: &Request<'_>,
+        wait: Duration,
+    ) -> Result<Admission<C>, Rejection> {
+        // "Who is throttled" for an adaptive policy comes from its controller's limits.
+        if state.config.mode == config::Mode::Monitor {
+            adaptive.after_call(request.kind, request.key);
+            return Ok(self.admit(state, None, Duration::ZERO, Outcome::WouldThrottle));
+        }
+        state.stats.decided(Outcome::Rejected, Duration::ZERO);
+        Err(self.rejection(RejectReason::Limited {
+            retry_after: Some(wait),
+        }))
+    }
+
+    /// A downstream said "busy": an adaptive policy tightens its hottest keys. Returns whether
+    /// limits were tightened, or `None` if the policy is not adaptive.
+    pub fn busy(&self) -> Option<bool> {
+        self.state.load().adaptive.as_ref().map(|a| a.on_busy())
+    }
+
+    /// `ms` milliseconds have passed: an adaptive policy may relax a level. Call it every second
+    /// (a server runs one task for all its policies).
+    pub fn tick(&self, ms: u64) {
+        if let Some(adaptive) = &self.state.load().adaptive {
+            adaptive.tick(ms);
+        }
+    }
+
+    /// The adaptive controller's counters, for an adaptive policy.
+    pub fn backpressure_stats(&self) -> Option<BackpressureStats> {
+        self.state.load().adaptive.as_ref().map(|a| a.stats())
     }
 
     /// Gives back what `admission` took (a request that another policy refused).
@@ -546,8 +648,13 @@ impl<C: Clock + Clone> Policy<C> {
     }
 
     /// The limit each default bucket enforces: requests (or tokens) per second, or permits.
-    pub fn limit(&self) -> f64 {
-        PolicyConfig::limit_of(&self.state.load().default.shape())
+    /// `None` for an adaptive policy, whose limits are per key and change.
+    pub fn limit(&self) -> Option<f64> {
+        let state = self.state.load();
+        state
+            .default
+            .as_ref()
+            .map(|d| PolicyConfig::limit_of(&d.shape()))
     }
 
     /// The limit for `kind` (`None`: unlimited, or the policy does not apply).
@@ -562,6 +669,24 @@ impl<C: Clock + Clone> Policy<C> {
     /// The keys this policy is holding back, most requests per second first, at most `limit`.
     pub fn throttled_keys(&self, limit: usize) -> Vec<ThrottledRow> {
         let state = self.state.load();
+        if let Some(adaptive) = &state.adaptive {
+            let mut rows: Vec<ThrottledRow> = adaptive
+                .throttled()
+                .into_iter()
+                .map(|t| ThrottledRow {
+                    policy: self.name.clone(),
+                    key: t.key,
+                    kind: t.rpc,
+                    qps_limit: Some(t.qps_limit),
+                    current_qps: t.current_qps,
+                    in_flight: 0,
+                    waiters: 0,
+                })
+                .collect();
+            rows.sort_by(|a, b| b.current_qps.total_cmp(&a.current_qps));
+            rows.truncate(limit);
+            return rows;
+        }
         let (keys, changes) = state.throttled.rows(self.clock.now(), limit);
         self.untrack(&state, changes);
         keys.into_iter()
@@ -605,7 +730,7 @@ impl<C: Clock + Clone> Policy<C> {
     /// Drops idle buckets now (the policy also does this by itself at its key cap).
     pub fn sweep(&self) -> usize {
         let state = self.state.load();
-        let mut dropped = state.default.sweep();
+        let mut dropped = state.default.as_ref().map_or(0, |d| d.sweep());
         for buckets in state.kinds.values() {
             if let KindBuckets::Own(limiter) = buckets {
                 dropped += limiter.sweep();
@@ -655,6 +780,34 @@ fn build_state<C: Clock + Clone>(
     stats: Arc<PolicyStats>,
     throttled: Arc<ThrottledKeys>,
 ) -> Result<PolicyState<C>, PolicyError> {
+    if let LimiterSpec::Adaptive(adaptive) = config.limiter()? {
+        // In a policy the controller is on; monitor mode makes it a dry run.
+        let settings = crate::backpressure::AdaptiveConfig {
+            enabled: true,
+            dry_run: adaptive.dry_run || config.mode == config::Mode::Monitor,
+            ..adaptive.clone()
+        };
+        let invalid = |e: crate::backpressure::AdaptiveError| PolicyError {
+            policy: config.name.clone(),
+            field: format!("adaptive.{}", e.field),
+            problem: e.problem,
+        };
+        let controller = match old.and_then(|s| s.adaptive.as_ref()) {
+            Some(existing) => {
+                existing.reconfigure(settings).map_err(invalid)?;
+                Arc::clone(existing)
+            }
+            None => Arc::new(Backpressure::new(settings, clock.clone()).map_err(invalid)?),
+        };
+        return Ok(PolicyState {
+            config: config.clone(),
+            default: None,
+            kinds: HashMap::new(),
+            adaptive: Some(controller),
+            stats,
+            throttled,
+        });
+    }
     let reuse = |existing: Option<&Arc<KeyedLimiter<C>>>, shape: Shape| {
         if let Some(limiter) = existing {
             if limiter.reshape(shape) {
@@ -669,16 +822,13 @@ fn build_state<C: Clock + Clone>(
             clock.clone(),
         ))
     };
-    let default = reuse(old.map(|s| &s.default), config.default_shape(cores)?);
+    let default = reuse(
+        old.and_then(|s| s.default.as_ref()),
+        config.default_shape(cores)?,
+    );
     let mut kinds = HashMap::new();
     let spec = config.limiter()?;
-    let overridden: Vec<&String> = match spec {
-        LimiterSpec::TokenBucket(s) => s.overrides.keys().collect(),
-        LimiterSpec::LeakyBucket(s) => s.overrides.keys().collect(),
-        LimiterSpec::Strict(s) => s.overrides.keys().collect(),
-        LimiterSpec::Concurrency(s) => s.overrides.keys().collect(),
-    };
-    for kind in overridden {
+    for kind in spec.overrides().keys() {
         match config.kind_limit(kind, cores)? {
             None | Some(KindLimit::Default) => {}
             Some(KindLimit::Unlimited) => {
@@ -695,8 +845,9 @@ fn build_state<C: Clock + Clone>(
     }
     Ok(PolicyState {
         config: config.clone(),
-        default,
+        default: Some(default),
         kinds,
+        adaptive: None,
         stats,
         throttled,
     })

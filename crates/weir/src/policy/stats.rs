@@ -207,8 +207,8 @@ pub struct ThrottleReport {
     pub would_throttle: u64,
     /// Total wait in the period.
     pub wait_sum: Duration,
-    /// The rate (or limit) each bucket allows.
-    pub allowed: f64,
+    /// The rate (or limit) each bucket allows; `None` where limits adapt per key.
+    pub allowed: Option<f64>,
 }
 
 impl ThrottleReport {
@@ -219,7 +219,7 @@ impl ThrottleReport {
         period: Duration,
         before: &StatsSnapshot,
         after: &StatsSnapshot,
-        allowed: f64,
+        allowed: Option<f64>,
     ) -> Option<Self> {
         let report = ThrottleReport {
             policy: policy.to_owned(),
@@ -239,7 +239,7 @@ impl fmt::Display for ThrottleReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "policy `{}` was throttled in the last {:.0?}: {} of {} requests waited ({:.3?} in total), {} refused, {} would have been throttled; each bucket allows {}",
+            "policy `{}` was throttled in the last {:.0?}: {} of {} requests waited ({:.3?} in total), {} refused, {} would have been throttled; ",
             self.policy,
             self.period,
             self.throttled,
@@ -247,8 +247,11 @@ impl fmt::Display for ThrottleReport {
             self.wait_sum,
             self.rejected,
             self.would_throttle,
-            self.allowed,
-        )
+        )?;
+        match self.allowed {
+            Some(allowed) => write!(f, "each bucket allows {allowed}"),
+            None => write!(f, "limits adapt to busy signals"),
+        }
     }
 }
 
@@ -298,7 +301,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            ThrottleReport::between("p", Duration::from_secs(10), &quiet, &later, 5.0),
+            ThrottleReport::between("p", Duration::from_secs(10), &quiet, &later, Some(5.0)),
             None
         );
         let throttled = StatsSnapshot {
@@ -308,7 +311,8 @@ mod tests {
             ..later.clone()
         };
         let report =
-            ThrottleReport::between("p", Duration::from_secs(10), &later, &throttled, 5.0).unwrap();
+            ThrottleReport::between("p", Duration::from_secs(10), &later, &throttled, Some(5.0))
+                .unwrap();
         assert_eq!((report.accounted, report.throttled), (10, 5));
         assert!(
             report
