@@ -34,6 +34,7 @@ pub mod error;
 pub mod keyed;
 #[cfg(feature = "tower")]
 pub mod layer;
+pub mod lease;
 pub mod limiter;
 pub mod policy;
 

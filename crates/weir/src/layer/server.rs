@@ -120,6 +120,7 @@ where
                     key: &extracted.key,
                     kind: &extracted.kind,
                     cost: extracted.cost,
+                    max_wait: None,
                 })
                 .await;
             match decided {

@@ -65,6 +65,8 @@ pub struct Request<'a> {
     pub kind: &'a str,
     /// Tokens (or permits) it costs.
     pub cost: u64,
+    /// The longest this request is willing to wait (the policy's `max_wait` still caps it).
+    pub max_wait: Option<Duration>,
 }
 
 impl<'a> Request<'a> {
@@ -74,6 +76,7 @@ impl<'a> Request<'a> {
             key,
             kind: "",
             cost: 1,
+            max_wait: None,
         }
     }
 
@@ -85,6 +88,14 @@ impl<'a> Request<'a> {
     /// The same request with a cost.
     pub fn cost(self, cost: u64) -> Self {
         Request { cost, ..self }
+    }
+
+    /// The same request, waiting at most `max_wait`.
+    pub fn max_wait(self, max_wait: Duration) -> Self {
+        Request {
+            max_wait: Some(max_wait),
+            ..self
+        }
     }
 }
 
@@ -359,12 +370,17 @@ impl<C: Clock + Clone> Policy<C> {
         }
     }
 
-    /// Decides, waiting up to `max_wait` if the policy says `wait`.
+    /// Decides, waiting up to `max_wait` (the policy's, or the request's if shorter) if the
+    /// policy says `wait`.
     #[cfg(feature = "tokio")]
     pub async fn acquire(&self, request: &Request<'_>) -> Result<Admission<C>, Rejection> {
         let state = self.state.load_full();
+        let max_wait = request
+            .max_wait
+            .map_or(state.config.max_wait, |w| w.min(state.config.max_wait));
         let waits = state.config.on_exhausted == OnExhausted::Wait
-            && state.config.mode == config::Mode::Enforce;
+            && state.config.mode == config::Mode::Enforce
+            && !max_wait.is_zero();
         if !waits {
             drop(state);
             return self.try_acquire(request);
@@ -375,13 +391,14 @@ impl<C: Clock + Clone> Policy<C> {
         state.stats.start();
         self.check_cost(&state, request)?;
         if let Some(adaptive) = &state.adaptive {
-            return self.wait_adaptive(&state, adaptive, request).await;
+            return self
+                .wait_adaptive(&state, adaptive, request, max_wait)
+                .await;
         }
         let Some(limiter) = buckets else {
             return Ok(self.admit(&state, None, Duration::ZERO, Outcome::Admitted));
         };
         let limiter = Arc::clone(limiter);
-        let max_wait = state.config.max_wait;
         state.stats.waiting(1);
         let waiting = StillWaiting(&state.stats);
         let decided = limiter.acquire(request.key, request.cost, max_wait).await;
@@ -429,8 +446,9 @@ impl<C: Clock + Clone> Policy<C> {
         state: &Arc<PolicyState<C>>,
         adaptive: &Backpressure<C>,
         request: &Request<'_>,
+        max_wait: Duration,
     ) -> Result<Admission<C>, Rejection> {
-        let reserved = adaptive.reserve_within(request.kind, request.key, state.config.max_wait);
+        let reserved = adaptive.reserve_within(request.kind, request.key, max_wait);
         match reserved {
             Err(wait) => self.adaptive_refused(state, adaptive, request, wait),
             Ok(None) => {

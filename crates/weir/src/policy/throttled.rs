@@ -64,11 +64,15 @@ impl Entry {
     }
 
     /// Requests per second over the last `window` (or since the key is followed, if that is
-    /// shorter), weighting the previous bucket by how much of it still falls inside.
+    /// shorter, but never less than a second), weighting the previous bucket by how much of it still falls inside.
     fn rate(&self, now: Nanos, window: Nanos) -> f64 {
         let into_current = now.saturating_sub(self.window_start).min(window) as f64 / window as f64;
         let requests = self.previous as f64 * (1.0 - into_current) + self.current as f64;
-        let covered = now.saturating_sub(self.since).clamp(1, window);
+        // At least a second (or the window, if shorter), so that two requests a few
+        // microseconds apart do not read as a million per second.
+        let covered = now
+            .saturating_sub(self.since)
+            .clamp(window.min(1_000_000_000), window);
         requests / (covered as f64 / 1e9)
     }
 }

@@ -1,0 +1,614 @@
+//! What the server does, whatever the protocol: the operations behind the HTTP and gRPC APIs.
+//!
+//! `http` and `grpc` only translate requests and answers; every check, every decision and every
+//! change of state happens here, once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{Mutex as AsyncMutex, watch};
+use weir::lease::LeaseId;
+use weir::policy::{PolicyConfig, PolicySet, Request};
+use weir::{Clock, SystemClock};
+
+use crate::durable::{self, Overlay};
+use crate::error::ApiError;
+use crate::leases::{Held, Leases};
+use crate::metrics::Metrics;
+
+/// The longest key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+/// How many throttled keys a listing returns by default.
+pub const DEFAULT_THROTTLE_ROWS: usize = 100;
+
+/// An acquisition, as either API received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireInput {
+    /// The policy's name.
+    pub policy: String,
+    /// The bucket key.
+    pub key: String,
+    /// The kind (empty: none).
+    pub kind: String,
+    /// The cost (absent: 1).
+    pub cost: Option<u64>,
+    /// The longest the caller waits.
+    pub max_wait_ms: Option<u64>,
+}
+
+/// How an acquisition ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AcquireOutcome {
+    /// Admitted.
+    Admitted {
+        /// How long it waited.
+        waited: Duration,
+        /// The lease to release (concurrency policies), with its time to live.
+        lease: Option<(String, Duration)>,
+        /// Admitted only because the policy monitors.
+        would_throttle: bool,
+        /// The limit of the policy's buckets, for the RateLimit header fields.
+        limit: Option<f64>,
+    },
+    /// Refused.
+    Refused {
+        /// When asking again could succeed, if known.
+        retry_after: Option<Duration>,
+        /// Why, in a sentence.
+        reason: String,
+        /// The limit of the policy's buckets.
+        limit: Option<f64>,
+    },
+}
+
+/// One "who is throttled" row.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThrottleRow {
+    /// The node that holds the key back.
+    pub node_id: String,
+    /// The policy.
+    pub policy: String,
+    /// The key.
+    pub key: String,
+    /// The kind of its latest request.
+    pub kind: String,
+    /// Its limit (per second, or permits), if any.
+    pub qps_limit: Option<f64>,
+    /// Its observed rate.
+    pub current_qps: f64,
+    /// Permits it holds now.
+    pub in_flight: u64,
+    /// Its requests waiting now.
+    pub waiters: u64,
+}
+
+/// Filters and order of a throttle listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThrottleQuery {
+    /// Only this policy.
+    pub policy: Option<String>,
+    /// Only this node.
+    pub node: Option<String>,
+    /// Sort column: `current_qps` (default), `qps_limit`, `in_flight`, `waiters`, `key`,
+    /// `policy`, `kind`.
+    pub sort: Option<String>,
+    /// `desc` (default for numbers) or `asc` (default for names).
+    pub order: Option<String>,
+    /// At most this many rows (default 100).
+    pub limit: Option<usize>,
+}
+
+/// A policy and its entity tag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaggedPolicy {
+    /// The policy.
+    pub config: PolicyConfig,
+    /// Changes whenever the policy does.
+    pub etag: String,
+}
+
+/// The server's state and operations.
+pub struct App {
+    node_id: String,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    policies: Arc<PolicySet<SystemClock>>,
+    /// The config file's policies, under the overlay.
+    base: Vec<PolicyConfig>,
+    data_dir: PathBuf,
+    /// The overlay in force; the lock also serialises admin changes.
+    overlay: AsyncMutex<Overlay>,
+    leases: Arc<Leases>,
+    admin_token: Option<String>,
+    max_cost: u64,
+    metrics: Metrics,
+    shutdown: watch::Sender<bool>,
+    ready: AtomicBool,
+    clock: SystemClock,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
+
+/// How to build an [`App`].
+#[derive(Debug, Clone)]
+pub struct AppSettings {
+    /// This node's name.
+    pub node_id: String,
+    /// The HTTP address (for `/v1/cluster`).
+    pub http: SocketAddr,
+    /// The gRPC address (for `/v1/cluster`).
+    pub grpc: SocketAddr,
+    /// The config file's policies.
+    pub policies: Vec<PolicyConfig>,
+    /// Where API changes are kept.
+    pub data_dir: PathBuf,
+    /// The admin token, if any.
+    pub admin_token: Option<String>,
+    /// The default most one request may cost.
+    pub max_cost: u64,
+}
+
+/// A random salt for lease ids, from the standard library's per-process random hasher keys.
+fn random_salt() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(std::process::id().into());
+    hasher.finish()
+}
+
+/// A stable tag of a policy's content (FNV-1a over its JSON form).
+pub fn etag_of(config: &PolicyConfig) -> String {
+    let bytes = serde_json::to_vec(config).unwrap_or_default();
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    format!("\"{hash:016x}\"")
+}
+
+impl App {
+    /// Loads the data dir's overlay over `settings.policies` and builds every policy.
+    pub fn new(settings: AppSettings) -> anyhow::Result<Arc<Self>> {
+        let overlay = durable::load(&settings.data_dir)?;
+        let configs = overlay.apply(settings.policies.clone());
+        let policies = PolicySet::new(configs, SystemClock::new()).map_err(|problems| {
+            let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+            anyhow::anyhow!(
+                "the policies (config file and data dir together) are not valid:\n{}",
+                list.join("\n")
+            )
+        })?;
+        let policies = Arc::new(policies);
+        let leases = Arc::new(Leases::new(random_salt()));
+        let metrics = Metrics::new(Arc::clone(&policies), Arc::clone(&leases));
+        Ok(Arc::new(App {
+            node_id: settings.node_id,
+            http: settings.http,
+            grpc: settings.grpc,
+            policies,
+            base: settings.policies,
+            data_dir: settings.data_dir,
+            overlay: AsyncMutex::new(overlay),
+            leases,
+            admin_token: settings.admin_token,
+            max_cost: settings.max_cost,
+            metrics,
+            shutdown: watch::channel(false).0,
+            ready: AtomicBool::new(false),
+            clock: SystemClock::new(),
+        }))
+    }
+
+    /// This node's name.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The policies in force.
+    pub fn policies(&self) -> &PolicySet<SystemClock> {
+        &self.policies
+    }
+
+    /// Marks the server ready (listeners bound) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// Whether the server is ready to serve.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !*self.shutdown.borrow()
+    }
+
+    /// Starts shutting down: waiting requests are answered 503.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Resolves when shutdown begins.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// Checks an admin call's `Authorization` header value.
+    pub fn check_admin(&self, authorization: Option<&str>) -> Result<(), ApiError> {
+        let Some(token) = &self.admin_token else {
+            return Ok(());
+        };
+        let given = authorization
+            .and_then(|h| h.strip_prefix("Bearer "))
+            .ok_or_else(ApiError::unauthenticated)?;
+        // Compare without an early exit, so the time taken says nothing about the token.
+        let matches = given.len() == token.len()
+            && given
+                .bytes()
+                .zip(token.bytes())
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                == 0;
+        if matches {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden())
+        }
+    }
+
+    /// Admits (or refuses) one request; waits if the policy says so, unless shutdown begins.
+    pub async fn acquire(&self, input: AcquireInput) -> Result<AcquireOutcome, ApiError> {
+        if input.key.is_empty() {
+            return Err(ApiError::invalid("`key` must not be empty"));
+        }
+        if input.key.len() > MAX_KEY_BYTES {
+            return Err(ApiError::invalid(format!(
+                "`key` is {} bytes long; the most is {MAX_KEY_BYTES}",
+                input.key.len()
+            )));
+        }
+        let policy = self
+            .policies
+            .get(&input.policy)
+            .ok_or_else(|| ApiError::unknown_policy(&input.policy))?;
+        let config = policy.config();
+        let max_cost = config.max_cost.unwrap_or(self.max_cost);
+        let cost = input.cost.unwrap_or(1);
+        if cost == 0 || cost > max_cost {
+            return Err(ApiError::invalid(format!(
+                "`cost` must be between 1 and {max_cost} for policy `{}`, got {cost}",
+                input.policy
+            )));
+        }
+        let mut request = Request::new(&input.key).kind(&input.kind).cost(cost);
+        if let Some(ms) = input.max_wait_ms {
+            request = request.max_wait(Duration::from_millis(ms));
+        }
+        let limit = policy.limit_for(&input.kind);
+        let decided = tokio::select! {
+            decided = policy.acquire(&request) => decided,
+            () = self.shutting_down() => return Err(ApiError::shutting_down()),
+        };
+        match decided {
+            Ok(admission) => {
+                let waited = admission.waited();
+                let would_throttle = admission.would_throttle();
+                let lease = match &config.concurrency {
+                    Some(concurrency) if admission.applied() => {
+                        let ttl = concurrency.lease_ttl;
+                        let held = Held {
+                            policy: input.policy.clone(),
+                            admission,
+                        };
+                        let (id, _) = self.leases.insert(
+                            held,
+                            u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
+                            self.clock.now(),
+                        );
+                        Some((id.to_string(), ttl))
+                    }
+                    // A rate limiter's admission is done as soon as it is answered.
+                    _ => None,
+                };
+                Ok(AcquireOutcome::Admitted {
+                    waited,
+                    lease,
+                    would_throttle,
+                    limit,
+                })
+            }
+            Err(rejection) => Ok(AcquireOutcome::Refused {
+                retry_after: rejection.retry_after(),
+                reason: rejection.to_string(),
+                limit,
+            }),
+        }
+    }
+
+    fn lease_id(text: &str) -> Result<LeaseId, ApiError> {
+        text.parse::<LeaseId>()
+            .map_err(|e| ApiError::invalid(format!("`lease`: {e}")))
+    }
+
+    /// Releases a lease.
+    pub fn release(&self, lease: &str) -> Result<(), ApiError> {
+        let id = Self::lease_id(lease)?;
+        if self.leases.release(id) {
+            Ok(())
+        } else {
+            Err(ApiError::unknown_lease())
+        }
+    }
+
+    /// Extends a lease by `ttl_ms` (default: its policy's `lease_ttl`); returns the time left.
+    pub fn renew(&self, lease: &str, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
+        let id = Self::lease_id(lease)?;
+        let ttl = match ttl_ms {
+            Some(0) => return Err(ApiError::invalid("`ttl_ms` must be greater than zero")),
+            Some(ms) => Duration::from_millis(ms),
+            None => {
+                let policy = self
+                    .leases
+                    .policy_of(id)
+                    .ok_or_else(ApiError::unknown_lease)?;
+                self.policies
+                    .get(&policy)
+                    .and_then(|p| p.config().concurrency.map(|c| c.lease_ttl))
+                    .unwrap_or(Duration::from_secs(30))
+            }
+        };
+        let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        let now = self.clock.now();
+        self.leases
+            .renew(id, ttl_ns, now)
+            .map(|expires| Duration::from_nanos(expires - now))
+            .ok_or_else(ApiError::unknown_lease)
+    }
+
+    /// Reclaims expired leases; returns how many.
+    pub fn sweep_leases(&self) -> usize {
+        self.leases.sweep(self.clock.now())
+    }
+
+    /// A downstream reported "busy" for an adaptive policy; true if limits were tightened.
+    pub fn busy(&self, policy: &str) -> Result<bool, ApiError> {
+        let found = self
+            .policies
+            .get(policy)
+            .ok_or_else(|| ApiError::unknown_policy(policy))?;
+        found.busy().ok_or_else(|| {
+            ApiError::conflict(format!(
+                "policy `{policy}` is not adaptive: only an `adaptive` policy takes busy signals"
+            ))
+        })
+    }
+
+    /// Advances every adaptive policy by `ms`.
+    pub fn tick(&self, ms: u64) {
+        for policy in self.policies.policies() {
+            policy.tick(ms);
+        }
+    }
+
+    /// Logs "policy P was throttled in the last N s" for every policy that was.
+    pub fn report(&self) {
+        for policy in self.policies.policies() {
+            if let Some(report) = policy.report() {
+                tracing::warn!(target: "weir::report", "{report}");
+            }
+        }
+    }
+
+    /// The keys held back, filtered and sorted.
+    pub fn throttles(&self, query: &ThrottleQuery) -> Result<Vec<ThrottleRow>, ApiError> {
+        if let Some(node) = &query.node {
+            if *node != self.node_id {
+                return Ok(Vec::new());
+            }
+        }
+        let limit = query.limit.unwrap_or(DEFAULT_THROTTLE_ROWS);
+        let policies = match &query.policy {
+            Some(name) => vec![
+                self.policies
+                    .get(name)
+                    .ok_or_else(|| ApiError::unknown_policy(name))?,
+            ],
+            None => self.policies.policies(),
+        };
+        let mut rows: Vec<ThrottleRow> = policies
+            .iter()
+            .flat_map(|p| p.throttled_keys(limit))
+            .map(|r| ThrottleRow {
+                node_id: self.node_id.clone(),
+                policy: r.policy,
+                key: r.key,
+                kind: r.kind,
+                qps_limit: r.qps_limit,
+                current_qps: r.current_qps,
+                in_flight: r.in_flight,
+                waiters: r.waiters,
+            })
+            .collect();
+        sort_rows(&mut rows, query.sort.as_deref(), query.order.as_deref())?;
+        rows.truncate(limit);
+        Ok(rows)
+    }
+
+    /// One policy with its tag.
+    pub fn policy(&self, name: &str) -> Result<TaggedPolicy, ApiError> {
+        let config = self
+            .policies
+            .get(name)
+            .ok_or_else(|| ApiError::unknown_policy(name))?
+            .config();
+        Ok(TaggedPolicy {
+            etag: etag_of(&config),
+            config,
+        })
+    }
+
+    /// Every policy with its tag, in name order.
+    pub fn all_policies(&self) -> Vec<TaggedPolicy> {
+        self.policies
+            .policies()
+            .iter()
+            .map(|p| {
+                let config = p.config();
+                TaggedPolicy {
+                    etag: etag_of(&config),
+                    config,
+                }
+            })
+            .collect()
+    }
+
+    fn check_if_match(&self, name: &str, if_match: Option<&str>) -> Result<(), ApiError> {
+        let Some(expected) = if_match else {
+            return Ok(());
+        };
+        let current = self.policies.get(name).map(|p| etag_of(&p.config()));
+        match (expected.trim(), current) {
+            ("*", Some(_)) => Ok(()),
+            (tag, Some(current)) if tag == current => Ok(()),
+            (_, current) => Err(ApiError::precondition_failed(format!(
+                "If-Match {expected} does not match policy `{name}` (its tag is {})",
+                current.as_deref().unwrap_or("absent: no such policy")
+            ))),
+        }
+    }
+
+    /// Creates or replaces a policy: validated, written to the data dir, then applied. Returns
+    /// whether it was created, and its new tag.
+    pub async fn put_policy(
+        &self,
+        name: &str,
+        mut config: PolicyConfig,
+        if_match: Option<&str>,
+    ) -> Result<(bool, String), ApiError> {
+        if config.name.is_empty() {
+            config.name = name.to_owned();
+        } else if config.name != name {
+            return Err(ApiError::invalid(format!(
+                "the body names policy `{}` but the URL names `{name}`",
+                config.name
+            )));
+        }
+        if let Err(e) = config.validate() {
+            return Err(ApiError::invalid(e.to_string()));
+        }
+        let mut overlay = self.overlay.lock().await;
+        self.check_if_match(name, if_match)?;
+        let next = overlay.with_upsert(config.clone());
+        self.persist(&next).await?;
+        let created = self
+            .policies
+            .upsert(config.clone())
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
+        *overlay = next;
+        Ok((created, etag_of(&config)))
+    }
+
+    /// Deletes a policy: written to the data dir, then applied.
+    pub async fn delete_policy(&self, name: &str, if_match: Option<&str>) -> Result<(), ApiError> {
+        let mut overlay = self.overlay.lock().await;
+        if self.policies.get(name).is_none() {
+            return Err(ApiError::unknown_policy(name));
+        }
+        self.check_if_match(name, if_match)?;
+        let next = overlay.with_delete(name);
+        self.persist(&next).await?;
+        self.policies.remove(name);
+        *overlay = next;
+        Ok(())
+    }
+
+    async fn persist(&self, overlay: &Overlay) -> Result<(), ApiError> {
+        let dir = self.data_dir.clone();
+        let overlay = overlay.clone();
+        tokio::task::spawn_blocking(move || durable::store(&dir, &overlay))
+            .await
+            .map_err(|e| ApiError::internal(format!("writing the data dir: {e}")))?
+            .map_err(|e| ApiError::internal(e.to_string()))
+    }
+
+    /// The config file's policies (before the overlay), for diagnostics.
+    pub fn base_policies(&self) -> &[PolicyConfig] {
+        &self.base
+    }
+
+    /// This node, as `/v1/cluster` shows it.
+    pub fn cluster(&self) -> serde_json::Value {
+        serde_json::json!({
+            "members": [{
+                "id": self.node_id,
+                "http": self.http.to_string(),
+                "grpc": self.grpc.to_string(),
+                "state": "alive",
+                "version": env!("CARGO_PKG_VERSION"),
+            }],
+            "ring": { "members": 1, "mode": "single node" },
+        })
+    }
+}
+
+/// Sorts throttle rows by a column; an unknown column is an error that lists the known ones.
+fn sort_rows(
+    rows: &mut [ThrottleRow],
+    sort: Option<&str>,
+    order: Option<&str>,
+) -> Result<(), ApiError> {
+    let column = sort.unwrap_or("current_qps");
+    let numeric = matches!(
+        column,
+        "current_qps" | "qps_limit" | "in_flight" | "waiters"
+    );
+    let descending = match order {
+        None => numeric,
+        Some("desc") => true,
+        Some("asc") => false,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`order` must be `asc` or `desc`, got `{other}`"
+            )));
+        }
+    };
+    let by: fn(&ThrottleRow, &ThrottleRow) -> std::cmp::Ordering = match column {
+        "current_qps" => |a, b| a.current_qps.total_cmp(&b.current_qps),
+        "qps_limit" => |a, b| {
+            a.qps_limit
+                .unwrap_or(f64::INFINITY)
+                .total_cmp(&b.qps_limit.unwrap_or(f64::INFINITY))
+        },
+        "in_flight" => |a, b| a.in_flight.cmp(&b.in_flight),
+        "waiters" => |a, b| a.waiters.cmp(&b.waiters),
+        "key" => |a, b| a.key.cmp(&b.key),
+        "policy" => |a, b| a.policy.cmp(&b.policy),
+        "kind" => |a, b| a.kind.cmp(&b.kind),
+        other => {
+            return Err(ApiError::invalid(format!(
+                "`sort` must be one of current_qps, qps_limit, in_flight, waiters, key, policy, kind; got `{other}`"
+            )));
+        }
+    };
+    rows.sort_by(|a, b| {
+        let ordering = by(a, b).then_with(|| (&a.policy, &a.key).cmp(&(&b.policy, &b.key)));
+        if descending {
+            ordering.reverse()
+        } else {
+            ordering
+        }
+    });
+    Ok(())
+}

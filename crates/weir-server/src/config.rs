@@ -1,0 +1,226 @@
+//! The server's configuration: the `[server]` table and the `[[policy]]` list, from TOML.
+//!
+//! `weir serve` with no `--config` runs on the embedded default (`default.toml`). Bootstrap
+//! settings given as flags (addresses, node id, data dir) override the file. Policies changed
+//! over the API are kept in the data dir and laid over the file's at start (see `durable`).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use weir::policy::{PolicyConfig, PolicyError};
+
+/// The embedded default configuration.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+/// A whole config file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// Bootstrap settings.
+    #[serde(default)]
+    pub server: ServerSettings,
+    /// The policies.
+    #[serde(default)]
+    pub policy: Vec<PolicyConfig>,
+}
+
+/// The `[server]` table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// This node's name (default `local`).
+    #[serde(default = "default_node_id")]
+    pub node_id: String,
+    /// The HTTP API's address (default `127.0.0.1:8080`).
+    #[serde(default = "default_http")]
+    pub http: SocketAddr,
+    /// The gRPC API's address (default `127.0.0.1:50051`).
+    #[serde(default = "default_grpc")]
+    pub grpc: SocketAddr,
+    /// Where policy changes made over the API are kept (default `./weir-data`).
+    #[serde(default = "default_data_dir")]
+    pub data_dir: PathBuf,
+    /// The bearer token admin calls must carry (also `WEIR_ADMIN_TOKEN`). Required when
+    /// listening beyond loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admin_token: Option<String>,
+    /// How often the "policy P was throttled" log line may be written (default 10 s).
+    #[serde(default = "default_report_interval", with = "humantime_serde")]
+    pub report_interval: Duration,
+    /// How often expired leases are reclaimed (default 1 s).
+    #[serde(default = "default_lease_sweep", with = "humantime_serde")]
+    pub lease_sweep: Duration,
+    /// The most one request may cost, for policies without their own `max_cost`
+    /// (default 1 000 000).
+    #[serde(default = "default_max_cost")]
+    pub max_cost: u64,
+}
+
+fn default_node_id() -> String {
+    "local".to_owned()
+}
+fn default_http() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+fn default_grpc() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 50051))
+}
+fn default_data_dir() -> PathBuf {
+    PathBuf::from("./weir-data")
+}
+fn default_report_interval() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_lease_sweep() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_max_cost() -> u64 {
+    1_000_000
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        ServerSettings {
+            node_id: default_node_id(),
+            http: default_http(),
+            grpc: default_grpc(),
+            data_dir: default_data_dir(),
+            admin_token: None,
+            report_interval: default_report_interval(),
+            lease_sweep: default_lease_sweep(),
+            max_cost: default_max_cost(),
+        }
+    }
+}
+
+/// Everything wrong with a config, each problem on its own.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigProblem {
+    /// Not valid TOML, or fields of the wrong type or name.
+    #[error("{0}")]
+    Syntax(String),
+    /// A policy that does not hold together.
+    #[error("{0}")]
+    Policy(#[from] PolicyError),
+    /// A `[server]` setting that does not hold together.
+    #[error("`server.{field}` {problem}")]
+    Server {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+impl ConfigFile {
+    /// Parses and checks a config; returns every problem found.
+    pub fn parse(text: &str) -> Result<Self, Vec<ConfigProblem>> {
+        let file: ConfigFile =
+            toml::from_str(text).map_err(|e| vec![ConfigProblem::Syntax(e.to_string())])?;
+        let problems = file.problems();
+        if problems.is_empty() {
+            Ok(file)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// Every problem with the config (empty: none).
+    pub fn problems(&self) -> Vec<ConfigProblem> {
+        let mut problems = Vec::new();
+        let s = &self.server;
+        if s.node_id.trim().is_empty() {
+            problems.push(ConfigProblem::Server {
+                field: "node_id",
+                problem: "must not be empty".into(),
+            });
+        }
+        if s.max_cost == 0 {
+            problems.push(ConfigProblem::Server {
+                field: "max_cost",
+                problem: "must be at least 1".into(),
+            });
+        }
+        for (field, value) in [
+            ("report_interval", s.report_interval),
+            ("lease_sweep", s.lease_sweep),
+        ] {
+            if value.is_zero() {
+                problems.push(ConfigProblem::Server {
+                    field,
+                    problem: "must be greater than zero".into(),
+                });
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for policy in &self.policy {
+            problems.extend(policy.problems().into_iter().map(ConfigProblem::Policy));
+            if !names.insert(policy.name.as_str()) {
+                problems.push(ConfigProblem::Policy(PolicyError {
+                    policy: policy.name.clone(),
+                    field: "name".into(),
+                    problem: "is used by more than one policy".into(),
+                }));
+            }
+        }
+        problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_default_is_valid_and_on_loopback() {
+        let config = ConfigFile::parse(DEFAULT_CONFIG).expect("the default config is valid");
+        assert!(config.server.http.ip().is_loopback());
+        assert!(config.server.grpc.ip().is_loopback());
+        let names: Vec<_> = config.policy.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["getpage", "ms-host", "tables", "search", "ms-tables"]
+        );
+        // One per kind of limiter.
+        assert!(config.policy.iter().any(|p| p.leaky_bucket.is_some()));
+        assert!(config.policy.iter().any(|p| p.token_bucket.is_some()));
+        assert!(config.policy.iter().any(|p| p.strict.is_some()));
+        assert!(config.policy.iter().any(|p| p.concurrency.is_some()));
+        assert!(config.policy.iter().any(|p| p.adaptive.is_some()));
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_its_place() {
+        let problems = ConfigFile::parse(
+            r#"
+            [server]
+            node_id = ""
+            max_cost = 0
+
+            [[policy]]
+            name = "a"
+            strict = { qps = -1 }
+
+            [[policy]]
+            name = "a"
+            token_bucket = { rate = 1, burst = 0 }
+            "#,
+        )
+        .unwrap_err();
+        let text: Vec<String> = problems.iter().map(|p| p.to_string()).collect();
+        assert_eq!(
+            text,
+            [
+                "`server.node_id` must not be empty",
+                "`server.max_cost` must be at least 1",
+                "policy `a`: `strict.qps` must be a finite number greater than zero, got -1",
+                "policy `a`: `token_bucket.burst` must be greater than zero",
+                "policy `a`: `name` is used by more than one policy",
+            ]
+        );
+        let syntax = ConfigFile::parse("[server]\nhttp = 5").unwrap_err();
+        assert!(syntax[0].to_string().contains("http"), "{}", syntax[0]);
+    }
+}

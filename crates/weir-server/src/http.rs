@@ -1,0 +1,378 @@
+//! The HTTP API (axum): JSON in and out, `{error, detail}` on every error.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+use weir::policy::PolicyConfig;
+
+use crate::app::{AcquireInput, AcquireOutcome, App, MAX_BODY_BYTES, ThrottleQuery};
+use crate::error::ApiError;
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (
+            status,
+            Json(json!({ "error": self.code, "detail": self.detail })),
+        )
+            .into_response()
+    }
+}
+
+/// `Json<T>` whose rejections are `{error, detail}` with a fitting status (413 when too large).
+struct ApiJson<T>(T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    Json<T>: FromRequest<S, Rejection = JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        match Json::<T>::from_request(request, state).await {
+            Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(JsonRejection::BytesRejection(BytesRejection::FailedToBufferBody(_))) => {
+                Err(ApiError {
+                    status: 413,
+                    code: "too_large",
+                    detail: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+                })
+            }
+            Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::invalid(
+                "send the body as JSON with `Content-Type: application/json`",
+            )),
+            Err(rejection) => Err(ApiError::invalid(rejection.body_text())),
+        }
+    }
+}
+
+/// The router for `app`.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/v1/acquire", post(acquire))
+        .route("/v1/release", post(release))
+        .route("/v1/renew", post(renew))
+        .route("/v1/busy", post(busy))
+        .route("/v1/policies", get(list_policies))
+        .route(
+            "/v1/policies/{name}",
+            get(get_policy).put(put_policy).delete(delete_policy),
+        )
+        .route("/v1/throttles", get(throttles))
+        .route("/v1/cluster", get(cluster))
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(Arc::clone(&app), observe))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+/// Counts every answered request by route and status.
+async fn observe(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let endpoint = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_owned();
+    let start = Instant::now();
+    let response = next.run(request).await;
+    app.metrics().observe(
+        "http",
+        &endpoint,
+        response.status().as_str(),
+        start.elapsed(),
+    );
+    response
+}
+
+async fn not_found() -> ApiError {
+    ApiError {
+        status: 404,
+        code: "not_found",
+        detail: "no such endpoint; see docs/configuration.md for the API".into(),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AcquireBody {
+    policy: String,
+    key: String,
+    #[serde(default)]
+    kind: String,
+    cost: Option<u64>,
+    max_wait_ms: Option<u64>,
+}
+
+/// `RateLimit-Policy` (and, when refused, `RateLimit`) per the IETF draft: the quota is the
+/// bucket's limit per one-second window; on a refusal the remaining quota is 0 and the reset is
+/// the retry-after. Remaining quota on admission is not reported: reading it would cost every
+/// decision a second lookup.
+fn rate_limit_headers(
+    headers: &mut HeaderMap,
+    policy: &str,
+    limit: Option<f64>,
+    retry: Option<Duration>,
+) {
+    if let Some(limit) = limit {
+        if let Ok(value) = HeaderValue::from_str(&format!("\"{policy}\";q={};w=1", limit.floor())) {
+            headers.insert("ratelimit-policy", value);
+        }
+        if let Some(retry) = retry {
+            let seconds = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
+            if let Ok(value) = HeaderValue::from_str(&format!("\"{policy}\";r=0;t={seconds}")) {
+                headers.insert("ratelimit", value);
+            }
+        }
+    }
+}
+
+async fn acquire(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<AcquireBody>,
+) -> Result<Response, ApiError> {
+    let policy = body.policy.clone();
+    let outcome = app
+        .acquire(AcquireInput {
+            policy: body.policy,
+            key: body.key,
+            kind: body.kind,
+            cost: body.cost,
+            max_wait_ms: body.max_wait_ms,
+        })
+        .await?;
+    Ok(match outcome {
+        AcquireOutcome::Admitted {
+            waited,
+            lease,
+            would_throttle,
+            limit,
+        } => {
+            let mut body = json!({
+                "admitted": true,
+                "waited_ms": waited.as_millis() as u64,
+                "tier": "node",
+            });
+            if let Some((lease, ttl)) = lease {
+                body["lease"] = json!(lease);
+                body["lease_ttl_ms"] = json!(ttl.as_millis() as u64);
+            }
+            if would_throttle {
+                body["would_throttle"] = json!(true);
+            }
+            let mut response = Json(body).into_response();
+            rate_limit_headers(response.headers_mut(), &policy, limit, None);
+            response
+        }
+        AcquireOutcome::Refused {
+            retry_after,
+            reason,
+            limit,
+        } => {
+            let body = json!({
+                "admitted": false,
+                "retry_after_ms": retry_after.map(|r| r.as_millis() as u64),
+                "reason": reason,
+            });
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+            let headers = response.headers_mut();
+            if let Some(retry) = retry_after {
+                let seconds = retry.as_secs() + u64::from(retry.subsec_nanos() > 0);
+                headers.insert(header::RETRY_AFTER, seconds.max(1).into());
+            }
+            rate_limit_headers(
+                headers,
+                &policy,
+                limit,
+                retry_after.or(Some(Duration::ZERO)),
+            );
+            response
+        }
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseBody {
+    lease: String,
+}
+
+async fn release(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<ReleaseBody>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    app.release(&body.lease)?;
+    Ok(Json(json!({ "released": true })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenewBody {
+    lease: String,
+    ttl_ms: Option<u64>,
+}
+
+async fn renew(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<RenewBody>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let left = app.renew(&body.lease, body.ttl_ms)?;
+    Ok(Json(json!({ "expires_in_ms": left.as_millis() as u64 })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BusyBody {
+    policy: String,
+    #[serde(default)]
+    #[allow(dead_code)] // accepted for the API's shape; busy signals are per policy
+    kind: String,
+}
+
+async fn busy(
+    State(app): State<Arc<App>>,
+    ApiJson(body): ApiJson<BusyBody>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let tightened = app.busy(&body.policy)?;
+    Ok(Json(json!({ "tightened": tightened })))
+}
+
+async fn list_policies(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    let policies: Vec<serde_json::Value> = app
+        .all_policies()
+        .into_iter()
+        .map(|p| json!({ "policy": p.config, "etag": p.etag }))
+        .collect();
+    Json(json!({ "policies": policies }))
+}
+
+fn with_etag(body: serde_json::Value, status: StatusCode, etag: &str) -> Response {
+    let mut response = (status, Json(body)).into_response();
+    if let Ok(value) = HeaderValue::from_str(etag) {
+        response.headers_mut().insert(header::ETAG, value);
+    }
+    response
+}
+
+async fn get_policy(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let tagged = app.policy(&name)?;
+    let body =
+        serde_json::to_value(&tagged.config).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(with_etag(body, StatusCode::OK, &tagged.etag))
+}
+
+fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn put_policy(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    ApiJson(config): ApiJson<PolicyConfig>,
+) -> Result<Response, ApiError> {
+    app.check_admin(header_str(&headers, header::AUTHORIZATION))?;
+    let (created, etag) = app
+        .put_policy(&name, config, header_str(&headers, header::IF_MATCH))
+        .await?;
+    let body = serde_json::to_value(app.policy(&name)?.config)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok(with_etag(body, status, &etag))
+}
+
+async fn delete_policy(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    app.check_admin(header_str(&headers, header::AUTHORIZATION))?;
+    app.delete_policy(&name, header_str(&headers, header::IF_MATCH))
+        .await?;
+    Ok(Json(json!({ "deleted": name })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ThrottleParams {
+    policy: Option<String>,
+    node: Option<String>,
+    sort: Option<String>,
+    order: Option<String>,
+    limit: Option<usize>,
+    scope: Option<String>,
+}
+
+async fn throttles(
+    State(app): State<Arc<App>>,
+    query: Result<Query<ThrottleParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let Query(params) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    match params.scope.as_deref() {
+        None | Some("node") | Some("cluster") => {}
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`scope` must be `node` or `cluster`, got `{other}`"
+            )));
+        }
+    }
+    let rows = app.throttles(&ThrottleQuery {
+        policy: params.policy,
+        node: params.node,
+        sort: params.sort,
+        order: params.order,
+        limit: params.limit,
+    })?;
+    Ok(Json(json!({ "rows": rows })))
+}
+
+async fn cluster(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    Json(app.cluster())
+}
+
+async fn metrics(State(app): State<Arc<App>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        app.metrics().render(),
+    )
+        .into_response()
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({ "status": "ok" }))
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.is_ready() {
+        Json(json!({ "status": "ready" })).into_response()
+    } else {
+        ApiError {
+            status: 503,
+            code: "not_ready",
+            detail: "starting up or shutting down".into(),
+        }
+        .into_response()
+    }
+}

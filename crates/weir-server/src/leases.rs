@@ -1,0 +1,96 @@
+//! The server's leases: admissions of concurrency policies, held until released or expired.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use weir::SystemClock;
+use weir::lease::{LeaseId, LeaseTracker};
+use weir::policy::Admission;
+
+/// What a lease holds: the admission (its permit is released when it is dropped).
+#[derive(Debug)]
+pub struct Held {
+    /// The policy that admitted it.
+    pub policy: String,
+    /// The admission itself.
+    pub admission: Admission<SystemClock>,
+}
+
+/// Lease counts for `/metrics`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeaseCounters {
+    /// Held now.
+    pub active: u64,
+    /// Reclaimed on expiry.
+    pub expired: u64,
+    /// Released by their holder.
+    pub released: u64,
+}
+
+/// The lease table, shared by the HTTP and gRPC APIs and the sweeper.
+#[derive(Debug)]
+pub struct Leases {
+    tracker: Mutex<LeaseTracker<Held>>,
+    expired: AtomicU64,
+    released: AtomicU64,
+}
+
+impl Leases {
+    /// An empty table whose ids start with `salt`.
+    pub fn new(salt: u64) -> Self {
+        Leases {
+            tracker: Mutex::new(LeaseTracker::new(salt)),
+            expired: AtomicU64::new(0),
+            released: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTracker<Held>> {
+        self.tracker.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Holds `held` for `ttl` ns from `now`.
+    pub fn insert(&self, held: Held, ttl: u64, now: u64) -> (LeaseId, u64) {
+        self.lock().insert(held, ttl, now)
+    }
+
+    /// Releases a lease; false if it is unknown.
+    pub fn release(&self, id: LeaseId) -> bool {
+        let held = self.lock().release(id);
+        // Dropped outside the lock: releasing a permit may wake a waiter.
+        let released = held.is_some();
+        drop(held);
+        if released {
+            self.released.fetch_add(1, Ordering::Relaxed);
+        }
+        released
+    }
+
+    /// Renews a live lease to `now + ttl`; its new expiry, or `None` if unknown or expired.
+    pub fn renew(&self, id: LeaseId, ttl: u64, now: u64) -> Option<u64> {
+        self.lock().renew(id, ttl, now)
+    }
+
+    /// The policy holding a live lease.
+    pub fn policy_of(&self, id: LeaseId) -> Option<String> {
+        self.lock().get(id).map(|h| h.policy.clone())
+    }
+
+    /// Reclaims what expired by `now`; returns how many.
+    pub fn sweep(&self, now: u64) -> usize {
+        let expired = self.lock().expire(now);
+        let count = expired.len();
+        drop(expired);
+        self.expired.fetch_add(count as u64, Ordering::Relaxed);
+        count
+    }
+
+    /// Counts for `/metrics`.
+    pub fn counters(&self) -> LeaseCounters {
+        LeaseCounters {
+            active: self.lock().len() as u64,
+            expired: self.expired.load(Ordering::Relaxed),
+            released: self.released.load(Ordering::Relaxed),
+        }
+    }
+}

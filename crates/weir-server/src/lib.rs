@@ -1,0 +1,33 @@
+//! # weir-server
+//!
+//! The `weir` binary's library: everything a service written in any language needs to use
+//! Weir over the network — an HTTP API (axum) and a gRPC API (tonic) over the same operations,
+//! policies changed live and kept durably in a data dir, Prometheus metrics, and "who is
+//! throttled" (`weir top`).
+//!
+//! - [`config`]: the TOML config and its embedded default;
+//! - [`app`]: the operations, whatever the protocol;
+//! - [`http`], [`grpc`]: the two protocols;
+//! - [`durable`]: API changes kept across restarts and crashes;
+//! - [`leases`]: concurrency admissions held until released or expired;
+//! - [`metrics`]: the `/metrics` exposition;
+//! - [`serve`]: bring-up, background tasks and graceful shutdown;
+//! - [`top`], [`client`]: the `weir top` and `weir config` commands.
+
+pub mod app;
+pub mod client;
+pub mod config;
+pub mod durable;
+pub mod error;
+pub mod grpc;
+pub mod http;
+pub mod leases;
+pub mod metrics;
+pub mod serve;
+pub mod top;
+
+/// The gRPC types and services generated from `proto/weir/v1/weir.proto`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("weir.v1");
+}

@@ -1,0 +1,240 @@
+//! `weir`: the throttling server and its tools.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+use weir_server::client::Client;
+use weir_server::config::ConfigFile;
+use weir_server::serve::{self, Overrides};
+use weir_server::top::{self, TopOptions};
+
+/// Weir: throttling and admission control for shared backends.
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs a node (on the embedded default config unless --config is given).
+    Serve {
+        /// A TOML config file.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Where policy changes made over the API are kept.
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+        /// The HTTP API's address.
+        #[arg(long)]
+        http: Option<SocketAddr>,
+        /// The gRPC API's address.
+        #[arg(long)]
+        grpc: Option<SocketAddr>,
+        /// This node's name.
+        #[arg(long)]
+        node_id: Option<String>,
+        /// Log level or filter (else RUST_LOG, else `info`).
+        #[arg(long)]
+        log: Option<String>,
+    },
+    /// Shows the keys being held back, like top(1).
+    Top {
+        /// The server's HTTP address.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        server: String,
+        /// Every node's rows.
+        #[arg(long)]
+        cluster: bool,
+        /// The sort column: current_qps, qps_limit, in_flight, waiters, key, policy, kind.
+        #[arg(long)]
+        sort: Option<String>,
+        /// Only this policy.
+        #[arg(long)]
+        policy: Option<String>,
+        /// Refresh every second.
+        #[arg(long)]
+        watch: bool,
+        /// At most this many rows.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// Reads or changes a policy on a running server.
+    Config {
+        #[command(subcommand)]
+        action: ConfigAction,
+        /// The server's HTTP address.
+        #[arg(long, global = true, default_value = "http://127.0.0.1:8080")]
+        server: String,
+        /// The admin token (else WEIR_ADMIN_TOKEN).
+        #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+    },
+    /// Checks a config file and prints every problem.
+    CheckConfig {
+        /// The TOML config file.
+        file: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigAction {
+    /// Prints a policy (or every policy) as JSON.
+    Get {
+        /// The policy; none: every policy.
+        name: Option<String>,
+    },
+    /// Creates or replaces a policy from a JSON or TOML file (`-` for standard input).
+    Set {
+        /// The policy.
+        name: String,
+        /// The policy's fields.
+        file: PathBuf,
+    },
+    /// Deletes a policy.
+    Delete {
+        /// The policy.
+        name: String,
+    },
+}
+
+fn init_logs(level: Option<&str>) {
+    let filter = match level {
+        Some(level) => EnvFilter::new(level),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn check_config(file: &PathBuf) -> anyhow::Result<ExitCode> {
+    let text =
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
+    match ConfigFile::parse(&text) {
+        Ok(config) => {
+            println!("{}: ok ({} policies)", file.display(), config.policy.len());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(problems) => {
+            for problem in &problems {
+                println!("{}: {problem}", file.display());
+            }
+            println!("{} problem(s)", problems.len());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}
+
+fn read_policy(file: &PathBuf) -> anyhow::Result<serde_json::Value> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    if let Ok(json) = serde_json::from_str(&text) {
+        return Ok(json);
+    }
+    let toml: toml::Value = toml::from_str(&text)
+        .with_context(|| format!("{} is neither JSON nor TOML", file.display()))?;
+    Ok(serde_json::to_value(toml)?)
+}
+
+async fn config(action: ConfigAction, client: Client) -> anyhow::Result<()> {
+    let body = match action {
+        ConfigAction::Get { name: Some(name) } => {
+            client.get(&format!("/v1/policies/{name}")).await?
+        }
+        ConfigAction::Get { name: None } => client.get("/v1/policies").await?,
+        ConfigAction::Set { name, file } => {
+            client
+                .put(&format!("/v1/policies/{name}"), &read_policy(&file)?)
+                .await?
+        }
+        ConfigAction::Delete { name } => client.delete(&format!("/v1/policies/{name}")).await?,
+    };
+    println!("{}", serde_json::to_string_pretty(&body)?);
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::CheckConfig { file } => check_config(&file),
+        command => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime,
+                Err(e) => {
+                    eprintln!("error: starting the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            runtime.block_on(async move {
+                match command {
+                    Command::Serve {
+                        config,
+                        data_dir,
+                        http,
+                        grpc,
+                        node_id,
+                        log,
+                    } => {
+                        init_logs(log.as_deref());
+                        let overrides = Overrides {
+                            http,
+                            grpc,
+                            data_dir,
+                            node_id,
+                        };
+                        let config = serve::load_config(config.as_ref(), &overrides)?;
+                        serve::serve(config).await.map(|()| ExitCode::SUCCESS)
+                    }
+                    Command::Top {
+                        server,
+                        cluster,
+                        sort,
+                        policy,
+                        watch,
+                        limit,
+                    } => {
+                        let options = TopOptions {
+                            cluster,
+                            sort,
+                            policy,
+                            watch,
+                            limit,
+                        };
+                        top::run(&Client::new(&server, None), &options)
+                            .await
+                            .map(|()| ExitCode::SUCCESS)
+                    }
+                    Command::Config {
+                        action,
+                        server,
+                        token,
+                    } => config(action, Client::new(&server, token))
+                        .await
+                        .map(|()| ExitCode::SUCCESS),
+                    Command::CheckConfig { .. } => unreachable!("handled above"),
+                }
+            })
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,201 @@
+//! `weir serve`: bind, serve both APIs, run the background tasks, shut down gracefully.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+
+use crate::app::{App, AppSettings};
+use crate::config::{ConfigFile, DEFAULT_CONFIG};
+use crate::grpc::WeirService;
+use crate::proto::weir_server::WeirServer;
+
+/// Settings given on the command line; they override the config file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    /// `--http`.
+    pub http: Option<SocketAddr>,
+    /// `--grpc`.
+    pub grpc: Option<SocketAddr>,
+    /// `--data-dir`.
+    pub data_dir: Option<PathBuf>,
+    /// `--node-id`.
+    pub node_id: Option<String>,
+}
+
+/// Loads the config (the file, or the embedded default) and applies the overrides and
+/// `WEIR_ADMIN_TOKEN`.
+pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Result<ConfigFile> {
+    let (text, origin) = match path {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("reading the config file {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => (DEFAULT_CONFIG.to_owned(), "the embedded default".to_owned()),
+    };
+    let mut config = ConfigFile::parse(&text).map_err(|problems| {
+        let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+        anyhow::anyhow!("{origin} is not a valid config:\n{}", list.join("\n"))
+    })?;
+    let server = &mut config.server;
+    if let Some(http) = overrides.http {
+        server.http = http;
+    }
+    if let Some(grpc) = overrides.grpc {
+        server.grpc = grpc;
+    }
+    if let Some(dir) = &overrides.data_dir {
+        server.data_dir = dir.clone();
+    }
+    if let Some(id) = &overrides.node_id {
+        server.node_id = id.clone();
+    }
+    if let Ok(token) = std::env::var("WEIR_ADMIN_TOKEN") {
+        if !token.is_empty() {
+            server.admin_token = Some(token);
+        }
+    }
+    Ok(config)
+}
+
+/// Refuses an address beyond loopback when there is no admin token.
+fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
+    if config.server.admin_token.is_some() {
+        return Ok(());
+    }
+    for (name, addr) in [("http", config.server.http), ("grpc", config.server.grpc)] {
+        if !addr.ip().is_loopback() {
+            anyhow::bail!(
+                "refusing to listen on {addr} (`{name}`) without an admin token: anyone who can reach it could change or delete policies. Set `admin_token` in [server] or WEIR_ADMIN_TOKEN, or listen on 127.0.0.1"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Waits for ctrl-c or SIGTERM.
+async fn termination() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
+/// Runs a server until ctrl-c or SIGTERM; then stops accepting, answers waiting requests 503,
+/// and returns.
+pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
+    check_exposure(&config)?;
+    let server = &config.server;
+    let http_listener = TcpListener::bind(server.http)
+        .await
+        .with_context(|| format!("binding the HTTP address {}", server.http))?;
+    let grpc_listener = TcpListener::bind(server.grpc)
+        .await
+        .with_context(|| format!("binding the gRPC address {}", server.grpc))?;
+    let http_addr = http_listener.local_addr()?;
+    let grpc_addr = grpc_listener.local_addr()?;
+    let app = App::new(AppSettings {
+        node_id: server.node_id.clone(),
+        http: http_addr,
+        grpc: grpc_addr,
+        policies: config.policy.clone(),
+        data_dir: server.data_dir.clone(),
+        admin_token: server.admin_token.clone(),
+        max_cost: server.max_cost,
+    })?;
+
+    let background = spawn_background(&app, server.lease_sweep, server.report_interval);
+
+    let http = {
+        let app = Arc::clone(&app);
+        let router = crate::http::router(Arc::clone(&app));
+        tokio::spawn(async move {
+            axum::serve(http_listener, router)
+                .with_graceful_shutdown(async move { app.shutting_down().await })
+                .await
+        })
+    };
+    let grpc = {
+        let app = Arc::clone(&app);
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
+                .serve_with_incoming_shutdown(incoming, async move { app.shutting_down().await })
+                .await
+        })
+    };
+    app.set_ready(true);
+    tracing::info!(
+        node = %app.node_id(),
+        http = %http_addr,
+        grpc = %grpc_addr,
+        policies = app.policies().policies().len(),
+        "weir is serving"
+    );
+    // A line a supervisor (or a test) can read to learn the bound ports.
+    println!("listening http={http_addr} grpc={grpc_addr}");
+
+    termination().await;
+    tracing::info!("shutting down: no new connections; waiting requests are answered 503");
+    app.set_ready(false);
+    app.begin_shutdown();
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        let _ = http.await;
+        let _ = grpc.await;
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!("connections still open after 10 s; closing them");
+    }
+    background.abort();
+    // Every acknowledged policy change was written before it was acknowledged; nothing else is
+    // kept across restarts (leases are not: their holders' permits are this process's).
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The lease sweeper, the adaptive ticker and the periodic report, on one task.
+fn spawn_background(
+    app: &Arc<App>,
+    lease_sweep: Duration,
+    report_interval: Duration,
+) -> tokio::task::JoinHandle<()> {
+    let app = Arc::clone(app);
+    tokio::spawn(async move {
+        let mut sweep = tokio::time::interval(lease_sweep);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut report = tokio::time::interval(report_interval);
+        report.tick().await;
+        loop {
+            tokio::select! {
+                _ = sweep.tick() => {
+                    let reclaimed = app.sweep_leases();
+                    if reclaimed > 0 {
+                        tracing::info!(reclaimed, "leases expired without a release");
+                    }
+                }
+                _ = tick.tick() => app.tick(1000),
+                _ = report.tick() => app.report(),
+            }
+        }
+    })
+}

@@ -1,0 +1,155 @@
+//! `weir top`: the keys being held back, as a table that refreshes in place like top(1).
+
+use std::fmt::Write as _;
+use std::io::{IsTerminal, Write as _};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::client::Client;
+
+/// What to show.
+#[derive(Debug, Clone)]
+pub struct TopOptions {
+    /// Gather every node's rows (`scope=cluster`).
+    pub cluster: bool,
+    /// The sort column.
+    pub sort: Option<String>,
+    /// Only this policy.
+    pub policy: Option<String>,
+    /// Refresh every second until interrupted.
+    pub watch: bool,
+    /// At most this many rows.
+    pub limit: usize,
+}
+
+fn number(value: &Value) -> String {
+    match value.as_f64() {
+        Some(v) if v.fract() == 0.0 && v.abs() < 1e15 => format!("{v:.0}"),
+        Some(v) => format!("{v:.1}"),
+        None => "-".to_owned(),
+    }
+}
+
+/// Renders rows as a plain table.
+pub fn render(rows: &[Value]) -> String {
+    let header = [
+        "NODE",
+        "POLICY",
+        "KEY",
+        "KIND",
+        "LIMIT",
+        "QPS",
+        "IN_FLIGHT",
+        "WAITERS",
+    ];
+    let cells: Vec<[String; 8]> = rows
+        .iter()
+        .map(|r| {
+            [
+                r["node_id"].as_str().unwrap_or("").to_owned(),
+                r["policy"].as_str().unwrap_or("").to_owned(),
+                r["key"].as_str().unwrap_or("").to_owned(),
+                r["kind"].as_str().unwrap_or("").to_owned(),
+                number(&r["qps_limit"]),
+                number(&r["current_qps"]),
+                number(&r["in_flight"]),
+                number(&r["waiters"]),
+            ]
+        })
+        .collect();
+    let widths: Vec<usize> = (0..8)
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    let line = |out: &mut String, cols: &[&str]| {
+        let row: Vec<String> = cols
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i >= 4 {
+                    format!("{c:>w$}", w = widths[i])
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "{}", row.join("  ").trim_end());
+    };
+    line(&mut out, &header);
+    for row in &cells {
+        let cols: Vec<&str> = row.iter().map(String::as_str).collect();
+        line(&mut out, &cols);
+    }
+    if cells.is_empty() {
+        out.push_str("(no key is being held back)\n");
+    }
+    out
+}
+
+/// Runs `weir top` against `client`.
+pub async fn run(client: &Client, options: &TopOptions) -> anyhow::Result<()> {
+    let mut query = format!("/v1/throttles?limit={}", options.limit);
+    if options.cluster {
+        query.push_str("&scope=cluster");
+    }
+    if let Some(sort) = &options.sort {
+        query.push_str(&format!("&sort={sort}"));
+    }
+    if let Some(policy) = &options.policy {
+        query.push_str(&format!("&policy={policy}"));
+    }
+    let tty = std::io::stdout().is_terminal();
+    loop {
+        let body = client.get(&query).await?;
+        let rows = body["rows"].as_array().cloned().unwrap_or_default();
+        let table = render(&rows);
+        let mut stdout = std::io::stdout();
+        if options.watch && tty {
+            // Clear the screen and home the cursor, then redraw.
+            let _ = write!(stdout, "\x1b[2J\x1b[H");
+        }
+        let _ = write!(stdout, "{table}");
+        let _ = stdout.flush();
+        if !options.watch {
+            return Ok(());
+        }
+        if !tty {
+            let _ = writeln!(stdout);
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rows_render_as_an_aligned_table() {
+        let rows = vec![json!({
+            "node_id": "local", "policy": "tables", "key": "orders", "kind": "scan",
+            "qps_limit": 10.0, "current_qps": 42.25, "in_flight": 0, "waiters": 3
+        })];
+        let table = render(&rows);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 2);
+        assert!(
+            lines[0].starts_with("NODE   POLICY  KEY     KIND  LIMIT"),
+            "{table}"
+        );
+        assert!(
+            lines[1].starts_with("local  tables  orders  scan     10   42.2"),
+            "{table}"
+        );
+        assert!(render(&[]).contains("no key is being held back"));
+    }
+}
