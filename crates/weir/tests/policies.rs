@@ -705,3 +705,34 @@ fn an_adaptive_policy_in_monitor_mode_only_counts() {
         "policy `bad`: `adaptive.ratio` must be between 0 and 1 (exclusive)"
     );
 }
+
+/// Seed 004's acceptance test, exact: a leaky bucket refilling 10 tokens per 100 ms (100/s),
+/// holding at most 10 and starting empty; one client acquiring in a loop, waiting each time,
+/// for 10 s of (paused) time gets exactly 1000 admissions. `bench/seed004_acceptance.py` runs
+/// the same against a real server in real time.
+#[tokio::test(start_paused = true)]
+async fn seed_004_one_client_gets_exactly_100_per_second() {
+    let p = Policy::with_cores(
+        policy(
+            r#"
+            name = "tenant"
+            max_wait = "1s"
+            leaky_bucket = { initial = 0, refill_interval = "100ms", refill_amount = 10, max = 10 }
+            "#,
+        ),
+        TokioClock::new(),
+        1,
+    )
+    .unwrap();
+    let start = tokio::time::Instant::now();
+    let mut admitted = 0u32;
+    while start.elapsed() < Duration::from_secs(10) {
+        let admission = p.acquire(&Request::new("tenant-1")).await.unwrap();
+        if start.elapsed() <= Duration::from_secs(10) {
+            admitted += 1;
+        }
+        drop(admission);
+    }
+    assert_eq!(admitted, 1000);
+    assert_eq!(p.stats().throttled, 1000, "each one waited its 10 ms");
+}

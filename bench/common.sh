@@ -1,0 +1,34 @@
+# Shared by the bench scripts: build the release binary, start a server on ephemeral loopback
+# ports with a given config, and stop it on exit. Source it; it sets WEIR_HTTP, WEIR_GRPC and
+# WEIR_PID.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-server
+WEIR_BIN="$root/target/release/weir"
+bench_dir=$(mktemp -d)
+trap 'kill "${WEIR_PID:-}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
+
+# start_weir CONFIG_TEXT: starts a server and waits for its "listening" line.
+start_weir() {
+  printf '%s\n' "$1" >"$bench_dir/config.toml"
+  "$WEIR_BIN" serve --config "$bench_dir/config.toml" --data-dir "$bench_dir/data" \
+    --http 127.0.0.1:0 --grpc 127.0.0.1:0 --log warn >"$bench_dir/out" 2>"$bench_dir/err" &
+  WEIR_PID=$!
+  for _ in $(seq 1 200); do
+    grep -q '^listening' "$bench_dir/out" && break
+    sleep 0.05
+  done
+  WEIR_HTTP=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$bench_dir/out")
+  WEIR_GRPC=$(sed -n 's/.* grpc=\([^ ]*\).*/\1/p' "$bench_dir/out")
+  [ -n "$WEIR_HTTP" ] || { cat "$bench_dir/err"; echo "weir did not start" >&2; exit 1; }
+}
+
+# stop_weir: SIGTERM and wait.
+stop_weir() {
+  kill -TERM "$WEIR_PID" && wait "$WEIR_PID" || true
+}
+
+# cpu_ticks PID: user + system clock ticks the process has used so far.
+cpu_ticks() {
+  awk '{print $14 + $15}' "/proc/$1/stat"
+}

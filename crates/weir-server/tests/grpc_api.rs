@@ -1,0 +1,159 @@
+//! The gRPC API of a real `weir serve`, unary and streaming.
+
+mod support;
+
+use support::Server;
+use tokio_stream::StreamExt;
+use tonic::Code;
+use weir_server::proto::weir_client::WeirClient;
+use weir_server::proto::{
+    AcquireRequest, BusyRequest, ReleaseRequest, RenewRequest, ThrottlesRequest,
+};
+
+const CONFIG: &str = r#"
+[[policy]]
+name = "tokens"
+on_exhausted = "reject"
+token_bucket = { rate = 1, burst = 2 }
+
+[[policy]]
+name = "inflight"
+on_exhausted = "reject"
+concurrency = { node_limit = 1 }
+
+[[policy]]
+name = "adaptive"
+adaptive = { top_k = 1 }
+"#;
+
+fn acquire(policy: &str, key: &str, id: u64) -> AcquireRequest {
+    AcquireRequest {
+        policy: policy.into(),
+        key: key.into(),
+        id,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn unary_calls_mirror_the_http_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
+
+    for _ in 0..2 {
+        let answer = client
+            .acquire(acquire("tokens", "a", 0))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(answer.admitted);
+        assert_eq!(answer.tier, "node");
+    }
+    let refused = client
+        .acquire(acquire("tokens", "a", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!refused.admitted);
+    assert!(refused.retry_after_ms.unwrap() <= 1000);
+    assert!(refused.reason.starts_with("policy `tokens`"));
+
+    let held = client
+        .acquire(acquire("inflight", "g", 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(held.admitted && !held.lease.is_empty());
+    let renewed = client
+        .renew(RenewRequest {
+            lease: held.lease.clone(),
+            ttl_ms: Some(10_000),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(renewed.expires_in_ms > 9_000);
+    assert!(
+        client
+            .release(ReleaseRequest {
+                lease: held.lease.clone()
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .released
+    );
+    let again = client
+        .release(ReleaseRequest { lease: held.lease })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), Code::NotFound);
+
+    let unknown = client.acquire(acquire("nope", "a", 0)).await.unwrap_err();
+    assert_eq!(unknown.code(), Code::NotFound);
+    let invalid = client.acquire(acquire("tokens", "", 0)).await.unwrap_err();
+    assert_eq!(invalid.code(), Code::InvalidArgument);
+    assert!(invalid.message().contains("`key`"));
+
+    let busy = client
+        .busy(BusyRequest {
+            policy: "tokens".into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(busy.code(), Code::FailedPrecondition);
+    let busy = client
+        .busy(BusyRequest {
+            policy: "adaptive".into(),
+            kind: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!busy.tightened, "no traffic yet: nothing to tighten");
+
+    let rows = client
+        .throttles(ThrottlesRequest {
+            policy: "tokens".into(),
+            limit: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .rows;
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].key.as_str(), rows[0].qps_limit), ("a", Some(1.0)));
+}
+
+#[tokio::test]
+async fn the_stream_answers_every_request_with_its_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
+    // 100 keys × 3 requests on a burst-2 bucket: 200 admitted, 100 refused, plus one invalid.
+    let mut requests: Vec<AcquireRequest> = (0..300u64)
+        .map(|i| acquire("tokens", &format!("k{}", i % 100), i))
+        .collect();
+    requests.push(acquire("tokens", "", 300));
+    let answers: Vec<_> = client
+        .acquire_stream(tokio_stream::iter(requests))
+        .await
+        .unwrap()
+        .into_inner()
+        .collect::<Vec<_>>()
+        .await;
+    let answers: Vec<_> = answers.into_iter().map(|a| a.unwrap()).collect();
+    assert_eq!(answers.len(), 301);
+    let mut ids: Vec<u64> = answers.iter().map(|a| a.id).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..=300).collect::<Vec<_>>());
+    assert_eq!(answers.iter().filter(|a| a.admitted).count(), 200);
+    let invalid = answers.iter().find(|a| a.id == 300).unwrap();
+    assert!(
+        invalid.error.contains("`key` must not be empty"),
+        "{}",
+        invalid.error
+    );
+}

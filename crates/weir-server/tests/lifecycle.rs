@@ -1,0 +1,280 @@
+//! A real `weir` process's life: restarts, `kill -9`, graceful shutdown, refusals to start, and
+//! the command-line tools.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::{Server, weir};
+
+const CONFIG: &str = r#"
+[[policy]]
+name = "from-file"
+on_exhausted = "reject"
+strict = { qps = 10 }
+
+[[policy]]
+name = "slow"
+on_exhausted = "wait"
+max_wait = "60s"
+leaky_bucket = { initial = 0, refill_interval = "30s", refill_amount = 1, max = 1 }
+"#;
+
+async fn put(server: &Server, name: &str, qps: f64) -> StatusCode {
+    reqwest::Client::new()
+        .put(server.url(&format!("/v1/policies/{name}")))
+        .json(&json!({"strict": {"qps": qps}}))
+        .send()
+        .await
+        .map(|r| r.status())
+        .unwrap_or(StatusCode::SERVICE_UNAVAILABLE)
+}
+
+async fn policy(server: &Server, name: &str) -> Option<Value> {
+    let response = reqwest::get(server.url(&format!("/v1/policies/{name}")))
+        .await
+        .unwrap();
+    if response.status() != StatusCode::OK {
+        return None;
+    }
+    response.json().await.ok()
+}
+
+#[tokio::test]
+async fn api_changes_survive_a_restart_and_file_policies_stay_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(CONFIG, &data);
+    assert_eq!(put(&server, "added", 7.0).await, StatusCode::CREATED);
+    assert_eq!(put(&server, "from-file", 3.0).await, StatusCode::OK);
+    let deleted = reqwest::Client::new()
+        .delete(server.url("/v1/policies/slow"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::OK);
+    server.signal("TERM");
+    let (status, _) = server.wait();
+    assert!(status.success(), "a graceful stop exits 0: {status}");
+
+    let server = Server::start(CONFIG, &data);
+    assert_eq!(
+        policy(&server, "added").await.unwrap()["strict"]["qps"],
+        7.0
+    );
+    assert_eq!(
+        policy(&server, "from-file").await.unwrap()["strict"]["qps"],
+        3.0
+    );
+    assert!(policy(&server, "slow").await.is_none(), "stays deleted");
+}
+
+#[tokio::test]
+async fn kill_9_during_a_stream_of_puts_loses_no_acknowledged_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(CONFIG, &data);
+    let mut acknowledged = Vec::new();
+    let mut killed = false;
+    for i in 0..400u32 {
+        if i == 60 {
+            // Kill it while the next PUTs are in flight.
+            server.signal("KILL");
+            killed = true;
+        }
+        let status = put(&server, &format!("p{}", i % 40), f64::from(i + 1)).await;
+        if status.is_success() {
+            acknowledged.push((i % 40, f64::from(i + 1)));
+        } else if killed {
+            break;
+        }
+    }
+    assert!(
+        acknowledged.len() >= 60,
+        "{} acknowledged",
+        acknowledged.len()
+    );
+    let (status, _) = server.wait();
+    assert!(!status.success(), "it was killed");
+
+    let server = Server::start(CONFIG, &data);
+    // The last acknowledged value of each policy is there (a PUT in flight at the kill may also
+    // have landed, but only after every acknowledged one).
+    let mut last = std::collections::BTreeMap::new();
+    for (p, qps) in &acknowledged {
+        last.insert(*p, *qps);
+    }
+    for (p, qps) in last {
+        let found = policy(&server, &format!("p{p}"))
+            .await
+            .expect("an acknowledged policy");
+        let got = found["strict"]["qps"].as_f64().unwrap();
+        assert!(got >= qps, "p{p}: acknowledged {qps}, found {got}");
+    }
+}
+
+#[tokio::test]
+async fn sigterm_answers_waiting_requests_503_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let url = server.url("/v1/acquire");
+    let waiting = tokio::spawn(async move {
+        reqwest::Client::new()
+            .post(url)
+            .json(&json!({"policy": "slow", "key": "tenant"}))
+            .send()
+            .await
+            .unwrap()
+    });
+    // Wait until the request is queued (the waiters gauge says so), then stop the server.
+    let start = Instant::now();
+    loop {
+        let metrics = reqwest::get(server.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains("weir_waiters{policy=\"slow\"} 1") {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the request never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.signal("TERM");
+    let response = waiting.await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "shutting_down");
+    let (status, _) = server.wait();
+    assert!(status.success(), "{status}");
+}
+
+#[test]
+fn a_non_loopback_address_without_a_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = weir()
+        .args([
+            "serve",
+            "--http",
+            "0.0.0.0:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env_remove("WEIR_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("admin token"), "{stderr}");
+}
+
+#[test]
+fn a_corrupt_data_dir_is_named_and_not_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policies.json"), "{ torn").unwrap();
+    let output = weir()
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("policies.json is not a valid policy file"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("policies.json")).unwrap(),
+        "{ torn"
+    );
+}
+
+#[test]
+fn check_config_prints_every_problem_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        "[[policy]]\nname = \"a\"\nstrict = { qps = 0 }\n\n[[policy]]\nname = \"b\"\n",
+    )
+    .unwrap();
+    let output = weir().arg("check-config").arg(&bad).output().unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("policy `a`: `strict.qps` must be a finite number greater than zero"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("policy `b`: `limiter` is missing"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("2 problem(s)"), "{stdout}");
+
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, CONFIG).unwrap();
+    let output = weir().arg("check-config").arg(&good).output().unwrap();
+    assert!(output.status.success());
+    assert!(String::from_utf8_lossy(&output.stdout).contains("ok (2 policies)"));
+}
+
+#[tokio::test]
+async fn the_config_and_top_commands_talk_to_a_running_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let file = dir.path().join("p.toml");
+    std::fs::write(&file, "on_exhausted = \"reject\"\nstrict = { qps = 2 }\n").unwrap();
+    let run = |args: &[&str]| {
+        let output = weir()
+            .args(args)
+            .args(["--server", &server.http])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "weir {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let set = run(&["config", "set", "cli", file.to_str().unwrap()]);
+    assert!(set.contains("\"qps\": 2.0"), "{set}");
+    let got = run(&["config", "get", "cli"]);
+    assert!(got.contains("\"name\": \"cli\""), "{got}");
+    for _ in 0..3 {
+        reqwest::Client::new()
+            .post(server.url("/v1/acquire"))
+            .json(&json!({"policy": "cli", "key": "orders"}))
+            .send()
+            .await
+            .unwrap();
+    }
+    let top = run(&["top"]);
+    let lines: Vec<&str> = top.lines().collect();
+    assert!(lines[0].starts_with("NODE"), "{top}");
+    assert!(
+        lines[1].contains("cli") && lines[1].contains("orders"),
+        "{top}"
+    );
+    run(&["config", "delete", "cli"]);
+    assert!(policy(&server, "cli").await.is_none());
+}

@@ -1,0 +1,139 @@
+//! Starts the real `weir` binary on ephemeral loopback ports for integration tests.
+
+#![allow(dead_code)] // each test binary uses a different part of this
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A running `weir serve`.
+pub struct Server {
+    child: Option<Child>,
+    /// `http://127.0.0.1:PORT`.
+    pub http: String,
+    /// `http://127.0.0.1:PORT` of the gRPC API.
+    pub grpc: String,
+    /// The data dir it runs with.
+    pub data_dir: PathBuf,
+    /// Its standard error, gathered after it exits.
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+/// The `weir` binary under test.
+pub fn weir() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weir"))
+}
+
+impl Server {
+    /// Starts `weir serve` with `config` (TOML text) and `data_dir`, and waits until it says on
+    /// which ports it listens.
+    pub fn start(config: &str, data_dir: &Path) -> Server {
+        Server::start_with(config, data_dir, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra environment variables.
+    pub fn start_with(config: &str, data_dir: &Path, env: &[(&str, &str)]) -> Server {
+        let config_path = data_dir.with_extension("toml");
+        std::fs::write(&config_path, config).expect("writing the test config");
+        let mut command = weir();
+        command
+            .args([
+                "serve",
+                "--http",
+                "127.0.0.1:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--log",
+                "warn",
+            ])
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--data-dir")
+            .arg(data_dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("starting weir serve");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let stderr =
+            std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("listening ") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "weir serve did not start: {}",
+                    stderr.join().unwrap_or_default()
+                );
+            }
+        };
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|part| part.strip_prefix(name))
+                .map(|addr| format!("http://{addr}"))
+                .expect("an address in the listening line")
+        };
+        Server {
+            http: field("http="),
+            grpc: field("grpc="),
+            child: Some(child),
+            data_dir: data_dir.to_owned(),
+            stderr: Some(stderr),
+        }
+    }
+
+    fn pid(&self) -> String {
+        self.child.as_ref().expect("running").id().to_string()
+    }
+
+    /// Sends a signal (`TERM`, `KILL`) to the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid())
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
+    /// Waits for the server to exit; returns its status and standard error.
+    pub fn wait(mut self) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("running");
+        let status = child.wait().expect("waiting for weir serve");
+        let stderr = self
+            .stderr
+            .take()
+            .map(|h| h.join().unwrap_or_default())
+            .unwrap_or_default();
+        (status, stderr)
+    }
+
+    /// `url` under the HTTP API.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.http)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
