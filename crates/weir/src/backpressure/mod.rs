@@ -294,7 +294,7 @@ impl<C: Clock + Clone> Backpressure<C> {
     }
 
     /// `ms` milliseconds have passed. Returns true if that relaxed a level of limits. The task
-    /// from [`spawn_ticker`](Self::spawn_ticker) calls this every second.
+    /// from [`ticker`](Self::ticker) calls this every second.
     pub fn tick(&self, ms: u64) -> bool {
         let mut control = self.control();
         if !control.coordinator.tick(ms) {
