@@ -142,13 +142,13 @@ mod tests {
         let table = render(&rows);
         let lines: Vec<&str> = table.lines().collect();
         assert_eq!(lines.len(), 2);
-        assert!(
-            lines[0].starts_with("NODE   POLICY  KEY     KIND  LIMIT"),
-            "{table}"
+        assert_eq!(
+            lines[0],
+            "NODE   POLICY  KEY     KIND  LIMIT   QPS  IN_FLIGHT  WAITERS"
         );
-        assert!(
-            lines[1].starts_with("local  tables  orders  scan     10   42.2"),
-            "{table}"
+        assert_eq!(
+            lines[1],
+            "local  tables  orders  scan     10  42.2          0        3"
         );
         assert!(render(&[]).contains("no key is being held back"));
     }
