@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # HTTP acquire throughput and the cost of throttling, against a real server on loopback.
 #
-#   bash bench/http_throughput.sh [SECONDS]
+#   bash bench/http_throughput.sh [SECONDS] [ROUNDS]
 #
 # wrk (Debian's package; installed if missing) drives keep-alive connections as fast as the
 # server answers (closed loop). Two runs, same load, 1 000 keys:
 #   - "limiting":   a token bucket per key, far above what the load reaches (every request
 #                   goes through the whole decision, none is refused);
 #   - "admit-all":  a policy whose kind override is unlimited (the decision short-circuits).
-# For each: requests/s, latency from wrk, and the server's CPU time per request.
+# For each: requests/s, latency from wrk, and the server's CPU time per request. The two runs
+# alternate for ROUNDS rounds (default 3), because these shared machines drift: compare the
+# medians.
 source "$(dirname "$0")/common.sh"
 seconds=${1:-10}
+rounds=${2:-3}
 if ! command -v wrk >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null
 fi
@@ -52,6 +55,16 @@ token_bucket = { rate = 1000000000, burst = 1000000000, overrides = { free = 0 }
   stop_weir
 }
 
-echo "HTTP POST /v1/acquire, wrk -t2 -c64, ${seconds}s, $(nproc) cores"
-run limiting limited
-run admit-all free
+echo "HTTP POST /v1/acquire, wrk -t2 -c64, ${seconds}s per run, $(nproc) cores, $rounds rounds"
+for _ in $(seq 1 "$rounds"); do
+  run limiting limited | tee -a "$bench_dir/results"
+  run admit-all free | tee -a "$bench_dir/results"
+done
+median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+for label in limiting admit-all; do
+  rps=$(awk -v l="$label" '$1 == l {print $2}' "$bench_dir/results" | median)
+  cpu=$(awk -v l="$label" '$1 == l {print $(NF-1)}' "$bench_dir/results" | median)
+  printf 'median %-10s %10s req/s   %s µs CPU/request\n' "$label" "$rps" "$cpu"
+  eval "cpu_${label//-/_}=$cpu"
+done
+awk -v a="$cpu_limiting" -v b="$cpu_admit_all" 'BEGIN {printf "CPU per request, throttling / admit-all: %.3f\n", a / b}'
