@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::lease::LeaseId;
-use weir::policy::{PolicyConfig, PolicySet, Request};
+use weir::policy::{PolicyConfig, PolicySet, Request, ThrottledRow};
 use weir::{Clock, SystemClock};
 
 use crate::durable::{self, Overlay};
@@ -67,25 +67,14 @@ pub enum AcquireOutcome {
     },
 }
 
-/// One "who is throttled" row.
+/// One "who is throttled" row: a policy's row, and the node that holds the key back.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ThrottleRow {
     /// The node that holds the key back.
     pub node_id: String,
-    /// The policy.
-    pub policy: String,
-    /// The key.
-    pub key: String,
-    /// The kind of its latest request.
-    pub kind: String,
-    /// Its limit (per second, or permits), if any.
-    pub qps_limit: Option<f64>,
-    /// Its observed rate.
-    pub current_qps: f64,
-    /// Permits it holds now.
-    pub in_flight: u64,
-    /// Its requests waiting now.
-    pub waiters: u64,
+    /// The key, its policy, limit and rates.
+    #[serde(flatten)]
+    pub row: ThrottledRow,
 }
 
 /// Filters and order of a throttle listing.
@@ -119,8 +108,6 @@ pub struct App {
     http: SocketAddr,
     grpc: SocketAddr,
     policies: Arc<PolicySet<SystemClock>>,
-    /// The config file's policies, under the overlay.
-    base: Vec<PolicyConfig>,
     data_dir: PathBuf,
     /// The overlay in force; the lock also serialises admin changes.
     overlay: AsyncMutex<Overlay>,
@@ -181,7 +168,7 @@ impl App {
     /// Loads the data dir's overlay over `settings.policies` and builds every policy.
     pub fn new(settings: AppSettings) -> anyhow::Result<Arc<Self>> {
         let overlay = durable::load(&settings.data_dir)?;
-        let configs = overlay.apply(settings.policies.clone());
+        let configs = overlay.apply(settings.policies);
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|problems| {
             let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
             anyhow::anyhow!(
@@ -197,7 +184,6 @@ impl App {
             http: settings.http,
             grpc: settings.grpc,
             policies,
-            base: settings.policies,
             data_dir: settings.data_dir,
             overlay: AsyncMutex::new(overlay),
             leases,
@@ -430,15 +416,9 @@ impl App {
         let mut rows: Vec<ThrottleRow> = policies
             .iter()
             .flat_map(|p| p.throttled_keys(limit))
-            .map(|r| ThrottleRow {
+            .map(|row| ThrottleRow {
                 node_id: self.node_id.clone(),
-                policy: r.policy,
-                key: r.key,
-                kind: r.kind,
-                qps_limit: r.qps_limit,
-                current_qps: r.current_qps,
-                in_flight: r.in_flight,
-                waiters: r.waiters,
+                row,
             })
             .collect();
         sort_rows(&mut rows, query.sort.as_deref(), query.order.as_deref())?;
@@ -543,11 +523,6 @@ impl App {
             .map_err(|e| ApiError::internal(e.to_string()))
     }
 
-    /// The config file's policies (before the overlay), for diagnostics.
-    pub fn base_policies(&self) -> &[PolicyConfig] {
-        &self.base
-    }
-
     /// This node, as `/v1/cluster` shows it.
     pub fn cluster(&self) -> serde_json::Value {
         serde_json::json!({
@@ -585,17 +560,16 @@ fn sort_rows(
         }
     };
     let by: fn(&ThrottleRow, &ThrottleRow) -> std::cmp::Ordering = match column {
-        "current_qps" => |a, b| a.current_qps.total_cmp(&b.current_qps),
+        "current_qps" => |a, b| a.row.current_qps.total_cmp(&b.row.current_qps),
         "qps_limit" => |a, b| {
-            a.qps_limit
-                .unwrap_or(f64::INFINITY)
-                .total_cmp(&b.qps_limit.unwrap_or(f64::INFINITY))
+            let limit = |r: &ThrottleRow| r.row.qps_limit.unwrap_or(f64::INFINITY);
+            limit(a).total_cmp(&limit(b))
         },
-        "in_flight" => |a, b| a.in_flight.cmp(&b.in_flight),
-        "waiters" => |a, b| a.waiters.cmp(&b.waiters),
-        "key" => |a, b| a.key.cmp(&b.key),
-        "policy" => |a, b| a.policy.cmp(&b.policy),
-        "kind" => |a, b| a.kind.cmp(&b.kind),
+        "in_flight" => |a, b| a.row.in_flight.cmp(&b.row.in_flight),
+        "waiters" => |a, b| a.row.waiters.cmp(&b.row.waiters),
+        "key" => |a, b| a.row.key.cmp(&b.row.key),
+        "policy" => |a, b| a.row.policy.cmp(&b.row.policy),
+        "kind" => |a, b| a.row.kind.cmp(&b.row.kind),
         other => {
             return Err(ApiError::invalid(format!(
                 "`sort` must be one of current_qps, qps_limit, in_flight, waiters, key, policy, kind; got `{other}`"
@@ -603,7 +577,8 @@ fn sort_rows(
         }
     };
     rows.sort_by(|a, b| {
-        let ordering = by(a, b).then_with(|| (&a.policy, &a.key).cmp(&(&b.policy, &b.key)));
+        let ordering =
+            by(a, b).then_with(|| (&a.row.policy, &a.row.key).cmp(&(&b.row.policy, &b.row.key)));
         if descending {
             ordering.reverse()
         } else {

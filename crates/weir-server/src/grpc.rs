@@ -178,13 +178,13 @@ impl Weir for WeirService {
                         .into_iter()
                         .map(|r| ThrottleRow {
                             node_id: r.node_id,
-                            policy: r.policy,
-                            key: r.key,
-                            kind: r.kind,
-                            qps_limit: r.qps_limit,
-                            current_qps: r.current_qps,
-                            in_flight: r.in_flight,
-                            waiters: r.waiters,
+                            policy: r.row.policy,
+                            key: r.row.key,
+                            kind: r.row.kind,
+                            qps_limit: r.row.qps_limit,
+                            current_qps: r.row.current_qps,
+                            in_flight: r.row.in_flight,
+                            waiters: r.row.waiters,
                         })
                         .collect(),
                 })

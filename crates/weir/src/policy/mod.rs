@@ -770,7 +770,7 @@ impl Drop for StillWaiting<'_> {
 }
 
 /// A row of "who is throttled".
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ThrottledRow {
     /// The policy.
     pub policy: String,
