@@ -1,0 +1,254 @@
+//! The ownership ring: which node owns a bucket's shared pool.
+//!
+//! Consistent hashing with virtual nodes. Every node places `vnodes` points on a 64-bit circle
+//! (`xxh3(node id # i)`, a fixed, specified hash — never a per-process seeded one, or nodes
+//! would disagree); a bucket belongs to the first point at or after `xxh3(bucket)`, wrapping
+//! around. Equal points are ordered by node id, so the ring depends only on the *set* of
+//! members, never on the order they were learned in. A node joining or leaving moves only the
+//! buckets between its points and their predecessors: about `1/N` of them.
+//!
+//! Only members that may own buckets and speak this node's protocol version are placed.
+//! [`SharedRing`] publishes a ring atomically so lookups take no lock.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+/// The fixed seed of the ring's hash: part of the protocol, the same on every node.
+pub const RING_SEED: u64 = 0x5745_4952_5249_4e47; // "WEIRRING"
+
+/// Virtual nodes per member, by default.
+pub const DEFAULT_VNODES: u32 = 128;
+
+/// A cluster member as the ring sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The node's id, unique in the cluster.
+    pub id: String,
+    /// The cluster protocol version it speaks.
+    pub protocol: u32,
+    /// Whether it may own buckets.
+    pub owner: bool,
+}
+
+impl Member {
+    /// An owner-eligible member speaking `protocol`.
+    pub fn owner(id: impl Into<String>, protocol: u32) -> Self {
+        Member {
+            id: id.into(),
+            protocol,
+            owner: true,
+        }
+    }
+}
+
+/// A consistent-hash ring over the eligible members; see the [module docs](self).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Ring {
+    /// Points on the circle, sorted by (hash, member id).
+    points: Vec<(u64, u32)>,
+    /// The placed members' ids, sorted.
+    members: Vec<String>,
+}
+
+fn point_hash(id: &str, vnode: u32) -> u64 {
+    let mut key = Vec::with_capacity(id.len() + 5);
+    key.extend_from_slice(id.as_bytes());
+    key.push(b'#');
+    key.extend_from_slice(&vnode.to_be_bytes());
+    xxh3_64_with_seed(&key, RING_SEED)
+}
+
+impl Ring {
+    /// A ring of the `members` that may own buckets and speak `protocol`, `vnodes` points each.
+    pub fn new(members: impl IntoIterator<Item = Member>, vnodes: u32, protocol: u32) -> Self {
+        let mut ids: Vec<String> = members
+            .into_iter()
+            .filter(|m| m.owner && m.protocol == protocol)
+            .map(|m| m.id)
+            .collect();
+        ids.sort();
+        ids.dedup();
+        let mut points: Vec<(u64, u32)> = ids
+            .iter()
+            .enumerate()
+            .flat_map(|(index, id)| (0..vnodes).map(move |v| (point_hash(id, v), index as u32)))
+            .collect();
+        // Members are indexed in id order, so sorting by (hash, index) breaks ties by id.
+        points.sort_unstable();
+        Ring {
+            points,
+            members: ids,
+        }
+    }
+
+    /// The member that owns `bucket`, or `None` if the ring is empty.
+    pub fn owner_of(&self, bucket: &str) -> Option<&str> {
+        if self.points.is_empty() {
+            return None;
+        }
+        let hash = xxh3_64_with_seed(bucket.as_bytes(), RING_SEED);
+        let at = self.points.partition_point(|&(point, _)| point < hash);
+        let (_, member) = self.points[at % self.points.len()];
+        Some(&self.members[member as usize])
+    }
+
+    /// The placed members, sorted by id.
+    pub fn members(&self) -> &[String] {
+        &self.members
+    }
+
+    /// Whether no member is placed.
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+}
+
+/// A ring published for lock-free lookups and replaced whole when membership changes.
+#[derive(Debug, Default)]
+pub struct SharedRing {
+    ring: ArcSwap<Ring>,
+}
+
+impl SharedRing {
+    /// Publishes `ring`.
+    pub fn new(ring: Ring) -> Self {
+        SharedRing {
+            ring: ArcSwap::from_pointee(ring),
+        }
+    }
+
+    /// The ring in force.
+    pub fn load(&self) -> Arc<Ring> {
+        self.ring.load_full()
+    }
+
+    /// Replaces the ring.
+    pub fn publish(&self, ring: Ring) {
+        self.ring.store(Arc::new(ring));
+    }
+
+    /// The owner of `bucket` under the ring in force.
+    pub fn owner_of(&self, bucket: &str) -> Option<String> {
+        self.ring.load().owner_of(bucket).map(str::to_owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    const PROTOCOL: u32 = 1;
+
+    fn ring(ids: &[&str]) -> Ring {
+        Ring::new(
+            ids.iter().map(|id| Member::owner(*id, PROTOCOL)),
+            DEFAULT_VNODES,
+            PROTOCOL,
+        )
+    }
+
+    fn keys() -> impl Iterator<Item = String> {
+        (0..100_000).map(|i| format!("group-{}:user:{i}", i % 97))
+    }
+
+    #[test]
+    fn the_same_members_in_any_order_give_the_same_owners() {
+        let a = ring(&["n1", "n2", "n3"]);
+        let b = ring(&["n3", "n1", "n2", "n1"]);
+        assert_eq!(a, b);
+        for key in keys().take(1000) {
+            assert_eq!(a.owner_of(&key), b.owner_of(&key));
+        }
+    }
+
+    #[test]
+    fn load_is_balanced_over_three_nodes() {
+        let r = ring(&["n1", "n2", "n3"]);
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for key in keys() {
+            *counts.entry(r.owner_of(&key).unwrap()).or_default() += 1;
+        }
+        let mean = 100_000.0 / 3.0;
+        let max = *counts.values().max().unwrap() as f64;
+        assert!(
+            max / mean <= 1.15,
+            "max/mean = {:.3}: {counts:?}",
+            max / mean
+        );
+    }
+
+    #[test]
+    fn a_leave_moves_only_the_leavers_keys() {
+        let before = ring(&["n1", "n2", "n3"]);
+        let after = ring(&["n1", "n3"]);
+        let mut moved = 0;
+        for key in keys() {
+            let (was, is) = (
+                before.owner_of(&key).unwrap(),
+                after.owner_of(&key).unwrap(),
+            );
+            if was != is {
+                assert_eq!(was, "n2", "{key} moved from {was}, which did not leave");
+                moved += 1;
+            }
+        }
+        assert!(
+            moved as f64 / 100_000.0 <= 1.0 / 3.0 + 0.05,
+            "{moved} moved"
+        );
+    }
+
+    #[test]
+    fn a_join_moves_at_most_its_share_and_only_to_the_joiner() {
+        let before = ring(&["n1", "n2", "n3"]);
+        let after = ring(&["n1", "n2", "n3", "n4"]);
+        let mut moved = 0;
+        for key in keys() {
+            let (was, is) = (
+                before.owner_of(&key).unwrap(),
+                after.owner_of(&key).unwrap(),
+            );
+            if was != is {
+                assert_eq!(is, "n4", "{key} moved to {is}, which did not join");
+                moved += 1;
+            }
+        }
+        assert!(
+            moved as f64 / 100_000.0 <= 1.0 / 4.0 + 0.05,
+            "{moved} moved"
+        );
+    }
+
+    #[test]
+    fn only_eligible_members_of_this_protocol_own_buckets() {
+        let r = Ring::new(
+            [
+                Member::owner("n1", PROTOCOL),
+                Member::owner("old", PROTOCOL - 1),
+                Member {
+                    id: "coordinator-only".into(),
+                    protocol: PROTOCOL,
+                    owner: false,
+                },
+            ],
+            DEFAULT_VNODES,
+            PROTOCOL,
+        );
+        assert_eq!(r.members(), ["n1"]);
+        assert!(keys().take(100).all(|k| r.owner_of(&k) == Some("n1")));
+        assert_eq!(Ring::default().owner_of("any"), None);
+    }
+
+    #[test]
+    fn a_shared_ring_swaps_whole() {
+        let shared = SharedRing::new(ring(&["n1"]));
+        assert_eq!(shared.owner_of("b").as_deref(), Some("n1"));
+        shared.publish(ring(&[]));
+        assert_eq!(shared.owner_of("b"), None);
+        assert!(shared.load().is_empty());
+    }
+}
