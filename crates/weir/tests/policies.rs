@@ -736,3 +736,41 @@ async fn seed_004_one_client_gets_exactly_100_per_second() {
     assert_eq!(admitted, 1000);
     assert_eq!(p.stats().throttled, 1000, "each one waited its 10 ms");
 }
+
+#[tokio::test(start_paused = true)]
+async fn behind_a_fair_line_a_request_larger_than_the_bucket_is_told_so() {
+    let limiter = Arc::new(KeyedLimiter::new(
+        Shape::Gcra {
+            interval: 10 * MS,
+            capacity: 10,
+            initial: 0,
+            fair: true,
+        },
+        100,
+        Overflow::Shared,
+        TokioClock::new(),
+    ));
+    let waiter = {
+        let limiter = Arc::clone(&limiter);
+        tokio::spawn(async move {
+            limiter
+                .acquire("k", 5, Duration::from_secs(1))
+                .await
+                .is_ok()
+        })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(limiter.occupancy("k"), Some((0, 1)), "one waiter in line");
+    assert_eq!(
+        limiter.try_acquire("k", 11).unwrap_err(),
+        KeyedRefusal::Limited(weir::Refused::ExceedsCapacity {
+            cost: 11,
+            capacity: 10
+        })
+    );
+    assert!(matches!(
+        limiter.try_acquire("k", 1).unwrap_err(),
+        KeyedRefusal::Limited(weir::Refused::RetryAfter { .. })
+    ));
+    assert!(waiter.await.unwrap());
+}

@@ -274,8 +274,11 @@ async fn a_cancelled_waiter_passes_its_turn_on_and_gives_back_only_what_it_took(
     };
     tokio::task::yield_now().await;
     assert!(a.await.unwrap().is_err(), "a gives up at 200 ms");
-    // The 20 tokens that accrued while `a` waited are still there: `b` goes at once.
-    b.await.unwrap();
+    // The 20 tokens that accrued while `a` waited are still there: `b` goes at once — and
+    // reports the 200 ms it spent in line.
+    let admitted = b.await.unwrap();
+    assert!(admitted.throttled());
+    assert_eq!(admitted.waited(), Duration::from_millis(200));
     assert_eq!(start.elapsed(), Duration::from_millis(200));
     assert_eq!(bucket.available(), 19);
     assert_eq!(bucket.waiters(), 0);
@@ -339,4 +342,38 @@ async fn concurrency_waiters_are_served_first_come_first_served() {
     }
     assert_eq!(*log.lock().unwrap(), vec!["a", "b", "c"]);
     assert_eq!(limiter.in_flight(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reservation_given_back_after_a_rate_change_is_converted_too() {
+    // 1 token/s, holding 10, emptied: a request for 5 more reserves 5 s of debt.
+    let bucket = Arc::new(
+        TokenBucket::with_clock(
+            TokenBucketConfig {
+                rate: 1.0,
+                burst: 10,
+            },
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    bucket.try_acquire(10).unwrap();
+    let waiter = {
+        let bucket = Arc::clone(&bucket);
+        tokio::spawn(async move {
+            tokio::time::timeout(Duration::from_millis(1), bucket.acquire(5)).await
+        })
+    };
+    tokio::task::yield_now().await;
+    // A thousand times the rate while the reservation is out; then it is cancelled at 1 ms.
+    bucket
+        .reconfigure(TokenBucketConfig {
+            rate: 1000.0,
+            burst: 10,
+        })
+        .unwrap();
+    assert!(waiter.await.unwrap().is_err());
+    // It gives back 5 tokens of the new shape: the bucket holds what 1 ms at 1000/s refilled,
+    // not a full burst.
+    assert_eq!(bucket.available(), 1);
 }

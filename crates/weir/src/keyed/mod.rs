@@ -123,7 +123,7 @@ pub struct Taken {
 
 #[derive(Debug)]
 enum What {
-    /// Nanoseconds of GCRA arrival time (tokens × interval).
+    /// GCRA tokens (converted to time with the shape in force when given back).
     Tokens(u64),
     /// A strict slot starting at `slot`, `span` nanoseconds long.
     Slot { slot: Nanos, span: u64 },
@@ -296,7 +296,7 @@ impl<C: Clock> KeyedLimiter<C> {
             return;
         };
         store.with_existing(key, taken.overflowed, |found| {
-            undo(&found.cell.value, &taken.what)
+            undo(&found.cell.value, &taken.what, found.shape)
         });
     }
 
@@ -495,10 +495,11 @@ enum Behind {
     },
 }
 
-/// Undoes what `what` took from a rate cell's value.
-fn undo(value: &AtomicU64, what: &What) {
+/// Undoes what `what` took from a rate cell's value (read under the cell's shard lock, so
+/// `shape` is the one the value is in).
+fn undo(value: &AtomicU64, what: &What, shape: &Shape) {
     match *what {
-        What::Tokens(amount) => gcra::give_back(value, amount),
+        What::Tokens(tokens) => gcra::give_back(value, tokens, shape.params()),
         What::Slot { slot, span } => {
             // Only the last slot can be handed back; later reservations keep theirs.
             let _ = value.compare_exchange(
@@ -523,17 +524,15 @@ fn try_rate(
     let cell = found.cell;
     match *found.shape {
         Shape::Gcra { fair, .. } => {
-            if fair && cell.waiting.load(Ordering::Acquire) > 0 {
+            let params = found.shape.params();
+            if fair
+                && cell.waiting.load(Ordering::Acquire) > 0
+                && cost.saturating_mul(params.interval) <= params.tolerance
+            {
                 return Err(KeyedRefusal::Limited(Refused::NoPermit));
             }
-            let params = found.shape.params();
             gcra::try_acquire(&cell.value, params, cost, now)
-                .map(|()| {
-                    Taken::new(
-                        What::Tokens(cost.saturating_mul(params.interval)),
-                        found.overflowed,
-                    )
-                })
+                .map(|()| Taken::new(What::Tokens(cost), found.overflowed))
                 .map_err(KeyedRefusal::Limited)
         }
         Shape::Strict { interval } => {
@@ -615,7 +614,7 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
     }
     if ready - now > max_wait {
         // It could not make it in time: take nothing, say exactly when it could.
-        undo(&cell.value, &what);
+        undo(&cell.value, &what, found.shape);
         return Plan::Refused(Refused::RetryAfter {
             retry_after: Duration::from_nanos(ready - now),
         });
@@ -647,7 +646,7 @@ impl Drop for Pending<'_> {
         if let Some(taken) = self.taken.take() {
             self.store
                 .with_existing(self.key, taken.overflowed, |found| {
-                    undo(&found.cell.value, &taken.what)
+                    undo(&found.cell.value, &taken.what, found.shape)
                 });
         }
     }
@@ -787,7 +786,9 @@ mod lines {
             let in_line = self.in_line;
             if !self.admitted {
                 self.line.leave(self.ticket, |taken| {
-                    in_line.with_cell(|cell, _| gcra::give_back(&cell.value, taken));
+                    in_line.with_cell(|cell, shape| {
+                        gcra::give_back(&cell.value, taken, shape.params())
+                    });
                 });
             }
             in_line.with_cell(|cell, _| cell.waiting.fetch_sub(1, Ordering::AcqRel));

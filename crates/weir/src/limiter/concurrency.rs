@@ -6,6 +6,10 @@
 //! waiting. The limit changes at runtime: shrinking admits nobody new until in-flight falls
 //! below the new limit (nothing running is interrupted); growing wakes waiters at once.
 //!
+//! A waiting request that costs more than the limit is admitted when nothing else is in flight
+//! (it runs alone) rather than blocking the line forever; a non-blocking `try_acquire` refuses
+//! it. A limit of 0 admits nobody.
+//!
 //! No clock is involved: a concurrency limit is about how many, not how often.
 //!
 //! ```
@@ -87,7 +91,7 @@ impl Concurrency {
             // Announce ourselves before the last look, so that a release that does not see us
             // has already happened and its room is visible to `try_take`.
             self.waiters.fetch_add(1, Ordering::SeqCst);
-            if line.is_empty() && self.try_take(cost) {
+            if line.is_empty() && self.try_take_as_head(cost) {
                 self.waiters.fetch_sub(1, Ordering::SeqCst);
                 return Permit {
                     limiter: self,
@@ -156,6 +160,19 @@ impl Concurrency {
             .is_ok()
     }
 
+    /// Like `try_take`, for the head of the line: a cost above the limit is taken when nothing
+    /// is in flight, so that it runs alone instead of blocking everyone behind it forever.
+    #[cfg(feature = "tokio")]
+    fn try_take_as_head(&self, cost: u64) -> bool {
+        let limit = self.limit.load(Ordering::Acquire);
+        self.in_flight
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                held.checked_add(cost)
+                    .filter(|&after| after <= limit || (held == 0 && limit > 0))
+            })
+            .is_ok()
+    }
+
     #[inline]
     fn release(&self, cost: u64) {
         self.in_flight.fetch_sub(cost, Ordering::SeqCst);
@@ -177,7 +194,7 @@ impl Concurrency {
     fn grant_waiters(&self) {
         let mut line = self.lock_line();
         while let Some(cost) = line.head_cost() {
-            if !self.try_take(cost) {
+            if !self.try_take_as_head(cost) {
                 break;
             }
             line.grant_head();
@@ -342,6 +359,38 @@ mod tests {
         let limiter = Concurrency::new(2);
         assert!(limiter.try_acquire(3).is_err());
         assert_eq!(limiter.try_acquire(2).map(|p| p.cost()), Ok(2));
+    }
+
+    #[cfg(feature = "tokio")]
+    #[tokio::test(start_paused = true)]
+    async fn a_request_above_the_limit_runs_alone_instead_of_blocking_the_line() {
+        let limiter = Arc::new(Concurrency::new(2));
+        assert!(limiter.try_acquire(3).is_err(), "never without waiting");
+        let held = limiter.try_acquire(1).unwrap();
+        let big = {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move { limiter.acquire_owned(3).await })
+        };
+        tokio::task::yield_now().await;
+        let small = {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move { limiter.acquire_owned(1).await })
+        };
+        tokio::task::yield_now().await;
+        assert_eq!(limiter.waiters(), 2);
+        drop(held);
+        let big = big.await.unwrap();
+        assert_eq!(limiter.in_flight(), 3, "alone");
+        assert_eq!(limiter.waiters(), 1, "the small one still waits its turn");
+        drop(big);
+        let small = small.await.unwrap();
+        assert_eq!(limiter.in_flight(), 1);
+        drop(small);
+        limiter.set_limit(0);
+        assert!(
+            limiter.try_acquire(1).is_err(),
+            "a limit of 0 admits nobody"
+        );
     }
 
     #[cfg(feature = "tokio")]

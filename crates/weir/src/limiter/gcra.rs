@@ -65,7 +65,8 @@ impl Params {
 pub(crate) struct Reservation {
     /// The instant the request may run (never before the `now` it was taken at).
     pub ready: Nanos,
-    /// The nanoseconds of TAT it consumed, to hand back with [`give_back`] if it is cancelled.
+    /// The tokens it took, to hand back with [`give_back`] if it is cancelled. Kept in tokens,
+    /// not nanoseconds, so that a give-back after a reshape is right in the new shape.
     pub taken: u64,
 }
 
@@ -114,20 +115,22 @@ pub(crate) fn reserve(tat: &AtomicU64, params: Params, cost: u64, now: Nanos) ->
     let next = previous.max(now).saturating_add(taken);
     Reservation {
         ready: next.saturating_sub(params.tolerance).max(now),
-        taken,
+        taken: cost,
     }
 }
 
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-/// Returns what a cancelled reservation took.
+/// Returns the `tokens` a cancelled reservation (or a rolled-back admission) took, in the
+/// bucket's current shape.
 ///
 /// The bucket ends as if the reservation had never been made *at the instant it was made*:
 /// tokens that would have overflowed a full bucket stay lost, and everything that accrued since
 /// is kept.
-pub(crate) fn give_back(tat: &AtomicU64, taken: u64) {
+pub(crate) fn give_back(tat: &AtomicU64, tokens: u64, params: Params) {
+    let amount = tokens.saturating_mul(params.interval);
     // The closure never returns None, so fetch_update cannot fail.
     let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-        Some(current.saturating_sub(taken))
+        Some(current.saturating_sub(amount))
     });
 }
 
@@ -145,7 +148,7 @@ pub(crate) fn convert(tat: Nanos, old: Params, new: Params, now: Nanos) -> Nanos
     let debt = i128::from(tat.max(now) - now);
     // Fill in "old nanoseconds", negative when reservations run past the capacity.
     let fill_old = i128::from(old.tolerance) - debt;
-    let fill_new = (fill_old * i128::from(new.interval) / i128::from(old.interval))
+    let fill_new = (fill_old.saturating_mul(i128::from(new.interval)) / i128::from(old.interval))
         .min(i128::from(new.tolerance));
     let new_debt = i128::from(new.tolerance) - fill_new;
     u64::try_from(i128::from(now) + new_debt).unwrap_or(u64::MAX)
@@ -153,9 +156,12 @@ pub(crate) fn convert(tat: Nanos, old: Params, new: Params, now: Nanos) -> Nanos
 
 /// One bucket whose shape can change while it is in use.
 ///
-/// The hot path reads the shape and the TAT with plain atomic loads. A decision that races with
-/// [`reshape`](Self::reshape) may use the old interval with the new tolerance for that one
-/// request; the next decision sees the new shape whole.
+/// The hot path reads the shape and the TAT with plain atomic loads, without a lock. A decision
+/// that races with [`reshape`](Self::reshape) — between its storing the new shape and converting
+/// the TAT — is charged in the wrong shape: its cost is scaled by the ratio of the two rates
+/// (over-admitting when the rate falls, holding the bucket back when it rises), once, for the
+/// requests in that window. Keyed limiters do not have this window: they reshape under their
+/// shards' write locks.
 #[derive(Debug)]
 #[repr(align(64))] // one bucket per cache line: two busy buckets never share a line
 pub(crate) struct Bucket {
@@ -198,9 +204,14 @@ impl Bucket {
     }
 
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-    /// See [`give_back`](fn@give_back).
-    pub fn give_back(&self, taken: u64) {
-        give_back(&self.tat, taken)
+    /// See [`give_back`](fn@give_back). Serialized with [`reshape`](Self::reshape), so the
+    /// tokens are converted with the shape the TAT is in.
+    pub fn give_back(&self, tokens: u64) {
+        let _serialized = self
+            .reshaping
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        give_back(&self.tat, tokens, self.params())
     }
 
     /// Whole tokens available at `now`.
@@ -253,7 +264,8 @@ mod tests {
         let tat = AtomicU64::new(params.tat_holding(0, 0));
         let r = reserve(&tat, params, 3, 0);
         assert_eq!(r.ready, 30 * MS);
-        give_back(&tat, r.taken);
+        assert_eq!(r.taken, 3, "reservations count tokens");
+        give_back(&tat, r.taken, params);
         assert_eq!(available(tat.load(Ordering::Relaxed), params, 100 * MS), 10);
         assert_eq!(tat.load(Ordering::Relaxed), 100 * MS);
     }

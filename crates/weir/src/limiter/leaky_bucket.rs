@@ -205,7 +205,11 @@ impl<C: Clock> LeakyBucket<C> {
                 .queue
                 .turn(ticket.number, |cost| self.bucket.reserve(cost, now))
             {
-                Turn::NotYet => ticket.wake.notified().await,
+                Turn::NotYet => {
+                    // Waiting behind others is being held back too.
+                    slept = true;
+                    ticket.wake.notified().await;
+                }
                 Turn::Claimed { ready, claim } => {
                     if ready > now {
                         slept = true;

@@ -15,6 +15,7 @@ use crate::clock::Clock;
 /// Hands a reservation back unless the request it was for went ahead.
 struct Pending<'a> {
     bucket: &'a Bucket,
+    /// Tokens reserved.
     taken: u64,
 }
 
