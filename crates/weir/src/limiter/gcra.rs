@@ -70,6 +70,36 @@ pub(crate) struct Reservation {
     pub taken: u64,
 }
 
+/// One decision: the TAT after taking `cost` at `now`, if the tokens are there; otherwise why
+/// not (and when they would be).
+#[inline]
+fn take(current: Nanos, params: Params, cost: u64, now: Nanos) -> Result<Nanos, Refused> {
+    let increment = cost.saturating_mul(params.interval);
+    if increment > params.tolerance {
+        return Err(Refused::ExceedsCapacity {
+            cost,
+            capacity: params.capacity(),
+        });
+    }
+    let next = current.max(now).saturating_add(increment);
+    let ready = next.saturating_sub(params.tolerance);
+    if ready > now {
+        return Err(Refused::RetryAfter {
+            retry_after: Duration::from_nanos(ready - now),
+        });
+    }
+    Ok(next)
+}
+
+/// One reservation: the TAT after taking `cost` unconditionally, and when it is due.
+#[inline]
+fn book(current: Nanos, params: Params, cost: u64, now: Nanos) -> (Nanos, Nanos) {
+    let next = current
+        .max(now)
+        .saturating_add(cost.saturating_mul(params.interval));
+    (next, next.saturating_sub(params.tolerance).max(now))
+}
+
 /// Takes `cost` tokens if they are there now; otherwise says when they would be.
 #[inline]
 pub(crate) fn try_acquire(
@@ -78,22 +108,9 @@ pub(crate) fn try_acquire(
     cost: u64,
     now: Nanos,
 ) -> Result<(), Refused> {
-    let increment = cost.saturating_mul(params.interval);
-    if increment > params.tolerance {
-        return Err(Refused::ExceedsCapacity {
-            cost,
-            capacity: params.capacity(),
-        });
-    }
     let mut current = tat.load(Ordering::Acquire);
     loop {
-        let next = current.max(now).saturating_add(increment);
-        let ready = next.saturating_sub(params.tolerance);
-        if ready > now {
-            return Err(Refused::RetryAfter {
-                retry_after: Duration::from_nanos(ready - now),
-            });
-        }
+        let next = take(current, params, cost, now)?;
         match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Ok(()),
             Err(actual) => current = actual,
@@ -106,15 +123,13 @@ pub(crate) fn try_acquire(
 /// may run. Reservations are served in the order they are taken, and a request larger than the
 /// capacity is fine: it drains the full bucket and waits for the rest.
 pub(crate) fn reserve(tat: &AtomicU64, params: Params, cost: u64, now: Nanos) -> Reservation {
-    let taken = cost.saturating_mul(params.interval);
     let previous = tat
         .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-            Some(current.max(now).saturating_add(taken))
+            Some(book(current, params, cost, now).0)
         })
         .unwrap_or_else(|current| current);
-    let next = previous.max(now).saturating_add(taken);
     Reservation {
-        ready: next.saturating_sub(params.tolerance).max(now),
+        ready: book(previous, params, cost, now).1,
         taken: cost,
     }
 }
@@ -154,93 +169,163 @@ pub(crate) fn convert(tat: Nanos, old: Params, new: Params, now: Nanos) -> Nanos
     u64::try_from(i128::from(now) + new_debt).unwrap_or(u64::MAX)
 }
 
-/// One bucket whose shape can change while it is in use.
+/// The TAT's bits in a [`Bucket`]'s word; the two bits above hold the shape's epoch.
+const TAT_MASK: u64 = (1 << 62) - 1;
+
+#[derive(Debug, Default)]
+struct Shape {
+    interval: AtomicU64,
+    tolerance: AtomicU64,
+}
+
+/// One bucket whose shape can change while it is in use, without a lock on the hot path.
 ///
-/// The hot path reads the shape and the TAT with plain atomic loads, without a lock. A decision
-/// that races with [`reshape`](Self::reshape) — between its storing the new shape and converting
-/// the TAT — is charged in the wrong shape: its cost is scaled by the ratio of the two rates
-/// (over-admitting when the rate falls, holding the bucket back when it rises), once, for the
-/// requests in that window. Keyed limiters do not have this window: they reshape under their
-/// shards' write locks.
+/// The bucket is one word: the TAT (62 bits, 146 years of nanoseconds) and a 2-bit *epoch*
+/// naming which of four shape slots the TAT is expressed in. A decision reads the word, the
+/// shape of its epoch, and compare-and-swaps the word with the same epoch. A reshape writes the
+/// new shape into the next slot, then converts the TAT and advances the epoch in one
+/// compare-and-swap. So a decision either lands before the conversion (and is converted with
+/// the rest of the TAT) or fails its compare-and-swap and retries in the new shape: no decision
+/// is ever charged in the wrong shape.
 #[derive(Debug)]
 #[repr(align(64))] // one bucket per cache line: two busy buckets never share a line
 pub(crate) struct Bucket {
-    tat: AtomicU64,
-    interval: AtomicU64,
-    tolerance: AtomicU64,
+    word: AtomicU64,
+    shapes: [Shape; 4],
     reshaping: Mutex<()>,
+}
+
+fn pack(epoch: u64, tat: Nanos) -> u64 {
+    epoch << 62 | tat.min(TAT_MASK)
+}
+
+fn unpack(word: u64) -> (u64, Nanos) {
+    (word >> 62, word & TAT_MASK)
 }
 
 impl Bucket {
     /// A bucket of the given shape holding `initial` tokens at `now`.
     pub fn new(params: Params, initial: u64, now: Nanos) -> Self {
-        Bucket {
-            tat: AtomicU64::new(params.tat_holding(initial, now)),
-            interval: AtomicU64::new(params.interval),
-            tolerance: AtomicU64::new(params.tolerance),
+        let bucket = Bucket {
+            word: AtomicU64::new(pack(0, params.tat_holding(initial, now))),
+            shapes: Default::default(),
             reshaping: Mutex::new(()),
+        };
+        bucket.shapes[0]
+            .interval
+            .store(params.interval, Ordering::Release);
+        bucket.shapes[0]
+            .tolerance
+            .store(params.tolerance, Ordering::Release);
+        bucket
+    }
+
+    #[inline]
+    fn shape(&self, epoch: u64) -> Params {
+        // The mask lets the compiler drop the bounds check on this hot path.
+        let shape = &self.shapes[(epoch & 3) as usize];
+        Params {
+            interval: shape.interval.load(Ordering::Acquire),
+            tolerance: shape.tolerance.load(Ordering::Acquire),
+        }
+    }
+
+    /// Applies `step` to the TAT in its own shape, atomically.
+    #[inline]
+    fn update<R>(
+        &self,
+        mut step: impl FnMut(Nanos, Params) -> Result<(Nanos, R), Refused>,
+    ) -> Result<R, Refused> {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            let (epoch, tat) = unpack(word);
+            let (next, out) = step(tat, self.shape(epoch))?;
+            match self.word.compare_exchange_weak(
+                word,
+                pack(epoch, next),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(out),
+                Err(actual) => word = actual,
+            }
         }
     }
 
     /// The current shape.
     #[inline]
     pub fn params(&self) -> Params {
-        Params {
-            interval: self.interval.load(Ordering::Acquire),
-            tolerance: self.tolerance.load(Ordering::Acquire),
-        }
+        self.shape(unpack(self.word.load(Ordering::Acquire)).0)
     }
 
     /// See [`try_acquire`](fn@try_acquire).
     #[inline]
     pub fn try_acquire(&self, cost: u64, now: Nanos) -> Result<(), Refused> {
-        try_acquire(&self.tat, self.params(), cost, now)
+        self.update(|tat, params| take(tat, params, cost, now).map(|next| (next, ())))
     }
 
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
     /// See [`reserve`](fn@reserve).
     pub fn reserve(&self, cost: u64, now: Nanos) -> Reservation {
-        reserve(&self.tat, self.params(), cost, now)
+        self.update(|tat, params| {
+            let (next, ready) = book(tat, params, cost, now);
+            Ok((next, Reservation { ready, taken: cost }))
+        })
+        .unwrap_or(Reservation {
+            ready: now,
+            taken: 0,
+        })
     }
 
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-    /// See [`give_back`](fn@give_back). Serialized with [`reshape`](Self::reshape), so the
-    /// tokens are converted with the shape the TAT is in.
+    /// Gives back `tokens`, in whatever shape the bucket is in now (see
+    /// [`give_back`](fn@give_back)).
     pub fn give_back(&self, tokens: u64) {
-        let _serialized = self
-            .reshaping
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        give_back(&self.tat, tokens, self.params())
+        let _ = self.update(|tat, params| {
+            Ok((
+                tat.saturating_sub(tokens.saturating_mul(params.interval)),
+                (),
+            ))
+        });
     }
 
     /// Whole tokens available at `now`.
     pub fn available(&self, now: Nanos) -> u64 {
-        available(self.tat.load(Ordering::Acquire), self.params(), now)
+        let (epoch, tat) = unpack(self.word.load(Ordering::Acquire));
+        available(tat, self.shape(epoch), now)
     }
 
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
     /// The TAT as it stands (for the fair queue's "when would this be ready" estimates).
     pub fn tat(&self) -> Nanos {
-        self.tat.load(Ordering::Acquire)
+        unpack(self.word.load(Ordering::Acquire)).1
     }
 
-    /// Changes the shape, keeping the bucket's fill.
+    /// Changes the shape, keeping the bucket's fill (see [`convert`]).
     pub fn reshape(&self, new: Params, now: Nanos) {
         let _serialized = self
             .reshaping
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let old = self.params();
+        let (epoch, _) = unpack(self.word.load(Ordering::Acquire));
+        let old = self.shape(epoch);
         if old == new {
             return;
         }
-        self.interval.store(new.interval, Ordering::Release);
-        self.tolerance.store(new.tolerance, Ordering::Release);
+        let next = (epoch + 1) & 3;
+        self.shapes[next as usize]
+            .interval
+            .store(new.interval, Ordering::Release);
+        self.shapes[next as usize]
+            .tolerance
+            .store(new.tolerance, Ordering::Release);
+        // Only a reshape changes the epoch, and reshapes are serialized: every word seen here is
+        // in the old shape.
         let _ = self
-            .tat
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
-                Some(convert(tat, old, new, now))
+            .word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
+                let (_, tat) = unpack(word);
+                Some(pack(next, convert(tat, old, new, now)))
             });
     }
 }
@@ -286,5 +371,69 @@ mod tests {
         let in_debt = now + old.tolerance + 50 * old.interval;
         let converted = convert(in_debt, old, new, now);
         assert_eq!(converted, now + new.tolerance + 50 * new.interval);
+    }
+
+    #[test]
+    fn reshapes_cycle_through_the_epochs_keeping_the_fill() {
+        let bucket = Bucket::new(Params::new(10 * MS, 10), 10, 0);
+        bucket.try_acquire(4, 0).unwrap();
+        // Five reshapes wrap the 2-bit epoch; the fill (6 tokens) survives every one.
+        for (i, interval) in [5, 20, 10, 1, 10].into_iter().enumerate() {
+            bucket.reshape(Params::new(interval * MS, 10), 0);
+            assert_eq!(bucket.available(0), 6, "after reshape {i}");
+            assert_eq!(bucket.params().interval, interval * MS);
+        }
+        bucket.try_acquire(6, 0).unwrap();
+        assert_eq!(
+            bucket.try_acquire(1, 0),
+            Err(Refused::RetryAfter {
+                retry_after: Duration::from_millis(10)
+            })
+        );
+        bucket.give_back(2);
+        assert_eq!(bucket.available(0), 2);
+    }
+
+    #[test]
+    fn decisions_racing_reshapes_are_charged_in_one_shape_only() {
+        use std::sync::Arc;
+        // Two rates a thousandfold apart; threads take single tokens while another thread flips
+        // the shape. The clock stands still, so every admitted token must be paid for in the
+        // shape it was taken in: the fill never goes below empty by more than rounding.
+        let bucket = Arc::new(Bucket::new(Params::new(MS, 1_000_000), 1_000_000, 0));
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flipper = {
+            let (bucket, done) = (Arc::clone(&bucket), Arc::clone(&done));
+            std::thread::spawn(move || {
+                let mut flips = 0u64;
+                while !done.load(Ordering::Relaxed) || flips < 1_000 {
+                    let interval = if flips % 2 == 0 { 1_000 * MS } else { MS };
+                    bucket.reshape(Params::new(interval, 1_000_000), 0);
+                    flips += 1;
+                }
+                flips
+            })
+        };
+        let takers: Vec<_> = (0..2)
+            .map(|_| {
+                let bucket = Arc::clone(&bucket);
+                std::thread::spawn(move || {
+                    (0..200_000)
+                        .filter(|_| bucket.try_acquire(1, 0).is_ok())
+                        .count()
+                })
+            })
+            .collect();
+        let admitted: usize = takers.into_iter().map(|t| t.join().unwrap()).sum();
+        done.store(true, Ordering::Relaxed);
+        assert!(flipper.join().unwrap() >= 1_000);
+        // Each admission took one token of whichever shape it saw; the bucket had 1M tokens,
+        // and conversions keep the fill in tokens, so at most 1M can have been admitted.
+        assert!(
+            admitted <= 1_000_000,
+            "{admitted} admitted from a bucket of 1M"
+        );
+        let left = bucket.available(0) as usize;
+        assert_eq!(admitted + left, 1_000_000, "tokens were created or lost");
     }
 }
