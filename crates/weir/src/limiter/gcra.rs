@@ -252,6 +252,7 @@ impl Bucket {
         }
     }
 
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // read by the fair line's estimates
     /// The current shape.
     #[inline]
     pub fn params(&self) -> Params {
