@@ -5,8 +5,11 @@
 //! chosen by a consistent-hash [`ring`]; the owner keeps the pool's leases in a [`pool`].
 //! Nothing here does I/O or reads a clock: time comes in as an argument.
 //!
-//! Status: the ring and the owner-side pool. Membership (gossip), the coordinator's two-tier
-//! admission and the transports are still to come.
+//! Status: the ring, the owner-side pool, the coordinator's two-tier admission and an
+//! in-memory transport. Membership (gossip), the gRPC transport, batching, the ownership fence
+//! and lease handoff on ring changes are still to come.
 
+pub mod admission;
 pub mod pool;
 pub mod ring;
+pub mod transport;

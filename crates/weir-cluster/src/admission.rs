@@ -1,0 +1,318 @@
+//! Two-tier admission, the coordinator's side of seed 000.
+//!
+//! A request for a bucket is first tried against this node's own tier (a concurrency limit of
+//! `node_limit` per bucket, when `node_limit > 0`). Only when that is full does the coordinator
+//! ask the bucket's owner — named by the ring — for a lease from the shared pool of
+//! `shared_limit`: no network hop when this node is the owner. So across `N` coordinators at
+//! most `node_limit × N + shared_limit` requests per bucket are in flight.
+//!
+//! When the owner cannot be asked (the ring is empty, the owner is unreachable or too slow, or
+//! it says it is not the owner), the policy's `on_unavailable` decides: `open` admits and counts
+//! a fail-open, `closed` refuses ("could not check its shared limit"), and `local_share` admits
+//! at most `ceil(shared_limit / N)` extra on this node — a bounded fail-open.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use weir::Clock;
+use weir::keyed::{KeyedLimiter, Overflow, Shape, Taken};
+use weir::policy::OnUnavailable;
+
+use crate::pool::{Grant, SharedPool};
+use crate::ring::SharedRing;
+use crate::transport::{LeaseRequest, Transport};
+
+/// A bucket's cluster-wide concurrency settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TwoTierConfig {
+    /// In flight per bucket on each node (0: no node tier).
+    pub node_limit: u64,
+    /// In flight per bucket across the cluster, beyond the node tiers.
+    pub shared_limit: u64,
+    /// How long a shared lease lives unless renewed.
+    pub lease_ttl: Duration,
+    /// What to do when the owner cannot be asked.
+    pub on_unavailable: OnUnavailable,
+    /// How long to wait for the owner's answer.
+    pub acquire_timeout: Duration,
+    /// Most buckets tracked by the node tier.
+    pub max_keys: usize,
+}
+
+/// Which tier admitted a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tier {
+    /// This node's own tier.
+    Node,
+    /// A lease from the bucket's shared pool.
+    Shared,
+    /// The owner could not be asked; admitted anyway (`on_unavailable = "open"`).
+    FailOpen,
+    /// The owner could not be asked; admitted within this node's share of the pool.
+    LocalShare,
+}
+
+/// What an admission holds until it is released.
+#[derive(Debug)]
+enum Hold {
+    Permit(#[allow(dead_code)] Taken),
+    Lease {
+        owner: String,
+        bucket: String,
+        id: u64,
+    },
+    Nothing,
+}
+
+/// An admitted request. Hand it back to [`TwoTier::release`] when the request is done (a lost
+/// release expires with the lease's TTL).
+#[derive(Debug)]
+#[must_use = "release the admission when the request is done"]
+pub struct ClusterAdmission {
+    /// The tier that admitted it.
+    pub tier: Tier,
+    hold: Hold,
+}
+
+/// Why a request was refused, in the words of seed 000's 429.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bucket `{bucket}` {reason}")]
+pub struct ClusterRefusal {
+    /// The bucket.
+    pub bucket: String,
+    /// "reached its per-node limit of N", "reached its shared limit of M", both, or "could not
+    /// check its shared limit of M".
+    pub reason: String,
+}
+
+/// Counters of what admission did.
+#[derive(Debug, Default)]
+pub struct AdmissionCounters {
+    /// Admissions by the node tier.
+    pub node: AtomicU64,
+    /// Leases granted by owners.
+    pub shared: AtomicU64,
+    /// Fail-opens (`on_unavailable = "open"`).
+    pub fail_open: AtomicU64,
+    /// Admissions within the local share.
+    pub local_share: AtomicU64,
+    /// Times the owner could not be asked.
+    pub unavailable: AtomicU64,
+}
+
+/// The coordinator side of two-tier admission; see the [module docs](self).
+pub struct TwoTier<C: Clock + Clone, T: Transport> {
+    node_id: String,
+    config: TwoTierConfig,
+    ring: Arc<SharedRing>,
+    transport: Arc<T>,
+    /// This node's own pool, for the buckets it owns.
+    pool: Arc<SharedPool>,
+    node_tier: Option<KeyedLimiter<C>>,
+    local_share: KeyedLimiter<C>,
+    clock: C,
+    /// What admission did.
+    pub counters: AdmissionCounters,
+}
+
+impl<C: Clock + Clone, T: Transport> std::fmt::Debug for TwoTier<C, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TwoTier")
+            .field("node_id", &self.node_id)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+fn ceil_div(a: u64, b: u64) -> u64 {
+    a.div_ceil(b.max(1))
+}
+
+impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
+    /// Admission on node `node_id`, owning buckets in `pool`, reaching other owners over
+    /// `transport`.
+    pub fn new(
+        node_id: &str,
+        config: TwoTierConfig,
+        ring: Arc<SharedRing>,
+        transport: Arc<T>,
+        pool: Arc<SharedPool>,
+        clock: C,
+    ) -> Self {
+        let node_tier = (config.node_limit > 0).then(|| {
+            KeyedLimiter::new(
+                Shape::Concurrency {
+                    limit: config.node_limit,
+                },
+                config.max_keys,
+                Overflow::Shared,
+                clock.clone(),
+            )
+        });
+        let members = ring.load().members().len() as u64;
+        let local_share = KeyedLimiter::new(
+            Shape::Concurrency {
+                limit: ceil_div(config.shared_limit, members),
+            },
+            config.max_keys,
+            Overflow::Shared,
+            clock.clone(),
+        );
+        TwoTier {
+            node_id: node_id.to_owned(),
+            config,
+            ring,
+            transport,
+            pool,
+            node_tier,
+            local_share,
+            clock,
+            counters: AdmissionCounters::default(),
+        }
+    }
+
+    fn refusal(&self, bucket: &str, reason: String) -> ClusterRefusal {
+        ClusterRefusal {
+            bucket: bucket.to_owned(),
+            reason,
+        }
+    }
+
+    fn full_reason(&self) -> String {
+        let (n, m) = (self.config.node_limit, self.config.shared_limit);
+        match (n > 0, m > 0) {
+            (true, true) => {
+                format!("reached its per-node limit of {n} and its shared limit of {m}")
+            }
+            (true, false) => format!("reached its per-node limit of {n}"),
+            (false, _) => format!("reached its shared limit of {m}"),
+        }
+    }
+
+    /// Admits a request for `bucket`, or says why not.
+    pub async fn acquire(&self, bucket: &str) -> Result<ClusterAdmission, ClusterRefusal> {
+        if let Some(node_tier) = &self.node_tier {
+            if let Ok(grant) = node_tier.try_acquire(bucket, 1) {
+                self.counters.node.fetch_add(1, Ordering::Relaxed);
+                return Ok(ClusterAdmission {
+                    tier: Tier::Node,
+                    hold: Hold::Permit(grant.taken),
+                });
+            }
+        }
+        if self.config.shared_limit == 0 {
+            return Err(self.refusal(bucket, self.full_reason()));
+        }
+        let ring = self.ring.load();
+        let Some(owner) = ring.owner_of(bucket) else {
+            return self.unavailable(bucket, ring.members().len());
+        };
+        let request = LeaseRequest {
+            bucket: bucket.to_owned(),
+            limit: self.config.shared_limit,
+            holder: self.node_id.clone(),
+            ttl: u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX),
+            now: self.clock.now(),
+        };
+        let grant = if owner == self.node_id {
+            Ok(self.pool.acquire(
+                &request.bucket,
+                request.limit,
+                &request.holder,
+                request.ttl,
+                request.now,
+            ))
+        } else {
+            match tokio::time::timeout(
+                self.config.acquire_timeout,
+                self.transport.acquire(owner, request),
+            )
+            .await
+            {
+                Ok(answer) => answer.map_err(|_| ()),
+                Err(_) => Err(()),
+            }
+        };
+        match grant {
+            Ok(Grant::Granted { id, .. }) => {
+                self.counters.shared.fetch_add(1, Ordering::Relaxed);
+                Ok(ClusterAdmission {
+                    tier: Tier::Shared,
+                    hold: Hold::Lease {
+                        owner: owner.to_owned(),
+                        bucket: bucket.to_owned(),
+                        id,
+                    },
+                })
+            }
+            Ok(Grant::Full) => Err(self.refusal(bucket, self.full_reason())),
+            Ok(Grant::TooManyBuckets) | Err(()) => self.unavailable(bucket, ring.members().len()),
+        }
+    }
+
+    /// The owner could not be asked: the policy's `on_unavailable` decides.
+    fn unavailable(
+        &self,
+        bucket: &str,
+        members: usize,
+    ) -> Result<ClusterAdmission, ClusterRefusal> {
+        self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+        let m = self.config.shared_limit;
+        match self.config.on_unavailable {
+            OnUnavailable::Open => {
+                self.counters.fail_open.fetch_add(1, Ordering::Relaxed);
+                Ok(ClusterAdmission {
+                    tier: Tier::FailOpen,
+                    hold: Hold::Nothing,
+                })
+            }
+            OnUnavailable::Closed => {
+                Err(self.refusal(bucket, format!("could not check its shared limit of {m}")))
+            }
+            OnUnavailable::LocalShare => {
+                let share = ceil_div(m, members as u64);
+                let shape = Shape::Concurrency { limit: share };
+                // The share follows the ring's size; reshaping walks the keys, so only on change.
+                if self.local_share.shape() != shape {
+                    self.local_share.reshape(shape);
+                }
+                match self.local_share.try_acquire(bucket, 1) {
+                    Ok(grant) => {
+                        self.counters.local_share.fetch_add(1, Ordering::Relaxed);
+                        Ok(ClusterAdmission {
+                            tier: Tier::LocalShare,
+                            hold: Hold::Permit(grant.taken),
+                        })
+                    }
+                    Err(_) => Err(self.refusal(
+                        bucket,
+                        format!(
+                            "could not check its shared limit of {m}, and this node's share of it ({share}) is in use"
+                        ),
+                    )),
+                }
+            }
+        }
+    }
+
+    /// Releases what `admission` holds: its node permit, or its lease (on this node's pool, or
+    /// with one call to the owner; if that call fails, the lease expires with its TTL).
+    pub async fn release(&self, admission: ClusterAdmission) {
+        match admission.hold {
+            Hold::Permit(permit) => drop(permit),
+            Hold::Nothing => {}
+            Hold::Lease { owner, bucket, id } => {
+                if owner == self.node_id {
+                    self.pool.release(&bucket, id);
+                } else {
+                    let _ = tokio::time::timeout(
+                        self.config.acquire_timeout,
+                        self.transport.release(&owner, &bucket, id),
+                    )
+                    .await;
+                }
+            }
+        }
+    }
+}

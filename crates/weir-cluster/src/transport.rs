@@ -1,0 +1,145 @@
+//! How a coordinator reaches a bucket's owner, and an in-memory implementation for tests and
+//! simulation.
+//!
+//! The coordinator only needs two calls of an owner: grant a shared lease, and release one.
+//! [`Transport`] is that interface; the gRPC transport (a later step) and [`InMemory`] implement
+//! it. `InMemory` holds every node's [`SharedPool`] in one process and can make a node
+//! unreachable, to test what happens when an owner crashes or is partitioned away.
+
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+
+use weir::Nanos;
+
+use crate::pool::{Grant, SharedPool};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A grant request to an owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRequest {
+    /// The bucket.
+    pub bucket: String,
+    /// The bucket's shared limit.
+    pub limit: u64,
+    /// The node asking (it holds the lease).
+    pub holder: String,
+    /// How long the lease lives unless renewed.
+    pub ttl: Nanos,
+    /// The time on the caller's clock (the simulation shares one clock).
+    pub now: Nanos,
+}
+
+/// Why an owner could not be asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    /// No answer: the node is down, partitioned away, or too slow.
+    #[error("owner `{0}` is unreachable")]
+    Unreachable(String),
+    /// The node answered that it does not own the bucket (its ring differs from ours).
+    #[error("`{0}` is not the bucket's owner")]
+    NotOwner(String),
+}
+
+/// A coordinator's way to an owner.
+pub trait Transport: Send + Sync {
+    /// Asks `owner` for a lease.
+    fn acquire(
+        &self,
+        owner: &str,
+        request: LeaseRequest,
+    ) -> BoxFuture<'_, Result<Grant, TransportError>>;
+    /// Tells `owner` a lease is done.
+    fn release(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>>;
+}
+
+/// Every node's pool in one process, with unreachable nodes.
+#[derive(Debug, Default)]
+pub struct InMemory {
+    pools: Mutex<HashMap<String, Arc<SharedPool>>>,
+    down: Mutex<BTreeSet<String>>,
+}
+
+impl InMemory {
+    /// An empty network.
+    pub fn new() -> Self {
+        InMemory::default()
+    }
+
+    /// Adds a node's pool.
+    pub fn add(&self, node: &str, pool: Arc<SharedPool>) {
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(node.to_owned(), pool);
+    }
+
+    /// Makes a node unreachable (`down = true`) or reachable again.
+    pub fn set_down(&self, node: &str, down: bool) {
+        let mut set = self.down.lock().unwrap_or_else(|p| p.into_inner());
+        if down {
+            set.insert(node.to_owned());
+        } else {
+            set.remove(node);
+        }
+    }
+
+    fn pool(&self, node: &str) -> Result<Arc<SharedPool>, TransportError> {
+        if self
+            .down
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(node)
+        {
+            return Err(TransportError::Unreachable(node.to_owned()));
+        }
+        self.pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(node)
+            .cloned()
+            .ok_or_else(|| TransportError::Unreachable(node.to_owned()))
+    }
+}
+
+impl Transport for InMemory {
+    fn acquire(
+        &self,
+        owner: &str,
+        request: LeaseRequest,
+    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+        let pool = self.pool(owner);
+        Box::pin(async move {
+            let pool = pool?;
+            Ok(pool.acquire(
+                &request.bucket,
+                request.limit,
+                &request.holder,
+                request.ttl,
+                request.now,
+            ))
+        })
+    }
+
+    fn release(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let pool = self.pool(owner);
+        let bucket = bucket.to_owned();
+        Box::pin(async move {
+            pool?.release(&bucket, lease);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,217 @@
+//! Two-tier admission across several coordinators over the in-memory transport, on a manual
+//! clock: the cluster-wide ceiling, the refusal reasons, owner failure per `on_unavailable`, and
+//! leases reclaimed after a coordinator vanishes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::ManualClock;
+use weir::policy::OnUnavailable;
+use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
+use weir_cluster::pool::SharedPool;
+use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+use weir_cluster::transport::InMemory;
+
+const BUCKET: &str = "analytics:group:analytics";
+
+struct Cluster {
+    nodes: Vec<TwoTier<ManualClock, InMemory>>,
+    pools: Vec<Arc<SharedPool>>,
+    network: Arc<InMemory>,
+    ring: Arc<SharedRing>,
+    clock: ManualClock,
+}
+
+fn config(node_limit: u64, shared_limit: u64, on_unavailable: OnUnavailable) -> TwoTierConfig {
+    TwoTierConfig {
+        node_limit,
+        shared_limit,
+        lease_ttl: Duration::from_secs(30),
+        on_unavailable,
+        acquire_timeout: Duration::from_millis(200),
+        max_keys: 1000,
+    }
+}
+
+fn cluster(n: usize, config: TwoTierConfig) -> Cluster {
+    let ids: Vec<String> = (1..=n).map(|i| format!("n{i}")).collect();
+    let ring = Arc::new(SharedRing::new(Ring::new(
+        ids.iter().map(|id| Member::owner(id.clone(), 1)),
+        DEFAULT_VNODES,
+        1,
+    )));
+    let network = Arc::new(InMemory::new());
+    let clock = ManualClock::new(0);
+    let pools: Vec<Arc<SharedPool>> = ids
+        .iter()
+        .map(|_| Arc::new(SharedPool::new(10_000)))
+        .collect();
+    for (id, pool) in ids.iter().zip(&pools) {
+        network.add(id, Arc::clone(pool));
+    }
+    let nodes = ids
+        .iter()
+        .zip(&pools)
+        .map(|(id, pool)| {
+            TwoTier::new(
+                id,
+                config.clone(),
+                Arc::clone(&ring),
+                Arc::clone(&network),
+                Arc::clone(pool),
+                clock.clone(),
+            )
+        })
+        .collect();
+    Cluster {
+        nodes,
+        pools,
+        network,
+        ring,
+        clock,
+    }
+}
+
+impl Cluster {
+    fn owner(&self) -> usize {
+        let owner = self.ring.owner_of(BUCKET).unwrap();
+        owner[1..].parse::<usize>().unwrap() - 1
+    }
+}
+
+/// Admits on `node` until refused; returns the admissions.
+async fn fill(node: &TwoTier<ManualClock, InMemory>) -> Vec<ClusterAdmission> {
+    let mut held = Vec::new();
+    while let Ok(admission) = node.acquire(BUCKET).await {
+        held.push(admission);
+        assert!(held.len() < 1000, "never refused");
+    }
+    held
+}
+
+#[tokio::test]
+async fn the_ceiling_is_node_limit_times_n_plus_shared_limit_exactly() {
+    let c = cluster(3, config(2, 3, OnUnavailable::Open));
+    let mut held = Vec::new();
+    for node in &c.nodes {
+        held.extend(fill(node).await);
+    }
+    assert_eq!(held.len(), 2 * 3 + 3);
+    assert_eq!(held.iter().filter(|a| a.tier == Tier::Node).count(), 6);
+    assert_eq!(held.iter().filter(|a| a.tier == Tier::Shared).count(), 3);
+    for node in &c.nodes {
+        assert!(
+            node.acquire(BUCKET).await.is_err(),
+            "every coordinator is at the ceiling"
+        );
+    }
+    assert_eq!(c.pools[c.owner()].in_use(BUCKET, 0), 3);
+}
+
+#[tokio::test]
+async fn two_coordinators_with_one_and_one_hold_three_and_a_release_lets_one_in() {
+    let c = cluster(2, config(1, 1, OnUnavailable::Open));
+    let (a, b) = (&c.nodes[0], &c.nodes[1]);
+    let first = a.acquire(BUCKET).await.unwrap();
+    let shared = a.acquire(BUCKET).await.unwrap();
+    assert_eq!((first.tier, shared.tier), (Tier::Node, Tier::Shared));
+    let third = b.acquire(BUCKET).await.unwrap();
+    assert_eq!(third.tier, Tier::Node);
+    let refused = b.acquire(BUCKET).await.unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        format!("bucket `{BUCKET}` reached its per-node limit of 1 and its shared limit of 1")
+    );
+    a.release(shared).await;
+    let again = b.acquire(BUCKET).await.unwrap();
+    assert_eq!(again.tier, Tier::Shared);
+    assert!(a.acquire(BUCKET).await.is_err());
+    assert!(b.acquire(BUCKET).await.is_err());
+}
+
+#[tokio::test]
+async fn an_unreachable_owner_follows_on_unavailable() {
+    for mode in [
+        OnUnavailable::Open,
+        OnUnavailable::Closed,
+        OnUnavailable::LocalShare,
+    ] {
+        let c = cluster(3, config(1, 4, mode));
+        let owner = c.owner();
+        let coordinator = &c.nodes[(owner + 1) % 3];
+        c.network.set_down(&format!("n{}", owner + 1), true);
+        let node = coordinator.acquire(BUCKET).await.unwrap();
+        assert_eq!(node.tier, Tier::Node, "the node tier needs no owner");
+        match mode {
+            OnUnavailable::Open => {
+                for _ in 0..10 {
+                    assert_eq!(
+                        coordinator.acquire(BUCKET).await.unwrap().tier,
+                        Tier::FailOpen
+                    );
+                }
+                assert_eq!(
+                    coordinator
+                        .counters
+                        .fail_open
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    10
+                );
+            }
+            OnUnavailable::Closed => {
+                let refused = coordinator.acquire(BUCKET).await.unwrap_err();
+                assert_eq!(refused.reason, "could not check its shared limit of 4");
+            }
+            OnUnavailable::LocalShare => {
+                // ceil(4 / 3) = 2 extra on this node (held), then refused.
+                let first = coordinator.acquire(BUCKET).await.unwrap();
+                let second = coordinator.acquire(BUCKET).await.unwrap();
+                assert_eq!(
+                    (first.tier, second.tier),
+                    (Tier::LocalShare, Tier::LocalShare)
+                );
+                let refused = coordinator.acquire(BUCKET).await.unwrap_err();
+                assert!(
+                    refused.reason.contains("this node's share of it (2)"),
+                    "{}",
+                    refused.reason
+                );
+            }
+        }
+        // Healed: the shared pool is asked again.
+        c.network.set_down(&format!("n{}", owner + 1), false);
+        assert_eq!(
+            coordinator.acquire(BUCKET).await.unwrap().tier,
+            Tier::Shared
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_vanished_coordinators_leases_come_back_within_ttl_plus_a_sweep() {
+    let c = cluster(2, config(0, 2, OnUnavailable::Closed));
+    let owner = c.owner();
+    let coordinator = &c.nodes[(owner + 1) % 2];
+    // It takes the whole shared pool and is never heard from again.
+    let lost = fill(coordinator).await;
+    assert_eq!(lost.len(), 2);
+    std::mem::forget(lost);
+    let other = &c.nodes[owner];
+    assert!(other.acquire(BUCKET).await.is_err());
+    // One sweep after the TTL, the leases are gone.
+    c.clock.advance(Duration::from_secs(29));
+    assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 0);
+    c.clock.advance(Duration::from_secs(1));
+    assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 2);
+    assert_eq!(other.acquire(BUCKET).await.unwrap().tier, Tier::Shared);
+}
+
+#[tokio::test]
+async fn an_empty_ring_is_unavailable_too() {
+    let c = cluster(2, config(0, 5, OnUnavailable::Open));
+    c.ring.publish(Ring::default());
+    assert_eq!(
+        c.nodes[0].acquire(BUCKET).await.unwrap().tier,
+        Tier::FailOpen
+    );
+}
