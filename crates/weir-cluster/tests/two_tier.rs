@@ -215,3 +215,39 @@ async fn an_empty_ring_is_unavailable_too() {
         Tier::FailOpen
     );
 }
+
+/// Without lease handoff (not built yet), a bucket that changes owner starts with an empty pool
+/// on its new owner, so the cluster may admit up to `shared_limit` more until the old leases
+/// are released or expire. This measures that bound, which handoff will close.
+#[tokio::test]
+async fn a_rebalance_over_admits_at_most_one_shared_limit_until_handoff_exists() {
+    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
+    let mut held = Vec::new();
+    for node in &c.nodes {
+        held.extend(fill(node).await);
+    }
+    assert_eq!(held.len(), 3 + 4, "the ceiling before the change");
+    // The owner leaves the ring (its process lives on): the bucket moves to another node.
+    let owner = c.owner();
+    let survivors: Vec<String> = (0..3)
+        .filter(|&i| i != owner)
+        .map(|i| format!("n{}", i + 1))
+        .collect();
+    c.ring.publish(Ring::new(
+        survivors.iter().map(|id| Member::owner(id.clone(), 1)),
+        DEFAULT_VNODES,
+        1,
+    ));
+    let mut extra = 0;
+    for (i, node) in c.nodes.iter().enumerate() {
+        if i != owner {
+            let more = fill(node).await;
+            extra += more.len();
+            held.extend(more);
+        }
+    }
+    assert_eq!(
+        extra, 4,
+        "over-admission after the rebalance: one shared limit"
+    );
+}
