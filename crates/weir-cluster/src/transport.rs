@@ -3,8 +3,9 @@
 //!
 //! The coordinator only needs two calls of an owner: grant a shared lease, and release one.
 //! [`Transport`] is that interface; the gRPC transport (a later step) and [`InMemory`] implement
-//! it. `InMemory` holds every node's [`SharedPool`] in one process and can make a node
-//! unreachable, to test what happens when an owner crashes or is partitioned away.
+//! it. `InMemory` holds every node's [`Owner`] (its pool behind the ownership fence) in one
+//! process and can make a node unreachable, to test what happens when an owner crashes or is
+//! partitioned away.
 
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -13,7 +14,8 @@ use std::sync::{Arc, Mutex};
 
 use weir::Nanos;
 
-use crate::pool::{Grant, SharedPool};
+use crate::owner::Owner;
+use crate::pool::Grant;
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -61,10 +63,10 @@ pub trait Transport: Send + Sync {
     ) -> BoxFuture<'_, Result<(), TransportError>>;
 }
 
-/// Every node's pool in one process, with unreachable nodes.
+/// Every node's owner side in one process, with unreachable nodes.
 #[derive(Debug, Default)]
 pub struct InMemory {
-    pools: Mutex<HashMap<String, Arc<SharedPool>>>,
+    owners: Mutex<HashMap<String, Arc<Owner>>>,
     down: Mutex<BTreeSet<String>>,
 }
 
@@ -74,12 +76,12 @@ impl InMemory {
         InMemory::default()
     }
 
-    /// Adds a node's pool.
-    pub fn add(&self, node: &str, pool: Arc<SharedPool>) {
-        self.pools
+    /// Adds a node's owner side.
+    pub fn add(&self, node: &str, owner: Arc<Owner>) {
+        self.owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(node.to_owned(), pool);
+            .insert(node.to_owned(), owner);
     }
 
     /// Makes a node unreachable (`down = true`) or reachable again.
@@ -92,7 +94,7 @@ impl InMemory {
         }
     }
 
-    fn pool(&self, node: &str) -> Result<Arc<SharedPool>, TransportError> {
+    fn owner(&self, node: &str) -> Result<Arc<Owner>, TransportError> {
         if self
             .down
             .lock()
@@ -101,7 +103,7 @@ impl InMemory {
         {
             return Err(TransportError::Unreachable(node.to_owned()));
         }
-        self.pools
+        self.owners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(node)
@@ -116,17 +118,8 @@ impl Transport for InMemory {
         owner: &str,
         request: LeaseRequest,
     ) -> BoxFuture<'_, Result<Grant, TransportError>> {
-        let pool = self.pool(owner);
-        Box::pin(async move {
-            let pool = pool?;
-            Ok(pool.acquire(
-                &request.bucket,
-                request.limit,
-                &request.holder,
-                request.ttl,
-                request.now,
-            ))
-        })
+        let owner = self.owner(owner);
+        Box::pin(async move { owner?.grant(&request) })
     }
 
     fn release(
@@ -135,10 +128,10 @@ impl Transport for InMemory {
         bucket: &str,
         lease: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let pool = self.pool(owner);
+        let owner = self.owner(owner);
         let bucket = bucket.to_owned();
         Box::pin(async move {
-            pool?.release(&bucket, lease);
+            owner?.release(&bucket, lease);
             Ok(())
         })
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use weir::ManualClock;
 use weir::policy::OnUnavailable;
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
+use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::InMemory;
@@ -47,7 +48,10 @@ fn cluster(n: usize, config: TwoTierConfig) -> Cluster {
         .map(|_| Arc::new(SharedPool::new(10_000)))
         .collect();
     for (id, pool) in ids.iter().zip(&pools) {
-        network.add(id, Arc::clone(pool));
+        network.add(
+            id,
+            Arc::new(Owner::new(id, Arc::clone(&ring), Arc::clone(pool))),
+        );
     }
     let nodes = ids
         .iter()
@@ -249,5 +253,52 @@ async fn a_rebalance_over_admits_at_most_one_shared_limit_until_handoff_exists()
     assert_eq!(
         extra, 4,
         "over-admission after the rebalance: one shared limit"
+    );
+}
+
+#[tokio::test]
+async fn an_owner_whose_view_differs_answers_not_owner_and_nobody_double_grants() {
+    // The coordinator still sees {n1, n2}; n2 itself already sees only {n1}.
+    let both = Arc::new(SharedRing::new(Ring::new(
+        [Member::owner("n1", 1), Member::owner("n2", 1)],
+        DEFAULT_VNODES,
+        1,
+    )));
+    let only_n1 = Arc::new(SharedRing::new(Ring::new(
+        [Member::owner("n1", 1)],
+        DEFAULT_VNODES,
+        1,
+    )));
+    let bucket = (0..1000)
+        .map(|i| format!("bucket-{i}"))
+        .find(|b| both.owner_of(b).as_deref() == Some("n2"))
+        .unwrap();
+    let network = Arc::new(InMemory::new());
+    let n2_pool = Arc::new(SharedPool::new(100));
+    network.add(
+        "n2",
+        Arc::new(Owner::new("n2", only_n1, Arc::clone(&n2_pool))),
+    );
+    let coordinator = TwoTier::new(
+        "n1",
+        config(0, 3, OnUnavailable::Closed),
+        both,
+        Arc::clone(&network),
+        Arc::new(SharedPool::new(100)),
+        ManualClock::new(0),
+    );
+    let refused = coordinator.acquire(&bucket).await.unwrap_err();
+    assert_eq!(refused.reason, "could not check its shared limit of 3");
+    assert_eq!(
+        n2_pool.in_use(&bucket, 0),
+        0,
+        "n2 granted nothing for a bucket it does not own"
+    );
+    assert_eq!(
+        coordinator
+            .counters
+            .unavailable
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
     );
 }
