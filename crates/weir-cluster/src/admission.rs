@@ -6,18 +6,23 @@
 //! `shared_limit`: no network hop when this node is the owner. So across `N` coordinators at
 //! most `node_limit × N + shared_limit` requests per bucket are in flight.
 //!
+//! A coordinator remembers the shared leases it holds. When the ring changes, [`TwoTier::rehome`]
+//! hands each lease whose bucket moved over to the bucket's new owner, so the new owner counts
+//! it and a rebalance does not double the ceiling.
+//!
 //! When the owner cannot be asked (the ring is empty, the owner is unreachable or too slow, or
 //! it says it is not the owner), the policy's `on_unavailable` decides: `open` admits and counts
 //! a fail-open, `closed` refuses ("could not check its shared limit"), and `local_share` admits
 //! at most `ceil(shared_limit / N)` extra on this node — a bounded fail-open.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weir::Clock;
 use weir::keyed::{KeyedLimiter, Overflow, Shape, Taken};
 use weir::policy::OnUnavailable;
+use weir::{Clock, Nanos};
 
 use crate::pool::{Grant, SharedPool};
 use crate::ring::SharedRing;
@@ -57,11 +62,8 @@ pub enum Tier {
 #[derive(Debug)]
 enum Hold {
     Permit(#[allow(dead_code)] Taken),
-    Lease {
-        owner: String,
-        bucket: String,
-        id: u64,
-    },
+    /// A shared lease, by its handle in the coordinator's registry.
+    Lease(u64),
     Nothing,
 }
 
@@ -86,6 +88,15 @@ pub struct ClusterRefusal {
     pub reason: String,
 }
 
+/// A shared lease this coordinator holds: where it lives now.
+#[derive(Debug, Clone)]
+struct HeldLease {
+    bucket: String,
+    owner: String,
+    id: u64,
+    expires_at: Nanos,
+}
+
 /// Counters of what admission did.
 #[derive(Debug, Default)]
 pub struct AdmissionCounters {
@@ -99,6 +110,8 @@ pub struct AdmissionCounters {
     pub local_share: AtomicU64,
     /// Times the owner could not be asked.
     pub unavailable: AtomicU64,
+    /// Leases handed over to a bucket's new owner.
+    pub handed_off: AtomicU64,
 }
 
 /// The coordinator side of two-tier admission; see the [module docs](self).
@@ -112,6 +125,9 @@ pub struct TwoTier<C: Clock + Clone, T: Transport> {
     node_tier: Option<KeyedLimiter<C>>,
     local_share: KeyedLimiter<C>,
     clock: C,
+    /// The shared leases held, by handle.
+    held: Mutex<HashMap<u64, HeldLease>>,
+    next_handle: AtomicU64,
     /// What admission did.
     pub counters: AdmissionCounters,
 }
@@ -168,6 +184,8 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             node_tier,
             local_share,
             clock,
+            held: Mutex::new(HashMap::new()),
+            next_handle: AtomicU64::new(0),
             counters: AdmissionCounters::default(),
         }
     }
@@ -235,15 +253,21 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             }
         };
         match grant {
-            Ok(Grant::Granted { id, .. }) => {
+            Ok(Grant::Granted { id, expires_at }) => {
                 self.counters.shared.fetch_add(1, Ordering::Relaxed);
+                let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                self.held_leases().insert(
+                    handle,
+                    HeldLease {
+                        bucket: bucket.to_owned(),
+                        owner: owner.to_owned(),
+                        id,
+                        expires_at,
+                    },
+                );
                 Ok(ClusterAdmission {
                     tier: Tier::Shared,
-                    hold: Hold::Lease {
-                        owner: owner.to_owned(),
-                        bucket: bucket.to_owned(),
-                        id,
-                    },
+                    hold: Hold::Lease(handle),
                 })
             }
             Ok(Grant::Full) => Err(self.refusal(bucket, self.full_reason())),
@@ -296,23 +320,97 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         }
     }
 
-    /// Releases what `admission` holds: its node permit, or its lease (on this node's pool, or
-    /// with one call to the owner; if that call fails, the lease expires with its TTL).
+    fn held_leases(&self) -> std::sync::MutexGuard<'_, HashMap<u64, HeldLease>> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Releases a lease where it lives: on this node's pool, or with one call to its owner (if
+    /// that call fails, the lease expires with its TTL).
+    async fn release_lease(&self, owner: &str, bucket: &str, id: u64) {
+        if owner == self.node_id {
+            self.pool.release(bucket, id);
+        } else {
+            let _ = tokio::time::timeout(
+                self.config.acquire_timeout,
+                self.transport.release(owner, bucket, id),
+            )
+            .await;
+        }
+    }
+
+    /// Releases what `admission` holds: its node permit, or its shared lease.
     pub async fn release(&self, admission: ClusterAdmission) {
         match admission.hold {
             Hold::Permit(permit) => drop(permit),
             Hold::Nothing => {}
-            Hold::Lease { owner, bucket, id } => {
-                if owner == self.node_id {
-                    self.pool.release(&bucket, id);
-                } else {
-                    let _ = tokio::time::timeout(
-                        self.config.acquire_timeout,
-                        self.transport.release(&owner, &bucket, id),
-                    )
-                    .await;
+            Hold::Lease(handle) => {
+                let held = self.held_leases().remove(&handle);
+                if let Some(lease) = held {
+                    self.release_lease(&lease.owner, &lease.bucket, lease.id)
+                        .await;
                 }
             }
         }
+    }
+
+    /// After a ring change: hands every held lease whose bucket has a new owner over to it
+    /// (and releases it at the old one, best effort). Returns how many moved. A lease that
+    /// cannot be handed over stays where it is and expires there.
+    pub async fn rehome(&self) -> usize {
+        let ring = self.ring.load();
+        let now = self.clock.now();
+        let moving: Vec<(u64, HeldLease, String)> = {
+            let mut held = self.held_leases();
+            held.retain(|_, lease| lease.expires_at > now);
+            held.iter()
+                .filter_map(|(&handle, lease)| {
+                    let owner = ring.owner_of(&lease.bucket)?;
+                    (owner != lease.owner).then(|| (handle, lease.clone(), owner.to_owned()))
+                })
+                .collect()
+        };
+        let mut moved = 0;
+        for (handle, lease, new_owner) in moving {
+            let adopted = if new_owner == self.node_id {
+                Some(
+                    self.pool
+                        .adopt(&lease.bucket, &self.node_id, lease.expires_at),
+                )
+            } else {
+                tokio::time::timeout(
+                    self.config.acquire_timeout,
+                    self.transport.adopt(
+                        &new_owner,
+                        &lease.bucket,
+                        &self.node_id,
+                        lease.expires_at,
+                    ),
+                )
+                .await
+                .ok()
+                .and_then(Result::ok)
+            };
+            let Some(id) = adopted else { continue };
+            let still_held = match self.held_leases().get_mut(&handle) {
+                Some(entry) => {
+                    entry.owner = new_owner.clone();
+                    entry.id = id;
+                    true
+                }
+                None => false,
+            };
+            if still_held {
+                self.release_lease(&lease.owner, &lease.bucket, lease.id)
+                    .await;
+                moved += 1;
+            } else {
+                // Released while it was being handed over: give back the adopted copy too.
+                self.release_lease(&new_owner, &lease.bucket, id).await;
+            }
+        }
+        self.counters
+            .handed_off
+            .fetch_add(moved as u64, Ordering::Relaxed);
+        moved
     }
 }

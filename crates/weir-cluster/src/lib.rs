@@ -6,8 +6,8 @@
 //! Nothing here does I/O or reads a clock: time comes in as an argument.
 //!
 //! Status: the ring, the owner-side pool, the coordinator's two-tier admission and an
-//! in-memory transport, and the ownership fence. Membership (gossip), the gRPC transport,
-//! batching and lease handoff on ring changes are still to come.
+//! in-memory transport, the ownership fence and lease handoff on ring changes. Membership
+//! (gossip), the gRPC transport and batching are still to come.
 
 pub mod admission;
 pub mod owner;

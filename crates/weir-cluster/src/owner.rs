@@ -44,6 +44,20 @@ impl Owner {
         ))
     }
 
+    /// Takes over a lease granted by the bucket's previous owner, if this node owns the bucket
+    /// now; returns its id here.
+    pub fn adopt(
+        &self,
+        bucket: &str,
+        holder: &str,
+        expires_at: weir::Nanos,
+    ) -> Result<u64, TransportError> {
+        if self.ring.owner_of(bucket).as_deref() != Some(self.node_id.as_str()) {
+            return Err(TransportError::NotOwner(self.node_id.clone()));
+        }
+        Ok(self.pool.adopt(bucket, holder, expires_at))
+    }
+
     /// Releases a lease (whoever owns the bucket now: a release is never refused).
     pub fn release(&self, bucket: &str, lease: u64) {
         self.pool.release(bucket, lease);

@@ -108,6 +108,25 @@ impl SharedPool {
         Grant::Granted { id, expires_at }
     }
 
+    /// Takes over a lease another owner granted (a handoff after the bucket moved here): it is
+    /// recorded whatever the count, because it is already in use; it counts against the limit
+    /// from now on. Returns its id here.
+    pub fn adopt(&self, bucket: &str, holder: &str, expires_at: Nanos) -> u64 {
+        let mut state = self.lock();
+        let id = state.next_id;
+        state.next_id += 1;
+        state
+            .leases
+            .entry(bucket.to_owned())
+            .or_default()
+            .push(PoolLease {
+                id,
+                expires_at,
+                holder: holder.to_owned(),
+            });
+        id
+    }
+
     /// Ends a lease. Unknown ids (released, swept, never granted) are a no-op: false.
     pub fn release(&self, bucket: &str, id: u64) -> bool {
         let mut state = self.lock();
@@ -287,6 +306,22 @@ mod tests {
             "an unknown holder's lease is never purged"
         );
         assert_eq!(pool.buckets(), 2);
+    }
+
+    #[test]
+    fn adopted_leases_count_against_the_limit() {
+        let pool = SharedPool::new(100);
+        pool.adopt("b", "a", 1_000);
+        pool.adopt("b", "a", 1_000);
+        assert_eq!(pool.in_use("b", 0), 2);
+        assert_eq!(pool.acquire("b", 2, "c", TTL, 0), Grant::Full);
+        assert_eq!(
+            pool.acquire("b", 2, "c", TTL, 1_000),
+            Grant::Granted {
+                id: 2,
+                expires_at: 1_000 + TTL
+            }
+        );
     }
 
     #[test]

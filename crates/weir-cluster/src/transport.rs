@@ -61,6 +61,14 @@ pub trait Transport: Send + Sync {
         bucket: &str,
         lease: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>>;
+    /// Hands a live lease over to the bucket's new `owner`; returns its id there.
+    fn adopt(
+        &self,
+        owner: &str,
+        bucket: &str,
+        holder: &str,
+        expires_at: Nanos,
+    ) -> BoxFuture<'_, Result<u64, TransportError>>;
 }
 
 /// Every node's owner side in one process, with unreachable nodes.
@@ -134,5 +142,17 @@ impl Transport for InMemory {
             owner?.release(&bucket, lease);
             Ok(())
         })
+    }
+
+    fn adopt(
+        &self,
+        owner: &str,
+        bucket: &str,
+        holder: &str,
+        expires_at: Nanos,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        let owner = self.owner(owner);
+        let (bucket, holder) = (bucket.to_owned(), holder.to_owned());
+        Box::pin(async move { owner?.adopt(&bucket, &holder, expires_at) })
     }
 }

@@ -220,20 +220,10 @@ async fn an_empty_ring_is_unavailable_too() {
     );
 }
 
-/// Without lease handoff (not built yet), a bucket that changes owner starts with an empty pool
-/// on its new owner, so the cluster may admit up to `shared_limit` more until the old leases
-/// are released or expire. This measures that bound, which handoff will close.
-#[tokio::test]
-async fn a_rebalance_over_admits_at_most_one_shared_limit_until_handoff_exists() {
-    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
-    let mut held = Vec::new();
-    for node in &c.nodes {
-        held.extend(fill(node).await);
-    }
-    assert_eq!(held.len(), 3 + 4, "the ceiling before the change");
-    // The owner leaves the ring (its process lives on): the bucket moves to another node.
+/// Moves the bucket to another node by taking its owner out of the ring (its process lives on).
+fn move_bucket(c: &Cluster) -> usize {
     let owner = c.owner();
-    let survivors: Vec<String> = (0..3)
+    let survivors: Vec<String> = (0..c.nodes.len())
         .filter(|&i| i != owner)
         .map(|i| format!("n{}", i + 1))
         .collect();
@@ -242,9 +232,24 @@ async fn a_rebalance_over_admits_at_most_one_shared_limit_until_handoff_exists()
         DEFAULT_VNODES,
         1,
     ));
+    owner
+}
+
+/// Without a handoff, a bucket that changes owner starts with an empty pool on its new owner,
+/// so the cluster may admit up to `shared_limit` more until the old leases are released or
+/// expire: the bound seed 000 accepted.
+#[tokio::test]
+async fn without_a_handoff_a_rebalance_over_admits_one_shared_limit() {
+    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
+    let mut held = Vec::new();
+    for node in &c.nodes {
+        held.extend(fill(node).await);
+    }
+    assert_eq!(held.len(), 3 + 4, "the ceiling before the change");
+    let old_owner = move_bucket(&c);
     let mut extra = 0;
     for (i, node) in c.nodes.iter().enumerate() {
-        if i != owner {
+        if i != old_owner {
             let more = fill(node).await;
             extra += more.len();
             held.extend(more);
@@ -254,6 +259,42 @@ async fn a_rebalance_over_admits_at_most_one_shared_limit_until_handoff_exists()
         extra, 4,
         "over-admission after the rebalance: one shared limit"
     );
+}
+
+/// With the handoff, every coordinator re-registers its leases with the new owner: the ceiling
+/// holds through the rebalance, and releases go to where each lease now lives.
+#[tokio::test]
+async fn with_the_handoff_a_rebalance_keeps_the_ceiling() {
+    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
+    let mut held: Vec<(usize, ClusterAdmission)> = Vec::new();
+    for (i, node) in c.nodes.iter().enumerate() {
+        held.extend(fill(node).await.into_iter().map(|a| (i, a)));
+    }
+    let old_owner = move_bucket(&c);
+    let mut moved = 0;
+    for node in &c.nodes {
+        moved += node.rehome().await;
+    }
+    assert_eq!(moved, 4, "every shared lease moved to the new owner");
+    assert_eq!(
+        c.pools[old_owner].in_use(BUCKET, 0),
+        0,
+        "released at the old owner"
+    );
+    let new_owner = c.owner();
+    assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 4);
+    for (i, node) in c.nodes.iter().enumerate() {
+        if i != old_owner {
+            assert!(node.acquire(BUCKET).await.is_err(), "the ceiling holds");
+        }
+    }
+    // Releasing a handed-over lease frees room on the new owner.
+    let (i, shared) = held
+        .into_iter()
+        .find(|(_, a)| a.tier == Tier::Shared)
+        .unwrap();
+    c.nodes[i].release(shared).await;
+    assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 3);
 }
 
 #[tokio::test]
