@@ -5,11 +5,12 @@
 //! chosen by a consistent-hash [`ring`]; the owner keeps the pool's leases in a [`pool`].
 //! Nothing here does I/O or reads a clock: time comes in as an argument.
 //!
-//! Status: the ring, the owner-side pool, the coordinator's two-tier admission and an
-//! in-memory transport, the ownership fence and lease handoff on ring changes. Membership
-//! (gossip), the gRPC transport and batching are still to come.
+//! Status: the ring, the owner-side pool, the coordinator's two-tier admission, the ownership
+//! fence, lease handoff on ring changes, and two transports (in-memory, gRPC). Membership
+//! (gossip), batching per owner and the wiring into `weir serve` are still to come.
 
 pub mod admission;
+pub mod grpc;
 pub mod owner;
 pub mod pool;
 pub mod ring;

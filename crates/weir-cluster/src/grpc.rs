@@ -1,0 +1,237 @@
+//! The node-to-node gRPC protocol (`proto/weir/cluster/v1/cluster.proto`): the owner's service
+//! and the coordinator's [`Transport`] over it.
+//!
+//! Times cross the wire as durations, never instants: each node's clock has its own origin.
+//! The owner stamps a lease with its own clock; the coordinator turns the remaining time back
+//! into an instant on its clock.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+use weir::{Clock, Nanos};
+
+use crate::owner::Owner;
+use crate::pool::Grant;
+use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+
+/// The generated types and services.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod proto {
+    tonic::include_proto!("weir.cluster.v1");
+}
+
+use proto::cluster_client::ClusterClient;
+use proto::lease_reply::Outcome;
+
+/// An owner's side of the protocol: its pool behind the ownership fence, on its own clock.
+#[derive(Debug)]
+pub struct ClusterService<C: Clock> {
+    owner: Arc<Owner>,
+    clock: C,
+}
+
+impl<C: Clock> ClusterService<C> {
+    /// The service for `owner`, stamping leases with `clock`.
+    pub fn new(owner: Arc<Owner>, clock: C) -> Self {
+        ClusterService { owner, clock }
+    }
+
+    /// The tonic server for this service.
+    pub fn into_server(self) -> proto::cluster_server::ClusterServer<Self> {
+        proto::cluster_server::ClusterServer::new(self)
+    }
+}
+
+#[tonic::async_trait]
+impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
+    async fn lease(
+        &self,
+        request: Request<proto::LeaseRequest>,
+    ) -> Result<Response<proto::LeaseReply>, Status> {
+        let request = request.into_inner();
+        let now = self.clock.now();
+        let grant = self.owner.grant(&LeaseRequest {
+            bucket: request.bucket,
+            limit: request.limit,
+            holder: request.holder,
+            ttl: request.ttl_ns,
+            now,
+        });
+        let reply = match grant {
+            Ok(Grant::Granted { id, expires_at }) => proto::LeaseReply {
+                outcome: Outcome::Granted as i32,
+                id,
+                expires_in_ns: expires_at.saturating_sub(now),
+            },
+            Ok(Grant::Full) => proto::LeaseReply {
+                outcome: Outcome::Full as i32,
+                ..Default::default()
+            },
+            Ok(Grant::TooManyBuckets) => proto::LeaseReply {
+                outcome: Outcome::TooManyBuckets as i32,
+                ..Default::default()
+            },
+            Err(_) => proto::LeaseReply {
+                outcome: Outcome::NotOwner as i32,
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(reply))
+    }
+
+    async fn unlease(
+        &self,
+        request: Request<proto::UnleaseRequest>,
+    ) -> Result<Response<proto::UnleaseReply>, Status> {
+        let request = request.into_inner();
+        self.owner.release(&request.bucket, request.id);
+        Ok(Response::new(proto::UnleaseReply {}))
+    }
+
+    async fn adopt(
+        &self,
+        request: Request<proto::AdoptRequest>,
+    ) -> Result<Response<proto::AdoptReply>, Status> {
+        let request = request.into_inner();
+        let expires_at = self.clock.now().saturating_add(request.expires_in_ns);
+        let reply = match self
+            .owner
+            .adopt(&request.bucket, &request.holder, expires_at)
+        {
+            Ok(id) => proto::AdoptReply { adopted: true, id },
+            Err(_) => proto::AdoptReply {
+                adopted: false,
+                id: 0,
+            },
+        };
+        Ok(Response::new(reply))
+    }
+}
+
+/// A coordinator's way to owners over gRPC: one lazily connected channel per owner, addresses
+/// from membership.
+#[derive(Debug)]
+pub struct GrpcTransport<C: Clock> {
+    addresses: ArcSwap<HashMap<String, String>>,
+    clients: Mutex<HashMap<String, ClusterClient<Channel>>>,
+    clock: C,
+}
+
+impl<C: Clock> GrpcTransport<C> {
+    /// A transport with no owners known yet; `clock` turns lease lifetimes into instants.
+    pub fn new(clock: C) -> Self {
+        GrpcTransport {
+            addresses: ArcSwap::from_pointee(HashMap::new()),
+            clients: Mutex::new(HashMap::new()),
+            clock,
+        }
+    }
+
+    /// Sets the gRPC address (`http://host:port`) of every known node.
+    pub fn set_addresses(&self, addresses: HashMap<String, String>) {
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        clients.retain(|node, _| addresses.contains_key(node));
+        self.addresses.store(Arc::new(addresses));
+    }
+
+    fn client(&self, owner: &str) -> Result<ClusterClient<Channel>, TransportError> {
+        let unreachable = || TransportError::Unreachable(owner.to_owned());
+        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(client) = clients.get(owner) {
+            return Ok(client.clone());
+        }
+        let address = self
+            .addresses
+            .load()
+            .get(owner)
+            .cloned()
+            .ok_or_else(unreachable)?;
+        let channel = Endpoint::from_shared(address)
+            .map_err(|_| unreachable())?
+            .connect_lazy();
+        let client = ClusterClient::new(channel);
+        clients.insert(owner.to_owned(), client.clone());
+        Ok(client)
+    }
+}
+
+impl<C: Clock> Transport for GrpcTransport<C> {
+    fn acquire(
+        &self,
+        owner: &str,
+        request: LeaseRequest,
+    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+        let client = self.client(owner);
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let mut client = client?;
+            let reply = client
+                .lease(proto::LeaseRequest {
+                    bucket: request.bucket,
+                    limit: request.limit,
+                    holder: request.holder,
+                    ttl_ns: request.ttl,
+                })
+                .await
+                .map_err(|_| TransportError::Unreachable(owner.clone()))?
+                .into_inner();
+            match Outcome::try_from(reply.outcome) {
+                Ok(Outcome::Granted) => Ok(Grant::Granted {
+                    id: reply.id,
+                    expires_at: request.now.saturating_add(reply.expires_in_ns),
+                }),
+                Ok(Outcome::Full) => Ok(Grant::Full),
+                Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
+                Ok(Outcome::NotOwner) | Err(_) => Err(TransportError::NotOwner(owner)),
+            }
+        })
+    }
+
+    fn release(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let client = self.client(owner);
+        let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
+        Box::pin(async move {
+            client?
+                .unlease(proto::UnleaseRequest { bucket, id: lease })
+                .await
+                .map(|_| ())
+                .map_err(|_| TransportError::Unreachable(owner))
+        })
+    }
+
+    fn adopt(
+        &self,
+        owner: &str,
+        bucket: &str,
+        holder: &str,
+        expires_at: Nanos,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        let client = self.client(owner);
+        let expires_in_ns = expires_at.saturating_sub(self.clock.now());
+        let (owner, bucket, holder) = (owner.to_owned(), bucket.to_owned(), holder.to_owned());
+        Box::pin(async move {
+            let reply = client?
+                .adopt(proto::AdoptRequest {
+                    bucket,
+                    holder,
+                    expires_in_ns,
+                })
+                .await
+                .map_err(|_| TransportError::Unreachable(owner.clone()))?
+                .into_inner();
+            if reply.adopted {
+                Ok(reply.id)
+            } else {
+                Err(TransportError::NotOwner(owner))
+            }
+        })
+    }
+}

@@ -1,0 +1,106 @@
+//! Two-tier admission over the real gRPC transport, between two nodes on loopback.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use weir::SystemClock;
+use weir::policy::OnUnavailable;
+use weir_cluster::admission::{Tier, TwoTier, TwoTierConfig};
+use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::owner::Owner;
+use weir_cluster::pool::SharedPool;
+use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+
+fn ring(ids: &[&str]) -> Ring {
+    Ring::new(
+        ids.iter().map(|id| Member::owner(*id, 1)),
+        DEFAULT_VNODES,
+        1,
+    )
+}
+
+/// Serves `owner` on an ephemeral loopback port; returns its URL and the server task.
+async fn serve(owner: Arc<Owner>) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let service = ClusterService::new(owner, SystemClock::new()).into_server();
+    let task = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await;
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_cross_the_wire_and_move_with_the_bucket() {
+    let shared_ring = Arc::new(SharedRing::new(ring(&["n1", "n2"])));
+    let bucket = (0..1000)
+        .map(|i| format!("bucket-{i}"))
+        .find(|b| shared_ring.owner_of(b).as_deref() == Some("n2"))
+        .unwrap();
+    let n1_pool = Arc::new(SharedPool::new(100));
+    let n2_pool = Arc::new(SharedPool::new(100));
+    // n2 keeps its own view of the ring.
+    let n2_ring = Arc::new(SharedRing::new(ring(&["n1", "n2"])));
+    let (n2_url, n2_server) = serve(Arc::new(Owner::new(
+        "n2",
+        Arc::clone(&n2_ring),
+        Arc::clone(&n2_pool),
+    )))
+    .await;
+
+    let transport = Arc::new(GrpcTransport::new(SystemClock::new()));
+    transport.set_addresses(HashMap::from([("n2".to_owned(), n2_url)]));
+    let n1 = TwoTier::new(
+        "n1",
+        TwoTierConfig {
+            node_limit: 1,
+            shared_limit: 2,
+            lease_ttl: Duration::from_secs(30),
+            on_unavailable: OnUnavailable::Closed,
+            acquire_timeout: Duration::from_secs(2),
+            max_keys: 100,
+        },
+        Arc::clone(&shared_ring),
+        transport,
+        Arc::clone(&n1_pool),
+        SystemClock::new(),
+    );
+
+    let node = n1.acquire(&bucket).await.unwrap();
+    let first = n1.acquire(&bucket).await.unwrap();
+    let second = n1.acquire(&bucket).await.unwrap();
+    assert_eq!(
+        (node.tier, first.tier, second.tier),
+        (Tier::Node, Tier::Shared, Tier::Shared)
+    );
+    assert_eq!(n2_pool.in_use(&bucket, 0), 2, "granted on n2, over gRPC");
+    let refused = n1.acquire(&bucket).await.unwrap_err();
+    assert_eq!(
+        refused.reason,
+        "reached its per-node limit of 1 and its shared limit of 2"
+    );
+    n1.release(first).await;
+    assert_eq!(n2_pool.in_use(&bucket, 0), 1, "released on n2");
+
+    // n2 leaves the ring: the live lease moves to n1 and is released on n2.
+    shared_ring.publish(ring(&["n1"]));
+    n2_ring.publish(ring(&["n1"]));
+    assert_eq!(n1.rehome().await, 1);
+    assert_eq!(n2_pool.in_use(&bucket, 0), 0);
+    assert_eq!(n1_pool.in_use(&bucket, 0), 1);
+    n1.release(second).await;
+    assert_eq!(n1_pool.in_use(&bucket, 0), 0, "released where it now lives");
+
+    // Back to two nodes, with n2 down: the shared limit cannot be checked.
+    shared_ring.publish(ring(&["n1", "n2"]));
+    n2_server.abort();
+    let _ = n2_server.await;
+    let refused = n1.acquire(&bucket).await.unwrap_err();
+    assert_eq!(refused.reason, "could not check its shared limit of 2");
+    drop(node);
+}
