@@ -6,11 +6,13 @@
 //! Nothing here does I/O or reads a clock: time comes in as an argument.
 //!
 //! Status: the ring, the owner-side pool, the coordinator's two-tier admission, the ownership
-//! fence, lease handoff on ring changes, and two transports (in-memory, gRPC). Membership
-//! (gossip), batching per owner and the wiring into `weir serve` are still to come.
+//! fence, lease handoff on ring changes, two transports (in-memory, gRPC) and membership
+//! (static, and gossip through chitchat). Batching per owner and the wiring into `weir serve`
+//! are still to come.
 
 pub mod admission;
 pub mod grpc;
+pub mod membership;
 pub mod owner;
 pub mod pool;
 pub mod ring;

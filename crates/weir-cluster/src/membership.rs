@@ -1,0 +1,300 @@
+//! Who is in the cluster: a small [`Membership`] interface, a static implementation for tests,
+//! and gossip ([chitchat]) for real clusters.
+//!
+//! A member advertises its node id, its gRPC address, the cluster protocol version it speaks
+//! and whether it may own buckets. Membership is a watch channel of the live members; when it
+//! changes, [`apply`] rebuilds the ring, updates the transport's addresses and purges the
+//! leases that departed nodes held on this node's pool (the caller then hands its own leases
+//! over with `TwoTier::rehome`).
+//!
+//! [chitchat]: https://docs.rs/chitchat
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use chitchat::transport::UdpTransport;
+use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
+use tokio::sync::watch;
+
+use crate::pool::SharedPool;
+use crate::ring::{Member, Ring, SharedRing};
+
+/// A live member, as it advertises itself.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct NodeInfo {
+    /// Its node id.
+    pub id: String,
+    /// Its gRPC address, `http://host:port`.
+    pub grpc: String,
+    /// The cluster protocol version it speaks.
+    pub protocol: u32,
+    /// Whether it may own buckets.
+    pub owner: bool,
+}
+
+/// A source of the live members.
+pub trait Membership: Send + Sync {
+    /// The live members, updated as they change.
+    fn watch(&self) -> watch::Receiver<Vec<NodeInfo>>;
+}
+
+/// Members set by hand: for tests and fixed deployments.
+#[derive(Debug)]
+pub struct StaticMembership {
+    members: watch::Sender<Vec<NodeInfo>>,
+}
+
+impl StaticMembership {
+    /// These members, live.
+    pub fn new(members: Vec<NodeInfo>) -> Self {
+        StaticMembership {
+            members: watch::channel(members).0,
+        }
+    }
+
+    /// Replaces the live members.
+    pub fn set(&self, members: Vec<NodeInfo>) {
+        self.members.send_replace(members);
+    }
+}
+
+impl Membership for StaticMembership {
+    fn watch(&self) -> watch::Receiver<Vec<NodeInfo>> {
+        self.members.subscribe()
+    }
+}
+
+/// How to join a gossip cluster.
+#[derive(Debug, Clone)]
+pub struct GossipSettings {
+    /// This node's id.
+    pub node_id: String,
+    /// The cluster's name: nodes of other clusters are ignored.
+    pub cluster_id: String,
+    /// The UDP address to gossip on (also advertised to peers).
+    pub gossip: SocketAddr,
+    /// Peers to contact first (`host:port`).
+    pub seeds: Vec<String>,
+    /// This node's gRPC address, `http://host:port`.
+    pub grpc: String,
+    /// The cluster protocol version this node speaks.
+    pub protocol: u32,
+    /// Whether this node may own buckets.
+    pub owner: bool,
+    /// How often to gossip.
+    pub interval: Duration,
+}
+
+/// Joining or running gossip failed.
+#[derive(Debug, thiserror::Error)]
+#[error("gossip on {address}: {detail}")]
+pub struct GossipError {
+    /// The gossip address.
+    pub address: SocketAddr,
+    /// What failed.
+    pub detail: String,
+}
+
+/// Membership by gossip (chitchat over UDP), with its failure detector.
+pub struct GossipMembership {
+    handle: ChitchatHandle,
+    members: watch::Receiver<Vec<NodeInfo>>,
+    follower: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for GossipMembership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GossipMembership")
+            .field("members", &*self.members.borrow())
+            .finish()
+    }
+}
+
+const KEY_GRPC: &str = "grpc";
+const KEY_PROTOCOL: &str = "protocol";
+const KEY_OWNER: &str = "owner";
+
+impl GossipMembership {
+    /// Starts gossiping and joins through `settings.seeds`.
+    pub async fn start(settings: GossipSettings) -> Result<Self, GossipError> {
+        let generation = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let config = ChitchatConfig {
+            chitchat_id: ChitchatId::new(settings.node_id.clone(), generation, settings.gossip),
+            cluster_id: settings.cluster_id.clone(),
+            gossip_interval: settings.interval,
+            listen_addr: settings.gossip,
+            seed_nodes: settings.seeds.clone(),
+            failure_detector_config: FailureDetectorConfig {
+                initial_interval: settings.interval,
+                ..FailureDetectorConfig::default()
+            },
+            marked_for_deletion_grace_period: Duration::from_secs(3600),
+            catchup_callback: None,
+            extra_liveness_predicate: None,
+            protocol_version: chitchat::ProtocolVersion::V0,
+        };
+        let key_values = vec![
+            (KEY_GRPC.to_owned(), settings.grpc.clone()),
+            (KEY_PROTOCOL.to_owned(), settings.protocol.to_string()),
+            (KEY_OWNER.to_owned(), settings.owner.to_string()),
+        ];
+        let handle = chitchat::spawn_chitchat(config, key_values, &UdpTransport)
+            .await
+            .map_err(|e| GossipError {
+                address: settings.gossip,
+                detail: e.to_string(),
+            })?;
+        let mut live = handle.chitchat().lock().await.live_nodes_watcher();
+        let (tx, members) = watch::channel(Vec::new());
+        let follower = tokio::spawn(async move {
+            loop {
+                let snapshot: Vec<NodeInfo> = live
+                    .borrow_and_update()
+                    .iter()
+                    .filter_map(|(id, state)| {
+                        Some(NodeInfo {
+                            id: id.node_id.to_string(),
+                            grpc: state.get(KEY_GRPC)?.to_owned(),
+                            protocol: state.get(KEY_PROTOCOL)?.parse().ok()?,
+                            owner: state.get(KEY_OWNER)? == "true",
+                        })
+                    })
+                    .collect();
+                tx.send_replace(snapshot);
+                if live.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(GossipMembership {
+            handle,
+            members,
+            follower,
+        })
+    }
+
+    /// Leaves: stops gossiping (peers notice through their failure detectors).
+    pub async fn stop(self) {
+        self.follower.abort();
+        let _ = self.handle.shutdown().await;
+    }
+}
+
+impl Membership for GossipMembership {
+    fn watch(&self) -> watch::Receiver<Vec<NodeInfo>> {
+        self.members.clone()
+    }
+}
+
+/// What a membership change did on this node.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Members that left since the previous change.
+    pub departed: Vec<String>,
+    /// Leases those members held on this node's pool, purged.
+    pub purged: usize,
+}
+
+/// Applies a new member list: publishes the ring of eligible members, hands `addresses` the
+/// gRPC address of every member, and purges from `pool` the leases of members that left since
+/// `previous` (which is updated).
+pub fn apply(
+    members: &[NodeInfo],
+    previous: &mut BTreeSet<String>,
+    ring: &SharedRing,
+    vnodes: u32,
+    protocol: u32,
+    pool: &SharedPool,
+    mut addresses: impl FnMut(HashMap<String, String>),
+) -> Applied {
+    ring.publish(Ring::new(
+        members.iter().map(|m| Member {
+            id: m.id.clone(),
+            protocol: m.protocol,
+            owner: m.owner,
+        }),
+        vnodes,
+        protocol,
+    ));
+    addresses(
+        members
+            .iter()
+            .map(|m| (m.id.clone(), m.grpc.clone()))
+            .collect(),
+    );
+    let now: BTreeSet<String> = members.iter().map(|m| m.id.clone()).collect();
+    let departed: Vec<String> = previous.difference(&now).cloned().collect();
+    let purged = pool.purge_holders(&departed.iter().map(String::as_str).collect::<Vec<_>>());
+    *previous = now;
+    Applied { departed, purged }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pool::Grant;
+    use crate::ring::DEFAULT_VNODES;
+
+    fn node(id: &str) -> NodeInfo {
+        NodeInfo {
+            id: id.into(),
+            grpc: format!("http://{id}:50051"),
+            protocol: 1,
+            owner: true,
+        }
+    }
+
+    #[test]
+    fn applying_members_rebuilds_the_ring_and_purges_the_departed() {
+        let ring = SharedRing::default();
+        let pool = SharedPool::new(100);
+        let mut previous = BTreeSet::new();
+        let mut seen = HashMap::new();
+        let first = apply(
+            &[node("a"), node("b")],
+            &mut previous,
+            &ring,
+            DEFAULT_VNODES,
+            1,
+            &pool,
+            |a| seen = a,
+        );
+        assert_eq!(first, Applied::default());
+        assert_eq!(ring.load().members(), ["a", "b"]);
+        assert_eq!(seen["b"], "http://b:50051");
+        assert!(matches!(
+            pool.acquire("x", 5, "b", 1_000, 0),
+            Grant::Granted { .. }
+        ));
+        assert!(matches!(
+            pool.acquire("x", 5, "a", 1_000, 0),
+            Grant::Granted { .. }
+        ));
+        let second = apply(
+            &[node("a")],
+            &mut previous,
+            &ring,
+            DEFAULT_VNODES,
+            1,
+            &pool,
+            |_| {},
+        );
+        assert_eq!(second.departed, ["b"]);
+        assert_eq!(second.purged, 1);
+        assert_eq!(pool.in_use("x", 0), 1);
+        assert_eq!(ring.load().members(), ["a"]);
+    }
+
+    #[test]
+    fn a_static_membership_publishes_changes() {
+        let membership = StaticMembership::new(vec![node("a")]);
+        let mut watch = membership.watch();
+        assert_eq!(watch.borrow_and_update().len(), 1);
+        membership.set(vec![node("a"), node("b")]);
+        assert!(watch.has_changed().unwrap());
+        assert_eq!(watch.borrow_and_update().len(), 2);
+    }
+}
