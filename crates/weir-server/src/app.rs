@@ -12,12 +12,13 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::lease::LeaseId;
-use weir::policy::{PolicyConfig, PolicySet, Request, ThrottledRow};
+use weir::policy::{PolicyConfig, PolicySet, RejectReason, Request, ThrottledRow};
 use weir::{Clock, SystemClock};
 
+use crate::cluster::ClusterMode;
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
-use crate::leases::{Held, Leases};
+use crate::leases::{Held, Hold, Leases};
 use crate::metrics::Metrics;
 
 /// The longest key accepted, in bytes.
@@ -55,6 +56,9 @@ pub enum AcquireOutcome {
         would_throttle: bool,
         /// The limit of the policy's buckets, for the RateLimit header fields.
         limit: Option<f64>,
+        /// Which tier admitted it: `node`, or in cluster mode `shared`, `fail_open`,
+        /// `local_share`.
+        tier: &'static str,
     },
     /// Refused.
     Refused {
@@ -118,6 +122,7 @@ pub struct App {
     shutdown: watch::Sender<bool>,
     ready: AtomicBool,
     clock: SystemClock,
+    cluster: Option<Arc<ClusterMode>>,
 }
 
 impl std::fmt::Debug for App {
@@ -145,6 +150,8 @@ pub struct AppSettings {
     pub admin_token: Option<String>,
     /// The default most one request may cost.
     pub max_cost: u64,
+    /// Cluster mode, when this node is part of a cluster.
+    pub cluster: Option<Arc<ClusterMode>>,
 }
 
 /// A random salt for lease ids, from the standard library's per-process random hasher keys.
@@ -193,6 +200,7 @@ impl App {
             shutdown: watch::channel(false).0,
             ready: AtomicBool::new(false),
             clock: SystemClock::new(),
+            cluster: settings.cluster,
         }))
     }
 
@@ -293,17 +301,7 @@ impl App {
                 let would_throttle = admission.would_throttle();
                 let lease = match &config.concurrency {
                     Some(concurrency) if admission.applied() => {
-                        let ttl = concurrency.lease_ttl;
-                        let held = Held {
-                            policy: input.policy.clone(),
-                            admission,
-                        };
-                        let (id, _) = self.leases.insert(
-                            held,
-                            u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
-                            self.clock.now(),
-                        );
-                        Some((id.to_string(), ttl))
+                        Some(self.hold(&input.policy, Hold::Node(admission), concurrency.lease_ttl))
                     }
                     // A rate limiter's admission is done as soon as it is answered.
                     _ => None,
@@ -313,14 +311,81 @@ impl App {
                     lease,
                     would_throttle,
                     limit,
+                    tier: "node",
                 })
             }
-            Err(rejection) => Ok(AcquireOutcome::Refused {
-                retry_after: rejection.retry_after(),
-                reason: rejection.to_string(),
-                limit,
-            }),
+            Err(rejection) => {
+                // A full node tier of a concurrency policy with a shared limit: in cluster
+                // mode, ask the bucket's owner for a shared lease.
+                if let (
+                    Some(cluster),
+                    Some(concurrency),
+                    RejectReason::Limited { retry_after: None },
+                ) = (&self.cluster, &config.concurrency, rejection.reason)
+                {
+                    if concurrency.shared_limit > 0 && config.mode == weir::policy::Mode::Enforce {
+                        let coordinator =
+                            cluster.coordinator(&input.policy, concurrency, config.max_keys);
+                        return Ok(match coordinator.acquire(&input.key).await {
+                            Ok(admission) => {
+                                let tier = crate::cluster::tier_name(admission.tier);
+                                let lease = self.hold(
+                                    &input.policy,
+                                    Hold::Shared(admission, coordinator),
+                                    concurrency.lease_ttl,
+                                );
+                                AcquireOutcome::Admitted {
+                                    waited: Duration::ZERO,
+                                    lease: Some(lease),
+                                    would_throttle: false,
+                                    limit,
+                                    tier,
+                                }
+                            }
+                            Err(refusal) => {
+                                let reason = if concurrency.node_limit > 0
+                                    && refusal.reason.starts_with("reached its shared limit")
+                                {
+                                    format!(
+                                        "reached its per-node limit of {} and its shared limit of {}",
+                                        concurrency.node_limit, concurrency.shared_limit
+                                    )
+                                } else {
+                                    refusal.reason
+                                };
+                                AcquireOutcome::Refused {
+                                    retry_after: None,
+                                    reason: format!(
+                                        "policy `{}`: bucket `{}` {reason}",
+                                        input.policy, input.key
+                                    ),
+                                    limit,
+                                }
+                            }
+                        });
+                    }
+                }
+                Ok(AcquireOutcome::Refused {
+                    retry_after: rejection.retry_after(),
+                    reason: rejection.to_string(),
+                    limit,
+                })
+            }
         }
+    }
+
+    /// Holds an admission as a lease; returns its id and time to live.
+    fn hold(&self, policy: &str, admission: Hold, ttl: Duration) -> (String, Duration) {
+        let held = Held {
+            policy: policy.to_owned(),
+            admission,
+        };
+        let (id, _) = self.leases.insert(
+            held,
+            u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
+            self.clock.now(),
+        );
+        (id.to_string(), ttl)
     }
 
     fn lease_id(text: &str) -> Result<LeaseId, ApiError> {
@@ -525,6 +590,9 @@ impl App {
 
     /// This node, as `/v1/cluster` shows it.
     pub fn cluster(&self) -> serde_json::Value {
+        if let Some(cluster) = &self.cluster {
+            return cluster.describe();
+        }
         serde_json::json!({
             "members": [{
                 "id": self.node_id,

@@ -56,6 +56,15 @@ pub struct ServerSettings {
     /// (default 1 000 000).
     #[serde(default = "default_max_cost")]
     pub max_cost: u64,
+    /// Cluster mode: the UDP address to gossip on. Absent: a single node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gossip: Option<SocketAddr>,
+    /// Cluster mode: gossip addresses of nodes to join through.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub join: Vec<String>,
+    /// Cluster mode: the cluster's name; nodes of other clusters are ignored (default `weir`).
+    #[serde(default = "default_cluster_id")]
+    pub cluster_id: String,
 }
 
 fn default_node_id() -> String {
@@ -79,6 +88,9 @@ fn default_lease_sweep() -> Duration {
 fn default_max_cost() -> u64 {
     1_000_000
 }
+fn default_cluster_id() -> String {
+    "weir".to_owned()
+}
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -91,6 +103,9 @@ impl Default for ServerSettings {
             report_interval: default_report_interval(),
             lease_sweep: default_lease_sweep(),
             max_cost: default_max_cost(),
+            gossip: None,
+            join: Vec::new(),
+            cluster_id: default_cluster_id(),
         }
     }
 }
@@ -153,6 +168,12 @@ impl ConfigFile {
                     problem: "must be greater than zero".into(),
                 });
             }
+        }
+        if !s.join.is_empty() && s.gossip.is_none() {
+            problems.push(ConfigProblem::Server {
+                field: "join",
+                problem: "needs `server.gossip`: a node joins a cluster by gossiping".into(),
+            });
         }
         let mut names = std::collections::BTreeSet::new();
         for policy in &self.policy {

@@ -69,12 +69,13 @@ fn answer(outcome: AcquireOutcome, id: u64) -> AcquireResponse {
             waited,
             lease,
             would_throttle,
+            tier,
             ..
         } => AcquireResponse {
             admitted: true,
             waited_ms: waited.as_millis() as u64,
             lease: lease.map(|(id, _)| id).unwrap_or_default(),
-            tier: "node".into(),
+            tier: tier.into(),
             id,
             would_throttle,
             ..Default::default()

@@ -159,11 +159,12 @@ async fn acquire(
             lease,
             would_throttle,
             limit,
+            tier,
         } => {
             let mut body = json!({
                 "admitted": true,
                 "waited_ms": waited.as_millis() as u64,
-                "tier": "node",
+                "tier": tier,
             });
             if let Some((lease, ttl)) = lease {
                 body["lease"] = json!(lease);

@@ -1,7 +1,7 @@
 //! The server's leases: admissions of concurrency policies, held until released or expired.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use weir::SystemClock;
 use weir::lease::{LeaseId, LeaseTracker};
@@ -13,7 +13,32 @@ pub struct Held {
     /// The policy that admitted it.
     pub policy: String,
     /// The admission itself.
-    pub admission: Admission<SystemClock>,
+    pub admission: Hold,
+}
+
+/// A node admission, or a shared one from the bucket's owner (cluster mode).
+#[derive(Debug)]
+pub enum Hold {
+    /// Admitted by this node's buckets.
+    Node(Admission<SystemClock>),
+    /// A shared lease; released through its coordinator. If it expires here unreleased, the
+    /// owner's copy expires on the owner with the same time to live.
+    Shared(
+        weir_cluster::admission::ClusterAdmission,
+        Arc<crate::cluster::SharedCoordinator>,
+    ),
+}
+
+impl Hold {
+    /// Releases it (a shared lease in the background).
+    fn release(self) {
+        match self {
+            Hold::Node(admission) => drop(admission),
+            Hold::Shared(admission, coordinator) => {
+                crate::cluster::ClusterMode::release(coordinator, admission)
+            }
+        }
+    }
 }
 
 /// Lease counts for `/metrics`.
@@ -57,9 +82,11 @@ impl Leases {
     /// Releases a lease; false if it is unknown.
     pub fn release(&self, id: LeaseId) -> bool {
         let held = self.lock().release(id);
-        // Dropped outside the lock: releasing a permit may wake a waiter.
+        // Released outside the lock: releasing a permit may wake a waiter.
         let released = held.is_some();
-        drop(held);
+        if let Some(held) = held {
+            held.admission.release();
+        }
         if released {
             self.released.fetch_add(1, Ordering::Relaxed);
         }

@@ -10,12 +10,14 @@
 //! - [`http`], [`grpc`]: the two protocols;
 //! - [`durable`]: API changes kept across restarts and crashes;
 //! - [`leases`]: concurrency admissions held until released or expired;
+//! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
 //! - [`top`], [`client`]: the `weir top` and `weir config` commands.
 
 pub mod app;
 pub mod client;
+pub mod cluster;
 pub mod config;
 pub mod durable;
 pub mod error;

@@ -39,6 +39,12 @@ enum Command {
         /// This node's name.
         #[arg(long)]
         node_id: Option<String>,
+        /// Cluster mode: the UDP address to gossip on.
+        #[arg(long)]
+        gossip: Option<SocketAddr>,
+        /// Cluster mode: a node's gossip address to join through (repeatable).
+        #[arg(long)]
+        join: Vec<String>,
         /// Log level or filter (else RUST_LOG, else `info`).
         #[arg(long)]
         log: Option<String>,
@@ -187,6 +193,8 @@ fn main() -> ExitCode {
                         http,
                         grpc,
                         node_id,
+                        gossip,
+                        join,
                         log,
                     } => {
                         init_logs(log.as_deref());
@@ -195,6 +203,8 @@ fn main() -> ExitCode {
                             grpc,
                             data_dir,
                             node_id,
+                            gossip,
+                            join,
                         };
                         let config = serve::load_config(config.as_ref(), &overrides)?;
                         serve::serve(config).await.map(|()| ExitCode::SUCCESS)

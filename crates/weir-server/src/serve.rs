@@ -9,6 +9,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 
 use crate::app::{App, AppSettings};
+use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG};
 use crate::grpc::WeirService;
 use crate::proto::weir_server::WeirServer;
@@ -24,6 +25,10 @@ pub struct Overrides {
     pub data_dir: Option<PathBuf>,
     /// `--node-id`.
     pub node_id: Option<String>,
+    /// `--gossip`.
+    pub gossip: Option<SocketAddr>,
+    /// `--join` (repeatable).
+    pub join: Vec<String>,
 }
 
 /// Loads the config (the file, or the embedded default) and applies the overrides and
@@ -53,6 +58,15 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     }
     if let Some(id) = &overrides.node_id {
         server.node_id = id.clone();
+    }
+    if let Some(gossip) = overrides.gossip {
+        server.gossip = Some(gossip);
+    }
+    if !overrides.join.is_empty() {
+        server.join = overrides.join.clone();
+    }
+    if !server.join.is_empty() && server.gossip.is_none() {
+        anyhow::bail!("--join needs --gossip ADDR: a node joins a cluster by gossiping");
     }
     if let Ok(token) = std::env::var("WEIR_ADMIN_TOKEN") {
         if !token.is_empty() {
@@ -112,6 +126,23 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         .with_context(|| format!("binding the gRPC address {}", server.grpc))?;
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
+    let cluster = match server.gossip {
+        Some(gossip) => Some(
+            ClusterMode::start(
+                &server.node_id,
+                &server.cluster_id,
+                gossip,
+                server.join.clone(),
+                format!("http://{grpc_addr}"),
+            )
+            .await
+            .with_context(|| format!("joining the cluster (gossip on {gossip})"))?,
+        ),
+        None => None,
+    };
+    if let Some(cluster) = &cluster {
+        tokio::spawn(Arc::clone(cluster).follow());
+    }
     let app = App::new(AppSettings {
         node_id: server.node_id.clone(),
         http: http_addr,
@@ -120,6 +151,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         data_dir: server.data_dir.clone(),
         admin_token: server.admin_token.clone(),
         max_cost: server.max_cost,
+        cluster: cluster.clone(),
     })?;
 
     let background = spawn_background(&app, server.lease_sweep, server.report_interval);
@@ -136,9 +168,11 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     let grpc = {
         let app = Arc::clone(&app);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(grpc_listener);
+        let owner_service = cluster.as_ref().map(|c| c.service());
         tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
+                .add_optional_service(owner_service)
                 .serve_with_incoming_shutdown(incoming, async move { app.shutting_down().await })
                 .await
         })
@@ -167,6 +201,9 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         tracing::warn!("connections still open after 10 s; closing them");
     }
     background.abort();
+    if let Some(cluster) = &cluster {
+        cluster.stop().await;
+    }
     // Every acknowledged policy change was written before it was acknowledged; nothing else is
     // kept across restarts (leases are not: their holders' permits are this process's).
     tracing::info!("stopped");

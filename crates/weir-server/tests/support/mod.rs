@@ -35,6 +35,16 @@ impl Server {
 
     /// Like [`start`](Self::start), with extra environment variables.
     pub fn start_with(config: &str, data_dir: &Path, env: &[(&str, &str)]) -> Server {
+        Server::start_full(config, data_dir, env, &[])
+    }
+
+    /// Like [`start`](Self::start), with extra environment variables and arguments.
+    pub fn start_full(
+        config: &str,
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+    ) -> Server {
         let config_path = data_dir.with_extension("toml");
         std::fs::write(&config_path, config).expect("writing the test config");
         let mut command = weir();
@@ -52,6 +62,7 @@ impl Server {
             .arg(&config_path)
             .arg("--data-dir")
             .arg(data_dir)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (name, value) in env {

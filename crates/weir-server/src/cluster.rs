@@ -1,0 +1,227 @@
+//! Cluster mode in the server: gossip membership, this node's owner service, and two-tier
+//! admission for concurrency policies with a `shared_limit`.
+//!
+//! A concurrency policy's node tier is the policy itself (its `node_limit` per bucket on this
+//! node). When it is full and the policy has a `shared_limit`, the request asks the bucket's
+//! owner for a shared lease through a shared-only [`TwoTier`]. Membership changes rebuild the
+//! ring, update the owners' addresses, purge the leases departed nodes held here, and hand this
+//! node's leases over to their buckets' new owners.
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::watch;
+use weir::SystemClock;
+use weir::policy::ConcurrencySpec;
+use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
+use weir_cluster::grpc::proto::cluster_server::ClusterServer;
+use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membership, NodeInfo};
+use weir_cluster::owner::Owner;
+use weir_cluster::pool::SharedPool;
+use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
+
+/// The cluster protocol version this build speaks.
+pub const PROTOCOL: u32 = 1;
+
+/// The coordinator a concurrency policy asks for shared leases.
+pub type SharedCoordinator = TwoTier<SystemClock, GrpcTransport<SystemClock>>;
+type Coordinator = SharedCoordinator;
+
+/// A node's cluster state.
+pub struct ClusterMode {
+    node_id: String,
+    ring: Arc<SharedRing>,
+    pool: Arc<SharedPool>,
+    owner: Arc<Owner>,
+    transport: Arc<GrpcTransport<SystemClock>>,
+    members: watch::Receiver<Vec<NodeInfo>>,
+    gossip: tokio::sync::Mutex<Option<GossipMembership>>,
+    coordinators: Mutex<HashMap<String, (TwoTierConfig, Arc<Coordinator>)>>,
+}
+
+impl std::fmt::Debug for ClusterMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterMode")
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
+
+/// The tier string an API answer carries.
+pub fn tier_name(tier: Tier) -> &'static str {
+    match tier {
+        Tier::Node => "node",
+        Tier::Shared => "shared",
+        Tier::FailOpen => "fail_open",
+        Tier::LocalShare => "local_share",
+    }
+}
+
+impl ClusterMode {
+    /// Joins the cluster: gossips on `gossip` (through `join` seeds), advertising `grpc_url`.
+    pub async fn start(
+        node_id: &str,
+        cluster_id: &str,
+        gossip: SocketAddr,
+        join: Vec<String>,
+        grpc_url: String,
+    ) -> anyhow::Result<Arc<Self>> {
+        let ring = Arc::new(SharedRing::default());
+        let pool = Arc::new(SharedPool::new(1_000_000));
+        let owner = Arc::new(Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool)));
+        let membership = GossipMembership::start(GossipSettings {
+            node_id: node_id.to_owned(),
+            cluster_id: cluster_id.to_owned(),
+            gossip,
+            seeds: join,
+            grpc: grpc_url,
+            protocol: PROTOCOL,
+            owner: true,
+            interval: Duration::from_millis(200),
+        })
+        .await?;
+        let members = membership.watch();
+        Ok(Arc::new(ClusterMode {
+            node_id: node_id.to_owned(),
+            ring,
+            pool,
+            owner,
+            transport: Arc::new(GrpcTransport::new(SystemClock::new())),
+            members,
+            gossip: tokio::sync::Mutex::new(Some(membership)),
+            coordinators: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// This node's owner service, to add to the gRPC server.
+    pub fn service(&self) -> ClusterServer<ClusterService<SystemClock>> {
+        ClusterService::new(Arc::clone(&self.owner), SystemClock::new()).into_server()
+    }
+
+    /// Follows membership until the process ends: each change rebuilds the ring, updates
+    /// addresses, purges departed holders' leases and hands this node's leases over.
+    pub async fn follow(self: Arc<Self>) {
+        let mut watch = self.members.clone();
+        let mut previous = BTreeSet::new();
+        loop {
+            let members = watch.borrow_and_update().clone();
+            let transport = Arc::clone(&self.transport);
+            let applied = membership::apply(
+                &members,
+                &mut previous,
+                &self.ring,
+                DEFAULT_VNODES,
+                PROTOCOL,
+                &self.pool,
+                |addresses| transport.set_addresses(addresses),
+            );
+            if !applied.departed.is_empty() {
+                tracing::warn!(departed = ?applied.departed, purged = applied.purged, "members left the cluster");
+            }
+            let coordinators: Vec<Arc<Coordinator>> = self
+                .coordinators
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .map(|(_, c)| Arc::clone(c))
+                .collect();
+            for coordinator in coordinators {
+                coordinator.rehome().await;
+            }
+            if watch.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The shared-only coordinator of a policy (re-created if its settings changed).
+    pub fn coordinator(
+        &self,
+        policy: &str,
+        spec: &ConcurrencySpec,
+        max_keys: usize,
+    ) -> Arc<Coordinator> {
+        let config = TwoTierConfig {
+            node_limit: 0,
+            shared_limit: spec.shared_limit,
+            lease_ttl: spec.lease_ttl,
+            on_unavailable: spec.on_unavailable,
+            acquire_timeout: Duration::from_millis(200),
+            max_keys,
+        };
+        let mut coordinators = self.coordinators.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((current, coordinator)) = coordinators.get(policy) {
+            if *current == config {
+                return Arc::clone(coordinator);
+            }
+        }
+        let coordinator = Arc::new(TwoTier::new(
+            &self.node_id,
+            config.clone(),
+            Arc::clone(&self.ring),
+            Arc::clone(&self.transport),
+            Arc::clone(&self.pool),
+            SystemClock::new(),
+        ));
+        coordinators.insert(policy.to_owned(), (config, Arc::clone(&coordinator)));
+        coordinator
+    }
+
+    /// Releases a shared admission (in the background: the caller's answer does not wait).
+    pub fn release(coordinator: Arc<Coordinator>, admission: ClusterAdmission) {
+        tokio::spawn(async move { coordinator.release(admission).await });
+    }
+
+    /// Members, ring and counters, for `/v1/cluster`.
+    pub fn describe(&self) -> serde_json::Value {
+        let members: Vec<serde_json::Value> = self
+            .members
+            .borrow()
+            .iter()
+            .map(|m| {
+                json!({
+                    "id": m.id,
+                    "grpc": m.grpc,
+                    "state": "alive",
+                    "protocol": m.protocol,
+                    "owner": m.owner,
+                })
+            })
+            .collect();
+        let (mut fail_open, mut shared, mut local_share, mut unavailable) = (0, 0, 0, 0);
+        for (_, coordinator) in self
+            .coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            use std::sync::atomic::Ordering::Relaxed;
+            fail_open += coordinator.counters.fail_open.load(Relaxed);
+            shared += coordinator.counters.shared.load(Relaxed);
+            local_share += coordinator.counters.local_share.load(Relaxed);
+            unavailable += coordinator.counters.unavailable.load(Relaxed);
+        }
+        json!({
+            "members": members,
+            "ring": { "members": self.ring.load().members().len(), "vnodes": DEFAULT_VNODES },
+            "counters": {
+                "shared": shared,
+                "fail_open": fail_open,
+                "local_share": local_share,
+                "unavailable": unavailable,
+                "buckets_owned": self.pool.buckets(),
+            },
+        })
+    }
+
+    /// Leaves the cluster.
+    pub async fn stop(&self) {
+        if let Some(gossip) = self.gossip.lock().await.take() {
+            gossip.stop().await;
+        }
+    }
+}
