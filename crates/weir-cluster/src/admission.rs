@@ -67,6 +67,10 @@ enum Hold {
     Nothing,
 }
 
+/// A shared lease held by this coordinator, to renew it (see [`ClusterAdmission::shared`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedLease(u64);
+
 /// An admitted request. Hand it back to [`TwoTier::release`] when the request is done (a lost
 /// release expires with the lease's TTL).
 #[derive(Debug)]
@@ -75,6 +79,16 @@ pub struct ClusterAdmission {
     /// The tier that admitted it.
     pub tier: Tier,
     hold: Hold,
+}
+
+impl ClusterAdmission {
+    /// The shared lease it holds, if it holds one (to [`TwoTier::renew`] it).
+    pub fn shared(&self) -> Option<SharedLease> {
+        match self.hold {
+            Hold::Lease(handle) => Some(SharedLease(handle)),
+            Hold::Permit(_) | Hold::Nothing => None,
+        }
+    }
 }
 
 /// Why a request was refused, in the words of seed 000's 429.
@@ -351,6 +365,34 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 }
             }
         }
+    }
+
+    /// Extends a shared lease by `ttl` on its owner; true if it was still live there.
+    pub async fn renew(&self, lease: SharedLease, ttl: Nanos) -> bool {
+        let handle = lease.0;
+        let Some(lease) = self.held_leases().get(&handle).cloned() else {
+            return false;
+        };
+        let now = self.clock.now();
+        let renewed = if lease.owner == self.node_id {
+            self.pool.renew(&lease.bucket, lease.id, ttl, now).is_some()
+        } else {
+            tokio::time::timeout(
+                self.config.acquire_timeout,
+                self.transport
+                    .renew(&lease.owner, &lease.bucket, lease.id, ttl, now),
+            )
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(false)
+        };
+        if renewed {
+            if let Some(entry) = self.held_leases().get_mut(&handle) {
+                entry.expires_at = now.saturating_add(ttl);
+            }
+        }
+        renewed
     }
 
     /// After a ring change: hands every held lease whose bucket has a new owner over to it

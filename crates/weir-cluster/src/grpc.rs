@@ -91,6 +91,20 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
         Ok(Response::new(proto::UnleaseReply {}))
     }
 
+    async fn renew(
+        &self,
+        request: Request<proto::RenewRequest>,
+    ) -> Result<Response<proto::RenewReply>, Status> {
+        let request = request.into_inner();
+        let renewed = self.owner.renew(
+            &request.bucket,
+            request.id,
+            request.ttl_ns,
+            self.clock.now(),
+        );
+        Ok(Response::new(proto::RenewReply { renewed }))
+    }
+
     async fn adopt(
         &self,
         request: Request<proto::AdoptRequest>,
@@ -232,6 +246,29 @@ impl<C: Clock> Transport for GrpcTransport<C> {
             } else {
                 Err(TransportError::NotOwner(owner))
             }
+        })
+    }
+
+    fn renew(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        ttl: Nanos,
+        _now: Nanos,
+    ) -> BoxFuture<'_, Result<bool, TransportError>> {
+        let client = self.client(owner);
+        let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
+        Box::pin(async move {
+            client?
+                .renew(proto::RenewRequest {
+                    bucket,
+                    id: lease,
+                    ttl_ns: ttl,
+                })
+                .await
+                .map(|reply| reply.into_inner().renewed)
+                .map_err(|_| TransportError::Unreachable(owner))
         })
     }
 }

@@ -58,6 +58,11 @@ impl Owner {
         Ok(self.pool.adopt(bucket, holder, expires_at))
     }
 
+    /// Extends a live lease to `now + ttl`; false if it is unknown or expired here.
+    pub fn renew(&self, bucket: &str, lease: u64, ttl: weir::Nanos, now: weir::Nanos) -> bool {
+        self.pool.renew(bucket, lease, ttl, now).is_some()
+    }
+
     /// Releases a lease (whoever owns the bucket now: a release is never refused).
     pub fn release(&self, bucket: &str, lease: u64) {
         self.pool.release(bucket, lease);

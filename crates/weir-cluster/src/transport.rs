@@ -69,6 +69,15 @@ pub trait Transport: Send + Sync {
         holder: &str,
         expires_at: Nanos,
     ) -> BoxFuture<'_, Result<u64, TransportError>>;
+    /// Extends a lease on `owner` by `ttl` from the owner's now; false if it is gone there.
+    fn renew(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> BoxFuture<'_, Result<bool, TransportError>>;
 }
 
 /// Every node's owner side in one process, with unreachable nodes.
@@ -154,5 +163,18 @@ impl Transport for InMemory {
         let owner = self.owner(owner);
         let (bucket, holder) = (bucket.to_owned(), holder.to_owned());
         Box::pin(async move { owner?.adopt(&bucket, &holder, expires_at) })
+    }
+
+    fn renew(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> BoxFuture<'_, Result<bool, TransportError>> {
+        let owner = self.owner(owner);
+        let bucket = bucket.to_owned();
+        Box::pin(async move { Ok(owner?.renew(&bucket, lease, ttl, now)) })
     }
 }

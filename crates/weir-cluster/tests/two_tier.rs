@@ -343,3 +343,23 @@ async fn an_owner_whose_view_differs_answers_not_owner_and_nobody_double_grants(
         1
     );
 }
+
+#[tokio::test]
+async fn renewing_a_shared_lease_extends_it_on_its_owner() {
+    let c = cluster(2, config(0, 1, OnUnavailable::Closed));
+    let owner = c.owner();
+    let coordinator = &c.nodes[(owner + 1) % 2];
+    let admission = coordinator.acquire(BUCKET).await.unwrap();
+    let shared = admission.shared().expect("a shared lease");
+    c.clock.advance(Duration::from_secs(20));
+    assert!(coordinator.renew(shared, 30_000_000_000).await);
+    // Past the original 30 s, the renewed lease is still live on the owner.
+    c.clock.advance(Duration::from_secs(15));
+    assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 0);
+    assert!(coordinator.acquire(BUCKET).await.is_err(), "still held");
+    // Once it has expired there, renewing says so.
+    c.clock.advance(Duration::from_secs(60));
+    c.pools[owner].sweep(weir::Clock::now(&c.clock));
+    assert!(!coordinator.renew(shared, 30_000_000_000).await);
+    assert!(c.nodes[0].acquire(BUCKET).await.is_ok() || c.nodes[1].acquire(BUCKET).await.is_ok());
+}

@@ -404,7 +404,8 @@ impl App {
     }
 
     /// Extends a lease by `ttl_ms` (default: its policy's `lease_ttl`); returns the time left.
-    pub fn renew(&self, lease: &str, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
+    /// A shared lease is renewed on its owner first; if it is gone there, so is the lease.
+    pub async fn renew(&self, lease: &str, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
         let id = Self::lease_id(lease)?;
         let ttl = match ttl_ms {
             Some(0) => return Err(ApiError::invalid("`ttl_ms` must be greater than zero")),
@@ -421,6 +422,12 @@ impl App {
             }
         };
         let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
+        if let Some((coordinator, shared)) = self.leases.shared_of(id) {
+            if !coordinator.renew(shared, ttl_ns).await {
+                self.leases.release(id);
+                return Err(ApiError::unknown_lease());
+            }
+        }
         let now = self.clock.now();
         self.leases
             .renew(id, ttl_ns, now)

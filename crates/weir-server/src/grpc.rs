@@ -138,6 +138,7 @@ impl Weir for WeirService {
         let result = self
             .app
             .renew(&request.lease, request.ttl_ms)
+            .await
             .map(|left| {
                 Response::new(RenewResponse {
                     expires_in_ms: left.as_millis() as u64,

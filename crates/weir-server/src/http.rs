@@ -229,7 +229,7 @@ async fn renew(
     State(app): State<Arc<App>>,
     ApiJson(body): ApiJson<RenewBody>,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    let left = app.renew(&body.lease, body.ttl_ms)?;
+    let left = app.renew(&body.lease, body.ttl_ms).await?;
     Ok(Json(json!({ "expires_in_ms": left.as_millis() as u64 })))
 }
 

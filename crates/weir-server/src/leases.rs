@@ -98,6 +98,22 @@ impl Leases {
         self.lock().renew(id, ttl, now)
     }
 
+    /// The coordinator and shared lease behind a live cluster lease, to renew it on its owner.
+    pub fn shared_of(
+        &self,
+        id: LeaseId,
+    ) -> Option<(
+        Arc<crate::cluster::SharedCoordinator>,
+        weir_cluster::admission::SharedLease,
+    )> {
+        match &self.lock().get(id)?.admission {
+            Hold::Shared(admission, coordinator) => {
+                Some((Arc::clone(coordinator), admission.shared()?))
+            }
+            Hold::Node(_) => None,
+        }
+    }
+
     /// The policy holding a live lease.
     pub fn policy_of(&self, id: LeaseId) -> Option<String> {
         self.lock().get(id).map(|h| h.policy.clone())

@@ -81,11 +81,18 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     // node_limit × 3 + shared_limit = 1 × 3 + 2 = 5, whichever nodes the requests enter.
     let mut tiers = Vec::new();
     let mut refusals = 0;
+    let mut shared_lease = None;
     for round in 0..4 {
         for server in [&n1, &n2, &n3] {
             let (status, body) = acquire(server).await;
             match status {
-                200 => tiers.push(body["tier"].as_str().unwrap().to_owned()),
+                200 => {
+                    let tier = body["tier"].as_str().unwrap().to_owned();
+                    if tier == "shared" && shared_lease.is_none() {
+                        shared_lease = Some((server.url("/v1/renew"), body["lease"].clone()));
+                    }
+                    tiers.push(tier);
+                }
                 429 => {
                     refusals += 1;
                     assert!(
@@ -103,6 +110,18 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     tiers.sort();
     assert_eq!(tiers, ["node", "node", "node", "shared", "shared"]);
     assert_eq!(refusals, 12 - 5);
+
+    // A shared lease is renewed on its owner, through the node that holds it.
+    let (renew_url, lease) = shared_lease.unwrap();
+    let renewed = reqwest::Client::new()
+        .post(renew_url)
+        .json(&json!({"lease": lease, "ttl_ms": 60_000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(renewed.status(), 200);
+    let body: Value = renewed.json().await.unwrap();
+    assert!(body["expires_in_ms"].as_u64().unwrap() > 59_000);
 
     // kill -9 one node: the others keep answering (200 or 429, never an error) and see the
     // ring rebuilt without it.
