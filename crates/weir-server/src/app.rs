@@ -185,7 +185,11 @@ impl App {
         })?;
         let policies = Arc::new(policies);
         let leases = Arc::new(Leases::new(random_salt()));
-        let metrics = Metrics::new(Arc::clone(&policies), Arc::clone(&leases));
+        let metrics = Metrics::new(
+            Arc::clone(&policies),
+            Arc::clone(&leases),
+            settings.cluster.clone(),
+        );
         Ok(Arc::new(App {
             node_id: settings.node_id,
             http: settings.http,
@@ -493,6 +497,60 @@ impl App {
                 row,
             })
             .collect();
+        sort_rows(&mut rows, query.sort.as_deref(), query.order.as_deref())?;
+        rows.truncate(limit);
+        Ok(rows)
+    }
+
+    /// The keys held back on every live node (this one, and each peer over gRPC), filtered and
+    /// sorted. A peer that does not answer within a second is left out.
+    pub async fn cluster_throttles(
+        &self,
+        query: &ThrottleQuery,
+    ) -> Result<Vec<ThrottleRow>, ApiError> {
+        let Some(cluster) = &self.cluster else {
+            return self.throttles(query);
+        };
+        let local_query = ThrottleQuery {
+            node: None,
+            sort: None,
+            order: None,
+            ..query.clone()
+        };
+        let mut rows = self.throttles(&local_query)?;
+        let limit = query.limit.unwrap_or(DEFAULT_THROTTLE_ROWS);
+        for (peer, url) in cluster.peers() {
+            let asked = tokio::time::timeout(Duration::from_secs(1), async {
+                let mut client = crate::proto::weir_client::WeirClient::connect(url.clone())
+                    .await
+                    .ok()?;
+                let request = crate::proto::ThrottlesRequest {
+                    policy: query.policy.clone().unwrap_or_default(),
+                    limit: u32::try_from(limit).unwrap_or(u32::MAX),
+                };
+                client.throttles(request).await.ok()
+            })
+            .await;
+            let Ok(Some(answer)) = asked else {
+                tracing::warn!(%peer, "no throttle rows from a peer within 1 s");
+                continue;
+            };
+            rows.extend(answer.into_inner().rows.into_iter().map(|r| ThrottleRow {
+                node_id: r.node_id,
+                row: ThrottledRow {
+                    policy: r.policy,
+                    key: r.key,
+                    kind: r.kind,
+                    qps_limit: r.qps_limit,
+                    current_qps: r.current_qps,
+                    in_flight: r.in_flight,
+                    waiters: r.waiters,
+                },
+            }));
+        }
+        if let Some(node) = &query.node {
+            rows.retain(|r| r.node_id == *node);
+        }
         sort_rows(&mut rows, query.sort.as_deref(), query.order.as_deref())?;
         rows.truncate(limit);
         Ok(rows)

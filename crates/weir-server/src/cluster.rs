@@ -51,6 +51,23 @@ impl std::fmt::Debug for ClusterMode {
     }
 }
 
+/// What two-tier admission did on this node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClusterCounters {
+    /// Shared leases granted by owners.
+    pub shared: u64,
+    /// Fail-opens (`on_unavailable = "open"`).
+    pub fail_open: u64,
+    /// Admissions within this node's local share.
+    pub local_share: u64,
+    /// Times an owner could not be asked.
+    pub unavailable: u64,
+    /// Live members seen.
+    pub members: u64,
+    /// Buckets whose shared pool this node owns and tracks.
+    pub buckets_owned: u64,
+}
+
 /// The tier string an API answer carries.
 pub fn tier_name(tier: Tier) -> &'static str {
     match tier {
@@ -176,6 +193,38 @@ impl ClusterMode {
         tokio::spawn(async move { coordinator.release(admission).await });
     }
 
+    /// What two-tier admission did on this node, over every policy.
+    pub fn counters(&self) -> ClusterCounters {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut counters = ClusterCounters {
+            members: self.members.borrow().len() as u64,
+            buckets_owned: self.pool.buckets() as u64,
+            ..ClusterCounters::default()
+        };
+        for (_, coordinator) in self
+            .coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+        {
+            counters.shared += coordinator.counters.shared.load(Relaxed);
+            counters.fail_open += coordinator.counters.fail_open.load(Relaxed);
+            counters.local_share += coordinator.counters.local_share.load(Relaxed);
+            counters.unavailable += coordinator.counters.unavailable.load(Relaxed);
+        }
+        counters
+    }
+
+    /// The gRPC addresses of the other live members.
+    pub fn peers(&self) -> Vec<(String, String)> {
+        self.members
+            .borrow()
+            .iter()
+            .filter(|m| m.id != self.node_id)
+            .map(|m| (m.id.clone(), m.grpc.clone()))
+            .collect()
+    }
+
     /// Members, ring and counters, for `/v1/cluster`.
     pub fn describe(&self) -> serde_json::Value {
         let members: Vec<serde_json::Value> = self
@@ -192,28 +241,16 @@ impl ClusterMode {
                 })
             })
             .collect();
-        let (mut fail_open, mut shared, mut local_share, mut unavailable) = (0, 0, 0, 0);
-        for (_, coordinator) in self
-            .coordinators
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-        {
-            use std::sync::atomic::Ordering::Relaxed;
-            fail_open += coordinator.counters.fail_open.load(Relaxed);
-            shared += coordinator.counters.shared.load(Relaxed);
-            local_share += coordinator.counters.local_share.load(Relaxed);
-            unavailable += coordinator.counters.unavailable.load(Relaxed);
-        }
+        let counters = self.counters();
         json!({
             "members": members,
             "ring": { "members": self.ring.load().members().len(), "vnodes": DEFAULT_VNODES },
             "counters": {
-                "shared": shared,
-                "fail_open": fail_open,
-                "local_share": local_share,
-                "unavailable": unavailable,
-                "buckets_owned": self.pool.buckets(),
+                "shared": counters.shared,
+                "fail_open": counters.fail_open,
+                "local_share": counters.local_share,
+                "unavailable": counters.unavailable,
+                "buckets_owned": counters.buckets_owned,
             },
         })
     }

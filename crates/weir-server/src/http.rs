@@ -336,13 +336,18 @@ async fn throttles(
             )));
         }
     }
-    let rows = app.throttles(&ThrottleQuery {
+    let query = ThrottleQuery {
         policy: params.policy,
         node: params.node,
         sort: params.sort,
         order: params.order,
         limit: params.limit,
-    })?;
+    };
+    let rows = if params.scope.as_deref() == Some("cluster") {
+        app.cluster_throttles(&query).await?
+    } else {
+        app.throttles(&query)?
+    };
     Ok(Json(json!({ "rows": rows })))
 }
 

@@ -19,6 +19,7 @@ use weir::SystemClock;
 use weir::policy::PolicySet;
 use weir::policy::stats::WAIT_BUCKETS;
 
+use crate::cluster::ClusterMode;
 use crate::leases::Leases;
 
 /// Labels of the API's own request metrics.
@@ -56,8 +57,12 @@ fn latency_histogram() -> Histogram {
 }
 
 impl Metrics {
-    /// Metrics for `policies` and `leases`.
-    pub fn new(policies: Arc<PolicySet<SystemClock>>, leases: Arc<Leases>) -> Self {
+    /// Metrics for `policies` and `leases` (and cluster mode's counters, if on).
+    pub fn new(
+        policies: Arc<PolicySet<SystemClock>>,
+        leases: Arc<Leases>,
+        cluster: Option<Arc<ClusterMode>>,
+    ) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<EndpointLabels, Counter>::default();
         let latency = Family::<LatencyLabels, Histogram>::new_with_constructor(
@@ -74,6 +79,9 @@ impl Metrics {
             latency.clone(),
         );
         registry.register_collector(Box::new(PolicyCollector { policies, leases }));
+        if let Some(cluster) = cluster {
+            registry.register_collector(Box::new(ClusterCollector { cluster }));
+        }
         Metrics {
             registry,
             requests,
@@ -369,5 +377,56 @@ impl Collector for PolicyCollector {
             ConstCounter::new(leases.released),
         )?;
         Ok(())
+    }
+}
+
+/// Cluster mode's counters, read at scrape time.
+#[derive(Debug)]
+struct ClusterCollector {
+    cluster: Arc<ClusterMode>,
+}
+
+/// `{tier}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabel {
+    tier: &'static str,
+}
+
+impl Collector for ClusterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let c = self.cluster.counters();
+        family(
+            &mut encoder,
+            "weir_cluster_admissions",
+            "Admissions beyond the node tier: shared (a lease from the owner), fail_open, local_share",
+            MetricType::Counter,
+            [
+                ("shared", c.shared),
+                ("fail_open", c.fail_open),
+                ("local_share", c.local_share),
+            ]
+            .map(|(tier, v)| (TierLabel { tier }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_unavailable",
+            "Times a bucket's owner could not be asked",
+            MetricType::Counter,
+            ConstCounter::new(c.unavailable),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_members",
+            "Live members seen by this node",
+            MetricType::Gauge,
+            ConstGauge::new(c.members as i64),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_buckets_owned",
+            "Buckets whose shared pool this node owns and tracks",
+            MetricType::Gauge,
+            ConstGauge::new(c.buckets_owned as i64),
+        )
     }
 }

@@ -123,6 +123,31 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     let body: Value = renewed.json().await.unwrap();
     assert!(body["expires_in_ms"].as_u64().unwrap() > 59_000);
 
+    // "Who is throttled" gathered from every node, through any of them.
+    let body: Value = reqwest::get(n1.url("/v1/throttles?scope=cluster&sort=key"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut nodes: Vec<&str> = body["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["node_id"].as_str().unwrap())
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    assert_eq!(nodes, ["n1", "n2", "n3"], "{body}");
+    let metrics = reqwest::get(n1.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("weir_cluster_members 3"), "{metrics}");
+    assert!(metrics.contains("weir_cluster_admissions_total{tier=\"fail_open\"} 0"));
+
     // kill -9 one node: the others keep answering (200 or 429, never an error) and see the
     // ring rebuilt without it.
     n3.signal("KILL");
