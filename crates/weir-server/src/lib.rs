@@ -13,9 +13,11 @@
 //! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
-//! - [`top`], [`client`]: the `weir top` and `weir config` commands.
+//! - [`top`], [`client`]: the `weir top` and `weir config` commands;
+//! - [`bench`]: the `weir bench` load generator.
 
 pub mod app;
+pub mod bench;
 pub mod client;
 pub mod cluster;
 pub mod config;

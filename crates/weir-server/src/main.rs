@@ -7,6 +7,9 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use weir_server::bench::keys::KeyDistribution;
+use weir_server::bench::run::{self, Hold, RunSettings, TargetSpec};
+use weir_server::bench::schedule::Profile;
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
 use weir_server::serve::{self, Overrides};
@@ -81,11 +84,151 @@ enum Command {
         #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+    /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
+    Bench(BenchArgs),
     /// Checks a config file and prints every problem.
     CheckConfig {
         /// The TOML config file.
         file: PathBuf,
     },
+}
+
+/// `weir bench`'s options.
+#[derive(Debug, clap::Args)]
+struct BenchArgs {
+    /// What to measure: `inproc` (the library, on --config's policies), `http` or `grpc`.
+    #[arg(long, default_value = "inproc")]
+    target: String,
+    /// The server (http and grpc targets).
+    #[arg(long)]
+    server: Option<String>,
+    /// The config whose policies the inproc target uses (default: the embedded one).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// The policy every request names.
+    #[arg(long, default_value = "getpage")]
+    policy: String,
+    /// The kind every request carries.
+    #[arg(long, default_value = "")]
+    kind: String,
+    /// The cost of every request.
+    #[arg(long, default_value_t = 1)]
+    cost: u64,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 10)]
+    clients: usize,
+    /// Each client's rate, requests per second; 0: closed loop.
+    #[arg(long, default_value_t = 100.0)]
+    rate: f64,
+    /// Bursts: `FACTOR,ON,EVERY`, e.g. `4,1s,5s` (4× the rate for 1 s of every 5 s).
+    #[arg(long)]
+    burst: Option<String>,
+    /// How many keys.
+    #[arg(long, default_value_t = 100)]
+    keys: u64,
+    /// Draw keys zipf-distributed with this exponent (default: uniform).
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// The measured time.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: std::time::Duration,
+    /// Time run first and not counted.
+    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    warmup: std::time::Duration,
+    /// Concurrency policies: hold each lease this long (`50ms`), or an exponentially
+    /// distributed time with this mean (`exp:50ms`), then give it back.
+    #[arg(long)]
+    hold: Option<String>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl BenchArgs {
+    fn settings(self) -> anyhow::Result<RunSettings> {
+        let target = match self.target.as_str() {
+            "inproc" => {
+                let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
+                TargetSpec::InProcess(Box::new(config))
+            }
+            "http" => TargetSpec::Http(
+                self.server
+                    .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
+            ),
+            "grpc" => TargetSpec::Grpc(
+                self.server
+                    .unwrap_or_else(|| "http://127.0.0.1:50051".to_owned()),
+            ),
+            other => anyhow::bail!("--target must be inproc, http or grpc, not {other:?}"),
+        };
+        let profile = match self.burst.as_deref() {
+            None => Profile::Steady,
+            Some(text) => parse_burst(text)?,
+        };
+        Ok(RunSettings {
+            target,
+            policy: self.policy,
+            kind: self.kind,
+            cost: self.cost,
+            clients: self.clients,
+            rate: self.rate,
+            profile,
+            keys: self.keys,
+            distribution: self
+                .zipf
+                .map_or(KeyDistribution::Uniform, KeyDistribution::Zipf),
+            duration: self.duration,
+            warmup: self.warmup,
+            precise_pacing: true,
+            hold: match self.hold.as_deref() {
+                None => Hold::None,
+                Some(text) => parse_hold(text)?,
+            },
+        })
+    }
+}
+
+/// Parses `DURATION` or `exp:MEAN`.
+fn parse_hold(text: &str) -> anyhow::Result<Hold> {
+    let (exponential, duration) = match text.strip_prefix("exp:") {
+        Some(mean) => (true, mean),
+        None => (false, text),
+    };
+    let duration = humantime::parse_duration(duration)
+        .with_context(|| format!("--hold is DURATION or exp:MEAN (e.g. 50ms), not {text:?}"))?;
+    Ok(match exponential {
+        true => Hold::Exponential(duration),
+        false => Hold::Fixed(duration),
+    })
+}
+
+/// Parses `FACTOR,ON,EVERY` (e.g. `4,1s,5s`).
+fn parse_burst(text: &str) -> anyhow::Result<Profile> {
+    let parts: Vec<&str> = text.split(',').map(str::trim).collect();
+    let [factor, on, every] = parts[..] else {
+        anyhow::bail!("--burst is FACTOR,ON,EVERY (e.g. 4,1s,5s), not {text:?}");
+    };
+    let factor: f64 = factor
+        .parse()
+        .with_context(|| format!("--burst factor {factor:?}"))?;
+    let on = humantime::parse_duration(on).with_context(|| format!("--burst length {on:?}"))?;
+    let every =
+        humantime::parse_duration(every).with_context(|| format!("--burst period {every:?}"))?;
+    if !(factor > 0.0 && factor.is_finite()) || on.is_zero() || on >= every {
+        anyhow::bail!("--burst needs a positive factor and 0 < ON < EVERY, not {text:?}");
+    }
+    Ok(Profile::Burst { factor, on, every })
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    let json = args.json;
+    let report = run::run(&args.settings()?).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.render());
+    }
+    Ok(())
 }
 
 #[derive(Debug, Subcommand)]
@@ -235,6 +378,7 @@ fn main() -> ExitCode {
                     } => config(action, Client::new(&server, token))
                         .await
                         .map(|()| ExitCode::SUCCESS),
+                    Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
                     Command::CheckConfig { .. } => unreachable!("handled above"),
                 }
             })

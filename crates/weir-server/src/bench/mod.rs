@@ -1,0 +1,19 @@
+//! `weir bench`: an open-loop load generator against Weir itself.
+//!
+//! Modelled on pagebench: every client has a schedule, request `k` is due at a fixed time, and
+//! latency is measured from that due time, so a slow target cannot hide the queueing it causes
+//! (no coordinated omission). A request whose slot has passed before the client could send it
+//! is not sent late: it is counted as MISSED, which is what an open-loop caller would have seen
+//! as lost capacity.
+//!
+//! - [`schedule`]: when each request is due (steady or bursty) and which were missed;
+//! - [`pacer`]: wakes each client when its next request is due;
+//! - [`keys`]: which key a request uses (uniform or zipf);
+//! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
+//! - [`run`]: the targets (in-process, HTTP, gRPC) and the client loops.
+
+pub mod keys;
+pub mod pacer;
+pub mod report;
+pub mod run;
+pub mod schedule;

@@ -1,0 +1,304 @@
+//! What a run saw: per-client tallies (counts and a latency histogram) merged into one report,
+//! rendered as plain lines or JSON.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+
+/// The longest latency a histogram records, in microseconds (a minute).
+const MAX_LATENCY_US: u64 = 60_000_000;
+
+/// How one request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted.
+    Admitted,
+    /// Refused by the limiter (HTTP 429, gRPC `admitted: false`).
+    Throttled,
+    /// Anything else: a transport error, an unknown policy, a 5xx.
+    Error,
+}
+
+/// One client's counts, or several merged.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests refused by the limiter.
+    pub throttled: u64,
+    /// Requests that failed otherwise.
+    pub errors: u64,
+    /// Requests whose slot passed before they could be sent.
+    pub missed: u64,
+    /// Admissions per key index.
+    pub admitted_per_key: Vec<u64>,
+    /// Latency in microseconds, from each request's due time to its answer.
+    pub latency: Histogram<u64>,
+    /// The first error's message, so a run against a wrong address or policy says why.
+    pub first_error: Option<String>,
+}
+
+impl Tally {
+    /// An empty tally over `keys` keys.
+    pub fn new(keys: usize) -> Self {
+        Tally {
+            sent: 0,
+            admitted: 0,
+            throttled: 0,
+            errors: 0,
+            missed: 0,
+            admitted_per_key: vec![0; keys],
+            latency: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
+                .expect("constant, valid bounds"),
+            first_error: None,
+        }
+    }
+
+    /// Counts one answered request for key `key`, `latency_us` after it was due.
+    pub fn record(&mut self, key: usize, outcome: Outcome, latency_us: u64) {
+        self.sent += 1;
+        match outcome {
+            Outcome::Admitted => {
+                self.admitted += 1;
+                if let Some(n) = self.admitted_per_key.get_mut(key) {
+                    *n += 1;
+                }
+            }
+            Outcome::Throttled => self.throttled += 1,
+            Outcome::Error => self.errors += 1,
+        }
+        self.latency.saturating_record(latency_us.max(1));
+    }
+
+    /// Counts one answer, or one error and its message (the first is kept).
+    pub fn record_answer(&mut self, key: usize, answer: Result<Outcome, String>, latency_us: u64) {
+        match answer {
+            Ok(outcome) => self.record(key, outcome, latency_us),
+            Err(message) => {
+                self.record(key, Outcome::Error, latency_us);
+                self.first_error.get_or_insert(message);
+            }
+        }
+    }
+
+    /// Adds `other`'s counts to these.
+    pub fn merge(&mut self, other: &Tally) {
+        self.sent += other.sent;
+        self.admitted += other.admitted;
+        self.throttled += other.throttled;
+        self.errors += other.errors;
+        self.missed += other.missed;
+        if self.admitted_per_key.len() < other.admitted_per_key.len() {
+            self.admitted_per_key
+                .resize(other.admitted_per_key.len(), 0);
+        }
+        for (mine, theirs) in self
+            .admitted_per_key
+            .iter_mut()
+            .zip(&other.admitted_per_key)
+        {
+            *mine += theirs;
+        }
+        self.latency
+            .add(&other.latency)
+            .expect("every tally has the same bounds");
+        if self.first_error.is_none() {
+            self.first_error.clone_from(&other.first_error);
+        }
+    }
+}
+
+/// Latency percentiles, in milliseconds.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Latency {
+    /// The mean.
+    pub mean: f64,
+    /// The median.
+    pub p50: f64,
+    /// The 90th percentile.
+    pub p90: f64,
+    /// The 99th percentile.
+    pub p99: f64,
+    /// The 99.9th percentile.
+    pub p999: f64,
+    /// The largest.
+    pub max: f64,
+}
+
+/// Admitted rate per key (keys that admitted anything), in requests per second.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PerKeyRate {
+    /// Keys with at least one admission.
+    pub keys: usize,
+    /// The lowest.
+    pub min: f64,
+    /// The median.
+    pub median: f64,
+    /// The highest.
+    pub max: f64,
+}
+
+/// A run's result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// What was measured (`inproc`, `http`, `grpc`).
+    pub target: String,
+    /// Measured seconds (warm-up excluded).
+    pub seconds: f64,
+    /// Requests sent per second.
+    pub rps: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests missed (open loop only).
+    pub missed: u64,
+    /// Requests admitted.
+    pub admitted: u64,
+    /// Requests refused by the limiter.
+    pub throttled: u64,
+    /// Requests that failed otherwise.
+    pub errors: u64,
+    /// Latency from due time (open loop) or send time (closed loop).
+    pub latency_ms: Latency,
+    /// Admitted rate per key.
+    pub admitted_per_key: PerKeyRate,
+    /// The first error's message, if any request failed.
+    pub first_error: Option<String>,
+}
+
+impl Report {
+    /// The report of `tally`, gathered over `seconds` measured seconds.
+    pub fn new(target: &str, seconds: f64, tally: &Tally) -> Self {
+        let ms = |us: u64| us as f64 / 1000.0;
+        let h = &tally.latency;
+        let mut rates: Vec<f64> = tally
+            .admitted_per_key
+            .iter()
+            .filter(|&&n| n > 0)
+            .map(|&n| n as f64 / seconds)
+            .collect();
+        rates.sort_by(f64::total_cmp);
+        let admitted_per_key = PerKeyRate {
+            keys: rates.len(),
+            min: rates.first().copied().unwrap_or(0.0),
+            median: rates.get(rates.len() / 2).copied().unwrap_or(0.0),
+            max: rates.last().copied().unwrap_or(0.0),
+        };
+        Report {
+            target: target.to_owned(),
+            seconds,
+            rps: tally.sent as f64 / seconds,
+            sent: tally.sent,
+            missed: tally.missed,
+            admitted: tally.admitted,
+            throttled: tally.throttled,
+            errors: tally.errors,
+            latency_ms: Latency {
+                mean: h.mean() / 1000.0,
+                p50: ms(h.value_at_quantile(0.5)),
+                p90: ms(h.value_at_quantile(0.9)),
+                p99: ms(h.value_at_quantile(0.99)),
+                p999: ms(h.value_at_quantile(0.999)),
+                max: ms(h.max()),
+            },
+            admitted_per_key,
+            first_error: tally.first_error.clone(),
+        }
+    }
+
+    /// The report as plain lines.
+    pub fn render(&self) -> String {
+        let l = &self.latency_ms;
+        let k = &self.admitted_per_key;
+        let mut text = format!(
+            "target {} over {:.1}s: {:.0} rps, sent {}, MISSED {}\n\
+             admitted {}, throttled {}, errors {}\n\
+             latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n\
+             admitted per key per second ({} keys): min {:.1}  median {:.1}  max {:.1}\n",
+            self.target,
+            self.seconds,
+            self.rps,
+            self.sent,
+            self.missed,
+            self.admitted,
+            self.throttled,
+            self.errors,
+            l.mean,
+            l.p50,
+            l.p90,
+            l.p99,
+            l.p999,
+            l.max,
+            k.keys,
+            k.min,
+            k.median,
+            k.max,
+        );
+        if let Some(error) = &self.first_error {
+            text.push_str(&format!("first error: {error}\n"));
+        }
+        text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merged_tallies_add_counts_and_histograms() {
+        let mut a = Tally::new(3);
+        a.record(0, Outcome::Admitted, 1_000);
+        a.record(1, Outcome::Throttled, 2_000);
+        a.missed = 2;
+        let mut b = Tally::new(3);
+        b.record(0, Outcome::Admitted, 3_000);
+        b.record(2, Outcome::Error, 4_000);
+        b.first_error = Some("connection refused".to_owned());
+        b.missed = 1;
+        a.merge(&b);
+        assert_eq!(
+            (a.sent, a.admitted, a.throttled, a.errors, a.missed),
+            (4, 2, 1, 1, 3)
+        );
+        assert_eq!(a.admitted_per_key, vec![2, 0, 0]);
+        assert_eq!(a.latency.len(), 4);
+        assert_eq!(a.first_error.as_deref(), Some("connection refused"));
+        assert_eq!(a.latency.max(), a.latency.highest_equivalent(4_000));
+    }
+
+    #[test]
+    fn a_report_renders_rates_and_percentiles() {
+        let mut tally = Tally::new(2);
+        for i in 0..100 {
+            tally.record(i % 2, Outcome::Admitted, 1_000 * (i as u64 + 1));
+        }
+        tally.missed = 5;
+        let report = Report::new("inproc", 2.0, &tally);
+        assert_eq!(report.rps, 50.0);
+        assert_eq!(report.admitted_per_key.keys, 2);
+        assert_eq!(report.admitted_per_key.max, 25.0);
+        assert!(
+            (report.latency_ms.p50 - 50.0).abs() < 0.1,
+            "{}",
+            report.latency_ms.p50
+        );
+        assert!(
+            (report.latency_ms.p99 - 99.0).abs() < 0.1,
+            "{}",
+            report.latency_ms.p99
+        );
+        let text = report.render();
+        assert!(
+            text.starts_with("target inproc over 2.0s: 50 rps, sent 100, MISSED 5\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("admitted 100, throttled 0, errors 0"),
+            "{text}"
+        );
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["missed"], 5);
+        assert_eq!(json["admitted_per_key"]["median"], 25.0);
+    }
+}

@@ -1,0 +1,462 @@
+//! The targets a run can measure and the client loops that drive them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use rand_distr::{Distribution, Exp1};
+use tokio::time::Instant;
+use tonic::transport::Channel;
+
+use super::keys::{KeyDistribution, KeySampler};
+use super::pacer::{self, Paced, Pacer};
+use super::report::{Outcome, Report, Tally};
+use super::schedule::{Profile, Schedule};
+use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
+use crate::config::ConfigFile;
+use crate::proto::AcquireRequest;
+use crate::proto::weir_client::WeirClient;
+
+/// What a run measures.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TargetSpec {
+    /// The library in this process, on a config's policies.
+    InProcess(Box<ConfigFile>),
+    /// A server's HTTP API (`http://host:port`).
+    Http(String),
+    /// A server's gRPC API, unary calls (`http://host:port`).
+    Grpc(String),
+}
+
+/// A run's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSettings {
+    /// What to measure.
+    pub target: TargetSpec,
+    /// The policy every request names.
+    pub policy: String,
+    /// The kind every request carries (empty: none).
+    pub kind: String,
+    /// The cost of every request.
+    pub cost: u64,
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Each client's rate in requests per second; 0: closed loop (as fast as answered).
+    pub rate: f64,
+    /// The shape of the offered load (open loop).
+    pub profile: Profile,
+    /// How many keys.
+    pub keys: u64,
+    /// How keys are drawn.
+    pub distribution: KeyDistribution,
+    /// The measured time.
+    pub duration: Duration,
+    /// Time run first and not counted.
+    pub warmup: Duration,
+    /// How long admitted requests hold their leases (concurrency policies).
+    pub hold: Hold,
+    /// Pace open-loop clients from an OS thread (precise to tens of microseconds) rather
+    /// than tokio's millisecond timer; off under a paused clock.
+    pub precise_pacing: bool,
+}
+
+/// One connection (or handle) to the target, owned by one client.
+#[derive(Clone)]
+enum Target {
+    InProcess(Arc<App>),
+    Http(reqwest::Client, String),
+    Grpc(WeirClient<Channel>),
+}
+
+/// An answer: how the request ended, and the lease to give back if it holds one.
+type Answer = Result<(Outcome, Option<String>), String>;
+
+impl Target {
+    /// Asks once; an error is one that is not a limiter's refusal, with its message.
+    async fn acquire(&mut self, input: AcquireInput) -> Answer {
+        match self {
+            Target::InProcess(app) => match app.acquire(input).await {
+                Ok(AcquireOutcome::Admitted { lease, .. }) => {
+                    Ok((Outcome::Admitted, lease.map(|(lease, _)| lease)))
+                }
+                Ok(AcquireOutcome::Refused { .. }) => Ok((Outcome::Throttled, None)),
+                Err(error) => Err(error.to_string()),
+            },
+            Target::Http(client, base) => {
+                let body = serde_json::json!({
+                    "policy": input.policy, "key": input.key, "kind": input.kind, "cost": input.cost,
+                });
+                let answer = client
+                    .post(format!("{base}/v1/acquire"))
+                    .json(&body)
+                    .send()
+                    .await;
+                match answer {
+                    Ok(response) => {
+                        let status = response.status();
+                        let body: serde_json::Value = response.json().await.unwrap_or_default();
+                        match status.as_u16() {
+                            200 => {
+                                Ok((Outcome::Admitted, body["lease"].as_str().map(str::to_owned)))
+                            }
+                            429 => Ok((Outcome::Throttled, None)),
+                            _ => Err(format!("HTTP {status}: {body}")),
+                        }
+                    }
+                    Err(error) => Err(format!("{error:#}")),
+                }
+            }
+            Target::Grpc(client) => {
+                let request = AcquireRequest {
+                    policy: input.policy,
+                    key: input.key,
+                    kind: input.kind,
+                    cost: input.cost.unwrap_or(1),
+                    ..Default::default()
+                };
+                match client.acquire(request).await {
+                    Ok(answer) => {
+                        let answer = answer.into_inner();
+                        let lease = Some(answer.lease).filter(|lease| !lease.is_empty());
+                        match answer.admitted {
+                            true => Ok((Outcome::Admitted, lease)),
+                            false => Ok((Outcome::Throttled, None)),
+                        }
+                    }
+                    Err(status) => Err(format!("gRPC {:?}: {}", status.code(), status.message())),
+                }
+            }
+        }
+    }
+
+    /// Gives a lease back (best effort: one that is not given back expires by its TTL).
+    async fn release(&mut self, lease: String) {
+        match self {
+            Target::InProcess(app) => {
+                let _ = app.release(&lease);
+            }
+            Target::Http(client, base) => {
+                let _ = client
+                    .post(format!("{base}/v1/release"))
+                    .json(&serde_json::json!({ "lease": lease }))
+                    .send()
+                    .await;
+            }
+            Target::Grpc(client) => {
+                let _ = client.release(crate::proto::ReleaseRequest { lease }).await;
+            }
+        }
+    }
+}
+
+/// How long an admitted request holds its lease before giving it back.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Hold {
+    /// Given back at once.
+    None,
+    /// Held this long.
+    Fixed(Duration),
+    /// Held for an exponentially distributed time with this mean.
+    Exponential(Duration),
+}
+
+/// Asks, and gives any lease back after its hold. A held lease is given back by a task of its
+/// own, so a client keeps to its schedule while its earlier requests are in flight — which
+/// is how an in-flight limit fills up.
+async fn ask(
+    target: &mut Target,
+    input: AcquireInput,
+    hold: Hold,
+    rng: &mut SmallRng,
+) -> Result<Outcome, String> {
+    let (outcome, lease) = target.acquire(input).await?;
+    if let Some(lease) = lease {
+        let held = match hold {
+            Hold::None => Duration::ZERO,
+            Hold::Fixed(held) => held,
+            Hold::Exponential(mean) => {
+                let exp = Exp1;
+                mean.mul_f64(Distribution::<f64>::sample(&exp, rng))
+            }
+        };
+        if held.is_zero() {
+            target.release(lease).await;
+        } else {
+            let mut target = target.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(held).await;
+                target.release(lease).await;
+            });
+        }
+    }
+    Ok(outcome)
+}
+
+async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, &'static str)> {
+    Ok(match spec {
+        TargetSpec::InProcess(config) => {
+            // The app reads a data dir's overlay when it starts and writes only on API
+            // changes, which a bench makes none of: an empty dir of its own, removed at once.
+            static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let data_dir =
+                std::env::temp_dir().join(format!("weir-bench-{}-{run}", std::process::id()));
+            let app = App::new(AppSettings {
+                node_id: "bench".to_owned(),
+                http: config.server.http,
+                grpc: config.server.grpc,
+                policies: config.policy.clone(),
+                data_dir: data_dir.clone(),
+                admin_token: None,
+                max_cost: config.server.max_cost,
+                cluster: None,
+            })?;
+            let _ = std::fs::remove_dir_all(&data_dir);
+            (Target::InProcess(app), "inproc")
+        }
+        TargetSpec::Http(base) => {
+            let client = reqwest::Client::builder()
+                .build()
+                .context("building the HTTP client")?;
+            (
+                Target::Http(client, base.trim_end_matches('/').to_owned()),
+                "http",
+            )
+        }
+        TargetSpec::Grpc(base) => {
+            let client = WeirClient::connect(base.clone())
+                .await
+                .with_context(|| format!("connecting to {base}"))?;
+            (Target::Grpc(client), "grpc")
+        }
+    })
+}
+
+/// Runs the load and reports what it saw.
+pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
+    if settings.clients == 0 {
+        anyhow::bail!("--clients must be at least 1");
+    }
+    if !(settings.rate >= 0.0 && settings.rate.is_finite()) {
+        anyhow::bail!("--rate must be a number ≥ 0, not {}", settings.rate);
+    }
+    if settings.duration.is_zero() {
+        anyhow::bail!("--duration must be longer than zero");
+    }
+    KeySampler::new(settings.keys, settings.distribution, 0)?;
+    let (target, name) = connect(&settings.target).await?;
+    let start = Instant::now() + Duration::from_millis(50);
+    let open = settings.rate > 0.0;
+    let schedule = Schedule::new(settings.rate.max(f64::MIN_POSITIVE), settings.profile);
+    let total = schedule.total(settings.warmup + settings.duration);
+    // Open-loop clients are spread over one period so they do not all fire together.
+    let starts: Vec<Instant> = (0..settings.clients)
+        .map(|c| match open {
+            true => start + schedule.due(1).mul_f64(c as f64 / settings.clients as f64),
+            false => start,
+        })
+        .collect();
+    let pacers = if open && settings.precise_pacing {
+        pacer::spawn_thread(
+            starts
+                .iter()
+                .map(|&start| Paced {
+                    start,
+                    schedule,
+                    total,
+                })
+                .collect(),
+        )
+    } else {
+        (0..settings.clients).map(|_| Pacer::Timer).collect()
+    };
+    let mut tasks = Vec::with_capacity(settings.clients);
+    for ((client, pacer), client_start) in pacers.into_iter().enumerate().zip(starts) {
+        let target = target.clone();
+        let settings = settings.clone();
+        tasks.push(tokio::spawn(async move {
+            let keys = KeySampler::new(settings.keys, settings.distribution, client as u64)
+                .expect("checked above");
+            if open {
+                let clock = ClientClock {
+                    start: client_start,
+                    measured_from: start + settings.warmup,
+                    schedule,
+                    total,
+                };
+                open_loop(target, &settings, keys, pacer, clock).await
+            } else {
+                closed_loop(target, &settings, keys, start).await
+            }
+        }));
+    }
+    let mut total = Tally::new(settings.keys as usize);
+    for task in tasks {
+        total.merge(&task.await.context("a client task")?);
+    }
+    Ok(Report::new(name, settings.duration.as_secs_f64(), &total))
+}
+
+fn input(settings: &RunSettings, key: u64) -> AcquireInput {
+    AcquireInput {
+        policy: settings.policy.clone(),
+        key: format!("key-{key}"),
+        kind: settings.kind.clone(),
+        cost: Some(settings.cost),
+        max_wait_ms: None,
+    }
+}
+
+/// One open-loop client's timing.
+struct ClientClock {
+    /// When its first request is due.
+    start: Instant,
+    /// Requests due before this are warm-up.
+    measured_from: Instant,
+    schedule: Schedule,
+    /// How many requests it is due to send.
+    total: u64,
+}
+
+/// Sends request `k` at its due time; a request whose slot ended before the client was free
+/// is counted as missed and not sent.
+async fn open_loop(
+    mut target: Target,
+    settings: &RunSettings,
+    mut keys: KeySampler,
+    mut pacer: Pacer,
+    clock: ClientClock,
+) -> Tally {
+    let ClientClock {
+        start,
+        measured_from,
+        schedule,
+        total,
+    } = clock;
+    let mut tally = Tally::new(settings.keys as usize);
+    let mut rng = SmallRng::seed_from_u64(keys.next_index());
+    let mut k = 0;
+    while k < total {
+        let due = start + schedule.due(k);
+        pacer.wait(k, due).await;
+        let key = keys.next_index();
+        let outcome = ask(&mut target, input(settings, key), settings.hold, &mut rng).await;
+        let now = Instant::now();
+        if due >= measured_from {
+            tally.record_answer(key as usize, outcome, (now - due).as_micros() as u64);
+        }
+        let (next, _) = schedule.skip_missed(k + 1, now - start);
+        let next = next.min(total);
+        // Missed slots count when they fall in the measured time.
+        tally.missed += (k + 1..next)
+            .filter(|&m| start + schedule.due(m) >= measured_from)
+            .count() as u64;
+        k = next;
+    }
+    tally
+}
+
+/// Sends requests back to back until the run ends; latency is from each send.
+async fn closed_loop(
+    mut target: Target,
+    settings: &RunSettings,
+    mut keys: KeySampler,
+    start: Instant,
+) -> Tally {
+    let measured_from = start + settings.warmup;
+    let end = measured_from + settings.duration;
+    let mut tally = Tally::new(settings.keys as usize);
+    let mut rng = SmallRng::seed_from_u64(keys.next_index());
+    tokio::time::sleep_until(start).await;
+    loop {
+        let sent = Instant::now();
+        if sent >= end {
+            return tally;
+        }
+        let key = keys.next_index();
+        let outcome = ask(&mut target, input(settings, key), settings.hold, &mut rng).await;
+        if sent >= measured_from {
+            tally.record_answer(key as usize, outcome, sent.elapsed().as_micros() as u64);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(rate: f64) -> RunSettings {
+        RunSettings {
+            target: TargetSpec::InProcess(Box::new(
+                ConfigFile::parse(include_str!("../default.toml")).unwrap(),
+            )),
+            policy: "tables".to_owned(),
+            kind: String::new(),
+            cost: 1,
+            clients: 2,
+            rate,
+            profile: Profile::Steady,
+            keys: 4,
+            distribution: KeyDistribution::Uniform,
+            duration: Duration::from_secs(3),
+            warmup: Duration::from_secs(1),
+            precise_pacing: false,
+            hold: Hold::None,
+        }
+    }
+
+    /// The in-process target on a paused clock: every request is answered before its slot
+    /// ends, so every due request in the measured time is sent and none is missed.
+    #[tokio::test(start_paused = true)]
+    async fn an_open_loop_run_sends_every_request_on_time() {
+        let report = run(&settings(20.0)).await.unwrap();
+        // 2 clients × 20/s × 3 measured seconds.
+        assert_eq!(report.sent, 120);
+        assert_eq!(report.missed, 0);
+        assert_eq!(report.errors, 0);
+        assert_eq!(report.admitted + report.throttled, 120);
+        assert_eq!(report.target, "inproc");
+    }
+
+    /// `search` allows 10 in flight per key. One client at 100/s holding each lease 195 ms
+    /// keeps ten in flight, so in every 200 ms it is admitted ten times and refused ten.
+    #[tokio::test(start_paused = true)]
+    async fn held_leases_fill_an_in_flight_limit() {
+        let mut s = settings(100.0);
+        s.policy = "search".to_owned();
+        s.clients = 1;
+        s.keys = 1;
+        let report = run(&s).await.unwrap();
+        assert_eq!((report.admitted, report.throttled), (300, 0));
+
+        s.hold = Hold::Fixed(Duration::from_millis(195));
+        let report = run(&s).await.unwrap();
+        assert_eq!((report.admitted, report.throttled), (150, 150));
+        assert_eq!(report.missed, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unknown_policy_counts_as_errors() {
+        let mut s = settings(10.0);
+        s.policy = "nope".to_owned();
+        let report = run(&s).await.unwrap();
+        assert_eq!(report.errors, report.sent);
+        assert_eq!(report.admitted, 0);
+        assert!(report.first_error.unwrap().contains("nope"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn bad_settings_are_refused_by_name() {
+        let mut s = settings(10.0);
+        s.clients = 0;
+        assert_eq!(
+            run(&s).await.unwrap_err().to_string(),
+            "--clients must be at least 1"
+        );
+        let mut s = settings(-1.0);
+        s.clients = 1;
+        assert!(run(&s).await.unwrap_err().to_string().contains("--rate"));
+    }
+}

@@ -1,0 +1,150 @@
+//! `weir bench` against a real `weir serve` over HTTP and gRPC, and in-process: every request
+//! due is either sent or missed, leases are given back, and a limit is held.
+
+mod support;
+
+use serde_json::Value;
+use support::{Server, weir};
+
+const CONFIG: &str = r#"
+[[policy]]
+name = "fifty"
+on_exhausted = "reject"
+token_bucket = { rate = 50, burst = 1 }
+
+[[policy]]
+name = "one-at-a-time"
+on_exhausted = "reject"
+concurrency = { node_limit = 1, lease_ttl = "1h" }
+"#;
+
+/// Runs `weir bench ARGS --json` and returns its report.
+fn bench(args: &[&str]) -> Value {
+    let output = weir()
+        .args(["bench", "--json", "--warmup", "0s", "--duration", "1s"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "weir bench {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn count(report: &Value, field: &str) -> u64 {
+    report[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{field} in {report}"))
+}
+
+/// Open loop: 2 clients × 100/s × 1 s are due; each is sent or counted as missed.
+fn assert_every_due_request_accounted(report: &Value) {
+    assert_eq!(
+        count(report, "sent") + count(report, "missed"),
+        200,
+        "{report}"
+    );
+    assert_eq!(count(report, "errors"), 0, "{report}");
+}
+
+#[test]
+fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    for (target, address) in [("http", &server.http), ("grpc", &server.grpc)] {
+        let common = ["--target", target, "--server", address];
+        let limited = bench(
+            &[
+                &common[..],
+                &[
+                    "--clients",
+                    "2",
+                    "--rate",
+                    "100",
+                    "--keys",
+                    "1",
+                    "--policy",
+                    "fifty",
+                ],
+            ]
+            .concat(),
+        );
+        assert_every_due_request_accounted(&limited);
+        // One key at 50/s with a burst of 1: at most 51 admissions in a second, whatever the
+        // machine's speed; the rest are throttled, not errors.
+        let admitted = count(&limited, "admitted");
+        assert!(admitted <= 51, "{target}: {limited}");
+        assert_eq!(
+            admitted + count(&limited, "throttled"),
+            count(&limited, "sent")
+        );
+
+        // Every admitted lease is released: with a limit of 1 in flight and back-to-back
+        // requests from one client, nothing would be admitted after a lease was kept.
+        let leased = bench(
+            &[
+                &common[..],
+                &[
+                    "--rate",
+                    "100",
+                    "--clients",
+                    "1",
+                    "--keys",
+                    "1",
+                    "--policy",
+                    "one-at-a-time",
+                ],
+            ]
+            .concat(),
+        );
+        assert_eq!(count(&leased, "throttled"), 0, "{target}: {leased}");
+        assert_eq!(count(&leased, "admitted"), count(&leased, "sent"));
+    }
+}
+
+#[test]
+fn the_inprocess_target_runs_a_config_file_and_names_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let config = config.to_str().unwrap();
+    let report = bench(&[
+        "--config",
+        config,
+        "--clients",
+        "2",
+        "--rate",
+        "100",
+        "--policy",
+        "fifty",
+        "--zipf",
+        "1.1",
+    ]);
+    assert_every_due_request_accounted(&report);
+    assert_eq!(report["target"], "inproc");
+
+    let wrong = bench(&[
+        "--config",
+        config,
+        "--clients",
+        "1",
+        "--rate",
+        "10",
+        "--policy",
+        "missing",
+    ]);
+    assert_eq!(count(&wrong, "errors"), count(&wrong, "sent"));
+    assert!(
+        wrong["first_error"].as_str().unwrap().contains("missing"),
+        "{wrong}"
+    );
+
+    let refused = weir()
+        .args(["bench", "--burst", "4,5s,1s"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("0 < ON < EVERY"));
+}
