@@ -14,7 +14,7 @@
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
 //! - [`top`], [`client`]: the `weir top` and `weir config` commands;
-//! - [`bench`]: the `weir bench` load generator.
+//! - [`bench`](mod@bench): the `weir bench` load generator.
 
 pub mod app;
 pub mod bench;
