@@ -7,6 +7,7 @@ use anyhow::Context;
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Exp1};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
@@ -162,15 +163,38 @@ pub enum Hold {
     Exponential(Duration),
 }
 
+/// A client's leases being held; each is given back by a task of its own.
+struct Holds {
+    hold: Hold,
+    rng: SmallRng,
+    releases: JoinSet<()>,
+}
+
+impl Holds {
+    fn new(hold: Hold, seed: u64) -> Self {
+        Holds {
+            hold,
+            rng: SmallRng::seed_from_u64(seed),
+            releases: JoinSet::new(),
+        }
+    }
+
+    /// Waits until every held lease has been given back, so a run leaves nothing held.
+    async fn finish(mut self) {
+        while self.releases.join_next().await.is_some() {}
+    }
+}
+
 /// Asks, and gives any lease back after its hold. A held lease is given back by a task of its
 /// own, so a client keeps to its schedule while its earlier requests are in flight — which
 /// is how an in-flight limit fills up.
 async fn ask(
     target: &mut Target,
     input: AcquireInput,
-    hold: Hold,
-    rng: &mut SmallRng,
+    holds: &mut Holds,
 ) -> Result<Outcome, String> {
+    let rng = &mut holds.rng;
+    let hold = holds.hold;
     let (outcome, lease) = target.acquire(input).await?;
     if let Some(lease) = lease {
         let held = match hold {
@@ -184,8 +208,9 @@ async fn ask(
         if held.is_zero() {
             target.release(lease).await;
         } else {
+            while holds.releases.try_join_next().is_some() {}
             let mut target = target.clone();
-            tokio::spawn(async move {
+            holds.releases.spawn(async move {
                 tokio::time::sleep(held).await;
                 target.release(lease).await;
             });
@@ -336,13 +361,13 @@ async fn open_loop(
         total,
     } = clock;
     let mut tally = Tally::new(settings.keys as usize);
-    let mut rng = SmallRng::seed_from_u64(keys.next_index());
+    let mut holds = Holds::new(settings.hold, keys.next_index());
     let mut k = 0;
     while k < total {
         let due = start + schedule.due(k);
         pacer.wait(k, due).await;
         let key = keys.next_index();
-        let outcome = ask(&mut target, input(settings, key), settings.hold, &mut rng).await;
+        let outcome = ask(&mut target, input(settings, key), &mut holds).await;
         let now = Instant::now();
         if due >= measured_from {
             tally.record_answer(key as usize, outcome, (now - due).as_micros() as u64);
@@ -355,6 +380,7 @@ async fn open_loop(
             .count() as u64;
         k = next;
     }
+    holds.finish().await;
     tally
 }
 
@@ -368,15 +394,16 @@ async fn closed_loop(
     let measured_from = start + settings.warmup;
     let end = measured_from + settings.duration;
     let mut tally = Tally::new(settings.keys as usize);
-    let mut rng = SmallRng::seed_from_u64(keys.next_index());
+    let mut holds = Holds::new(settings.hold, keys.next_index());
     tokio::time::sleep_until(start).await;
     loop {
         let sent = Instant::now();
         if sent >= end {
+            holds.finish().await;
             return tally;
         }
         let key = keys.next_index();
-        let outcome = ask(&mut target, input(settings, key), settings.hold, &mut rng).await;
+        let outcome = ask(&mut target, input(settings, key), &mut holds).await;
         if sent >= measured_from {
             tally.record_answer(key as usize, outcome, sent.elapsed().as_micros() as u64);
         }
