@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use weir_server::bench::keys::KeyDistribution;
 use weir_server::bench::run::{self, Hold, RunSettings, TargetSpec};
+use weir_server::bench::scenario;
 use weir_server::bench::schedule::Profile;
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
@@ -95,7 +96,11 @@ enum Command {
 
 /// `weir bench`'s options.
 #[derive(Debug, clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
 struct BenchArgs {
+    /// A named experiment instead of the options below.
+    #[command(subcommand)]
+    scenario: Option<ScenarioCommand>,
     /// What to measure: `inproc` (the library, on --config's policies), `http` or `grpc`.
     #[arg(long, default_value = "inproc")]
     target: String,
@@ -142,6 +147,22 @@ struct BenchArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum ScenarioCommand {
+    /// Runs a named experiment: `rate-accuracy` (many buckets at different rates, admitted
+    /// against configured).
+    Scenario {
+        /// The experiment.
+        name: String,
+        /// The measured time.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        duration: std::time::Duration,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 impl BenchArgs {
@@ -220,7 +241,25 @@ fn parse_burst(text: &str) -> anyhow::Result<Profile> {
     Ok(Profile::Burst { factor, on, every })
 }
 
-async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(ScenarioCommand::Scenario {
+        name,
+        duration,
+        json,
+    }) = args.scenario.take()
+    {
+        let report = match name.as_str() {
+            "rate-accuracy" => scenario::rate_accuracy(duration).await?,
+            other => anyhow::bail!(
+                "no scenario {other:?}: the scenarios are rate-accuracy (opensearch-latency, neon-throttle and doris-backpressure are not built yet)"
+            ),
+        };
+        match json {
+            true => println!("{}", serde_json::to_string_pretty(&report)?),
+            false => print!("{}", report.render()),
+        }
+        return Ok(());
+    }
     let json = args.json;
     let report = run::run(&args.settings()?).await?;
     if json {

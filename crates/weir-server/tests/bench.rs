@@ -149,3 +149,39 @@ fn the_inprocess_target_runs_a_config_file_and_names_errors() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("0 < ON < EVERY"));
 }
+
+/// The rate-accuracy scenario for a second: one row per rate, none admitted beyond its rate
+/// plus what its bucket can hold (a tenth of a second's worth, at least 2) and one more.
+#[test]
+fn the_rate_accuracy_scenario_admits_no_more_than_each_rate() {
+    let output = weir()
+        .args([
+            "bench",
+            "scenario",
+            "rate-accuracy",
+            "--duration",
+            "1s",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 9, "{report}");
+    for row in rows {
+        let configured = row["configured"].as_f64().unwrap();
+        let admitted = row["admitted"].as_f64().unwrap();
+        let burst = (configured / 10.0).floor().max(2.0);
+        assert!(admitted > 0.0, "{row}");
+        assert!(admitted <= configured + burst + 1.0, "{row}");
+    }
+
+    let unknown = weir().args(["bench", "scenario", "nope"]).output().unwrap();
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no scenario \"nope\""));
+}

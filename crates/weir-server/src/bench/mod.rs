@@ -10,10 +10,12 @@
 //! - [`pacer`]: wakes each client when its next request is due;
 //! - [`keys`]: which key a request uses (uniform or zipf);
 //! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
-//! - [`run`]: the targets (in-process, HTTP, gRPC) and the client loops.
+//! - [`run`]: the targets (in-process, HTTP, gRPC) and the client loops;
+//! - [`scenario`]: the named experiments.
 
 pub mod keys;
 pub mod pacer;
 pub mod report;
 pub mod run;
+pub mod scenario;
 pub mod schedule;
