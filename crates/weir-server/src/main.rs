@@ -201,6 +201,7 @@ impl BenchArgs {
             duration: self.duration,
             warmup: self.warmup,
             precise_pacing: true,
+            progress: true,
             hold: match self.hold.as_deref() {
                 None => Hold::None,
                 Some(text) => parse_hold(text)?,

@@ -13,6 +13,7 @@ use tonic::transport::Channel;
 
 use super::keys::{KeyDistribution, KeySampler};
 use super::pacer::{self, Paced, Pacer};
+use super::progress::{self, Counts, Live};
 use super::report::{Outcome, Report, Tally};
 use super::schedule::{Profile, Schedule};
 use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
@@ -58,6 +59,8 @@ pub struct RunSettings {
     pub warmup: Duration,
     /// How long admitted requests hold their leases (concurrency policies).
     pub hold: Hold,
+    /// Show live progress on standard error.
+    pub progress: bool,
     /// Pace open-loop clients from an OS thread (precise to tens of microseconds) rather
     /// than tokio's millisecond timer; off under a paused clock.
     pub precise_pacing: bool,
@@ -297,10 +300,13 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     } else {
         (0..settings.clients).map(|_| Pacer::Timer).collect()
     };
+    let live = Arc::new(Live::default());
+    let shown = settings.progress.then(|| progress::show(Arc::clone(&live)));
     let mut tasks = Vec::with_capacity(settings.clients);
     for ((client, pacer), client_start) in pacers.into_iter().enumerate().zip(starts) {
         let target = target.clone();
         let settings = settings.clone();
+        let live = Arc::clone(&live);
         tasks.push(tokio::spawn(async move {
             let keys = KeySampler::new(settings.keys, settings.distribution, client as u64)
                 .expect("checked above");
@@ -311,9 +317,9 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
                     schedule,
                     total,
                 };
-                open_loop(target, &settings, keys, pacer, clock).await
+                open_loop(target, &settings, keys, pacer, clock, &live).await
             } else {
-                closed_loop(target, &settings, keys, start).await
+                closed_loop(target, &settings, keys, start, &live).await
             }
         }));
     }
@@ -321,6 +327,7 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     for task in tasks {
         total.merge(&task.await.context("a client task")?);
     }
+    drop(shown);
     Ok(Report::new(name, settings.duration.as_secs_f64(), &total))
 }
 
@@ -353,6 +360,7 @@ async fn open_loop(
     mut keys: KeySampler,
     mut pacer: Pacer,
     clock: ClientClock,
+    live: &Live,
 ) -> Tally {
     let ClientClock {
         start,
@@ -368,12 +376,16 @@ async fn open_loop(
         pacer.wait(k, due).await;
         let key = keys.next_index();
         let outcome = ask(&mut target, input(settings, key), &mut holds).await;
+        let mut counts = Counts::default();
+        counts.record(&outcome);
         let now = Instant::now();
         if due >= measured_from {
             tally.record_answer(key as usize, outcome, (now - due).as_micros() as u64);
         }
         let (next, _) = schedule.skip_missed(k + 1, now - start);
         let next = next.min(total);
+        counts.missed = next - (k + 1);
+        live.add(&counts);
         // Missed slots count when they fall in the measured time.
         tally.missed += (k + 1..next)
             .filter(|&m| start + schedule.due(m) >= measured_from)
@@ -390,20 +402,28 @@ async fn closed_loop(
     settings: &RunSettings,
     mut keys: KeySampler,
     start: Instant,
+    live: &Live,
 ) -> Tally {
     let measured_from = start + settings.warmup;
     let end = measured_from + settings.duration;
     let mut tally = Tally::new(settings.keys as usize);
     let mut holds = Holds::new(settings.hold, keys.next_index());
+    let mut batch = Counts::default();
     tokio::time::sleep_until(start).await;
     loop {
         let sent = Instant::now();
         if sent >= end {
+            live.add(&batch);
             holds.finish().await;
             return tally;
         }
+        if batch.sent == 256 {
+            live.add(&batch);
+            batch = Counts::default();
+        }
         let key = keys.next_index();
         let outcome = ask(&mut target, input(settings, key), &mut holds).await;
+        batch.record(&outcome);
         if sent >= measured_from {
             tally.record_answer(key as usize, outcome, sent.elapsed().as_micros() as u64);
         }
@@ -431,6 +451,7 @@ mod tests {
             warmup: Duration::from_secs(1),
             precise_pacing: false,
             hold: Hold::None,
+            progress: false,
         }
     }
 

@@ -99,6 +99,8 @@ pub async fn rate_accuracy(duration: Duration) -> anyhow::Result<RateAccuracy> {
             warmup: Duration::from_secs(1),
             precise_pacing: true,
             hold: Hold::None,
+            // Nine runs at once would print nine progress lines a second.
+            progress: false,
         };
         tokio::spawn(async move { run::run(&settings).await })
     });
