@@ -21,6 +21,9 @@ use crate::config::ConfigFile;
 use crate::proto::AcquireRequest;
 use crate::proto::weir_client::WeirClient;
 
+/// The most keys a run draws from: each client keeps a counter per key.
+pub const MAX_KEYS: u64 = 1_000_000;
+
 /// What a run measures.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TargetSpec {
@@ -273,6 +276,12 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     if settings.duration.is_zero() {
         anyhow::bail!("--duration must be longer than zero");
     }
+    if settings.keys > MAX_KEYS {
+        anyhow::bail!(
+            "--keys must be at most {MAX_KEYS}, not {} (every client counts admissions per key)",
+            settings.keys
+        );
+    }
     KeySampler::new(settings.keys, settings.distribution, 0)?;
     let (target, name) = connect(&settings.target).await?;
     let start = Instant::now() + Duration::from_millis(50);
@@ -506,5 +515,14 @@ mod tests {
         let mut s = settings(-1.0);
         s.clients = 1;
         assert!(run(&s).await.unwrap_err().to_string().contains("--rate"));
+        let mut s = settings(10.0);
+        s.keys = MAX_KEYS + 1;
+        assert!(
+            run(&s)
+                .await
+                .unwrap_err()
+                .to_string()
+                .starts_with("--keys must be at most")
+        );
     }
 }
