@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
 
-use super::report::Outcome;
+use super::report::Counts;
 
 /// Counts every client adds to as it goes (warm-up included: this is progress, not the report).
 #[derive(Debug, Default)]
@@ -18,33 +18,6 @@ pub struct Live {
     admitted: AtomicU64,
     throttled: AtomicU64,
     errors: AtomicU64,
-}
-
-/// The live counts at one moment.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Requests sent.
-    pub sent: u64,
-    /// Requests missed.
-    pub missed: u64,
-    /// Requests admitted.
-    pub admitted: u64,
-    /// Requests refused by the limiter.
-    pub throttled: u64,
-    /// Requests that failed otherwise.
-    pub errors: u64,
-}
-
-impl Counts {
-    /// Counts one answer.
-    pub fn record(&mut self, answer: &Result<Outcome, String>) {
-        self.sent += 1;
-        match answer {
-            Ok(Outcome::Admitted) => self.admitted += 1,
-            Ok(Outcome::Throttled) => self.throttled += 1,
-            Ok(Outcome::Error) | Err(_) => self.errors += 1,
-        }
-    }
 }
 
 impl Live {
@@ -150,17 +123,18 @@ impl Drop for Shown {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::report::Outcome;
 
     #[test]
     fn a_line_has_the_last_seconds_rate_and_the_totals() {
         let live = Live::default();
         let before = live.counts();
         let mut batch = Counts::default();
-        batch.record(&Ok(Outcome::Admitted));
-        batch.record(&Ok(Outcome::Throttled));
+        batch.record(Outcome::Admitted);
+        batch.record(Outcome::Throttled);
         live.add(&batch);
         let mut batch = Counts::default();
-        batch.record(&Err("refused connection".to_owned()));
+        batch.record(Outcome::of(&Err("refused connection".to_owned())));
         batch.missed = 2;
         live.add(&batch);
         let now = live.counts();

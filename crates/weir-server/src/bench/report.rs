@@ -18,19 +18,54 @@ pub enum Outcome {
     Error,
 }
 
-/// One client's counts, or several merged.
-#[derive(Debug, Clone)]
-pub struct Tally {
+impl Outcome {
+    /// How an answer ended: an error answer is an [`Outcome::Error`].
+    pub fn of(answer: &Result<Outcome, String>) -> Outcome {
+        *answer.as_ref().unwrap_or(&Outcome::Error)
+    }
+}
+
+/// How many requests ended which way.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
     /// Requests sent.
     pub sent: u64,
+    /// Requests whose slot passed before they could be sent.
+    pub missed: u64,
     /// Requests admitted.
     pub admitted: u64,
     /// Requests refused by the limiter.
     pub throttled: u64,
     /// Requests that failed otherwise.
     pub errors: u64,
-    /// Requests whose slot passed before they could be sent.
-    pub missed: u64,
+}
+
+impl Counts {
+    /// Counts one sent request.
+    pub fn record(&mut self, outcome: Outcome) {
+        self.sent += 1;
+        match outcome {
+            Outcome::Admitted => self.admitted += 1,
+            Outcome::Throttled => self.throttled += 1,
+            Outcome::Error => self.errors += 1,
+        }
+    }
+
+    /// Adds `other` to these.
+    pub fn merge(&mut self, other: &Counts) {
+        self.sent += other.sent;
+        self.missed += other.missed;
+        self.admitted += other.admitted;
+        self.throttled += other.throttled;
+        self.errors += other.errors;
+    }
+}
+
+/// One client's counts, or several merged.
+#[derive(Debug, Clone)]
+pub struct Tally {
+    /// The requests by how they ended.
+    pub counts: Counts,
     /// Admissions per key index.
     pub admitted_per_key: Vec<u64>,
     /// Latency in microseconds, from each request's due time to its answer.
@@ -43,11 +78,7 @@ impl Tally {
     /// An empty tally over `keys` keys.
     pub fn new(keys: usize) -> Self {
         Tally {
-            sent: 0,
-            admitted: 0,
-            throttled: 0,
-            errors: 0,
-            missed: 0,
+            counts: Counts::default(),
             admitted_per_key: vec![0; keys],
             latency: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
                 .expect("constant, valid bounds"),
@@ -57,16 +88,11 @@ impl Tally {
 
     /// Counts one answered request for key `key`, `latency_us` after it was due.
     pub fn record(&mut self, key: usize, outcome: Outcome, latency_us: u64) {
-        self.sent += 1;
-        match outcome {
-            Outcome::Admitted => {
-                self.admitted += 1;
-                if let Some(n) = self.admitted_per_key.get_mut(key) {
-                    *n += 1;
-                }
-            }
-            Outcome::Throttled => self.throttled += 1,
-            Outcome::Error => self.errors += 1,
+        self.counts.record(outcome);
+        if outcome == Outcome::Admitted
+            && let Some(n) = self.admitted_per_key.get_mut(key)
+        {
+            *n += 1;
         }
         self.latency.saturating_record(latency_us.max(1));
     }
@@ -84,11 +110,7 @@ impl Tally {
 
     /// Adds `other`'s counts to these.
     pub fn merge(&mut self, other: &Tally) {
-        self.sent += other.sent;
-        self.admitted += other.admitted;
-        self.throttled += other.throttled;
-        self.errors += other.errors;
-        self.missed += other.missed;
+        self.counts.merge(&other.counts);
         if self.admitted_per_key.len() < other.admitted_per_key.len() {
             self.admitted_per_key
                 .resize(other.admitted_per_key.len(), 0);
@@ -187,12 +209,12 @@ impl Report {
         Report {
             target: target.to_owned(),
             seconds,
-            rps: tally.sent as f64 / seconds,
-            sent: tally.sent,
-            missed: tally.missed,
-            admitted: tally.admitted,
-            throttled: tally.throttled,
-            errors: tally.errors,
+            rps: tally.counts.sent as f64 / seconds,
+            sent: tally.counts.sent,
+            missed: tally.counts.missed,
+            admitted: tally.counts.admitted,
+            throttled: tally.counts.throttled,
+            errors: tally.counts.errors,
             latency_ms: Latency {
                 mean: h.mean() / 1000.0,
                 p50: ms(h.value_at_quantile(0.5)),
@@ -250,15 +272,21 @@ mod tests {
         let mut a = Tally::new(3);
         a.record(0, Outcome::Admitted, 1_000);
         a.record(1, Outcome::Throttled, 2_000);
-        a.missed = 2;
+        a.counts.missed = 2;
         let mut b = Tally::new(3);
         b.record(0, Outcome::Admitted, 3_000);
         b.record(2, Outcome::Error, 4_000);
         b.first_error = Some("connection refused".to_owned());
-        b.missed = 1;
+        b.counts.missed = 1;
         a.merge(&b);
         assert_eq!(
-            (a.sent, a.admitted, a.throttled, a.errors, a.missed),
+            (
+                a.counts.sent,
+                a.counts.admitted,
+                a.counts.throttled,
+                a.counts.errors,
+                a.counts.missed
+            ),
             (4, 2, 1, 1, 3)
         );
         assert_eq!(a.admitted_per_key, vec![2, 0, 0]);
@@ -273,7 +301,7 @@ mod tests {
         for i in 0..100 {
             tally.record(i % 2, Outcome::Admitted, 1_000 * (i as u64 + 1));
         }
-        tally.missed = 5;
+        tally.counts.missed = 5;
         let report = Report::new("inproc", 2.0, &tally);
         assert_eq!(report.rps, 50.0);
         assert_eq!(report.admitted_per_key.keys, 2);

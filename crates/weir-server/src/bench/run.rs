@@ -13,8 +13,8 @@ use tonic::transport::Channel;
 
 use super::keys::{KeyDistribution, KeySampler};
 use super::pacer::{self, Paced, Pacer};
-use super::progress::{self, Counts, Live};
-use super::report::{Outcome, Report, Tally};
+use super::progress::{self, Live};
+use super::report::{Counts, Outcome, Report, Tally};
 use super::schedule::{Profile, Schedule};
 use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
 use crate::config::ConfigFile;
@@ -386,7 +386,7 @@ async fn open_loop(
         let key = keys.next_index();
         let outcome = ask(&mut target, input(settings, key), &mut holds).await;
         let mut counts = Counts::default();
-        counts.record(&outcome);
+        counts.record(Outcome::of(&outcome));
         let now = Instant::now();
         if due >= measured_from {
             tally.record_answer(key as usize, outcome, (now - due).as_micros() as u64);
@@ -396,7 +396,7 @@ async fn open_loop(
         counts.missed = next - (k + 1);
         live.add(&counts);
         // Missed slots count when they fall in the measured time.
-        tally.missed += (k + 1..next)
+        tally.counts.missed += (k + 1..next)
             .filter(|&m| start + schedule.due(m) >= measured_from)
             .count() as u64;
         k = next;
@@ -432,7 +432,7 @@ async fn closed_loop(
         }
         let key = keys.next_index();
         let outcome = ask(&mut target, input(settings, key), &mut holds).await;
-        batch.record(&outcome);
+        batch.record(Outcome::of(&outcome));
         if sent >= measured_from {
             tally.record_answer(key as usize, outcome, sent.elapsed().as_micros() as u64);
         }
