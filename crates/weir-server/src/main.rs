@@ -9,8 +9,8 @@ use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use weir_server::bench::keys::KeyDistribution;
 use weir_server::bench::run::{self, Hold, RunSettings, TargetSpec};
-use weir_server::bench::scenario;
 use weir_server::bench::schedule::Profile;
+use weir_server::bench::{plot, scenario};
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
 use weir_server::serve::{self, Overrides};
@@ -101,10 +101,11 @@ struct BenchArgs {
     /// A named experiment instead of the options below.
     #[command(subcommand)]
     scenario: Option<ScenarioCommand>,
-    /// What to measure: `inproc` (the library, on --config's policies), `http` or `grpc`.
+    /// What to measure: `inproc` (the library, on --config's policies), `http`, `grpc`
+    /// (unary calls) or `grpc-stream` (each client's requests over one stream).
     #[arg(long, default_value = "inproc")]
     target: String,
-    /// The server (http and grpc targets).
+    /// The server (remote targets); several, comma-separated, are asked in turn.
     #[arg(long)]
     server: Option<String>,
     /// The config whose policies the inproc target uses (default: the embedded one).
@@ -147,6 +148,9 @@ struct BenchArgs {
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
+    /// Also draw latency percentiles and rates over time into this SVG file.
+    #[arg(long)]
+    plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,20 +171,30 @@ enum ScenarioCommand {
 
 impl BenchArgs {
     fn settings(self) -> anyhow::Result<RunSettings> {
+        let servers = |default: &str| -> Vec<String> {
+            self.server
+                .as_deref()
+                .unwrap_or(default)
+                .split(',')
+                .map(|server| server.trim().to_owned())
+                .filter(|server| !server.is_empty())
+                .collect()
+        };
+        let remote = |servers: Vec<String>, one: fn(String) -> TargetSpec| match servers.len() {
+            1 => one(servers.into_iter().next().expect("one")),
+            _ => TargetSpec::RoundRobin(servers.into_iter().map(one).collect()),
+        };
         let target = match self.target.as_str() {
             "inproc" => {
                 let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
                 TargetSpec::InProcess(Box::new(config))
             }
-            "http" => TargetSpec::Http(
-                self.server
-                    .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned()),
-            ),
-            "grpc" => TargetSpec::Grpc(
-                self.server
-                    .unwrap_or_else(|| "http://127.0.0.1:50051".to_owned()),
-            ),
-            other => anyhow::bail!("--target must be inproc, http or grpc, not {other:?}"),
+            "http" => remote(servers("http://127.0.0.1:8080"), TargetSpec::Http),
+            "grpc" => remote(servers("http://127.0.0.1:50051"), TargetSpec::Grpc),
+            "grpc-stream" => remote(servers("http://127.0.0.1:50051"), TargetSpec::GrpcStream),
+            other => {
+                anyhow::bail!("--target must be inproc, http, grpc or grpc-stream, not {other:?}")
+            }
         };
         let profile = match self.burst.as_deref() {
             None => Profile::Steady,
@@ -262,7 +276,16 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let json = args.json;
-    let report = run::run(&args.settings()?).await?;
+    let plot = args.plot.take();
+    let settings = args.settings()?;
+    let report = run::run(&settings).await?;
+    if let Some(path) = plot {
+        let title = format!(
+            "weir bench: {} policy {}, {} clients × {}/s",
+            report.target, settings.policy, settings.clients, settings.rate
+        );
+        plot::write(&path, &title, &report.timeline)?;
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -53,7 +53,11 @@ fn assert_every_due_request_accounted(report: &Value) {
 fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(CONFIG, &dir.path().join("data"));
-    for (target, address) in [("http", &server.http), ("grpc", &server.grpc)] {
+    for (target, address) in [
+        ("http", &server.http),
+        ("grpc", &server.grpc),
+        ("grpc-stream", &server.grpc),
+    ] {
         let common = ["--target", target, "--server", address];
         let limited = bench(
             &[
@@ -103,6 +107,36 @@ fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
         assert_eq!(count(&leased, "throttled"), 0, "{target}: {leased}");
         assert_eq!(count(&leased, "admitted"), count(&leased, "sent"));
     }
+}
+
+/// Two servers asked in turn: each lease is given back to the server that granted it, so with a
+/// limit of one in flight on each, back-to-back requests after a held run are all admitted.
+#[test]
+fn a_round_robin_gives_each_lease_back_where_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = Server::start(CONFIG, &dir.path().join("a"));
+    let b = Server::start(CONFIG, &dir.path().join("b"));
+    let servers = format!("{},{}", a.grpc, b.grpc);
+    let one = [
+        "--target",
+        "grpc",
+        "--server",
+        &servers,
+        "--rate",
+        "100",
+        "--clients",
+        "1",
+        "--keys",
+        "1",
+        "--policy",
+        "one-at-a-time",
+    ];
+    let held = bench(&[&one[..], &["--hold", "30ms"]].concat());
+    assert_eq!(held["target"], "grpc×2");
+    assert!(count(&held, "admitted") > 0, "{held}");
+    let after = bench(&one);
+    assert_eq!(count(&after, "throttled"), 0, "{after}");
+    assert_eq!(count(&after, "errors"), 0, "{after}");
 }
 
 #[test]

@@ -9,13 +9,15 @@
 //! - [`schedule`]: when each request is due (steady or bursty) and which were missed;
 //! - [`pacer`]: wakes each client when its next request is due;
 //! - [`keys`]: which key a request uses (uniform or zipf);
-//! - [`progress`]: a live line a second while a run goes;
+//! - [`progress`]: a live line a second while a run goes, kept as a timeline;
+//! - [`plot`]: the timeline as an SVG chart;
 //! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
 //! - [`run`]: the targets (in-process, HTTP, gRPC) and the client loops;
 //! - [`scenario`]: the named experiments.
 
 pub mod keys;
 pub mod pacer;
+pub mod plot;
 pub mod progress;
 pub mod report;
 pub mod run;

@@ -1,29 +1,96 @@
-//! Live progress while a run goes: a line a second of rate, MISSED and outcomes — redrawn in
-//! place (indicatif) on a terminal, printed as plain lines otherwise.
+//! Live progress while a run goes: a line a second of rate, MISSED, outcomes and p99 — redrawn
+//! in place (indicatif) on a terminal, printed as plain lines otherwise — and the same seconds
+//! kept as a timeline for `--plot`.
 
 use std::io::IsTerminal;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
+use serde::Serialize;
 
-use super::report::Counts;
+use super::report::{Counts, new_latency_histogram};
 
-/// Counts every client adds to as it goes (warm-up included: this is progress, not the report).
-#[derive(Debug, Default)]
+/// Counts every client adds to as it goes (warm-up included: this is progress, not the report),
+/// and the latencies of the current second.
+#[derive(Debug)]
 pub struct Live {
     sent: AtomicU64,
     missed: AtomicU64,
     admitted: AtomicU64,
     throttled: AtomicU64,
     errors: AtomicU64,
+    /// Latencies (µs) since the last sample.
+    second: Mutex<Histogram<u64>>,
+}
+
+impl Default for Live {
+    fn default() -> Self {
+        Live {
+            sent: AtomicU64::new(0),
+            missed: AtomicU64::new(0),
+            admitted: AtomicU64::new(0),
+            throttled: AtomicU64::new(0),
+            errors: AtomicU64::new(0),
+            second: Mutex::new(new_latency_histogram()),
+        }
+    }
+}
+
+/// One second of a run, as the timeline keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    /// Seconds since the run started (warm-up included) at the end of this second.
+    pub at: f64,
+    /// Requests sent per second.
+    pub rps: f64,
+    /// Requests admitted per second.
+    pub admitted: f64,
+    /// Requests refused by the limiter per second.
+    pub throttled: f64,
+    /// Requests missed per second.
+    pub missed: f64,
+    /// Median latency of this second's answers, in milliseconds (0 when none came).
+    pub p50: f64,
+    /// 99th percentile, in milliseconds.
+    pub p99: f64,
+}
+
+/// What a client has gathered since it last reported to [`Live`].
+#[derive(Debug, Default)]
+pub struct Batch {
+    /// Its counts.
+    pub counts: Counts,
+    /// Its latencies, in microseconds.
+    pub latencies: Vec<u64>,
+}
+
+impl Batch {
+    /// Counts one answer `latency_us` after it was due.
+    pub fn record(&mut self, outcome: super::report::Outcome, latency_us: u64) {
+        self.counts.record(outcome);
+        self.latencies.push(latency_us);
+    }
 }
 
 impl Live {
-    /// Adds a client's counts (clients gather a batch first: shared counters bumped on
-    /// every in-process decision would cost the closed loop about a tenth of its rate).
-    pub fn add(&self, counts: &Counts) {
+    /// Adds a client's batch (clients gather a batch first: shared counters bumped on every
+    /// in-process decision would cost the closed loop about a tenth of its rate).
+    pub fn add(&self, batch: &mut Batch) {
+        self.add_counts(&batch.counts);
+        if !batch.latencies.is_empty() {
+            let mut second = self.second.lock().unwrap_or_else(|e| e.into_inner());
+            for &us in &batch.latencies {
+                second.saturating_record(us.max(1));
+            }
+        }
+        batch.counts = Counts::default();
+        batch.latencies.clear();
+    }
+
+    fn add_counts(&self, counts: &Counts) {
         for (counter, n) in [
             (&self.sent, counts.sent),
             (&self.missed, counts.missed),
@@ -35,6 +102,31 @@ impl Live {
                 counter.fetch_add(n, Ordering::Relaxed);
             }
         }
+    }
+
+    /// Ends a second: the rates since `before` over `interval`, and the percentiles of the
+    /// latencies added since the last sample (which starts the next second's).
+    pub fn sample(&self, at: Duration, interval: Duration, before: Counts) -> (Point, Counts) {
+        let now = self.counts();
+        let histogram = {
+            let mut second = self.second.lock().unwrap_or_else(|e| e.into_inner());
+            std::mem::replace(&mut *second, new_latency_histogram())
+        };
+        let per_second = |n: u64, m: u64| (n - m) as f64 / interval.as_secs_f64();
+        let ms = |q: f64| match histogram.is_empty() {
+            true => 0.0,
+            false => histogram.value_at_quantile(q) as f64 / 1000.0,
+        };
+        let point = Point {
+            at: at.as_secs_f64(),
+            rps: per_second(now.sent, before.sent),
+            admitted: per_second(now.admitted, before.admitted),
+            throttled: per_second(now.throttled, before.throttled),
+            missed: per_second(now.missed, before.missed),
+            p50: ms(0.5),
+            p99: ms(0.99),
+        };
+        (point, now)
     }
 
     /// The counts now.
@@ -49,32 +141,26 @@ impl Live {
     }
 }
 
-/// One progress line: the rate over the last `interval`, and the totals so far.
-pub fn line(elapsed: Duration, interval: Duration, before: Counts, now: Counts) -> String {
-    let rps = (now.sent - before.sent) as f64 / interval.as_secs_f64();
+/// One progress line: this second's rates and p99, and the totals so far.
+pub fn line(point: &Point, now: Counts) -> String {
     format!(
-        "{:>4}s  {:>9.0} rps  MISSED {}  admitted {}  throttled {}  errors {}",
-        elapsed.as_secs(),
-        rps,
-        now.missed,
-        now.admitted,
-        now.throttled,
-        now.errors
+        "{:>4.0}s  {:>9.0} rps  p99 {:.3} ms  MISSED {}  admitted {}  throttled {}  errors {}",
+        point.at, point.rps, point.p99, now.missed, now.admitted, now.throttled, now.errors
     )
 }
 
-/// Shows `live` every second on standard error, from an OS thread of its own (an in-process
-/// closed loop keeps every runtime worker busy and would starve a task), until the returned
-/// guard is dropped.
-pub fn show(live: Arc<Live>) -> Shown {
+/// Samples `live` every second from an OS thread of its own (an in-process closed loop keeps
+/// every runtime worker busy and would starve a task), keeping the timeline and, when `show`,
+/// printing a line on standard error, until [`Sampler::finish`].
+pub fn sample(live: Arc<Live>, show: bool) -> Sampler {
     let stop = Arc::new(AtomicBool::new(false));
     let thread = {
         let stop = Arc::clone(&stop);
         std::thread::spawn(move || {
-            let terminal = std::io::stderr().is_terminal();
-            let bar = terminal.then(ProgressBar::new_spinner);
+            let bar = (show && std::io::stderr().is_terminal()).then(ProgressBar::new_spinner);
             let started = Instant::now();
             let mut before = Counts::default();
+            let mut timeline = Vec::new();
             let mut next = started + EVERY;
             while !stop.load(Ordering::Relaxed) {
                 let now = Instant::now();
@@ -83,40 +169,57 @@ pub fn show(live: Arc<Live>) -> Shown {
                     continue;
                 }
                 next += EVERY;
-                let counts = live.counts();
-                let text = line(started.elapsed(), EVERY, before, counts);
-                match &bar {
-                    Some(bar) => bar.set_message(text),
-                    None => eprintln!("{text}"),
+                let (point, counts) = live.sample(started.elapsed(), EVERY, before);
+                if show {
+                    let text = line(&point, counts);
+                    match &bar {
+                        Some(bar) => bar.set_message(text),
+                        None => eprintln!("{text}"),
+                    }
                 }
+                timeline.push(point);
                 before = counts;
             }
             if let Some(bar) = bar {
                 bar.finish_and_clear();
             }
+            timeline
         })
     };
-    Shown {
+    Sampler {
         stop,
         thread: Some(thread),
     }
 }
 
-/// How often the line is refreshed.
+/// How often a sample is taken.
 const EVERY: Duration = Duration::from_secs(1);
 
-/// Stops the progress line (and clears it from a terminal) when dropped.
-pub struct Shown {
+/// The sampling thread; stopped (and its line cleared from a terminal) by [`finish`](Self::finish)
+/// or when dropped.
+pub struct Sampler {
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    thread: Option<std::thread::JoinHandle<Vec<Point>>>,
 }
 
-impl Drop for Shown {
-    fn drop(&mut self) {
+impl Sampler {
+    /// Stops sampling and returns the timeline, a point a second.
+    pub fn finish(mut self) -> Vec<Point> {
+        self.stop_thread()
+    }
+
+    fn stop_thread(&mut self) -> Vec<Point> {
         self.stop.store(true, Ordering::Relaxed);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
+        self.thread
+            .take()
+            .and_then(|thread| thread.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.stop_thread();
     }
 }
 
@@ -126,37 +229,43 @@ mod tests {
     use crate::bench::report::Outcome;
 
     #[test]
-    fn a_line_has_the_last_seconds_rate_and_the_totals() {
+    fn a_sample_has_the_seconds_rates_and_percentiles_and_starts_the_next() {
         let live = Live::default();
         let before = live.counts();
-        let mut batch = Counts::default();
-        batch.record(Outcome::Admitted);
-        batch.record(Outcome::Throttled);
-        live.add(&batch);
-        let mut batch = Counts::default();
-        batch.record(Outcome::of(&Err("refused connection".to_owned())));
-        batch.missed = 2;
-        live.add(&batch);
-        let now = live.counts();
+        let mut batch = Batch::default();
+        for us in 1..=100 {
+            batch.record(Outcome::Admitted, us * 1000);
+        }
+        batch.record(Outcome::Throttled, 1000);
+        live.add(&mut batch);
+        assert_eq!(batch.counts, Counts::default());
+        assert!(batch.latencies.is_empty());
+        let mut batch = Batch::default();
+        batch.record(Outcome::of(&Err("refused connection".to_owned())), 1000);
+        batch.counts.missed = 2;
+        live.add(&mut batch);
+        let (point, now) = live.sample(Duration::from_secs(4), Duration::from_millis(500), before);
         assert_eq!(
             now,
             Counts {
-                sent: 3,
+                sent: 102,
                 missed: 2,
-                admitted: 1,
+                admitted: 100,
                 throttled: 1,
                 errors: 1
             }
         );
-        let text = line(
-            Duration::from_secs(4),
-            Duration::from_millis(500),
-            before,
-            now,
-        );
         assert_eq!(
-            text,
-            "   4s          6 rps  MISSED 2  admitted 1  throttled 1  errors 1"
+            (point.rps, point.admitted, point.throttled, point.missed),
+            (204.0, 200.0, 2.0, 4.0)
         );
+        assert!((point.p99 - 99.0).abs() < 0.1, "{}", point.p99);
+        assert_eq!(
+            line(&point, now),
+            "   4s        204 rps  p99 99.007 ms  MISSED 2  admitted 100  throttled 1  errors 1"
+        );
+        // The next second starts empty.
+        let (point, _) = live.sample(Duration::from_secs(5), Duration::from_secs(1), now);
+        assert_eq!((point.rps, point.p50, point.p99), (0.0, 0.0, 0.0));
     }
 }

@@ -4,8 +4,15 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use super::progress::Point;
+
 /// The longest latency a histogram records, in microseconds (a minute).
 const MAX_LATENCY_US: u64 = 60_000_000;
+
+/// An empty latency histogram (µs, 1 µs to a minute, three significant figures).
+pub fn new_latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("constant, valid bounds")
+}
 
 /// How one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +87,7 @@ impl Tally {
         Tally {
             counts: Counts::default(),
             admitted_per_key: vec![0; keys],
-            latency: Histogram::new_with_bounds(1, MAX_LATENCY_US, 3)
-                .expect("constant, valid bounds"),
+            latency: new_latency_histogram(),
             first_error: None,
         }
     }
@@ -186,6 +192,8 @@ pub struct Report {
     pub admitted_per_key: PerKeyRate,
     /// The first error's message, if any request failed.
     pub first_error: Option<String>,
+    /// A point a second, warm-up included (empty for a run shorter than a second).
+    pub timeline: Vec<Point>,
 }
 
 impl Report {
@@ -225,6 +233,7 @@ impl Report {
             },
             admitted_per_key,
             first_error: tally.first_error.clone(),
+            timeline: Vec::new(),
         }
     }
 

@@ -13,8 +13,8 @@ use tonic::transport::Channel;
 
 use super::keys::{KeyDistribution, KeySampler};
 use super::pacer::{self, Paced, Pacer};
-use super::progress::{self, Live};
-use super::report::{Counts, Outcome, Report, Tally};
+use super::progress::{self, Batch, Live};
+use super::report::{Outcome, Report, Tally};
 use super::schedule::{Profile, Schedule};
 use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
 use crate::config::ConfigFile;
@@ -33,6 +33,10 @@ pub enum TargetSpec {
     Http(String),
     /// A server's gRPC API, unary calls (`http://host:port`).
     Grpc(String),
+    /// A server's gRPC API, every client's requests over one bidirectional stream.
+    GrpcStream(String),
+    /// Several servers, asked in turn (each lease is given back where it came from).
+    RoundRobin(Vec<TargetSpec>),
 }
 
 /// A run's settings.
@@ -75,19 +79,70 @@ enum Target {
     InProcess(Arc<App>),
     Http(reqwest::Client, String),
     Grpc(WeirClient<Channel>),
+    GrpcStream(WeirClient<Channel>, StreamSlot),
+    RoundRobin(Vec<Target>, usize),
+}
+
+/// A client's acquisition stream, opened on its first request. A clone (the one a held
+/// lease's release task takes) has none: releases go unary.
+#[derive(Default)]
+struct StreamSlot(Option<Box<OpenStream>>);
+
+struct OpenStream {
+    requests: tokio::sync::mpsc::Sender<AcquireRequest>,
+    answers: tonic::Streaming<crate::proto::AcquireResponse>,
+    next_id: u64,
+}
+
+impl Clone for StreamSlot {
+    fn clone(&self) -> Self {
+        StreamSlot(None)
+    }
+}
+
+/// A lease to give back, and which of the servers (round robin) gave it.
+struct Lease {
+    server: usize,
+    id: String,
 }
 
 /// An answer: how the request ended, and the lease to give back if it holds one.
-type Answer = Result<(Outcome, Option<String>), String>;
+type Answer = Result<(Outcome, Option<Lease>), String>;
+
+/// A gRPC answer as an outcome, its lease (if any) from server 0.
+fn grpc_answer(answer: crate::proto::AcquireResponse) -> Answer {
+    if !answer.error.is_empty() {
+        return Err(answer.error);
+    }
+    let lease = Some(answer.lease)
+        .filter(|lease| !lease.is_empty())
+        .map(|id| Lease { server: 0, id });
+    match answer.admitted {
+        true => Ok((Outcome::Admitted, lease)),
+        false => Ok((Outcome::Throttled, None)),
+    }
+}
+
+fn grpc_request(input: AcquireInput, id: u64) -> AcquireRequest {
+    AcquireRequest {
+        policy: input.policy,
+        key: input.key,
+        kind: input.kind,
+        cost: input.cost.unwrap_or(1),
+        id,
+        ..Default::default()
+    }
+}
 
 impl Target {
     /// Asks once; an error is one that is not a limiter's refusal, with its message.
     async fn acquire(&mut self, input: AcquireInput) -> Answer {
         match self {
             Target::InProcess(app) => match app.acquire(input).await {
-                Ok(AcquireOutcome::Admitted { lease, .. }) => {
-                    Ok((Outcome::Admitted, lease.map(|(lease, _)| lease)))
-                }
+                Ok(AcquireOutcome::Admitted { lease, .. }) => Ok((
+                    Outcome::Admitted,
+                    lease.map(|(id, _)| Lease { server: 0, id }),
+                )),
                 Ok(AcquireOutcome::Refused { .. }) => Ok((Outcome::Throttled, None)),
                 Err(error) => Err(error.to_string()),
             },
@@ -105,9 +160,13 @@ impl Target {
                         let status = response.status();
                         let body: serde_json::Value = response.json().await.unwrap_or_default();
                         match status.as_u16() {
-                            200 => {
-                                Ok((Outcome::Admitted, body["lease"].as_str().map(str::to_owned)))
-                            }
+                            200 => Ok((
+                                Outcome::Admitted,
+                                body["lease"].as_str().map(|id| Lease {
+                                    server: 0,
+                                    id: id.to_owned(),
+                                }),
+                            )),
                             429 => Ok((Outcome::Throttled, None)),
                             _ => Err(format!("HTTP {status}: {body}")),
                         }
@@ -115,44 +174,89 @@ impl Target {
                     Err(error) => Err(format!("{error:#}")),
                 }
             }
-            Target::Grpc(client) => {
-                let request = AcquireRequest {
-                    policy: input.policy,
-                    key: input.key,
-                    kind: input.kind,
-                    cost: input.cost.unwrap_or(1),
-                    ..Default::default()
-                };
-                match client.acquire(request).await {
-                    Ok(answer) => {
-                        let answer = answer.into_inner();
-                        let lease = Some(answer.lease).filter(|lease| !lease.is_empty());
-                        match answer.admitted {
-                            true => Ok((Outcome::Admitted, lease)),
-                            false => Ok((Outcome::Throttled, None)),
-                        }
-                    }
-                    Err(status) => Err(format!("gRPC {:?}: {}", status.code(), status.message())),
+            Target::Grpc(client) => match client.acquire(grpc_request(input, 0)).await {
+                Ok(answer) => grpc_answer(answer.into_inner()),
+                Err(status) => Err(format!("gRPC {:?}: {}", status.code(), status.message())),
+            },
+            Target::GrpcStream(client, slot) => {
+                if slot.0.is_none() {
+                    let (requests, queued) = tokio::sync::mpsc::channel(16);
+                    let answers = client
+                        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
+                        .await
+                        .map_err(|status| {
+                            format!("gRPC stream {:?}: {}", status.code(), status.message())
+                        })?
+                        .into_inner();
+                    slot.0 = Some(Box::new(OpenStream {
+                        requests,
+                        answers,
+                        next_id: 0,
+                    }));
                 }
+                let stream = slot.0.as_mut().expect("opened above");
+                let id = stream.next_id;
+                stream.next_id += 1;
+                let sent = stream.requests.send(grpc_request(input, id)).await;
+                let answer = match sent {
+                    Ok(()) => stream.answers.message().await,
+                    Err(_) => Ok(None),
+                };
+                match answer {
+                    // One request in flight per client: the next answer is its answer.
+                    Ok(Some(answer)) if answer.id == id => grpc_answer(answer),
+                    Ok(Some(answer)) => {
+                        slot.0 = None;
+                        Err(format!(
+                            "gRPC stream answered {} to request {id}",
+                            answer.id
+                        ))
+                    }
+                    Ok(None) => {
+                        slot.0 = None;
+                        Err("gRPC stream closed by the server".to_owned())
+                    }
+                    Err(status) => {
+                        slot.0 = None;
+                        Err(format!(
+                            "gRPC stream {:?}: {}",
+                            status.code(),
+                            status.message()
+                        ))
+                    }
+                }
+            }
+            Target::RoundRobin(targets, next) => {
+                let server = *next;
+                *next = (server + 1) % targets.len();
+                let (outcome, lease) = Box::pin(targets[server].acquire(input)).await?;
+                Ok((outcome, lease.map(|lease| Lease { server, ..lease })))
             }
         }
     }
 
     /// Gives a lease back (best effort: one that is not given back expires by its TTL).
-    async fn release(&mut self, lease: String) {
+    async fn release(&mut self, lease: Lease) {
         match self {
             Target::InProcess(app) => {
-                let _ = app.release(&lease);
+                let _ = app.release(&lease.id);
             }
             Target::Http(client, base) => {
                 let _ = client
                     .post(format!("{base}/v1/release"))
-                    .json(&serde_json::json!({ "lease": lease }))
+                    .json(&serde_json::json!({ "lease": lease.id }))
                     .send()
                     .await;
             }
-            Target::Grpc(client) => {
-                let _ = client.release(crate::proto::ReleaseRequest { lease }).await;
+            Target::Grpc(client) | Target::GrpcStream(client, _) => {
+                let _ = client
+                    .release(crate::proto::ReleaseRequest { lease: lease.id })
+                    .await;
+            }
+            Target::RoundRobin(targets, _) => {
+                if let Some(target) = targets.get_mut(lease.server) {
+                    Box::pin(target.release(Lease { server: 0, ..lease })).await;
+                }
             }
         }
     }
@@ -225,7 +329,8 @@ async fn ask(
     Ok(outcome)
 }
 
-async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, &'static str)> {
+/// Connects to a target; its name says what it is (`grpc`, `http×3`).
+async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, String)> {
     Ok(match spec {
         TargetSpec::InProcess(config) => {
             // The app reads a data dir's overlay when it starts and writes only on API
@@ -245,7 +350,7 @@ async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, &'static str)> {
                 cluster: None,
             })?;
             let _ = std::fs::remove_dir_all(&data_dir);
-            (Target::InProcess(app), "inproc")
+            (Target::InProcess(app), "inproc".to_owned())
         }
         TargetSpec::Http(base) => {
             let client = reqwest::Client::builder()
@@ -253,14 +358,34 @@ async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, &'static str)> {
                 .context("building the HTTP client")?;
             (
                 Target::Http(client, base.trim_end_matches('/').to_owned()),
-                "http",
+                "http".to_owned(),
             )
         }
-        TargetSpec::Grpc(base) => {
+        TargetSpec::Grpc(base) | TargetSpec::GrpcStream(base) => {
             let client = WeirClient::connect(base.clone())
                 .await
                 .with_context(|| format!("connecting to {base}"))?;
-            (Target::Grpc(client), "grpc")
+            match spec {
+                TargetSpec::Grpc(_) => (Target::Grpc(client), "grpc".to_owned()),
+                _ => (
+                    Target::GrpcStream(client, StreamSlot::default()),
+                    "grpc-stream".to_owned(),
+                ),
+            }
+        }
+        TargetSpec::RoundRobin(specs) => {
+            if specs.is_empty() {
+                anyhow::bail!("a round robin needs at least one server");
+            }
+            let mut targets = Vec::with_capacity(specs.len());
+            let mut name = String::new();
+            for spec in specs {
+                let (target, one) = Box::pin(connect(spec)).await?;
+                targets.push(target);
+                name = one;
+            }
+            let name = format!("{name}×{}", specs.len());
+            (Target::RoundRobin(targets, 0), name)
         }
     })
 }
@@ -310,10 +435,14 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
         (0..settings.clients).map(|_| Pacer::Timer).collect()
     };
     let live = Arc::new(Live::default());
-    let shown = settings.progress.then(|| progress::show(Arc::clone(&live)));
+    let sampler = progress::sample(Arc::clone(&live), settings.progress);
     let mut tasks = Vec::with_capacity(settings.clients);
     for ((client, pacer), client_start) in pacers.into_iter().enumerate().zip(starts) {
-        let target = target.clone();
+        let mut target = target.clone();
+        // Round robins start at different servers, so clients spread from the first request.
+        if let Target::RoundRobin(targets, next) = &mut target {
+            *next = client % targets.len();
+        }
         let settings = settings.clone();
         let live = Arc::clone(&live);
         tasks.push(tokio::spawn(async move {
@@ -336,8 +465,9 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     for task in tasks {
         total.merge(&task.await.context("a client task")?);
     }
-    drop(shown);
-    Ok(Report::new(name, settings.duration.as_secs_f64(), &total))
+    let mut report = Report::new(&name, settings.duration.as_secs_f64(), &total);
+    report.timeline = sampler.finish();
+    Ok(report)
 }
 
 fn input(settings: &RunSettings, key: u64) -> AcquireInput {
@@ -379,31 +509,42 @@ async fn open_loop(
     } = clock;
     let mut tally = Tally::new(settings.keys as usize);
     let mut holds = Holds::new(settings.hold, keys.next_index());
+    let mut batch = Batch::default();
+    let mut reported = Instant::now();
     let mut k = 0;
     while k < total {
         let due = start + schedule.due(k);
         pacer.wait(k, due).await;
         let key = keys.next_index();
         let outcome = ask(&mut target, input(settings, key), &mut holds).await;
-        let mut counts = Counts::default();
-        counts.record(Outcome::of(&outcome));
         let now = Instant::now();
+        let latency = (now - due).as_micros() as u64;
+        batch.record(Outcome::of(&outcome), latency);
         if due >= measured_from {
-            tally.record_answer(key as usize, outcome, (now - due).as_micros() as u64);
+            tally.record_answer(key as usize, outcome, latency);
         }
         let (next, _) = schedule.skip_missed(k + 1, now - start);
         let next = next.min(total);
-        counts.missed = next - (k + 1);
-        live.add(&counts);
+        batch.counts.missed += next - (k + 1);
+        if batch.latencies.len() >= BATCH || now - reported >= REPORT_EVERY {
+            live.add(&mut batch);
+            reported = now;
+        }
         // Missed slots count when they fall in the measured time.
         tally.counts.missed += (k + 1..next)
             .filter(|&m| start + schedule.due(m) >= measured_from)
             .count() as u64;
         k = next;
     }
+    live.add(&mut batch);
     holds.finish().await;
     tally
 }
+
+/// How many answers a client gathers before it adds them to the live counts…
+const BATCH: usize = 256;
+/// …or how long, whichever comes first (open loop; a slow client still shows up each second).
+const REPORT_EVERY: Duration = Duration::from_millis(100);
 
 /// Sends requests back to back until the run ends; latency is from each send.
 async fn closed_loop(
@@ -417,24 +558,26 @@ async fn closed_loop(
     let end = measured_from + settings.duration;
     let mut tally = Tally::new(settings.keys as usize);
     let mut holds = Holds::new(settings.hold, keys.next_index());
-    let mut batch = Counts::default();
+    let mut batch = Batch::default();
+    let mut reported = Instant::now();
     tokio::time::sleep_until(start).await;
     loop {
         let sent = Instant::now();
         if sent >= end {
-            live.add(&batch);
+            live.add(&mut batch);
             holds.finish().await;
             return tally;
         }
-        if batch.sent == 256 {
-            live.add(&batch);
-            batch = Counts::default();
+        if batch.latencies.len() >= BATCH || sent - reported >= REPORT_EVERY {
+            live.add(&mut batch);
+            reported = sent;
         }
         let key = keys.next_index();
         let outcome = ask(&mut target, input(settings, key), &mut holds).await;
-        batch.record(Outcome::of(&outcome));
+        let latency = sent.elapsed().as_micros() as u64;
+        batch.record(Outcome::of(&outcome), latency);
         if sent >= measured_from {
-            tally.record_answer(key as usize, outcome, sent.elapsed().as_micros() as u64);
+            tally.record_answer(key as usize, outcome, latency);
         }
     }
 }
