@@ -135,6 +135,9 @@ struct BenchArgs {
     /// Draw keys zipf-distributed with this exponent (default: uniform).
     #[arg(long)]
     zipf: Option<f64>,
+    /// Client `c` always uses key `c mod --keys` (one tenant per client).
+    #[arg(long, conflicts_with = "zipf")]
+    key_per_client: bool,
     /// The measured time.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     duration: std::time::Duration,
@@ -155,14 +158,23 @@ struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 enum ScenarioCommand {
-    /// Runs a named experiment: `rate-accuracy` (many buckets at different rates, admitted
-    /// against configured).
+    /// Runs a named experiment, starting and stopping the nodes it needs:
+    /// `rate-accuracy` (many buckets at different rates, admitted against configured),
+    /// `opensearch-latency` (seed 000's latency table on a local 3-node cluster),
+    /// `neon-throttle` (seed 004's workloads with the node's CPU use),
+    /// `doris-backpressure` (seed 001's adaptive backpressure against a toy busy backend).
     Scenario {
         /// The experiment.
         name: String,
-        /// The measured time.
+        /// The measured time of each run.
         #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
         duration: std::time::Duration,
+        /// Time run first in each run and not counted.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        warmup: std::time::Duration,
+        /// How many times each measurement is repeated; the median is reported.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -209,9 +221,11 @@ impl BenchArgs {
             rate: self.rate,
             profile,
             keys: self.keys,
-            distribution: self
-                .zipf
-                .map_or(KeyDistribution::Uniform, KeyDistribution::Zipf),
+            distribution: match (self.key_per_client, self.zipf) {
+                (true, _) => KeyDistribution::PerClient,
+                (false, Some(s)) => KeyDistribution::Zipf(s),
+                (false, None) => KeyDistribution::Uniform,
+            },
             duration: self.duration,
             warmup: self.warmup,
             precise_pacing: true,
@@ -260,18 +274,42 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
     if let Some(ScenarioCommand::Scenario {
         name,
         duration,
+        warmup,
+        runs,
         json,
     }) = args.scenario.take()
     {
-        let report = match name.as_str() {
-            "rate-accuracy" => scenario::rate_accuracy(duration).await?,
+        let settings = scenario::ScenarioSettings {
+            duration,
+            warmup,
+            runs,
+            binary: std::env::current_exe().context("finding the weir binary")?,
+        };
+        let (text, value) = match name.as_str() {
+            "rate-accuracy" => {
+                let report = scenario::rate_accuracy::rate_accuracy(duration).await?;
+                (report.render(), serde_json::to_value(&report)?)
+            }
+            "opensearch-latency" => {
+                let report = scenario::opensearch_latency::opensearch_latency(&settings).await?;
+                (report.render(), serde_json::to_value(&report)?)
+            }
+            "neon-throttle" => {
+                let report = scenario::neon_throttle::neon_throttle(&settings).await?;
+                (report.render(), serde_json::to_value(&report)?)
+            }
+            "doris-backpressure" => {
+                let report = scenario::doris_backpressure::doris_backpressure(&settings).await?;
+                (report.render(), serde_json::to_value(&report)?)
+            }
             other => anyhow::bail!(
-                "no scenario {other:?}: the scenarios are rate-accuracy (opensearch-latency, neon-throttle and doris-backpressure are not built yet)"
+                "no scenario {other:?}: the scenarios are {}",
+                scenario::NAMES.join(", ")
             ),
         };
         match json {
-            true => println!("{}", serde_json::to_string_pretty(&report)?),
-            false => print!("{}", report.render()),
+            true => println!("{}", serde_json::to_string_pretty(&value)?),
+            false => print!("{text}"),
         }
         return Ok(());
     }

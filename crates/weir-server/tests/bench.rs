@@ -217,5 +217,76 @@ fn the_rate_accuracy_scenario_admits_no_more_than_each_rate() {
 
     let unknown = weir().args(["bench", "scenario", "nope"]).output().unwrap();
     assert!(!unknown.status.success());
-    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no scenario \"nope\""));
+    let unknown = String::from_utf8_lossy(&unknown.stderr);
+    assert!(unknown.contains("no scenario \"nope\""), "{unknown}");
+    assert!(unknown.contains("neon-throttle"), "{unknown}");
+}
+
+/// Runs `weir bench scenario NAME --duration 1s --warmup 0s --runs 1 --json`.
+fn scenario(name: &str) -> Value {
+    let output = weir()
+        .args([
+            "bench",
+            "scenario",
+            name,
+            "--duration",
+            "1s",
+            "--warmup",
+            "0s",
+        ])
+        .args(["--runs", "1", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "scenario {name} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+/// Three real nodes joined by gossip, six cells, nothing refused (limits far above the load).
+#[test]
+fn the_opensearch_latency_scenario_fills_the_seeds_table() {
+    let report = scenario("opensearch-latency");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 6, "{report}");
+    for row in rows {
+        assert_eq!(row["refused"], 0, "{row}");
+        assert!(row["p50"].as_f64().unwrap() > 0.0, "{row}");
+    }
+    assert_eq!(rows[5]["config"], "shared-only");
+    assert_eq!(rows[5]["profile"], "burst");
+}
+
+/// Seed 004's workloads: the throttled tenant gets no more than its 5000/s (the bucket starts
+/// empty and refills 500 every 100 ms) — plus, at most, the one request each of the 500 clients
+/// has waiting in line when the second ends, admitted after it but counted by its due time.
+#[test]
+fn the_neon_throttle_scenario_holds_the_tenant_limit() {
+    let report = scenario("neon-throttle");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{report}");
+    let admitted = |row: &Value| row["admitted"].as_f64().unwrap();
+    assert!(admitted(&rows[1]) <= 5000.0 + 500.0, "{report}");
+    assert!(
+        admitted(&rows[0]) > 0.0 && admitted(&rows[2]) > 0.0,
+        "{report}"
+    );
+    assert!(
+        rows[2]["busiest_tenant"].as_f64().unwrap() <= 401.0,
+        "{report}"
+    );
+    for row in rows {
+        assert!(row["server_cpu_percent"].as_f64().unwrap() > 0.0, "{row}");
+    }
+}
+
+/// The real-time run of seed 001's control loop: a timeline a second, cold tables untouched.
+#[test]
+fn the_doris_backpressure_scenario_reports_a_timeline() {
+    let report = scenario("doris-backpressure");
+    assert_eq!(report["timeline"].as_array().unwrap().len(), 2, "{report}");
+    assert_eq!(report["cold_limited"], false, "{report}");
+    assert_eq!(report["capacity"], 300);
 }

@@ -12,6 +12,8 @@ pub enum KeyDistribution {
     Uniform,
     /// Key `i` (from 0) drawn in proportion to `1 / (i + 1)^s`.
     Zipf(f64),
+    /// Client `c` always uses key `c mod n` (one tenant per client, as in pagebench).
+    PerClient,
 }
 
 /// Draws key indexes in `0..keys`, reproducibly from a seed.
@@ -19,6 +21,8 @@ pub enum KeyDistribution {
 pub struct KeySampler {
     keys: u64,
     zipf: Option<Zipf<f64>>,
+    /// The one key of a per-client sampler.
+    fixed: Option<u64>,
     rng: SmallRng,
 }
 
@@ -34,13 +38,14 @@ pub enum KeyError {
 }
 
 impl KeySampler {
-    /// A sampler over `keys` keys drawn by `distribution`, seeded with `seed`.
+    /// A sampler over `keys` keys drawn by `distribution`, seeded with `seed` (a client's
+    /// index: [`KeyDistribution::PerClient`] keeps to key `seed mod keys`).
     pub fn new(keys: u64, distribution: KeyDistribution, seed: u64) -> Result<Self, KeyError> {
         if keys == 0 {
             return Err(KeyError::NoKeys);
         }
         let zipf = match distribution {
-            KeyDistribution::Uniform => None,
+            KeyDistribution::Uniform | KeyDistribution::PerClient => None,
             KeyDistribution::Zipf(s) => {
                 Some(Zipf::new(keys as f64, s).map_err(|_| KeyError::Exponent(s))?)
             }
@@ -48,12 +53,16 @@ impl KeySampler {
         Ok(KeySampler {
             keys,
             zipf,
+            fixed: (distribution == KeyDistribution::PerClient).then_some(seed % keys),
             rng: SmallRng::seed_from_u64(seed),
         })
     }
 
     /// The next key's index.
     pub fn next_index(&mut self) -> u64 {
+        if let Some(key) = self.fixed {
+            return key;
+        }
         match &self.zipf {
             // Zipf draws 1..=n; key 0 is the hottest.
             Some(zipf) => (zipf.sample(&mut self.rng) as u64 - 1).min(self.keys - 1),
@@ -65,6 +74,14 @@ impl KeySampler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_per_client_sampler_keeps_to_its_clients_key() {
+        for (client, key) in [(0, 0), (3, 3), (52, 2)] {
+            let mut sampler = KeySampler::new(50, KeyDistribution::PerClient, client).unwrap();
+            assert!((0..100).all(|_| sampler.next_index() == key));
+        }
+    }
 
     fn counts(sampler: &mut KeySampler, keys: usize, draws: usize) -> Vec<u64> {
         let mut counts = vec![0u64; keys];

@@ -13,9 +13,11 @@
 //! - [`plot`]: the timeline as an SVG chart;
 //! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
 //! - [`run`]: the targets (in-process, HTTP, gRPC) and the client loops;
+//! - [`nodes`]: local `weir serve` processes a scenario starts and stops;
 //! - [`scenario`]: the named experiments.
 
 pub mod keys;
+pub mod nodes;
 pub mod pacer;
 pub mod plot;
 pub mod progress;

@@ -1,14 +1,13 @@
-//! The named experiments `weir bench scenario NAME` runs.
-//!
-//! Only `rate-accuracy` exists so far: how exactly Weir holds many different rates at once.
+//! `rate-accuracy`: how exactly Weir holds many different rates at once — nine token buckets
+//! from 10 to 5000 a second, each offered three times its rate, admitted against configured.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
-use super::keys::KeyDistribution;
-use super::run::{self, Hold, RunSettings, TargetSpec};
-use super::schedule::Profile;
+use crate::bench::keys::KeyDistribution;
+use crate::bench::run::{self, Hold, RunSettings, TargetSpec};
+use crate::bench::schedule::Profile;
 use crate::config::ConfigFile;
 
 /// The configured rates `rate-accuracy` runs side by side, per second.

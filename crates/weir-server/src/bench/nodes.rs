@@ -1,0 +1,203 @@
+//! Local `weir serve` processes a scenario starts, measures and stops: a lone node, or a
+//! cluster on loopback joined by gossip.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+
+/// How long a node may take to say where it listens.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A `weir serve` child process; killed when dropped.
+pub struct LocalNode {
+    child: Child,
+    /// Its HTTP API, `http://127.0.0.1:PORT`.
+    pub http: String,
+    /// Its gRPC API, `http://127.0.0.1:PORT`.
+    pub grpc: String,
+}
+
+impl LocalNode {
+    /// Starts `binary serve` on `config` (TOML text) with its data in `dir`, on ephemeral
+    /// loopback ports, plus `args`; returns once it says where it listens.
+    pub fn start(binary: &Path, config: &str, dir: &Path, args: &[String]) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let config_path = dir.join("weir.toml");
+        std::fs::write(&config_path, config)
+            .with_context(|| format!("writing {}", config_path.display()))?;
+        let mut child = Command::new(binary)
+            .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+            .args(["--log", "error", "--config"])
+            .arg(&config_path)
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {} serve", binary.display()))?;
+        let stdout = child.stdout.take().expect("piped");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if line.starts_with("listening ") {
+                    let _ = tx.send(line);
+                }
+            }
+        });
+        let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!("weir serve did not say where it listens within {START_TIMEOUT:?}");
+        };
+        let field = |name: &str| {
+            line.split_whitespace()
+                .find_map(|part| part.strip_prefix(name))
+                .map(|addr| format!("http://{addr}"))
+                .with_context(|| format!("no {name} in {line:?}"))
+        };
+        Ok(LocalNode {
+            http: field("http=")?,
+            grpc: field("grpc=")?,
+            child,
+        })
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// CPU time it has used so far (user + system, every thread), from `/proc` (Linux only).
+    pub fn cpu_time(&self) -> anyhow::Result<Duration> {
+        let path = format!("/proc/{}/stat", self.pid());
+        let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+        cpu_time_of(&stat).with_context(|| format!("no CPU times in {path}"))
+    }
+}
+
+impl Drop for LocalNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `utime + stime` of a `/proc/PID/stat` line. They count in USER_HZ ticks, which Linux fixes
+/// at 100 a second for user space whatever the kernel's own tick.
+fn cpu_time_of(stat: &str) -> Option<Duration> {
+    // The command name (field 2) may hold spaces; the fields after its `)` are fixed.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state); utime and stime are fields 14 and 15.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    Some(Duration::from_millis((utime + stime) * 10))
+}
+
+/// Where a scenario's nodes keep their files; removed when dropped.
+pub struct Workdir(PathBuf);
+
+impl Workdir {
+    /// A fresh directory under the system's temporary directory.
+    pub fn new(scenario: &str) -> anyhow::Result<Self> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos();
+        let dir =
+            std::env::temp_dir().join(format!("weir-{scenario}-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        Ok(Workdir(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Starts `count` nodes on `config`, joined by gossip through the first, and waits until each
+/// sees all of them.
+pub async fn start_cluster(
+    binary: &Path,
+    config: &str,
+    dir: &Path,
+    count: usize,
+) -> anyhow::Result<Vec<LocalNode>> {
+    let mut nodes = Vec::with_capacity(count);
+    let mut seed = None;
+    for i in 0..count {
+        let gossip = std::net::UdpSocket::bind("127.0.0.1:0")
+            .and_then(|socket| socket.local_addr())
+            .context("finding a free UDP port for gossip")?
+            .to_string();
+        let mut args = vec![
+            "--node-id".to_owned(),
+            format!("n{}", i + 1),
+            "--gossip".to_owned(),
+            gossip.clone(),
+        ];
+        if let Some(seed) = &seed {
+            args.extend(["--join".to_owned(), String::clone(seed)]);
+        }
+        seed.get_or_insert(gossip);
+        let (binary, config, dir) = (
+            binary.to_owned(),
+            config.to_owned(),
+            dir.join(format!("n{}", i + 1)),
+        );
+        let node =
+            tokio::task::spawn_blocking(move || LocalNode::start(&binary, &config, &dir, &args))
+                .await??;
+        nodes.push(node);
+    }
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    loop {
+        let mut converged = true;
+        for node in &nodes {
+            let members = client
+                .get(format!("{}/v1/cluster", node.http))
+                .send()
+                .await
+                .context("asking a node for its members")?
+                .json::<serde_json::Value>()
+                .await
+                .context("reading a node's members")?["members"]
+                .as_array()
+                .map_or(0, Vec::len);
+            converged &= members == count;
+        }
+        if converged {
+            return Ok(nodes);
+        }
+        if started.elapsed() > START_TIMEOUT {
+            anyhow::bail!("{count} nodes did not all see each other within {START_TIMEOUT:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_is_read_past_a_command_name_with_spaces() {
+        let stat = "4242 (weir serve) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 75 0 0 20 0 9 0";
+        assert_eq!(cpu_time_of(stat), Some(Duration::from_millis(3250)));
+        assert_eq!(cpu_time_of("4242 (weir"), None);
+    }
+}

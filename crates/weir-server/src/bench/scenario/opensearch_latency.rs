@@ -1,0 +1,250 @@
+//! `opensearch-latency`: seed 000's latency table on a local 3-node cluster joined by gossip.
+//!
+//! Three concurrency policies, limits far above the peak so nothing is refused, one bucket
+//! (whose owner is one of the three nodes), requests round-robined across the nodes over gRPC,
+//! each admitted request holding its lease for an exponentially distributed 4 ms (a search):
+//!
+//! - `none`: the policy does not limit the requests' kind — the admission path with no limiter;
+//! - `node-only`: the node tier alone (a local in-flight count);
+//! - `shared-only`: no node tier, every request takes a shared lease from the bucket's owner
+//!   (no hop on the owner, one gRPC call from the other two). `on_unavailable = "closed"`, so a
+//!   failed shared call would show as a refusal rather than hide as a fail-open.
+//!
+//! Steady is 6 clients × 200/s; burst is the same with 4× for 1 s of every 5 s. Each of the six
+//! cells is run `runs` times, interleaved, and the median of each column is reported.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{ScenarioSettings, median, one_run};
+use crate::bench::nodes::{Workdir, start_cluster};
+use crate::bench::report::Report;
+use crate::bench::run::{self, Hold, TargetSpec};
+use crate::bench::schedule::Profile;
+
+/// The cluster's policies.
+const CONFIG: &str = r#"
+[[policy]]
+name = "none"
+on_exhausted = "reject"
+concurrency = { node_limit = 1, overrides = { search = 0 } }
+
+[[policy]]
+name = "node-only"
+on_exhausted = "reject"
+concurrency = { node_limit = 100000 }
+
+[[policy]]
+name = "shared-only"
+on_exhausted = "reject"
+concurrency = { node_limit = 0, shared_limit = 100000, on_unavailable = "closed" }
+"#;
+
+/// The three configurations, as policy names.
+pub const CONFIGS: [&str; 3] = ["none", "node-only", "shared-only"];
+
+/// Clients, and each one's steady rate per second.
+const CLIENTS: usize = 6;
+const RATE: f64 = 200.0;
+
+/// One cell of the table: the medians over the runs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatencyRow {
+    /// `none`, `node-only` or `shared-only`.
+    pub config: String,
+    /// `steady` or `burst`.
+    pub profile: String,
+    /// Admission-call latency, milliseconds.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Requests sent per second (median).
+    pub rps: f64,
+    /// Refused or failed requests over every run (0 unless something is wrong).
+    pub refused: u64,
+    /// Requests missed over every run.
+    pub missed: u64,
+}
+
+/// `opensearch-latency`'s report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct OpensearchLatency {
+    /// Measured seconds per run.
+    pub seconds: f64,
+    /// Runs per cell.
+    pub runs: usize,
+    /// The six cells, steady first.
+    pub rows: Vec<LatencyRow>,
+}
+
+impl OpensearchLatency {
+    fn row(&self, config: &str, profile: &str) -> Option<&LatencyRow> {
+        self.rows
+            .iter()
+            .find(|row| row.config == config && row.profile == profile)
+    }
+
+    /// What `config` adds over `none` under `profile`, at p50 and p99, in microseconds.
+    pub fn added_us(&self, config: &str, profile: &str) -> Option<(f64, f64)> {
+        let (none, row) = (self.row("none", profile)?, self.row(config, profile)?);
+        Some(((row.p50 - none.p50) * 1e3, (row.p99 - none.p99) * 1e3))
+    }
+
+    /// The report in the seed's layout, then what each tier adds.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "admission latency on a local 3-node cluster, ms (median of {} runs of {:.0}s; {CLIENTS} clients × {RATE}/s, burst 4× 1s/5s)\n{:<12} {:<7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}\n",
+            self.runs,
+            self.seconds,
+            "config",
+            "profile",
+            "mean",
+            "p50",
+            "p90",
+            "p99",
+            "rps",
+            "refused",
+            "missed"
+        );
+        for row in &self.rows {
+            text.push_str(&format!(
+                "{:<12} {:<7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.0} {:>8} {:>7}\n",
+                row.config,
+                row.profile,
+                row.mean,
+                row.p50,
+                row.p90,
+                row.p99,
+                row.rps,
+                row.refused,
+                row.missed
+            ));
+        }
+        for config in ["node-only", "shared-only"] {
+            for profile in ["steady", "burst"] {
+                if let Some((p50, p99)) = self.added_us(config, profile) {
+                    text.push_str(&format!(
+                        "{config} over none, {profile}: p50 {p50:+.0} µs, p99 {p99:+.0} µs\n"
+                    ));
+                }
+            }
+        }
+        text
+    }
+}
+
+/// Starts three nodes, runs every cell `runs` times and reports the medians.
+pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<OpensearchLatency> {
+    let dir = Workdir::new("opensearch-latency")?;
+    let nodes = start_cluster(&settings.binary, CONFIG, dir.path(), 3).await?;
+    let target = TargetSpec::RoundRobin(
+        nodes
+            .iter()
+            .map(|node| TargetSpec::Grpc(node.grpc.clone()))
+            .collect(),
+    );
+    let profiles = [
+        ("steady", Profile::Steady),
+        (
+            "burst",
+            Profile::Burst {
+                factor: 4.0,
+                on: Duration::from_secs(1),
+                every: Duration::from_secs(5),
+            },
+        ),
+    ];
+    let runs = settings.runs.max(1);
+    let mut reports = vec![Vec::new(); profiles.len() * CONFIGS.len()];
+    for _ in 0..runs {
+        for (p, (_, profile)) in profiles.iter().enumerate() {
+            for (c, config) in CONFIGS.iter().enumerate() {
+                let mut one = one_run(target.clone(), config, RATE, settings);
+                one.kind = "search".to_owned();
+                one.clients = CLIENTS;
+                one.profile = *profile;
+                one.hold = Hold::Exponential(Duration::from_millis(4));
+                let report = run::run(&one).await?;
+                if let Some(error) = &report.first_error {
+                    anyhow::bail!("{config}: {error}");
+                }
+                reports[p * CONFIGS.len() + c].push(report);
+            }
+        }
+    }
+    let mut rows = Vec::with_capacity(reports.len());
+    for (p, (profile, _)) in profiles.iter().enumerate() {
+        for (c, config) in CONFIGS.iter().enumerate() {
+            let cell = &reports[p * CONFIGS.len() + c];
+            let column = |f: fn(&Report) -> f64| median(cell.iter().map(f).collect());
+            rows.push(LatencyRow {
+                config: (*config).to_owned(),
+                profile: (*profile).to_owned(),
+                mean: column(|r| r.latency_ms.mean),
+                p50: column(|r| r.latency_ms.p50),
+                p90: column(|r| r.latency_ms.p90),
+                p99: column(|r| r.latency_ms.p99),
+                rps: column(|r| r.rps),
+                refused: cell.iter().map(|r| r.throttled + r.errors).sum(),
+                missed: cell.iter().map(|r| r.missed).sum(),
+            });
+        }
+    }
+    drop(nodes);
+    Ok(OpensearchLatency {
+        seconds: settings.duration.as_secs_f64(),
+        runs,
+        rows,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(config: &str, profile: &str, p50: f64, p99: f64) -> LatencyRow {
+        LatencyRow {
+            config: config.to_owned(),
+            profile: profile.to_owned(),
+            mean: p50,
+            p50,
+            p90: p99,
+            p99,
+            rps: 1200.0,
+            refused: 0,
+            missed: 0,
+        }
+    }
+
+    #[test]
+    fn the_table_is_in_the_seeds_layout_with_what_each_tier_adds() {
+        let report = OpensearchLatency {
+            seconds: 10.0,
+            runs: 3,
+            rows: vec![
+                row("none", "steady", 0.2, 0.5),
+                row("node-only", "steady", 0.21, 0.52),
+                row("shared-only", "steady", 0.3, 0.9),
+            ],
+        };
+        let (p50, p99) = report.added_us("shared-only", "steady").unwrap();
+        assert!((p50 - 100.0).abs() < 1e-9 && (p99 - 400.0).abs() < 1e-9);
+        assert_eq!(report.added_us("shared-only", "burst"), None);
+        let text = report.render();
+        assert!(
+            text.contains(
+                "shared-only  steady    0.300   0.300   0.900   0.900     1200        0       0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("shared-only over none, steady: p50 +100 µs, p99 +400 µs"),
+            "{text}"
+        );
+    }
+}
