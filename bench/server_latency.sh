@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Open-loop latency of HTTP acquire at a fixed rate, and gRPC streaming throughput, against a
-# real server on loopback.
+# real server on loopback, both driven by `weir bench`.
 #
 #   bash bench/server_latency.sh [RATE] [SECONDS]
 #
-# The load client (crates/weir-server/examples/load.rs) shares the machine's cores with the
-# server, as any loopback benchmark does.
+# HTTP: 128 clients share RATE open loop (request k of a client due at start + k / its rate;
+# latency from the due time). gRPC: 64 clients as fast as answered, each over its own stream.
+# The generator shares the machine's cores with the server, as any loopback benchmark does.
 source "$(dirname "$0")/common.sh"
 rate=${1:-20000}
 seconds=${2:-10}
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-server --example load
-load="$root/target/release/examples/load"
 config='
 [[policy]]
 name = "p"
@@ -18,7 +17,9 @@ on_exhausted = "reject"
 token_bucket = { rate = 1000000000, burst = 1000000000 }
 '
 start_weir "$config"
-"$load" http-open-loop "$WEIR_HTTP" "$rate" "$seconds" 128 p
-"$load" grpc-stream "$WEIR_GRPC" 1000000 2 p
-"$load" grpc-stream "$WEIR_GRPC" 1000000 4 p
+clients=128
+"$WEIR_BIN" bench --target http --server "http://$WEIR_HTTP" --policy p --keys 1000 \
+  --clients "$clients" --rate "$(awk -v r="$rate" -v c="$clients" 'BEGIN { print r / c }')" --duration "${seconds}s" 2>/dev/null
+"$WEIR_BIN" bench --target grpc-stream --server "http://$WEIR_GRPC" --policy p --keys 1000 \
+  --clients 64 --rate 0 --duration "${seconds}s" 2>/dev/null
 stop_weir

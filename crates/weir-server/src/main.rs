@@ -102,7 +102,8 @@ struct BenchArgs {
     #[command(subcommand)]
     scenario: Option<ScenarioCommand>,
     /// What to measure: `inproc` (the library, on --config's policies), `http`, `grpc`
-    /// (unary calls) or `grpc-stream` (each client's requests over one stream).
+    /// (unary calls), `grpc-stream` (each client's requests over one stream), or `redis` (the
+    /// baseline: --config's --policy as a Lua script in the Redis at --server).
     #[arg(long, default_value = "inproc")]
     target: String,
     /// The server (remote targets); several, comma-separated, are asked in turn.
@@ -204,9 +205,24 @@ impl BenchArgs {
             "http" => remote(servers("http://127.0.0.1:8080"), TargetSpec::Http),
             "grpc" => remote(servers("http://127.0.0.1:50051"), TargetSpec::Grpc),
             "grpc-stream" => remote(servers("http://127.0.0.1:50051"), TargetSpec::GrpcStream),
-            other => {
-                anyhow::bail!("--target must be inproc, http, grpc or grpc-stream, not {other:?}")
+            "redis" => {
+                let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
+                let policy = config
+                    .policy
+                    .into_iter()
+                    .find(|policy| policy.name == self.policy)
+                    .with_context(|| format!("no policy {:?} in the config", self.policy))?;
+                TargetSpec::Redis {
+                    url: self
+                        .server
+                        .clone()
+                        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
+                    policy: Box::new(policy),
+                }
             }
+            other => anyhow::bail!(
+                "--target must be inproc, http, grpc, grpc-stream or redis, not {other:?}"
+            ),
         };
         let profile = match self.burst.as_deref() {
             None => Profile::Steady,

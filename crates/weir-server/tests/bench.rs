@@ -290,3 +290,113 @@ fn the_doris_backpressure_scenario_reports_a_timeline() {
     assert_eq!(report["cold_limited"], false, "{report}");
     assert_eq!(report["capacity"], 300);
 }
+
+/// A `redis-server` on a free loopback port, stopped when dropped.
+struct Redis {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Redis {
+    /// Starts one, or returns `None` when redis-server is not installed (CI installs it and
+    /// sets `WEIR_REQUIRE_REDIS`, which turns that into a failure).
+    fn start() -> Option<Redis> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let spawned = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(error) if std::env::var_os("WEIR_REQUIRE_REDIS").is_none() => {
+                eprintln!("skipping the Redis baseline test: redis-server: {error}");
+                return None;
+            }
+            Err(error) => panic!("redis-server is required here: {error}"),
+        };
+        // Bounded wait for it to listen.
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(Redis {
+                    child,
+                    url: format!("redis://127.0.0.1:{port}"),
+                });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        }
+        panic!("redis-server did not listen on {port}");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Redis baseline runs the same policies as Lua scripts: the token bucket holds its rate,
+/// and the lease semaphore gives every lease back (a limit of one in flight with an hour's TTL
+/// would refuse everything after one lost release).
+#[test]
+fn the_redis_baseline_holds_the_same_policies() {
+    let Some(redis) = Redis::start() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let config = config.to_str().unwrap();
+    let common = [
+        "--target", "redis", "--server", &redis.url, "--config", config,
+    ];
+    let limited = bench(
+        &[
+            &common[..],
+            &["--clients", "2", "--rate", "100", "--keys", "1"],
+            &["--policy", "fifty"],
+        ]
+        .concat(),
+    );
+    assert_every_due_request_accounted(&limited);
+    assert_eq!(limited["target"], "redis");
+    let admitted = count(&limited, "admitted");
+    assert!((1..=51).contains(&admitted), "{limited}");
+
+    let one = [
+        "--rate",
+        "100",
+        "--clients",
+        "1",
+        "--keys",
+        "1",
+        "--policy",
+        "one-at-a-time",
+    ];
+    let held = bench(&[&common[..], &one[..], &["--hold", "30ms"]].concat());
+    assert!(count(&held, "throttled") > 0, "{held}");
+    let after = bench(&[&common[..], &one[..]].concat());
+    assert_eq!(count(&after, "throttled"), 0, "{after}");
+    assert_eq!(count(&after, "admitted"), count(&after, "sent"), "{after}");
+
+    let strict = std::fs::read_to_string(dir.path().join("weir.toml")).unwrap()
+        + "\n[[policy]]\nname = \"spaced\"\nstrict = { qps = 5 }\n";
+    std::fs::write(dir.path().join("weir.toml"), strict).unwrap();
+    let refused = weir()
+        .args(["bench", "--duration", "1s"])
+        .args(&common)
+        .args(["--policy", "spaced"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("token_bucket and concurrency"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

@@ -12,7 +12,8 @@
 //! - [`progress`]: a live line a second while a run goes, kept as a timeline;
 //! - [`plot`]: the timeline as an SVG chart;
 //! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
-//! - [`run`]: the targets (in-process, HTTP, gRPC) and the client loops;
+//! - [`run`]: the targets (in-process, HTTP, gRPC, Redis) and the client loops;
+//! - [`redis`]: the Redis baseline's Lua scripts;
 //! - [`nodes`]: local `weir serve` processes a scenario starts and stops;
 //! - [`scenario`]: the named experiments.
 
@@ -21,6 +22,7 @@ pub mod nodes;
 pub mod pacer;
 pub mod plot;
 pub mod progress;
+pub mod redis;
 pub mod report;
 pub mod run;
 pub mod scenario;

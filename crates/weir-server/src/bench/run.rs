@@ -14,6 +14,7 @@ use tonic::transport::Channel;
 use super::keys::{KeyDistribution, KeySampler};
 use super::pacer::{self, Paced, Pacer};
 use super::progress::{self, Batch, Live};
+use super::redis::RedisTarget;
 use super::report::{Outcome, Report, Tally};
 use super::schedule::{Profile, Schedule};
 use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
@@ -37,6 +38,13 @@ pub enum TargetSpec {
     GrpcStream(String),
     /// Several servers, asked in turn (each lease is given back where it came from).
     RoundRobin(Vec<TargetSpec>),
+    /// The Redis baseline: a Lua script at `url` enforcing `policy`'s limiter.
+    Redis {
+        /// `redis://host:port`.
+        url: String,
+        /// The policy whose limiter the script enforces.
+        policy: Box<weir::policy::PolicyConfig>,
+    },
 }
 
 /// A run's settings.
@@ -81,6 +89,7 @@ enum Target {
     Grpc(WeirClient<Channel>),
     GrpcStream(WeirClient<Channel>, StreamSlot),
     RoundRobin(Vec<Target>, usize),
+    Redis(Box<RedisTarget>),
 }
 
 /// A client's acquisition stream, opened on its first request. A clone (the one a held
@@ -150,8 +159,11 @@ impl Target {
                 let body = serde_json::json!({
                     "policy": input.policy, "key": input.key, "kind": input.kind, "cost": input.cost,
                 });
+                // The key also rides in a header, so a proxy that cannot read the body (the
+                // nginx baseline's `limit_req`) can key on it.
                 let answer = client
                     .post(format!("{base}/v1/acquire"))
+                    .header("x-weir-key", &input.key)
                     .json(&body)
                     .send()
                     .await;
@@ -160,7 +172,7 @@ impl Target {
                         let status = response.status();
                         let body: serde_json::Value = response.json().await.unwrap_or_default();
                         match status.as_u16() {
-                            200 => Ok((
+                            200..=299 => Ok((
                                 Outcome::Admitted,
                                 body["lease"].as_str().map(|id| Lease {
                                     server: 0,
@@ -226,6 +238,15 @@ impl Target {
                     }
                 }
             }
+            Target::Redis(redis) => {
+                match redis.acquire(&input.key, input.cost.unwrap_or(1)).await {
+                    Ok((true, lease)) => {
+                        Ok((Outcome::Admitted, lease.map(|id| Lease { server: 0, id })))
+                    }
+                    Ok((false, _)) => Ok((Outcome::Throttled, None)),
+                    Err(error) => Err(format!("redis: {error}")),
+                }
+            }
             Target::RoundRobin(targets, next) => {
                 let server = *next;
                 *next = (server + 1) % targets.len();
@@ -252,6 +273,9 @@ impl Target {
                 let _ = client
                     .release(crate::proto::ReleaseRequest { lease: lease.id })
                     .await;
+            }
+            Target::Redis(redis) => {
+                let _ = redis.release(&lease.id).await;
             }
             Target::RoundRobin(targets, _) => {
                 if let Some(target) = targets.get_mut(lease.server) {
@@ -373,6 +397,10 @@ async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, String)> {
                 ),
             }
         }
+        TargetSpec::Redis { url, policy } => (
+            Target::Redis(Box::new(RedisTarget::connect(url, policy).await?)),
+            "redis".to_owned(),
+        ),
         TargetSpec::RoundRobin(specs) => {
             if specs.is_empty() {
                 anyhow::bail!("a round robin needs at least one server");
