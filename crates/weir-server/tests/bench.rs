@@ -389,7 +389,7 @@ fn the_redis_baseline_holds_the_same_policies() {
     std::fs::write(dir.path().join("weir.toml"), strict).unwrap();
     let refused = weir()
         .args(["bench", "--duration", "1s"])
-        .args(&common)
+        .args(common)
         .args(["--policy", "spaced"])
         .output()
         .unwrap();
