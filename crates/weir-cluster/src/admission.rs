@@ -126,6 +126,8 @@ pub struct AdmissionCounters {
     pub unavailable: AtomicU64,
     /// Leases handed over to a bucket's new owner.
     pub handed_off: AtomicU64,
+    /// Grants returned because the ring moved their bucket while they were on the way.
+    pub raced: AtomicU64,
 }
 
 /// The coordinator side of two-tier admission; see the [module docs](self).
@@ -236,10 +238,51 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         if self.config.shared_limit == 0 {
             return Err(self.refusal(bucket, self.full_reason()));
         }
-        let ring = self.ring.load();
-        let Some(owner) = ring.owner_of(bucket) else {
-            return self.unavailable(bucket, ring.members().len());
-        };
+        // A grant that comes back after the ring moved the bucket is returned and asked for
+        // again of the new owner: the handoff of that change may already have run without it,
+        // and the new owner would not count it. Twice in a row means the ring is churning.
+        for _ in 0..2 {
+            let ring = self.ring.load();
+            let Some(owner) = ring.owner_of(bucket) else {
+                return self.unavailable(bucket, ring.members().len());
+            };
+            let grant = self.ask_owner(bucket, owner).await;
+            match grant {
+                Ok(Grant::Granted { id, expires_at }) => {
+                    if self.ring.owner_of(bucket).as_deref() != Some(owner) {
+                        self.counters.raced.fetch_add(1, Ordering::Relaxed);
+                        self.release_lease(owner, bucket, id).await;
+                        continue;
+                    }
+                    self.counters.shared.fetch_add(1, Ordering::Relaxed);
+                    let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                    self.held_leases().insert(
+                        handle,
+                        HeldLease {
+                            bucket: bucket.to_owned(),
+                            owner: owner.to_owned(),
+                            id,
+                            expires_at,
+                        },
+                    );
+                    return Ok(ClusterAdmission {
+                        tier: Tier::Shared,
+                        hold: Hold::Lease(handle),
+                    });
+                }
+                Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason())),
+                Ok(Grant::TooManyBuckets) | Err(()) => {
+                    return self.unavailable(bucket, ring.members().len());
+                }
+            }
+        }
+        let members = self.ring.load().members().len();
+        self.unavailable(bucket, members)
+    }
+
+    /// Asks `owner` for a lease on `bucket`: this node's own pool without a hop, else one call
+    /// bounded by the acquire timeout. `Err` when the owner could not be asked.
+    async fn ask_owner(&self, bucket: &str, owner: &str) -> Result<Grant, ()> {
         let request = LeaseRequest {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
@@ -247,45 +290,23 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             ttl: u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX),
             now: self.clock.now(),
         };
-        let grant = if owner == self.node_id {
-            Ok(self.pool.acquire(
+        if owner == self.node_id {
+            return Ok(self.pool.acquire(
                 &request.bucket,
                 request.limit,
                 &request.holder,
                 request.ttl,
                 request.now,
-            ))
-        } else {
-            match tokio::time::timeout(
-                self.config.acquire_timeout,
-                self.transport.acquire(owner, request),
-            )
-            .await
-            {
-                Ok(answer) => answer.map_err(|_| ()),
-                Err(_) => Err(()),
-            }
-        };
-        match grant {
-            Ok(Grant::Granted { id, expires_at }) => {
-                self.counters.shared.fetch_add(1, Ordering::Relaxed);
-                let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-                self.held_leases().insert(
-                    handle,
-                    HeldLease {
-                        bucket: bucket.to_owned(),
-                        owner: owner.to_owned(),
-                        id,
-                        expires_at,
-                    },
-                );
-                Ok(ClusterAdmission {
-                    tier: Tier::Shared,
-                    hold: Hold::Lease(handle),
-                })
-            }
-            Ok(Grant::Full) => Err(self.refusal(bucket, self.full_reason())),
-            Ok(Grant::TooManyBuckets) | Err(()) => self.unavailable(bucket, ring.members().len()),
+            ));
+        }
+        match tokio::time::timeout(
+            self.config.acquire_timeout,
+            self.transport.acquire(owner, request),
+        )
+        .await
+        {
+            Ok(answer) => answer.map_err(|_| ()),
+            Err(_) => Err(()),
         }
     }
 

@@ -5,13 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::atomic::Ordering;
 use weir::ManualClock;
 use weir::policy::OnUnavailable;
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::InMemory;
+
+use weir_cluster::pool::Grant;
+use weir_cluster::transport::{BoxFuture, InMemory, LeaseRequest, Transport, TransportError};
 
 const BUCKET: &str = "analytics:group:analytics";
 
@@ -362,4 +365,101 @@ async fn renewing_a_shared_lease_extends_it_on_its_owner() {
     c.pools[owner].sweep(weir::Clock::now(&c.clock));
     assert!(!coordinator.renew(shared, 30_000_000_000).await);
     assert!(c.nodes[0].acquire(BUCKET).await.is_ok() || c.nodes[1].acquire(BUCKET).await.is_ok());
+}
+
+/// A network on which the ring changes while a grant is on its way back: the owner grants
+/// under the old ring, then the new ring is published before the coordinator sees the answer.
+struct RingChangesInFlight {
+    network: Arc<InMemory>,
+    ring: Arc<SharedRing>,
+    next: std::sync::Mutex<Option<Ring>>,
+}
+
+impl Transport for RingChangesInFlight {
+    fn acquire(
+        &self,
+        owner: &str,
+        request: LeaseRequest,
+    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+        let granted = self.network.acquire(owner, request);
+        Box::pin(async move {
+            let granted = granted.await;
+            if let Some(ring) = self.next.lock().unwrap().take() {
+                self.ring.publish(ring);
+            }
+            granted
+        })
+    }
+
+    fn release(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        self.network.release(owner, bucket, lease)
+    }
+
+    fn adopt(
+        &self,
+        owner: &str,
+        bucket: &str,
+        holder: &str,
+        expires_at: weir::Nanos,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        self.network.adopt(owner, bucket, holder, expires_at)
+    }
+
+    fn renew(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        ttl: weir::Nanos,
+        now: weir::Nanos,
+    ) -> BoxFuture<'_, Result<bool, TransportError>> {
+        self.network.renew(owner, bucket, lease, ttl, now)
+    }
+}
+
+/// The grant that raced the ring change is given back to the old owner and the lease is taken
+/// from the new one, so the new owner counts it and the old one holds nothing.
+#[tokio::test]
+async fn a_grant_that_raced_a_ring_change_is_returned_and_asked_again() {
+    let c = cluster(3, config(0, 4, OnUnavailable::Closed));
+    let old_owner = c.owner();
+    let asker = (old_owner + 1) % 3;
+    let survivors: Vec<String> = (0..3)
+        .filter(|&i| i != old_owner)
+        .map(|i| format!("n{}", i + 1))
+        .collect();
+    let racing = Arc::new(RingChangesInFlight {
+        network: Arc::clone(&c.network),
+        ring: Arc::clone(&c.ring),
+        next: std::sync::Mutex::new(Some(Ring::new(
+            survivors.iter().map(|id| Member::owner(id.clone(), 1)),
+            DEFAULT_VNODES,
+            1,
+        ))),
+    });
+    let node = TwoTier::new(
+        &format!("n{}", asker + 1),
+        config(0, 4, OnUnavailable::Closed),
+        Arc::clone(&c.ring),
+        racing,
+        Arc::clone(&c.pools[asker]),
+        c.clock.clone(),
+    );
+    let admission = node
+        .acquire(BUCKET)
+        .await
+        .expect("admitted by the new owner");
+    assert_eq!(admission.tier, Tier::Shared);
+    assert_eq!(node.counters.raced.load(Ordering::Relaxed), 1);
+    let new_owner = c.owner();
+    assert_ne!(new_owner, old_owner);
+    assert_eq!(c.pools[old_owner].in_use(BUCKET, 0), 0, "returned");
+    assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 1, "counted");
+    node.release(admission).await;
+    assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 0);
 }

@@ -62,6 +62,10 @@ pub struct ClusterCounters {
     pub local_share: u64,
     /// Times an owner could not be asked.
     pub unavailable: u64,
+    /// Leases handed over to a bucket's new owner after a ring change.
+    pub handed_off: u64,
+    /// Grants returned because the ring moved their bucket while they were on the way.
+    pub raced: u64,
     /// Live members seen.
     pub members: u64,
     /// Buckets whose shared pool this node owns and tracks.
@@ -211,6 +215,8 @@ impl ClusterMode {
             counters.fail_open += coordinator.counters.fail_open.load(Relaxed);
             counters.local_share += coordinator.counters.local_share.load(Relaxed);
             counters.unavailable += coordinator.counters.unavailable.load(Relaxed);
+            counters.handed_off += coordinator.counters.handed_off.load(Relaxed);
+            counters.raced += coordinator.counters.raced.load(Relaxed);
         }
         counters
     }
@@ -250,6 +256,8 @@ impl ClusterMode {
                 "fail_open": counters.fail_open,
                 "local_share": counters.local_share,
                 "unavailable": counters.unavailable,
+                "handed_off": counters.handed_off,
+                "raced": counters.raced,
                 "buckets_owned": counters.buckets_owned,
             },
         })

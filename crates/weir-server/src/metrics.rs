@@ -416,6 +416,20 @@ impl Collector for ClusterCollector {
         )?;
         single(
             &mut encoder,
+            "weir_cluster_leases_handed_off",
+            "Shared leases re-registered with a bucket's new owner after a ring change",
+            MetricType::Counter,
+            ConstCounter::new(c.handed_off),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_grants_raced",
+            "Grants given back because the ring moved their bucket while they were on the way",
+            MetricType::Counter,
+            ConstCounter::new(c.raced),
+        )?;
+        single(
+            &mut encoder,
             "weir_cluster_members",
             "Live members seen by this node",
             MetricType::Gauge,
