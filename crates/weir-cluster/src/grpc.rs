@@ -45,13 +45,9 @@ impl<C: Clock> ClusterService<C> {
     }
 }
 
-#[tonic::async_trait]
-impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
-    async fn lease(
-        &self,
-        request: Request<proto::LeaseRequest>,
-    ) -> Result<Response<proto::LeaseReply>, Status> {
-        let request = request.into_inner();
+impl<C: Clock> ClusterService<C> {
+    /// Answers one lease request, stamping a grant with this node's clock.
+    fn grant(&self, request: proto::LeaseRequest) -> proto::LeaseReply {
         let now = self.clock.now();
         let grant = self.owner.grant(&LeaseRequest {
             bucket: request.bucket,
@@ -60,7 +56,7 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
             ttl: request.ttl_ns,
             now,
         });
-        let reply = match grant {
+        match grant {
             Ok(Grant::Granted { id, expires_at }) => proto::LeaseReply {
                 outcome: Outcome::Granted as i32,
                 id,
@@ -78,8 +74,40 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
                 outcome: Outcome::NotOwner as i32,
                 ..Default::default()
             },
-        };
-        Ok(Response::new(reply))
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
+    async fn lease(
+        &self,
+        request: Request<proto::LeaseRequest>,
+    ) -> Result<Response<proto::LeaseReply>, Status> {
+        Ok(Response::new(self.grant(request.into_inner())))
+    }
+
+    async fn lease_batch(
+        &self,
+        request: Request<proto::LeaseBatchRequest>,
+    ) -> Result<Response<proto::LeaseBatchReply>, Status> {
+        let replies = request
+            .into_inner()
+            .requests
+            .into_iter()
+            .map(|request| self.grant(request))
+            .collect();
+        Ok(Response::new(proto::LeaseBatchReply { replies }))
+    }
+
+    async fn unlease_batch(
+        &self,
+        request: Request<proto::UnleaseBatchRequest>,
+    ) -> Result<Response<proto::UnleaseReply>, Status> {
+        for lease in request.into_inner().leases {
+            self.owner.release(&lease.bucket, lease.id);
+        }
+        Ok(Response::new(proto::UnleaseReply {}))
     }
 
     async fn unlease(
@@ -122,6 +150,29 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
             },
         };
         Ok(Response::new(reply))
+    }
+}
+
+/// A lease request as it crosses the wire: the caller's `now` stays behind.
+fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
+    proto::LeaseRequest {
+        bucket: request.bucket,
+        limit: request.limit,
+        holder: request.holder,
+        ttl_ns: request.ttl,
+    }
+}
+
+/// An owner's reply as a grant on the caller's clock (`now`: when the caller asked).
+fn grant_of(reply: &proto::LeaseReply, now: Nanos, owner: &str) -> Result<Grant, TransportError> {
+    match Outcome::try_from(reply.outcome) {
+        Ok(Outcome::Granted) => Ok(Grant::Granted {
+            id: reply.id,
+            expires_at: now.saturating_add(reply.expires_in_ns),
+        }),
+        Ok(Outcome::Full) => Ok(Grant::Full),
+        Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
+        Ok(Outcome::NotOwner) | Err(_) => Err(TransportError::NotOwner(owner.to_owned())),
     }
 }
 
@@ -181,26 +232,63 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         let client = self.client(owner);
         let owner = owner.to_owned();
         Box::pin(async move {
-            let mut client = client?;
-            let reply = client
-                .lease(proto::LeaseRequest {
-                    bucket: request.bucket,
-                    limit: request.limit,
-                    holder: request.holder,
-                    ttl_ns: request.ttl,
-                })
+            let now = request.now;
+            let reply = client?
+                .lease(wire_request(request))
                 .await
                 .map_err(|_| TransportError::Unreachable(owner.clone()))?
                 .into_inner();
-            match Outcome::try_from(reply.outcome) {
-                Ok(Outcome::Granted) => Ok(Grant::Granted {
-                    id: reply.id,
-                    expires_at: request.now.saturating_add(reply.expires_in_ns),
-                }),
-                Ok(Outcome::Full) => Ok(Grant::Full),
-                Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
-                Ok(Outcome::NotOwner) | Err(_) => Err(TransportError::NotOwner(owner)),
+            grant_of(&reply, now, &owner)
+        })
+    }
+
+    fn acquire_batch(
+        &self,
+        owner: &str,
+        requests: Vec<LeaseRequest>,
+    ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
+        let client = self.client(owner);
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let unreachable = |n: usize| vec![Err(TransportError::Unreachable(owner.clone())); n];
+            let count = requests.len();
+            let Ok(mut client) = client else {
+                return unreachable(count);
+            };
+            let nows: Vec<Nanos> = requests.iter().map(|r| r.now).collect();
+            let batch = proto::LeaseBatchRequest {
+                requests: requests.into_iter().map(wire_request).collect(),
+            };
+            match client.lease_batch(batch).await {
+                Ok(reply) => reply
+                    .into_inner()
+                    .replies
+                    .iter()
+                    .zip(nows)
+                    .map(|(reply, now)| grant_of(reply, now, &owner))
+                    .collect(),
+                Err(_) => unreachable(count),
             }
+        })
+    }
+
+    fn release_batch(
+        &self,
+        owner: &str,
+        leases: Vec<(String, u64)>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let client = self.client(owner);
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let leases = leases
+                .into_iter()
+                .map(|(bucket, id)| proto::UnleaseRequest { bucket, id })
+                .collect();
+            client?
+                .unlease_batch(proto::UnleaseBatchRequest { leases })
+                .await
+                .map(|_| ())
+                .map_err(|_| TransportError::Unreachable(owner))
         })
     }
 

@@ -3,14 +3,13 @@
 //! Cluster mode's decision logic (seed 000): a cluster-wide concurrency ceiling of
 //! `node_limit × N + shared_limit` per bucket. Each bucket's shared pool lives on one owner node,
 //! chosen by a consistent-hash [`ring`]; the owner keeps the pool's leases in a [`pool`].
-//! Nothing here does I/O or reads a clock: time comes in as an argument.
-//!
-//! Status: the ring, the owner-side pool, the coordinator's two-tier admission, the ownership
-//! fence, lease handoff on ring changes, two transports (in-memory, gRPC) and membership
-//! (static, and gossip through chitchat). Batching per owner and the wiring into `weir serve`
-//! are still to come.
+//! The decision logic (ring, pool, owner fence, two-tier admission) does no I/O and reads no
+//! clock of its own: time comes in as an argument or through a `Clock`. The shells around it
+//! are [`transport`] (in-memory, and [`grpc`]), [`batch`] (batching per owner) and
+//! [`membership`] (static, and gossip through chitchat); `weir serve` wires them together.
 
 pub mod admission;
+pub mod batch;
 pub mod grpc;
 pub mod membership;
 pub mod owner;

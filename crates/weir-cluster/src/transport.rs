@@ -47,6 +47,9 @@ pub enum TransportError {
 }
 
 /// A coordinator's way to an owner.
+///
+/// The batch calls have defaults that make one call per item; a transport with a wire format
+/// for batches (gRPC) overrides them, and [`Batching`](crate::batch::Batching) uses them.
 pub trait Transport: Send + Sync {
     /// Asks `owner` for a lease.
     fn acquire(
@@ -78,6 +81,37 @@ pub trait Transport: Send + Sync {
         ttl: Nanos,
         now: Nanos,
     ) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Asks `owner` for several leases; one answer per request, in order.
+    fn acquire_batch(
+        &self,
+        owner: &str,
+        requests: Vec<LeaseRequest>,
+    ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(self.acquire(&owner, request).await);
+            }
+            answers
+        })
+    }
+
+    /// Tells `owner` several leases (bucket, id) are done.
+    fn release_batch(
+        &self,
+        owner: &str,
+        leases: Vec<(String, u64)>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            for (bucket, lease) in leases {
+                self.release(&owner, &bucket, lease).await?;
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Every node's owner side in one process, with unreachable nodes.

@@ -104,3 +104,70 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
     assert_eq!(refused.reason, "could not check its shared limit of 2");
     drop(node);
 }
+
+/// Batches cross the wire in one call each way: a grant per request in order (a full bucket
+/// answers full, a bucket the callee does not own answers not-owner), and one call releases
+/// them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
+    use weir::Clock;
+    use weir_cluster::pool::Grant;
+    use weir_cluster::transport::{LeaseRequest, Transport, TransportError};
+
+    let ring_view = Arc::new(SharedRing::new(ring(&["n1", "n2"])));
+    let owned_by = |owner: &str| {
+        (0..1000)
+            .map(|i| format!("bucket-{i}"))
+            .find(|b| ring_view.owner_of(b).as_deref() == Some(owner))
+            .unwrap()
+    };
+    let (mine, theirs) = (owned_by("n2"), owned_by("n1"));
+    let pool = Arc::new(SharedPool::new(100));
+    let (url, server) = serve(Arc::new(Owner::new(
+        "n2",
+        Arc::clone(&ring_view),
+        Arc::clone(&pool),
+    )))
+    .await;
+    let transport = GrpcTransport::new(SystemClock::new());
+    transport.set_addresses(HashMap::from([("n2".to_owned(), url)]));
+    let now = SystemClock::new().now();
+    let request = |bucket: &str| LeaseRequest {
+        bucket: bucket.to_owned(),
+        limit: 2,
+        holder: "n1".to_owned(),
+        ttl: 30_000_000_000,
+        now,
+    };
+    let answers = transport
+        .acquire_batch(
+            "n2",
+            vec![
+                request(&mine),
+                request(&mine),
+                request(&mine),
+                request(&theirs),
+            ],
+        )
+        .await;
+    assert_eq!(answers.len(), 4);
+    let ids: Vec<u64> = answers[..2]
+        .iter()
+        .map(|a| match a {
+            Ok(Grant::Granted { id, expires_at }) => {
+                assert!(*expires_at > now);
+                *id
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(answers[2], Ok(Grant::Full));
+    assert_eq!(answers[3], Err(TransportError::NotOwner("n2".to_owned())));
+    assert_eq!(pool.in_use(&mine, now), 2);
+    transport
+        .release_batch("n2", ids.iter().map(|&id| (mine.clone(), id)).collect())
+        .await
+        .unwrap();
+    assert_eq!(pool.in_use(&mine, now), 0);
+    server.abort();
+}

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use weir::SystemClock;
 use weir::policy::ConcurrencySpec;
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
+use weir_cluster::batch::Batching;
 use weir_cluster::grpc::proto::cluster_server::ClusterServer;
 use weir_cluster::grpc::{ClusterService, GrpcTransport};
 use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membership, NodeInfo};
@@ -27,8 +28,8 @@ use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
 /// The cluster protocol version this build speaks.
 pub const PROTOCOL: u32 = 1;
 
-/// The coordinator a concurrency policy asks for shared leases.
-pub type SharedCoordinator = TwoTier<SystemClock, GrpcTransport<SystemClock>>;
+/// The coordinator a concurrency policy asks for shared leases: over gRPC, batched per owner.
+pub type SharedCoordinator = TwoTier<SystemClock, Batching<GrpcTransport<SystemClock>>>;
 type Coordinator = SharedCoordinator;
 
 /// A node's cluster state.
@@ -37,7 +38,7 @@ pub struct ClusterMode {
     ring: Arc<SharedRing>,
     pool: Arc<SharedPool>,
     owner: Arc<Owner>,
-    transport: Arc<GrpcTransport<SystemClock>>,
+    transport: Arc<Batching<GrpcTransport<SystemClock>>>,
     members: watch::Receiver<Vec<NodeInfo>>,
     gossip: tokio::sync::Mutex<Option<GossipMembership>>,
     coordinators: Mutex<HashMap<String, (TwoTierConfig, Arc<Coordinator>)>>,
@@ -111,7 +112,9 @@ impl ClusterMode {
             ring,
             pool,
             owner,
-            transport: Arc::new(GrpcTransport::new(SystemClock::new())),
+            transport: Arc::new(Batching::new(Arc::new(GrpcTransport::new(
+                SystemClock::new(),
+            )))),
             members,
             gossip: tokio::sync::Mutex::new(Some(membership)),
             coordinators: Mutex::new(HashMap::new()),
@@ -138,7 +141,7 @@ impl ClusterMode {
                 DEFAULT_VNODES,
                 PROTOCOL,
                 &self.pool,
-                |addresses| transport.set_addresses(addresses),
+                |addresses| transport.inner().set_addresses(addresses),
             );
             if !applied.departed.is_empty() {
                 tracing::warn!(departed = ?applied.departed, purged = applied.purged, "members left the cluster");

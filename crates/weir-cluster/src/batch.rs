@@ -1,0 +1,392 @@
+//! Batching per owner: a [`Transport`] wrapper that sends the lease requests (and releases)
+//! bound for the same owner together, so a busy coordinator makes one call per batch rather
+//! than one per request.
+//!
+//! Gubernator gathers requests for a fixed 500 µs before it sends. Weir does not wait: a batch
+//! leaves as soon as one of the owner's [`MAX_IN_FLIGHT`] call slots is free, carrying whatever
+//! queued while the slots were busy (up to [`MAX_BATCH`]). An idle coordinator therefore sends
+//! each request at once, with no added latency, and a busy one batches exactly as much as the
+//! round trip lets pile up.
+//!
+//! A grant whose asker stopped waiting (its acquire timed out) is given back at once instead
+//! of living out its TTL on the owner.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use weir::Nanos;
+
+use crate::pool::Grant;
+use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+
+/// Calls in flight to one owner at a time, per kind (leases, releases).
+pub const MAX_IN_FLIGHT: usize = 4;
+/// Requests in one call.
+pub const MAX_BATCH: usize = 256;
+
+type Reply = oneshot::Sender<Result<Grant, TransportError>>;
+
+/// One owner's queues, each drained by a task of its own.
+struct Queues {
+    leases: mpsc::UnboundedSender<(LeaseRequest, Reply)>,
+    releases: mpsc::UnboundedSender<(String, u64)>,
+}
+
+/// `inner`, with lease requests and releases batched per owner. Adoption and renewal are rare
+/// and pass straight through. Must be used inside a tokio runtime (it spawns a task per owner).
+pub struct Batching<T: Transport + 'static> {
+    inner: Arc<T>,
+    owners: Mutex<HashMap<String, Queues>>,
+}
+
+impl<T: Transport + 'static> Batching<T> {
+    /// Batches `inner`'s calls.
+    pub fn new(inner: Arc<T>) -> Self {
+        Batching {
+            inner,
+            owners: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The wrapped transport.
+    pub fn inner(&self) -> &Arc<T> {
+        &self.inner
+    }
+
+    /// Runs `f` on `owner`'s queues, starting its tasks on first use.
+    fn with_queues<R>(&self, owner: &str, f: impl FnOnce(&Queues) -> R) -> R {
+        let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
+        let queues = owners.entry(owner.to_owned()).or_insert_with(|| {
+            let (leases, lease_queue) = mpsc::unbounded_channel();
+            let (releases, release_queue) = mpsc::unbounded_channel();
+            let releases_back = releases.clone();
+            tokio::spawn(send_leases(
+                Arc::clone(&self.inner),
+                owner.to_owned(),
+                lease_queue,
+                releases_back,
+            ));
+            tokio::spawn(send_releases(
+                Arc::clone(&self.inner),
+                owner.to_owned(),
+                release_queue,
+            ));
+            Queues { leases, releases }
+        });
+        f(queues)
+    }
+}
+
+/// Drains `queue` into batched lease calls, [`MAX_IN_FLIGHT`] at a time; a grant nobody waits
+/// for any more goes back through `give_back`.
+async fn send_leases<T: Transport + 'static>(
+    inner: Arc<T>,
+    owner: String,
+    mut queue: mpsc::UnboundedReceiver<(LeaseRequest, Reply)>,
+    give_back: mpsc::UnboundedSender<(String, u64)>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        // Waiting for a slot is what lets a batch grow.
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let (inner, owner, give_back) = (Arc::clone(&inner), owner.clone(), give_back.clone());
+        tokio::spawn(async move {
+            let (requests, replies): (Vec<LeaseRequest>, Vec<Reply>) = batch.into_iter().unzip();
+            let buckets: Vec<String> = requests.iter().map(|r| r.bucket.clone()).collect();
+            let answers = inner.acquire_batch(&owner, requests).await;
+            drop(slot);
+            for ((reply, bucket), answer) in replies.into_iter().zip(buckets).zip(answers) {
+                if let Err(Ok(Grant::Granted { id, .. })) = reply.send(answer) {
+                    let _ = give_back.send((bucket, id));
+                }
+            }
+            // A reply left without an answer (a short batch) is dropped: its asker sees the
+            // owner as unreachable.
+        });
+    }
+}
+
+/// Drains `queue` into batched release calls, [`MAX_IN_FLIGHT`] at a time.
+async fn send_releases<T: Transport + 'static>(
+    inner: Arc<T>,
+    owner: String,
+    mut queue: mpsc::UnboundedReceiver<(String, u64)>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let (inner, owner) = (Arc::clone(&inner), owner.clone());
+        tokio::spawn(async move {
+            // Best effort, as every release: a lost one expires with its TTL.
+            let _ = inner.release_batch(&owner, batch).await;
+            drop(slot);
+        });
+    }
+}
+
+impl<T: Transport + 'static> Transport for Batching<T> {
+    fn acquire(
+        &self,
+        owner: &str,
+        request: LeaseRequest,
+    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.with_queues(owner, |q| q.leases.send((request, reply)).is_ok());
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            if !queued {
+                return Err(TransportError::Unreachable(owner));
+            }
+            answer
+                .await
+                .unwrap_or(Err(TransportError::Unreachable(owner)))
+        })
+    }
+
+    fn release(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let queued = self.with_queues(owner, |q| {
+            q.releases.send((bucket.to_owned(), lease)).is_ok()
+        });
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            match queued {
+                true => Ok(()),
+                false => Err(TransportError::Unreachable(owner)),
+            }
+        })
+    }
+
+    fn adopt(
+        &self,
+        owner: &str,
+        bucket: &str,
+        holder: &str,
+        expires_at: Nanos,
+    ) -> BoxFuture<'_, Result<u64, TransportError>> {
+        self.inner.adopt(owner, bucket, holder, expires_at)
+    }
+
+    fn renew(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        ttl: Nanos,
+        now: Nanos,
+    ) -> BoxFuture<'_, Result<bool, TransportError>> {
+        self.inner.renew(owner, bucket, lease, ttl, now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::owner::Owner;
+    use crate::pool::SharedPool;
+    use crate::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+    use crate::transport::InMemory;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts the calls that reach the network, and holds every call until released.
+    struct Counting {
+        network: InMemory,
+        lease_calls: AtomicUsize,
+        release_calls: AtomicUsize,
+        gate: tokio::sync::Notify,
+        gated: std::sync::atomic::AtomicBool,
+    }
+
+    impl Transport for Counting {
+        fn acquire(
+            &self,
+            owner: &str,
+            request: LeaseRequest,
+        ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+            self.network.acquire(owner, request)
+        }
+        fn release(
+            &self,
+            owner: &str,
+            bucket: &str,
+            lease: u64,
+        ) -> BoxFuture<'_, Result<(), TransportError>> {
+            self.network.release(owner, bucket, lease)
+        }
+        fn adopt(
+            &self,
+            owner: &str,
+            bucket: &str,
+            holder: &str,
+            expires_at: Nanos,
+        ) -> BoxFuture<'_, Result<u64, TransportError>> {
+            self.network.adopt(owner, bucket, holder, expires_at)
+        }
+        fn renew(
+            &self,
+            owner: &str,
+            bucket: &str,
+            lease: u64,
+            ttl: Nanos,
+            now: Nanos,
+        ) -> BoxFuture<'_, Result<bool, TransportError>> {
+            self.network.renew(owner, bucket, lease, ttl, now)
+        }
+        fn acquire_batch(
+            &self,
+            owner: &str,
+            requests: Vec<LeaseRequest>,
+        ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
+            self.lease_calls.fetch_add(1, Ordering::SeqCst);
+            let owner = owner.to_owned();
+            Box::pin(async move {
+                if self.gated.load(Ordering::SeqCst) {
+                    self.gate.notified().await;
+                }
+                let mut answers = Vec::new();
+                for request in requests {
+                    answers.push(self.network.acquire(&owner, request).await);
+                }
+                answers
+            })
+        }
+        fn release_batch(
+            &self,
+            owner: &str,
+            leases: Vec<(String, u64)>,
+        ) -> BoxFuture<'_, Result<(), TransportError>> {
+            self.release_calls.fetch_add(1, Ordering::SeqCst);
+            let owner = owner.to_owned();
+            Box::pin(async move {
+                for (bucket, lease) in leases {
+                    self.network.release(&owner, &bucket, lease).await?;
+                }
+                Ok(())
+            })
+        }
+    }
+
+    fn one_owner() -> (Arc<Counting>, Arc<SharedPool>) {
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("n1", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let pool = Arc::new(SharedPool::new(1000));
+        let network = InMemory::new();
+        network.add("n1", Arc::new(Owner::new("n1", ring, Arc::clone(&pool))));
+        let counting = Arc::new(Counting {
+            network,
+            lease_calls: AtomicUsize::new(0),
+            release_calls: AtomicUsize::new(0),
+            gate: tokio::sync::Notify::new(),
+            gated: std::sync::atomic::AtomicBool::new(false),
+        });
+        (counting, pool)
+    }
+
+    fn request(bucket: &str) -> LeaseRequest {
+        LeaseRequest {
+            bucket: bucket.to_owned(),
+            limit: 1000,
+            holder: "n2".to_owned(),
+            ttl: 1_000_000_000,
+            now: 0,
+        }
+    }
+
+    /// With every call slot busy, the requests that queue meanwhile leave together: after
+    /// four single calls fill the slots, 96 more requests cost one call, and every request
+    /// gets its own answer.
+    #[tokio::test]
+    async fn requests_that_queue_behind_busy_slots_leave_in_one_batch() {
+        let (counting, pool) = one_owner();
+        counting.gated.store(true, Ordering::SeqCst);
+        let batching = Batching::new(Arc::clone(&counting));
+        let mut answers = Vec::new();
+        for slot in 1..=MAX_IN_FLIGHT {
+            answers.push(batching.acquire("n1", request("b0")));
+            while counting.lease_calls.load(Ordering::SeqCst) < slot {
+                tokio::task::yield_now().await;
+            }
+        }
+        // Queued as `acquire` returns, behind the four held calls.
+        for i in 0..96 {
+            answers.push(batching.acquire("n1", request(&format!("b{}", i % 2))));
+        }
+        counting.gated.store(false, Ordering::SeqCst);
+        counting.gate.notify_waiters();
+        for answer in answers {
+            assert!(matches!(answer.await, Ok(Grant::Granted { .. })));
+        }
+        assert_eq!(pool.in_use("b0", 0) + pool.in_use("b1", 0), 100);
+        assert_eq!(
+            counting.lease_calls.load(Ordering::SeqCst),
+            MAX_IN_FLIGHT + 1
+        );
+    }
+
+    /// An idle owner gets each request at once: one call per request, nothing held back.
+    #[tokio::test]
+    async fn an_idle_owner_is_asked_at_once() {
+        let (counting, pool) = one_owner();
+        let batching = Batching::new(Arc::clone(&counting));
+        for _ in 0..3 {
+            let grant = batching.acquire("n1", request("b")).await.unwrap();
+            let Grant::Granted { id, .. } = grant else {
+                panic!("{grant:?}");
+            };
+            batching.release("n1", "b", id).await.unwrap();
+        }
+        assert_eq!(counting.lease_calls.load(Ordering::SeqCst), 3);
+        // Releases go out on their own task; they land by the next batch at the latest.
+        while pool.in_use("b", 0) > 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// A grant whose asker gave up waiting is given back rather than held until its TTL.
+    #[tokio::test]
+    async fn a_grant_nobody_waits_for_is_given_back() {
+        let (counting, pool) = one_owner();
+        counting.gated.store(true, Ordering::SeqCst);
+        let batching = Batching::new(Arc::clone(&counting));
+        let asked = batching.acquire("n1", request("b"));
+        // The asker stops waiting (a timeout would drop it the same way)…
+        let gave_up = tokio::time::timeout(std::time::Duration::ZERO, asked).await;
+        assert!(gave_up.is_err());
+        while counting.lease_calls.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+        // …then the owner grants it.
+        counting.gated.store(false, Ordering::SeqCst);
+        counting.gate.notify_waiters();
+        while counting.release_calls.load(Ordering::SeqCst) < 1 || pool.in_use("b", 0) > 0 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(pool.in_use("b", 0), 0);
+    }
+}
