@@ -242,7 +242,7 @@ mod tests {
         };
         let text = report.render();
         assert!(
-            text.contains("1   500 clients × 100/s, 1 tenant, throttled    50000     5100    449000      5000      5000    98.00   120.00      41"),
+            text.contains("1   500 clients × 100/s, 1 tenant, throttled        50000     5100    449000      5000      5000    98.00   120.00      41"),
             "{text}"
         );
     }
