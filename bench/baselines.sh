@@ -6,7 +6,8 @@
 #     Weir over HTTP and gRPC, a Redis Lua token bucket, and nginx `limit_req` (burst 9 nodelay,
 #     the same 10-request capacity) in front of an upstream that answers 204;
 #   - a per-key in-flight limit (10) over 2 keys, leases held an exponential 5 ms:
-#     Weir over gRPC, and a Redis Lua semaphore over a sorted set of leases scored by expiry.
+#     Weir over gRPC, and a Redis Lua semaphore over a sorted set of leases scored by expiry;
+#   - the same semaphores closed loop (take a lease, give it back, again), for throughput.
 #
 #   bash bench/baselines.sh [SECONDS]
 #
@@ -122,6 +123,14 @@ echo "in-flight limit 10 per key, 2 keys, leases held exp(5 ms), offered 2000/s,
 header
 run weir-grpc-lease --target grpc --server "http://$WEIR_GRPC" "${load[@]}"
 run redis-lua-lease --target redis --server "redis://127.0.0.1:$redis_port" --config "$bench_dir/policies.toml" "${load[@]}"
+
+echo
+load=(--clients 64 --rate 0 --keys 100 --policy leases)
+echo "closed loop: lease taken and given back, as fast as answered (rps = pairs a second), 64 clients, 100 keys"
+header
+run weir-grpc-pairs --target grpc --server "http://$WEIR_GRPC" "${load[@]}"
+run weir-stream-pairs --target grpc-stream --server "http://$WEIR_GRPC" "${load[@]}"
+run redis-lua-pairs --target redis --server "redis://127.0.0.1:$redis_port" --config "$bench_dir/policies.toml" "${load[@]}"
 
 echo
 ratio() { jq -n --slurpfile a "$bench_dir/$1.json" --slurpfile b "$bench_dir/$2.json" \

@@ -245,18 +245,27 @@ fn scenario(name: &str) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// Three real nodes joined by gossip, six cells, nothing refused (limits far above the load).
+/// Three real nodes joined by gossip, six cells (eight with the Redis baseline beside them),
+/// nothing refused (limits far above the load).
 #[test]
 fn the_opensearch_latency_scenario_fills_the_seeds_table() {
     let report = scenario("opensearch-latency");
     let rows = report["rows"].as_array().unwrap();
-    assert_eq!(rows.len(), 6, "{report}");
+    let with_redis = std::env::var_os("WEIR_REQUIRE_REDIS").is_some();
+    assert!(
+        rows.len() == 8 || (rows.len() == 6 && !with_redis),
+        "{report}"
+    );
     for row in rows {
         assert_eq!(row["refused"], 0, "{row}");
         assert!(row["p50"].as_f64().unwrap() > 0.0, "{row}");
     }
-    assert_eq!(rows[5]["config"], "shared-only");
-    assert_eq!(rows[5]["profile"], "burst");
+    let per_profile = rows.len() / 2;
+    assert_eq!(rows[2]["config"], "shared-only");
+    assert_eq!(rows[per_profile + 2]["profile"], "burst");
+    if rows.len() == 8 {
+        assert_eq!(rows[7]["config"], "redis-lua");
+    }
 }
 
 /// Seed 004's workloads: the throttled tenant gets no more than its 5000/s (the bucket starts

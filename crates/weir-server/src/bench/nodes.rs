@@ -100,6 +100,54 @@ fn cpu_time_of(stat: &str) -> Option<Duration> {
     Some(Duration::from_millis((utime + stime) * 10))
 }
 
+/// A `redis-server` child process on a free loopback port, for the Redis baseline; killed when
+/// dropped.
+pub struct LocalRedis {
+    child: Child,
+    /// `redis://127.0.0.1:PORT`.
+    pub url: String,
+}
+
+impl LocalRedis {
+    /// Starts one, without persistence; `None` when `redis-server` is not installed.
+    pub fn start() -> anyhow::Result<Option<Self>> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .context("finding a free port for redis-server")?
+            .port();
+        let spawned = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(error).context("starting redis-server"),
+        };
+        let mut redis = LocalRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if started.elapsed() > START_TIMEOUT {
+                let _ = redis.child.kill();
+                anyhow::bail!("redis-server did not listen on {port} within {START_TIMEOUT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(Some(redis))
+    }
+}
+
+impl Drop for LocalRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Where a scenario's nodes keep their files; removed when dropped.
 pub struct Workdir(PathBuf);
 

@@ -10,18 +10,23 @@
 //!   (no hop on the owner, one gRPC call from the other two). `on_unavailable = "closed"`, so a
 //!   failed shared call would show as a refusal rather than hide as a fail-open.
 //!
-//! Steady is 6 clients × 200/s; burst is the same with 4× for 1 s of every 5 s. Each of the six
-//! cells is run `runs` times, interleaved, and the median of each column is reported.
+//! Beside them, when `redis-server` is installed, `redis-lua`: the same cluster-wide in-flight
+//! limit done the way many teams do it today — the clients take and give back their leases in
+//! a Redis Lua script over a sorted set scored by expiry, and no Weir node is asked.
+//!
+//! Steady is 6 clients × 200/s; burst is the same with 4× for 1 s of every 5 s. Each cell is
+//! run `runs` times, interleaved, and the median of each column is reported.
 
 use std::time::Duration;
 
 use serde::Serialize;
 
 use super::{ScenarioSettings, median, one_run};
-use crate::bench::nodes::{Workdir, start_cluster};
+use crate::bench::nodes::{LocalRedis, Workdir, start_cluster};
 use crate::bench::report::Report;
 use crate::bench::run::{self, Hold, TargetSpec};
 use crate::bench::schedule::Profile;
+use crate::config::ConfigFile;
 
 /// The cluster's policies.
 const CONFIG: &str = r#"
@@ -43,6 +48,14 @@ concurrency = { node_limit = 0, shared_limit = 100000, on_unavailable = "closed"
 
 /// The three configurations, as policy names.
 pub const CONFIGS: [&str; 3] = ["none", "node-only", "shared-only"];
+
+/// The Redis baseline's policy: the cluster-wide limit as one Lua lease semaphore.
+const REDIS_POLICY: &str = r#"
+[[policy]]
+name = "redis-lua"
+on_exhausted = "reject"
+concurrency = { node_limit = 100000, lease_ttl = "30s" }
+"#;
 
 /// Clients, and each one's steady rate per second.
 const CLIENTS: usize = 6;
@@ -125,7 +138,7 @@ impl OpensearchLatency {
                 row.missed
             ));
         }
-        for config in ["node-only", "shared-only"] {
+        for config in ["node-only", "shared-only", "redis-lua"] {
             for profile in ["steady", "burst"] {
                 if let Some((p50, p99)) = self.added_us(config, profile) {
                     text.push_str(&format!(
@@ -142,12 +155,30 @@ impl OpensearchLatency {
 pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<OpensearchLatency> {
     let dir = Workdir::new("opensearch-latency")?;
     let nodes = start_cluster(&settings.binary, CONFIG, dir.path(), 3).await?;
-    let target = TargetSpec::RoundRobin(
+    let cluster = TargetSpec::RoundRobin(
         nodes
             .iter()
             .map(|node| TargetSpec::Grpc(node.grpc.clone()))
             .collect(),
     );
+    let redis = tokio::task::spawn_blocking(LocalRedis::start).await??;
+    let mut configs: Vec<(&str, TargetSpec)> = CONFIGS
+        .iter()
+        .map(|config| (*config, cluster.clone()))
+        .collect();
+    if let Some(redis) = &redis {
+        let policy = ConfigFile::parse(REDIS_POLICY)
+            .expect("the scenario's own config is valid")
+            .policy
+            .remove(0);
+        configs.push((
+            "redis-lua",
+            TargetSpec::Redis {
+                url: redis.url.clone(),
+                policy: Box::new(policy),
+            },
+        ));
+    }
     let profiles = [
         ("steady", Profile::Steady),
         (
@@ -160,10 +191,10 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
         ),
     ];
     let runs = settings.runs.max(1);
-    let mut reports = vec![Vec::new(); profiles.len() * CONFIGS.len()];
+    let mut reports = vec![Vec::new(); profiles.len() * configs.len()];
     for _ in 0..runs {
         for (p, (_, profile)) in profiles.iter().enumerate() {
-            for (c, config) in CONFIGS.iter().enumerate() {
+            for (c, (config, target)) in configs.iter().enumerate() {
                 let mut one = one_run(target.clone(), config, RATE, settings);
                 one.kind = "search".to_owned();
                 one.clients = CLIENTS;
@@ -173,14 +204,14 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
                 if let Some(error) = &report.first_error {
                     anyhow::bail!("{config}: {error}");
                 }
-                reports[p * CONFIGS.len() + c].push(report);
+                reports[p * configs.len() + c].push(report);
             }
         }
     }
     let mut rows = Vec::with_capacity(reports.len());
     for (p, (profile, _)) in profiles.iter().enumerate() {
-        for (c, config) in CONFIGS.iter().enumerate() {
-            let cell = &reports[p * CONFIGS.len() + c];
+        for (c, (config, _)) in configs.iter().enumerate() {
+            let cell = &reports[p * configs.len() + c];
             let column = |f: fn(&Report) -> f64| median(cell.iter().map(f).collect());
             rows.push(LatencyRow {
                 config: (*config).to_owned(),
@@ -196,6 +227,7 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
         }
     }
     drop(nodes);
+    drop(redis);
     Ok(OpensearchLatency {
         seconds: settings.duration.as_secs_f64(),
         runs,
