@@ -176,21 +176,61 @@ fn grant_of(reply: &proto::LeaseReply, now: Nanos, owner: &str) -> Result<Grant,
     }
 }
 
+/// How a transport opens a channel to an address: lazily over TCP by default; a simulation
+/// brings its own network.
+pub type Connect = Box<dyn Fn(&str) -> Option<Channel> + Send + Sync>;
+
+/// How often an idle or busy connection to an owner is pinged…
+pub const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+/// …and how long an unanswered ping takes to close it.
+pub const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The endpoint of an owner at `address` (`http://host:port`). HTTP/2 pings find a connection
+/// that died without a word (a partition drops packets; nothing says the peer is gone): it is
+/// closed after [`KEEP_ALIVE_TIMEOUT`] and the next call opens a fresh one. Without them, a
+/// coordinator kept failing open on a dead connection long after the network healed.
+pub fn endpoint(address: &str) -> Option<Endpoint> {
+    Some(
+        Endpoint::from_shared(address.to_owned())
+            .ok()?
+            .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
+            .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
+            .keep_alive_while_idle(true),
+    )
+}
+
 /// A coordinator's way to owners over gRPC: one lazily connected channel per owner, addresses
 /// from membership.
-#[derive(Debug)]
 pub struct GrpcTransport<C: Clock> {
     addresses: ArcSwap<HashMap<String, String>>,
     clients: Mutex<HashMap<String, ClusterClient<Channel>>>,
+    connect: Connect,
     clock: C,
+}
+
+impl<C: Clock> std::fmt::Debug for GrpcTransport<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrpcTransport")
+            .field("addresses", &self.addresses.load())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C: Clock> GrpcTransport<C> {
     /// A transport with no owners known yet; `clock` turns lease lifetimes into instants.
     pub fn new(clock: C) -> Self {
+        GrpcTransport::with_connect(
+            clock,
+            Box::new(|address| Some(endpoint(address)?.connect_lazy())),
+        )
+    }
+
+    /// Like [`new`](Self::new), opening channels with `connect`.
+    pub fn with_connect(clock: C, connect: Connect) -> Self {
         GrpcTransport {
             addresses: ArcSwap::from_pointee(HashMap::new()),
             clients: Mutex::new(HashMap::new()),
+            connect,
             clock,
         }
     }
@@ -214,9 +254,7 @@ impl<C: Clock> GrpcTransport<C> {
             .get(owner)
             .cloned()
             .ok_or_else(unreachable)?;
-        let channel = Endpoint::from_shared(address)
-            .map_err(|_| unreachable())?
-            .connect_lazy();
+        let channel = (self.connect)(&address).ok_or_else(unreachable)?;
         let client = ClusterClient::new(channel);
         clients.insert(owner.to_owned(), client.clone());
         Ok(client)

@@ -1,0 +1,325 @@
+//! Deterministic network simulation (turmoil): three owners and a coordinator on a simulated
+//! network, speaking the real gRPC protocol through the batching transport, while the test
+//! partitions, delays and drops what passes between them. Time is the simulation's.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tonic::transport::Uri;
+use weir::policy::OnUnavailable;
+use weir::{Clock, TokioClock};
+use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
+use weir_cluster::batch::Batching;
+use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::owner::Owner;
+use weir_cluster::pool::SharedPool;
+use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+
+const PORT: u16 = 9000;
+const OWNERS: [&str; 3] = ["n1", "n2", "n3"];
+const BUCKET: &str = "analytics:group:analytics";
+const SHARED_LIMIT: u64 = 4;
+
+/// A simulated TCP stream the gRPC server can accept.
+struct SimStream(turmoil::net::TcpStream);
+
+impl tonic::transport::server::Connected for SimStream {
+    type ConnectInfo = ();
+    fn connect_info(&self) -> Self::ConnectInfo {}
+}
+
+impl AsyncRead for SimStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for SimStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+fn ring() -> Ring {
+    Ring::new(
+        OWNERS.iter().map(|id| Member::owner(*id, 1)),
+        DEFAULT_VNODES,
+        1,
+    )
+}
+
+/// Registers the three owners; returns their pools, by node id.
+fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, Arc<SharedPool>> {
+    let mut pools = HashMap::new();
+    for id in OWNERS {
+        let pool = Arc::new(SharedPool::new(1000));
+        pools.insert(id, Arc::clone(&pool));
+        sim.host(id, move || {
+            let pool = Arc::clone(&pool);
+            async move {
+                let owner = Arc::new(Owner::new(id, Arc::new(SharedRing::new(ring())), pool));
+                let service = ClusterService::new(owner, TokioClock::new()).into_server();
+                let listener =
+                    turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT))
+                        .await?;
+                let incoming = accepted(listener);
+                tonic::transport::Server::builder()
+                    .add_service(service)
+                    .serve_with_incoming(incoming)
+                    .await?;
+                Ok(())
+            }
+        });
+    }
+    pools
+}
+
+/// The listener's connections as a stream (accepted by a task of their own).
+fn accepted(
+    listener: turmoil::net::TcpListener,
+) -> tokio_stream::wrappers::ReceiverStream<io::Result<SimStream>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let accepted = listener.accept().await.map(|(stream, _)| SimStream(stream));
+            if tx.send(accepted).await.is_err() {
+                return;
+            }
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+}
+
+/// A coordinator `holder` reaching the owners over the simulated network, batched per owner.
+fn coordinator(
+    holder: &str,
+    on_unavailable: OnUnavailable,
+) -> TwoTier<TokioClock, Batching<GrpcTransport<TokioClock>>> {
+    let grpc = GrpcTransport::with_connect(
+        TokioClock::new(),
+        Box::new(|address| {
+            let connector = tower::service_fn(|uri: Uri| async move {
+                let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
+                let stream = turmoil::net::TcpStream::connect(authority).await?;
+                Ok::<_, io::Error>(TokioIo::new(stream))
+            });
+            Some(weir_cluster::grpc::endpoint(address)?.connect_with_connector_lazy(connector))
+        }),
+    );
+    grpc.set_addresses(
+        OWNERS
+            .iter()
+            .map(|id| (id.to_string(), format!("http://{id}:{PORT}")))
+            .collect(),
+    );
+    TwoTier::new(
+        holder,
+        TwoTierConfig {
+            node_limit: 0,
+            shared_limit: SHARED_LIMIT,
+            lease_ttl: Duration::from_secs(30),
+            on_unavailable,
+            acquire_timeout: Duration::from_millis(200),
+            max_keys: 1000,
+        },
+        Arc::new(SharedRing::new(ring())),
+        Arc::new(Batching::new(Arc::new(grpc))),
+        // A coordinator that owns nothing: its pool is never asked.
+        Arc::new(SharedPool::new(1)),
+        TokioClock::new(),
+    )
+}
+
+fn owner_of_bucket() -> &'static str {
+    let owner = ring().owner_of(BUCKET).unwrap().to_owned();
+    OWNERS.into_iter().find(|id| *id == owner).unwrap()
+}
+
+/// Takes shared leases until refused.
+async fn fill<T: weir_cluster::transport::Transport>(
+    node: &TwoTier<TokioClock, T>,
+) -> Vec<ClusterAdmission> {
+    let mut held = Vec::new();
+    while let Ok(admission) = node.acquire(BUCKET).await {
+        assert_eq!(admission.tier, Tier::Shared);
+        held.push(admission);
+        assert!(held.len() <= SHARED_LIMIT as usize, "over the shared limit");
+    }
+    held
+}
+
+/// A partition between the coordinator and the owner: `open` admits and counts each one,
+/// `closed` refuses naming the limit it could not check; after the repair the shared limit is
+/// exact again and a release lets exactly one in.
+#[test]
+fn a_partition_fails_open_or_closed_and_the_ceiling_returns_after_the_repair() {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(Duration::from_secs(60))
+        .build();
+    let pools = owners(&mut sim);
+    let owner = owner_of_bucket();
+    let pool = Arc::clone(&pools[owner]);
+    sim.client("c1", async move {
+        let open = coordinator("c1", OnUnavailable::Open);
+        let closed = coordinator("c1", OnUnavailable::Closed);
+        let mut held = fill(&open).await;
+        assert_eq!(held.len(), SHARED_LIMIT as usize);
+        let refused = open.acquire(BUCKET).await.unwrap_err();
+        assert_eq!(refused.reason, "reached its shared limit of 4");
+
+        turmoil::partition("c1", owner);
+        let failed_open = open.acquire(BUCKET).await.expect("fails open");
+        assert_eq!(failed_open.tier, Tier::FailOpen);
+        assert_eq!(open.counters.fail_open.load(Ordering::Relaxed), 1);
+        let refused = closed.acquire(BUCKET).await.unwrap_err();
+        assert_eq!(refused.reason, "could not check its shared limit of 4");
+
+        turmoil::repair("c1", owner);
+        // The partition broke the connection; until the channel has reconnected, calls still
+        // fail open (and are counted). Then the owner answers again: full.
+        let mut answered = None;
+        for _ in 0..100 {
+            match open.acquire(BUCKET).await {
+                Ok(admission) if admission.tier == Tier::FailOpen => {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok(admission) => panic!("over the shared limit: {admission:?}"),
+                Err(refused) => {
+                    answered = Some(refused);
+                    break;
+                }
+            }
+        }
+        let refused = answered.expect("the owner answers again after the repair");
+        assert_eq!(refused.reason, "reached its shared limit of 4");
+        open.release(held.pop().unwrap()).await;
+        // The release is on its way; the next acquire takes the freed lease once it landed.
+        let mut again = open.acquire(BUCKET).await;
+        for _ in 0..10 {
+            if again.is_ok() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            again = open.acquire(BUCKET).await;
+        }
+        assert_eq!(again.expect("the freed lease").tier, Tier::Shared);
+        assert!(open.acquire(BUCKET).await.is_err(), "exactly one came back");
+        let now = TokioClock::new().now();
+        assert_eq!(pool.in_use(BUCKET, now), SHARED_LIMIT as usize);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// Messages held past the acquire timeout: the coordinator gives up (and fails open), and the
+/// grant that arrives after it stopped waiting is given back, so the owner does not count a
+/// lease nobody holds.
+#[test]
+fn a_grant_delayed_past_the_timeout_is_given_back() {
+    let mut sim = turmoil::Builder::new()
+        .simulation_duration(Duration::from_secs(60))
+        .build();
+    let pools = owners(&mut sim);
+    let owner = owner_of_bucket();
+    let pool = Arc::clone(&pools[owner]);
+    sim.client("c1", async move {
+        let open = coordinator("c1", OnUnavailable::Open);
+        // Connect first, so the held messages are the request itself.
+        let first = open.acquire(BUCKET).await.unwrap();
+        assert_eq!(first.tier, Tier::Shared);
+        turmoil::hold("c1", owner);
+        let late = open.acquire(BUCKET).await.unwrap();
+        assert_eq!(late.tier, Tier::FailOpen, "gave up after 200 ms");
+        turmoil::release("c1", owner);
+        // Let the held request reach the owner and its grant come back to nobody.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = TokioClock::new().now();
+        assert_eq!(
+            pool.in_use(BUCKET, now),
+            1,
+            "only the first lease is counted"
+        );
+        open.release(first).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(pool.in_use(BUCKET, TokioClock::new().now()), 0);
+        Ok(())
+    });
+    sim.run().unwrap();
+}
+
+/// Links that fail and repair at random (seeded): whatever the network does, the owner never
+/// counts more than the shared limit nor the coordinator holds more, and a TTL after the last
+/// release (some releases are lost with their links) no lease is left on the owner.
+#[test]
+fn random_link_failures_never_break_the_limit_or_leak_a_lease() {
+    let mut unavailable = 0;
+    for seed in 0..4u64 {
+        let mut sim = turmoil::Builder::new()
+            .simulation_duration(Duration::from_secs(120))
+            .fail_rate(0.05)
+            .repair_rate(0.5)
+            .rng_seed(seed)
+            .build();
+        let pools = owners(&mut sim);
+        let owner = owner_of_bucket();
+        let pool = Arc::clone(&pools[owner]);
+        let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen_here = Arc::clone(&seen);
+        sim.client("c1", async move {
+            let node = coordinator("c1", OnUnavailable::Closed);
+            let mut held: Vec<ClusterAdmission> = Vec::new();
+            let mut admitted = 0;
+            for step in 0..400u32 {
+                if step % 3 == 2 && !held.is_empty() {
+                    node.release(held.remove(0)).await;
+                } else if let Ok(admission) = node.acquire(BUCKET).await {
+                    held.push(admission);
+                    admitted += 1;
+                }
+                let now = TokioClock::new().now();
+                assert!(pool.in_use(BUCKET, now) <= SHARED_LIMIT as usize);
+                assert!(held.len() <= SHARED_LIMIT as usize);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            assert!(admitted > 0, "seed {seed}: nothing was ever admitted");
+            for admission in held.drain(..) {
+                node.release(admission).await;
+            }
+            seen_here.store(
+                node.counters.unavailable.load(Ordering::Relaxed),
+                Ordering::Relaxed,
+            );
+            tokio::time::sleep(Duration::from_secs(31)).await;
+            assert_eq!(pool.in_use(BUCKET, TokioClock::new().now()), 0);
+            Ok(())
+        });
+        sim.run().unwrap();
+        unavailable += seen.load(Ordering::Relaxed);
+    }
+    assert!(
+        unavailable > 0,
+        "the failures never reached the coordinator"
+    );
+}
