@@ -109,7 +109,8 @@ struct BenchArgs {
     /// The server (remote targets); several, comma-separated, are asked in turn.
     #[arg(long)]
     server: Option<String>,
-    /// The config whose policies the inproc target uses (default: the embedded one).
+    /// The config whose policies the inproc and redis targets run, and whose rates reports
+    /// compare admitted rates with (default: the embedded one).
     #[arg(long)]
     config: Option<PathBuf>,
     /// The policy every request names.
@@ -197,16 +198,20 @@ impl BenchArgs {
             1 => one(servers.into_iter().next().expect("one")),
             _ => TargetSpec::RoundRobin(servers.into_iter().map(one).collect()),
         };
+        // The policies as --config (or the embedded config) defines them: what the inproc and
+        // redis targets run, and what every report compares admitted rates with.
+        let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
+        let configured = config
+            .policy
+            .iter()
+            .find(|policy| policy.name == self.policy)
+            .and_then(|policy| run::configured_rate(policy, &self.kind));
         let target = match self.target.as_str() {
-            "inproc" => {
-                let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
-                TargetSpec::InProcess(Box::new(config))
-            }
+            "inproc" => TargetSpec::InProcess(Box::new(config)),
             "http" => remote(servers("http://127.0.0.1:8080"), TargetSpec::Http),
             "grpc" => remote(servers("http://127.0.0.1:50051"), TargetSpec::Grpc),
             "grpc-stream" => remote(servers("http://127.0.0.1:50051"), TargetSpec::GrpcStream),
             "redis" => {
-                let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
                 let policy = config
                     .policy
                     .into_iter()
@@ -246,6 +251,7 @@ impl BenchArgs {
             warmup: self.warmup,
             precise_pacing: true,
             progress: true,
+            configured,
             hold: match self.hold.as_deref() {
                 None => Hold::None,
                 Some(text) => parse_hold(text)?,

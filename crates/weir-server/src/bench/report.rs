@@ -75,6 +75,8 @@ pub struct Tally {
     pub counts: Counts,
     /// Admissions per key index.
     pub admitted_per_key: Vec<u64>,
+    /// Requests sent per key index.
+    pub sent_per_key: Vec<u64>,
     /// Latency in microseconds, from each request's due time to its answer.
     pub latency: Histogram<u64>,
     /// The first error's message, so a run against a wrong address or policy says why.
@@ -87,6 +89,7 @@ impl Tally {
         Tally {
             counts: Counts::default(),
             admitted_per_key: vec![0; keys],
+            sent_per_key: vec![0; keys],
             latency: new_latency_histogram(),
             first_error: None,
         }
@@ -95,6 +98,9 @@ impl Tally {
     /// Counts one answered request for key `key`, `latency_us` after it was due.
     pub fn record(&mut self, key: usize, outcome: Outcome, latency_us: u64) {
         self.counts.record(outcome);
+        if let Some(n) = self.sent_per_key.get_mut(key) {
+            *n += 1;
+        }
         if outcome == Outcome::Admitted
             && let Some(n) = self.admitted_per_key.get_mut(key)
         {
@@ -117,17 +123,8 @@ impl Tally {
     /// Adds `other`'s counts to these.
     pub fn merge(&mut self, other: &Tally) {
         self.counts.merge(&other.counts);
-        if self.admitted_per_key.len() < other.admitted_per_key.len() {
-            self.admitted_per_key
-                .resize(other.admitted_per_key.len(), 0);
-        }
-        for (mine, theirs) in self
-            .admitted_per_key
-            .iter_mut()
-            .zip(&other.admitted_per_key)
-        {
-            *mine += theirs;
-        }
+        add_per_key(&mut self.admitted_per_key, &other.admitted_per_key);
+        add_per_key(&mut self.sent_per_key, &other.sent_per_key);
         self.latency
             .add(&other.latency)
             .expect("every tally has the same bounds");
@@ -135,6 +132,30 @@ impl Tally {
             self.first_error.clone_from(&other.first_error);
         }
     }
+}
+
+fn add_per_key(mine: &mut Vec<u64>, theirs: &[u64]) {
+    if mine.len() < theirs.len() {
+        mine.resize(theirs.len(), 0);
+    }
+    for (mine, theirs) in mine.iter_mut().zip(theirs) {
+        *mine += theirs;
+    }
+}
+
+/// Admitted rate per key against the configured one, over the keys offered more than it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AgainstConfigured {
+    /// Each key's configured rate, per second.
+    pub configured: f64,
+    /// Keys offered more than their configured rate (the only ones it can be judged on).
+    pub saturated_keys: usize,
+    /// The lowest `admitted / configured` of those keys.
+    pub min: f64,
+    /// The median.
+    pub median: f64,
+    /// The highest.
+    pub max: f64,
 }
 
 /// Latency percentiles, in milliseconds.
@@ -190,6 +211,8 @@ pub struct Report {
     pub latency_ms: Latency,
     /// Admitted rate per key.
     pub admitted_per_key: PerKeyRate,
+    /// Admitted rate per key against the configured rate (rate limiters, when it is known).
+    pub against_configured: Option<AgainstConfigured>,
     /// The first error's message, if any request failed.
     pub first_error: Option<String>,
     /// A point a second, warm-up included (empty for a run shorter than a second).
@@ -197,8 +220,9 @@ pub struct Report {
 }
 
 impl Report {
-    /// The report of `tally`, gathered over `seconds` measured seconds.
-    pub fn new(target: &str, seconds: f64, tally: &Tally) -> Self {
+    /// The report of `tally`, gathered over `seconds` measured seconds; `configured` is each
+    /// key's configured rate per second, if known.
+    pub fn new(target: &str, seconds: f64, tally: &Tally, configured: Option<f64>) -> Self {
         let ms = |us: u64| us as f64 / 1000.0;
         let h = &tally.latency;
         let mut rates: Vec<f64> = tally
@@ -214,6 +238,23 @@ impl Report {
             median: rates.get(rates.len() / 2).copied().unwrap_or(0.0),
             max: rates.last().copied().unwrap_or(0.0),
         };
+        let against_configured = configured.and_then(|configured| {
+            let mut ratios: Vec<f64> = tally
+                .sent_per_key
+                .iter()
+                .zip(&tally.admitted_per_key)
+                .filter(|&(&sent, _)| sent as f64 / seconds > configured)
+                .map(|(_, &admitted)| admitted as f64 / seconds / configured)
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            Some(AgainstConfigured {
+                configured,
+                saturated_keys: ratios.len(),
+                min: *ratios.first()?,
+                median: ratios[ratios.len() / 2],
+                max: *ratios.last()?,
+            })
+        });
         Report {
             target: target.to_owned(),
             seconds,
@@ -232,6 +273,7 @@ impl Report {
                 max: ms(h.max()),
             },
             admitted_per_key,
+            against_configured,
             first_error: tally.first_error.clone(),
             timeline: Vec::new(),
         }
@@ -265,6 +307,12 @@ impl Report {
             k.median,
             k.max,
         );
+        if let Some(a) = &self.against_configured {
+            text.push_str(&format!(
+                "admitted against the configured {:.1}/s ({} keys offered more): min {:.4}×  median {:.4}×  max {:.4}×\n",
+                a.configured, a.saturated_keys, a.min, a.median, a.max
+            ));
+        }
         if let Some(error) = &self.first_error {
             text.push_str(&format!("first error: {error}\n"));
         }
@@ -299,6 +347,7 @@ mod tests {
             (4, 2, 1, 1, 3)
         );
         assert_eq!(a.admitted_per_key, vec![2, 0, 0]);
+        assert_eq!(a.sent_per_key, vec![2, 1, 1]);
         assert_eq!(a.latency.len(), 4);
         assert_eq!(a.first_error.as_deref(), Some("connection refused"));
         assert_eq!(a.latency.max(), a.latency.highest_equivalent(4_000));
@@ -311,7 +360,7 @@ mod tests {
             tally.record(i % 2, Outcome::Admitted, 1_000 * (i as u64 + 1));
         }
         tally.counts.missed = 5;
-        let report = Report::new("inproc", 2.0, &tally);
+        let report = Report::new("inproc", 2.0, &tally, None);
         assert_eq!(report.rps, 50.0);
         assert_eq!(report.admitted_per_key.keys, 2);
         assert_eq!(report.admitted_per_key.max, 25.0);
@@ -334,8 +383,41 @@ mod tests {
             text.contains("admitted 100, throttled 0, errors 0"),
             "{text}"
         );
+        assert!(report.against_configured.is_none());
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["missed"], 5);
         assert_eq!(json["admitted_per_key"]["median"], 25.0);
+    }
+
+    /// Only keys offered more than their rate are judged: key 0 (offered 30/s, admitted 10/s)
+    /// and key 1 (offered 20/s, admitted 9/s) against 10/s; key 2 (5/s) is not.
+    #[test]
+    fn admitted_is_compared_with_the_configured_rate_on_saturated_keys() {
+        let mut tally = Tally::new(3);
+        for (key, sent, admitted) in [(0, 30, 10), (1, 20, 9), (2, 5, 5)] {
+            for i in 0..sent {
+                let outcome = match i < admitted {
+                    true => Outcome::Admitted,
+                    false => Outcome::Throttled,
+                };
+                tally.record(key, outcome, 100);
+            }
+        }
+        let report = Report::new("inproc", 1.0, &tally, Some(10.0));
+        let against = report.against_configured.clone().unwrap();
+        assert_eq!(against.saturated_keys, 2);
+        assert_eq!((against.min, against.max), (0.9, 1.0));
+        assert!(
+            report
+                .render()
+                .contains("admitted against the configured 10.0/s (2 keys offered more): min 0.9000×  median 1.0000×  max 1.0000×"),
+            "{}",
+            report.render()
+        );
+        assert!(
+            Report::new("inproc", 1.0, &Tally::new(1), Some(10.0))
+                .against_configured
+                .is_none()
+        );
     }
 }

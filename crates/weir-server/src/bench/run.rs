@@ -79,6 +79,20 @@ pub struct RunSettings {
     /// Pace open-loop clients from an OS thread (precise to tens of microseconds) rather
     /// than tokio's millisecond timer; off under a paused clock.
     pub precise_pacing: bool,
+    /// Each key's configured rate per second, to report admitted against (see
+    /// [`configured_rate`]); `None` when unknown or not a rate.
+    pub configured: Option<f64>,
+}
+
+/// The rate per second `policy` gives each key of `kind`: `None` for in-flight limits,
+/// adaptive policies, kinds it does not apply to or does not limit.
+pub fn configured_rate(policy: &weir::policy::PolicyConfig, kind: &str) -> Option<f64> {
+    if policy.concurrency.is_some() || policy.adaptive.is_some() {
+        return None;
+    }
+    weir::policy::Policy::new(policy.clone(), weir::SystemClock::new())
+        .ok()?
+        .limit_for(kind)
 }
 
 /// One connection (or handle) to the target, owned by one client.
@@ -493,7 +507,12 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     for task in tasks {
         total.merge(&task.await.context("a client task")?);
     }
-    let mut report = Report::new(&name, settings.duration.as_secs_f64(), &total);
+    let mut report = Report::new(
+        &name,
+        settings.duration.as_secs_f64(),
+        &total,
+        settings.configured,
+    );
     report.timeline = sampler.finish();
     Ok(report)
 }
@@ -632,6 +651,7 @@ mod tests {
             precise_pacing: false,
             hold: Hold::None,
             progress: false,
+            configured: None,
         }
     }
 

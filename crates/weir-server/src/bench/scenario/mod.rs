@@ -62,6 +62,7 @@ fn one_run(
         hold: Hold::None,
         progress: false,
         precise_pacing: true,
+        configured: None,
     }
 }
 

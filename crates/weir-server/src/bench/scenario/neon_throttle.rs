@@ -158,6 +158,7 @@ pub async fn neon_throttle(settings: &ScenarioSettings) -> anyhow::Result<NeonTh
         one.clients = workload.clients;
         one.keys = workload.tenants;
         one.distribution = KeyDistribution::PerClient;
+        one.configured = workload.throttled.then_some(TENANT_LIMIT);
         one.kind = match workload.throttled {
             true => "PageRequestHandler".to_owned(),
             false => "Compaction".to_owned(),

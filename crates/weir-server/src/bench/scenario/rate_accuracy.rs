@@ -100,6 +100,7 @@ pub async fn rate_accuracy(duration: Duration) -> anyhow::Result<RateAccuracy> {
             hold: Hold::None,
             // Nine runs at once would print nine progress lines a second.
             progress: false,
+            configured: Some(f64::from(rate)),
         };
         tokio::spawn(async move { run::run(&settings).await })
     });
