@@ -463,3 +463,49 @@ async fn a_grant_that_raced_a_ring_change_is_returned_and_asked_again() {
     node.release(admission).await;
     assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 0);
 }
+
+/// Three coordinators keep taking shared leases (and giving the oldest back every third step)
+/// while the bucket's owner leaves the ring at step 20; the handoff runs `lag` steps later, as
+/// gossip takes a while to reach every node. Returns the most shared leases live at once.
+async fn churn(lag: usize) -> usize {
+    let c = cluster(3, config(0, 4, OnUnavailable::Closed));
+    let mut held: Vec<(usize, ClusterAdmission)> = Vec::new();
+    let mut most = 0;
+    for step in 0..60 {
+        if step == 20 {
+            move_bucket(&c);
+        }
+        if step == 20 + lag {
+            for node in &c.nodes {
+                node.rehome().await;
+            }
+        }
+        for (i, node) in c.nodes.iter().enumerate() {
+            if let Ok(admission) = node.acquire(BUCKET).await {
+                held.push((i, admission));
+            }
+        }
+        most = most.max(held.len());
+        if step % 3 == 2 && !held.is_empty() {
+            let (i, admission) = held.remove(0);
+            c.nodes[i].release(admission).await;
+        }
+    }
+    most
+}
+
+/// Under load, a membership change over-admits nothing when the handoff follows it at once, and
+/// at most one `shared_limit` (4 here) while the handoff lags: the new owner starts empty and
+/// grants up to its limit until the old leases are re-registered, after which it counts them
+/// and grants nothing until the total is back under the limit.
+#[tokio::test]
+async fn under_load_a_membership_change_over_admits_at_most_one_shared_limit() {
+    assert_eq!(churn(0).await, 4, "handoff at once: the ceiling holds");
+    for lag in [1, 3, 10] {
+        let most = churn(lag).await;
+        assert!(
+            most > 4 && most <= 8,
+            "lag {lag}: {most} live at once (limit 4)"
+        );
+    }
+}
