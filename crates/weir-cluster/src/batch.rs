@@ -14,7 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use weir::Nanos;
 
 use crate::pool::Grant;
@@ -78,6 +78,25 @@ impl<T: Transport + 'static> Batching<T> {
     }
 }
 
+/// Waits for the next item, then for a free call slot — waiting for the slot is what lets a
+/// batch grow — and takes everything queued meanwhile (up to [`MAX_BATCH`]). `None` once the
+/// queue is closed.
+async fn next_batch<T>(
+    queue: &mut mpsc::UnboundedReceiver<T>,
+    slots: &Arc<Semaphore>,
+) -> Option<(OwnedSemaphorePermit, Vec<T>)> {
+    let first = queue.recv().await?;
+    let slot = Arc::clone(slots).acquire_owned().await.ok()?;
+    let mut batch = vec![first];
+    while batch.len() < MAX_BATCH {
+        match queue.try_recv() {
+            Ok(next) => batch.push(next),
+            Err(_) => break,
+        }
+    }
+    Some((slot, batch))
+}
+
 /// Drains `queue` into batched lease calls, [`MAX_IN_FLIGHT`] at a time; a grant nobody waits
 /// for any more goes back through `give_back`.
 async fn send_leases<T: Transport + 'static>(
@@ -87,18 +106,7 @@ async fn send_leases<T: Transport + 'static>(
     give_back: mpsc::UnboundedSender<(String, u64)>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = queue.recv().await {
-        // Waiting for a slot is what lets a batch grow.
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    while let Some((slot, batch)) = next_batch(&mut queue, &slots).await {
         let (inner, owner, give_back) = (Arc::clone(&inner), owner.clone(), give_back.clone());
         tokio::spawn(async move {
             let (requests, replies): (Vec<LeaseRequest>, Vec<Reply>) = batch.into_iter().unzip();
@@ -123,17 +131,7 @@ async fn send_releases<T: Transport + 'static>(
     mut queue: mpsc::UnboundedReceiver<(String, u64)>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    while let Some(first) = queue.recv().await {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match queue.try_recv() {
-                Ok(next) => batch.push(next),
-                Err(_) => break,
-            }
-        }
+    while let Some((slot, batch)) = next_batch(&mut queue, &slots).await {
         let (inner, owner) = (Arc::clone(&inner), owner.clone());
         tokio::spawn(async move {
             // Best effort, as every release: a lost one expires with its TTL.

@@ -5,6 +5,7 @@ mod support;
 
 use serde_json::Value;
 use support::{Server, weir};
+use weir_server::bench::nodes::LocalRedis;
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -49,6 +50,31 @@ fn assert_every_due_request_accounted(report: &Value) {
     assert_eq!(count(report, "errors"), 0, "{report}");
 }
 
+/// Leases held 30 ms against a limit of one in flight, a request every 10 ms: some are refused
+/// while one is held, and the run gives every lease back before it ends — so a second run,
+/// each request released before the next, is admitted throughout (the lease TTL is an hour).
+/// Returns the first run's report.
+fn assert_leases_come_back(target: &[&str]) -> Value {
+    let one = [
+        "--rate",
+        "100",
+        "--clients",
+        "1",
+        "--keys",
+        "1",
+        "--policy",
+        "one-at-a-time",
+    ];
+    let held = bench(&[target, &one[..], &["--hold", "30ms"]].concat());
+    assert!(count(&held, "throttled") > 0, "{held}");
+    assert!(count(&held, "admitted") > 0, "{held}");
+    let after = bench(&[target, &one[..]].concat());
+    assert_eq!(count(&after, "throttled"), 0, "{after}");
+    assert_eq!(count(&after, "errors"), 0, "{after}");
+    assert_eq!(count(&after, "admitted"), count(&after, "sent"), "{after}");
+    held
+}
+
 #[test]
 fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -85,27 +111,7 @@ fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
             count(&limited, "sent")
         );
 
-        // Leases held 30 ms against a limit of one in flight, a request every 10 ms: some
-        // are refused while one is held, and the run gives every lease back before it ends.
-        let one = [
-            "--rate",
-            "100",
-            "--clients",
-            "1",
-            "--keys",
-            "1",
-            "--policy",
-            "one-at-a-time",
-        ];
-        let held = bench(&[&common[..], &one[..], &["--hold", "30ms"]].concat());
-        assert!(count(&held, "throttled") > 0, "{target}: {held}");
-        assert!(count(&held, "admitted") > 0, "{target}: {held}");
-
-        // Nothing is left held (the lease TTL is an hour): back-to-back requests, each
-        // released before the next, are all admitted.
-        let leased = bench(&[&common[..], &one[..]].concat());
-        assert_eq!(count(&leased, "throttled"), 0, "{target}: {leased}");
-        assert_eq!(count(&leased, "admitted"), count(&leased, "sent"));
+        assert_leases_come_back(&common);
     }
 }
 
@@ -117,26 +123,8 @@ fn a_round_robin_gives_each_lease_back_where_it_came_from() {
     let a = Server::start(CONFIG, &dir.path().join("a"));
     let b = Server::start(CONFIG, &dir.path().join("b"));
     let servers = format!("{},{}", a.grpc, b.grpc);
-    let one = [
-        "--target",
-        "grpc",
-        "--server",
-        &servers,
-        "--rate",
-        "100",
-        "--clients",
-        "1",
-        "--keys",
-        "1",
-        "--policy",
-        "one-at-a-time",
-    ];
-    let held = bench(&[&one[..], &["--hold", "30ms"]].concat());
+    let held = assert_leases_come_back(&["--target", "grpc", "--server", &servers]);
     assert_eq!(held["target"], "grpc×2");
-    assert!(count(&held, "admitted") > 0, "{held}");
-    let after = bench(&one);
-    assert_eq!(count(&after, "throttled"), 0, "{after}");
-    assert_eq!(count(&after, "errors"), 0, "{after}");
 }
 
 #[test]
@@ -300,61 +288,17 @@ fn the_doris_backpressure_scenario_reports_a_timeline() {
     assert_eq!(report["capacity"], 300);
 }
 
-/// A `redis-server` on a free loopback port, stopped when dropped.
-struct Redis {
-    child: std::process::Child,
-    url: String,
-}
-
-impl Redis {
-    /// Starts one, or returns `None` when redis-server is not installed (CI installs it and
-    /// sets `WEIR_REQUIRE_REDIS`, which turns that into a failure).
-    fn start() -> Option<Redis> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let spawned = std::process::Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .stdout(std::process::Stdio::null())
-            .spawn();
-        let child = match spawned {
-            Ok(child) => child,
-            Err(error) if std::env::var_os("WEIR_REQUIRE_REDIS").is_none() => {
-                eprintln!("skipping the Redis baseline test: redis-server: {error}");
-                return None;
-            }
-            Err(error) => panic!("redis-server is required here: {error}"),
-        };
-        // Bounded wait for it to listen.
-        for _ in 0..200 {
-            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Some(Redis {
-                    child,
-                    url: format!("redis://127.0.0.1:{port}"),
-                });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(25));
-        }
-        panic!("redis-server did not listen on {port}");
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The Redis baseline runs the same policies as Lua scripts: the token bucket holds its rate,
 /// and the lease semaphore gives every lease back (a limit of one in flight with an hour's TTL
 /// would refuse everything after one lost release).
 #[test]
 fn the_redis_baseline_holds_the_same_policies() {
-    let Some(redis) = Redis::start() else {
+    let Some(redis) = LocalRedis::start().unwrap() else {
+        assert!(
+            std::env::var_os("WEIR_REQUIRE_REDIS").is_none(),
+            "redis-server is required here"
+        );
+        eprintln!("skipping the Redis baseline test: redis-server is not installed");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -377,21 +321,7 @@ fn the_redis_baseline_holds_the_same_policies() {
     let admitted = count(&limited, "admitted");
     assert!((1..=51).contains(&admitted), "{limited}");
 
-    let one = [
-        "--rate",
-        "100",
-        "--clients",
-        "1",
-        "--keys",
-        "1",
-        "--policy",
-        "one-at-a-time",
-    ];
-    let held = bench(&[&common[..], &one[..], &["--hold", "30ms"]].concat());
-    assert!(count(&held, "throttled") > 0, "{held}");
-    let after = bench(&[&common[..], &one[..]].concat());
-    assert_eq!(count(&after, "throttled"), 0, "{after}");
-    assert_eq!(count(&after, "admitted"), count(&after, "sent"), "{after}");
+    assert_leases_come_back(&common);
 
     let strict = std::fs::read_to_string(dir.path().join("weir.toml")).unwrap()
         + "\n[[policy]]\nname = \"spaced\"\nstrict = { qps = 5 }\n";

@@ -34,59 +34,55 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 20))?;
     let (upper, lower) = root.split_vertically(SIZE.1 / 2 - 20);
-    let end = timeline.last().map_or(1.0, |p| p.at).max(1.0);
-
     let slowest = timeline.iter().map(|p| p.p99).fold(0.0, f64::max);
-    let mut latency = ChartBuilder::on(&upper)
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..end, 0.0..(slowest * 1.1).max(0.001))?;
-    latency
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("latency, ms")
-        .draw()?;
-    let series: [Series; 2] = [("p50", |p| p.p50, BLUE), ("p99", |p| p.p99, RED)];
-    for (name, value, color) in series {
-        latency
-            .draw_series(LineSeries::new(
-                timeline.iter().map(|p| (p.at, value(p))),
-                color,
-            ))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-    }
-    latency
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-
+    panel(
+        &upper,
+        timeline,
+        "latency, ms",
+        (slowest * 1.1).max(0.001),
+        &[("p50", |p| p.p50, BLUE), ("p99", |p| p.p99, RED)],
+    )?;
     let busiest = timeline
         .iter()
         .map(|p| p.rps.max(p.admitted + p.throttled))
         .fold(0.0, f64::max);
-    let mut rates = ChartBuilder::on(&lower)
+    panel(
+        &lower,
+        timeline,
+        "requests per second",
+        (busiest * 1.1).max(1.0),
+        &[
+            ("sent", |p| p.rps, BLACK),
+            ("admitted", |p| p.admitted, RGBColor(0, 140, 0)),
+            ("throttled", |p| p.throttled, RGBColor(230, 120, 0)),
+            ("missed", |p| p.missed, MAGENTA),
+        ],
+    )?;
+    root.present()?;
+    Ok(())
+}
+
+/// One chart: `series` over the run's seconds, the y axis from 0 to `top`.
+fn panel(
+    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
+    timeline: &[Point],
+    y_desc: &str,
+    top: f64,
+    series: &[Series],
+) -> Drawn {
+    let end = timeline.last().map_or(1.0, |p| p.at).max(1.0);
+    let mut chart = ChartBuilder::on(area)
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(64)
-        .build_cartesian_2d(0.0..end, 0.0..(busiest * 1.1).max(1.0))?;
-    rates
+        .build_cartesian_2d(0.0..end, 0.0..top)?;
+    chart
         .configure_mesh()
         .x_desc("seconds")
-        .y_desc("requests per second")
+        .y_desc(y_desc)
         .draw()?;
-    let green = RGBColor(0, 140, 0);
-    let orange = RGBColor(230, 120, 0);
-    let series: [Series; 4] = [
-        ("sent", |p| p.rps, BLACK),
-        ("admitted", |p| p.admitted, green),
-        ("throttled", |p| p.throttled, orange),
-        ("missed", |p| p.missed, MAGENTA),
-    ];
-    for (name, value, color) in series {
-        rates
+    for &(name, value, color) in series {
+        chart
             .draw_series(LineSeries::new(
                 timeline.iter().map(|p| (p.at, value(p))),
                 color,
@@ -94,12 +90,11 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
             .label(name)
             .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
     }
-    rates
+    chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
