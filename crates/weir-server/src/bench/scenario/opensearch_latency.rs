@@ -93,6 +93,8 @@ pub struct OpensearchLatency {
     pub runs: usize,
     /// The six cells, steady first.
     pub rows: Vec<LatencyRow>,
+    /// Why the Redis baseline is missing, when it is.
+    pub redis_missing: Option<String>,
 }
 
 impl OpensearchLatency {
@@ -146,6 +148,9 @@ impl OpensearchLatency {
                     ));
                 }
             }
+        }
+        if let Some(why) = &self.redis_missing {
+            text.push_str(&format!("redis-lua left out: {why}\n"));
         }
         text
     }
@@ -227,10 +232,14 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
         }
     }
     drop(nodes);
+    let redis_missing = redis
+        .is_none()
+        .then(|| "redis-server is not installed".to_owned());
     drop(redis);
     Ok(OpensearchLatency {
         seconds: settings.duration.as_secs_f64(),
         runs,
+        redis_missing,
         rows,
     })
 }
@@ -263,6 +272,7 @@ mod tests {
                 row("node-only", "steady", 0.21, 0.52),
                 row("shared-only", "steady", 0.3, 0.9),
             ],
+            redis_missing: Some("redis-server is not installed".to_owned()),
         };
         let (p50, p99) = report.added_us("shared-only", "steady").unwrap();
         assert!((p50 - 100.0).abs() < 1e-9 && (p99 - 400.0).abs() < 1e-9);
@@ -276,6 +286,10 @@ mod tests {
         );
         assert!(
             text.contains("shared-only over none, steady: p50 +100 µs, p99 +400 µs"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("redis-lua left out: redis-server is not installed\n"),
             "{text}"
         );
     }
