@@ -26,7 +26,7 @@ use weir::{Clock, Nanos};
 
 use crate::pool::{Grant, SharedPool};
 use crate::ring::SharedRing;
-use crate::transport::{LeaseRequest, Transport};
+use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
 /// A bucket's cluster-wide concurrency settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +100,8 @@ pub struct ClusterRefusal {
     /// "reached its per-node limit of N", "reached its shared limit of M", both, or "could not
     /// check its shared limit of M".
     pub reason: String,
+    /// Whether the limits were reached (rather than the shared one could not be checked).
+    pub full: bool,
 }
 
 /// A shared lease this coordinator holds: where it lives now.
@@ -114,8 +116,6 @@ struct HeldLease {
 /// Counters of what admission did.
 #[derive(Debug, Default)]
 pub struct AdmissionCounters {
-    /// Admissions by the node tier.
-    pub node: AtomicU64,
     /// Leases granted by owners.
     pub shared: AtomicU64,
     /// Fail-opens (`on_unavailable = "open"`).
@@ -206,10 +206,11 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         }
     }
 
-    fn refusal(&self, bucket: &str, reason: String) -> ClusterRefusal {
+    fn refusal(&self, bucket: &str, reason: String, full: bool) -> ClusterRefusal {
         ClusterRefusal {
             bucket: bucket.to_owned(),
             reason,
+            full,
         }
     }
 
@@ -228,7 +229,6 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     pub async fn acquire(&self, bucket: &str) -> Result<ClusterAdmission, ClusterRefusal> {
         if let Some(node_tier) = &self.node_tier {
             if let Ok(grant) = node_tier.try_acquire(bucket, 1) {
-                self.counters.node.fetch_add(1, Ordering::Relaxed);
                 return Ok(ClusterAdmission {
                     tier: Tier::Node,
                     hold: Hold::Permit(grant.taken),
@@ -236,7 +236,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             }
         }
         if self.config.shared_limit == 0 {
-            return Err(self.refusal(bucket, self.full_reason()));
+            return Err(self.refusal(bucket, self.full_reason(), true));
         }
         // A grant that comes back after the ring moved the bucket is returned and asked for
         // again of the new owner: the handoff of that change may already have run without it,
@@ -270,7 +270,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         hold: Hold::Lease(handle),
                     });
                 }
-                Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason())),
+                Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason(), true)),
                 Ok(Grant::TooManyBuckets) | Err(()) => {
                     return self.unavailable(bucket, ring.members().len());
                 }
@@ -283,31 +283,35 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// Asks `owner` for a lease on `bucket`: this node's own pool without a hop, else one call
     /// bounded by the acquire timeout. `Err` when the owner could not be asked.
     async fn ask_owner(&self, bucket: &str, owner: &str) -> Result<Grant, ()> {
+        let ttl = u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
+        let now = self.clock.now();
+        if owner == self.node_id {
+            return Ok(self.pool.acquire(
+                bucket,
+                self.config.shared_limit,
+                &self.node_id,
+                ttl,
+                now,
+            ));
+        }
         let request = LeaseRequest {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
             holder: self.node_id.clone(),
-            ttl: u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX),
-            now: self.clock.now(),
+            ttl,
+            now,
         };
-        if owner == self.node_id {
-            return Ok(self.pool.acquire(
-                &request.bucket,
-                request.limit,
-                &request.holder,
-                request.ttl,
-                request.now,
-            ));
-        }
-        match tokio::time::timeout(
-            self.config.acquire_timeout,
-            self.transport.acquire(owner, request),
-        )
-        .await
-        {
-            Ok(answer) => answer.map_err(|_| ()),
-            Err(_) => Err(()),
-        }
+        self.call(self.transport.acquire(owner, request))
+            .await
+            .ok_or(())
+    }
+
+    /// A call to an owner, bounded by the acquire timeout; `None` if it failed or timed out.
+    async fn call<R>(&self, call: BoxFuture<'_, Result<R, TransportError>>) -> Option<R> {
+        tokio::time::timeout(self.config.acquire_timeout, call)
+            .await
+            .ok()?
+            .ok()
     }
 
     /// The owner could not be asked: the policy's `on_unavailable` decides.
@@ -326,9 +330,11 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     hold: Hold::Nothing,
                 })
             }
-            OnUnavailable::Closed => {
-                Err(self.refusal(bucket, format!("could not check its shared limit of {m}")))
-            }
+            OnUnavailable::Closed => Err(self.refusal(
+                bucket,
+                format!("could not check its shared limit of {m}"),
+                false,
+            )),
             OnUnavailable::LocalShare => {
                 let share = ceil_div(m, members as u64);
                 let shape = Shape::Concurrency { limit: share };
@@ -349,6 +355,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         format!(
                             "could not check its shared limit of {m}, and this node's share of it ({share}) is in use"
                         ),
+                        false,
                     )),
                 }
             }
@@ -365,11 +372,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         if owner == self.node_id {
             self.pool.release(bucket, id);
         } else {
-            let _ = tokio::time::timeout(
-                self.config.acquire_timeout,
-                self.transport.release(owner, bucket, id),
-            )
-            .await;
+            let _ = self.call(self.transport.release(owner, bucket, id)).await;
         }
     }
 
@@ -398,14 +401,11 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         let renewed = if lease.owner == self.node_id {
             self.pool.renew(&lease.bucket, lease.id, ttl, now).is_some()
         } else {
-            tokio::time::timeout(
-                self.config.acquire_timeout,
+            self.call(
                 self.transport
                     .renew(&lease.owner, &lease.bucket, lease.id, ttl, now),
             )
             .await
-            .ok()
-            .and_then(Result::ok)
             .unwrap_or(false)
         };
         if renewed {
@@ -440,18 +440,13 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         .adopt(&lease.bucket, &self.node_id, lease.expires_at),
                 )
             } else {
-                tokio::time::timeout(
-                    self.config.acquire_timeout,
-                    self.transport.adopt(
-                        &new_owner,
-                        &lease.bucket,
-                        &self.node_id,
-                        lease.expires_at,
-                    ),
-                )
+                self.call(self.transport.adopt(
+                    &new_owner,
+                    &lease.bucket,
+                    &self.node_id,
+                    lease.expires_at,
+                ))
                 .await
-                .ok()
-                .and_then(Result::ok)
             };
             let Some(id) = adopted else { continue };
             let still_held = match self.held_leases().get_mut(&handle) {

@@ -264,11 +264,7 @@ mod tests {
                 if self.gated.load(Ordering::SeqCst) {
                     self.gate.notified().await;
                 }
-                let mut answers = Vec::new();
-                for request in requests {
-                    answers.push(self.network.acquire(&owner, request).await);
-                }
-                answers
+                self.network.acquire_batch(&owner, requests).await
             })
         }
         fn release_batch(
@@ -277,14 +273,19 @@ mod tests {
             leases: Vec<(String, u64)>,
         ) -> BoxFuture<'_, Result<(), TransportError>> {
             self.release_calls.fetch_add(1, Ordering::SeqCst);
-            let owner = owner.to_owned();
-            Box::pin(async move {
-                for (bucket, lease) in leases {
-                    self.network.release(&owner, &bucket, lease).await?;
-                }
-                Ok(())
-            })
+            self.network.release_batch(owner, leases)
         }
+    }
+
+    /// Lets the batching tasks run until `done` holds; fails if it never does.
+    async fn until(what: &str, mut done: impl FnMut() -> bool) {
+        for _ in 0..10_000 {
+            if done() {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("never happened: {what}");
     }
 
     fn one_owner() -> (Arc<Counting>, Arc<SharedPool>) {
@@ -327,9 +328,10 @@ mod tests {
         let mut answers = Vec::new();
         for slot in 1..=MAX_IN_FLIGHT {
             answers.push(batching.acquire("n1", request("b0")));
-            while counting.lease_calls.load(Ordering::SeqCst) < slot {
-                tokio::task::yield_now().await;
-            }
+            until("the slot's call", || {
+                counting.lease_calls.load(Ordering::SeqCst) >= slot
+            })
+            .await;
         }
         // Queued as `acquire` returns, behind the four held calls.
         for i in 0..96 {
@@ -361,9 +363,7 @@ mod tests {
         }
         assert_eq!(counting.lease_calls.load(Ordering::SeqCst), 3);
         // Releases go out on their own task; they land by the next batch at the latest.
-        while pool.in_use("b", 0) > 0 {
-            tokio::task::yield_now().await;
-        }
+        until("every release landed", || pool.in_use("b", 0) == 0).await;
     }
 
     /// A grant whose asker gave up waiting is given back rather than held until its TTL.
@@ -376,15 +376,16 @@ mod tests {
         // The asker stops waiting (a timeout would drop it the same way)…
         let gave_up = tokio::time::timeout(std::time::Duration::ZERO, asked).await;
         assert!(gave_up.is_err());
-        while counting.lease_calls.load(Ordering::SeqCst) < 1 {
-            tokio::task::yield_now().await;
-        }
+        until("the call", || {
+            counting.lease_calls.load(Ordering::SeqCst) >= 1
+        })
+        .await;
         // …then the owner grants it.
         counting.gated.store(false, Ordering::SeqCst);
         counting.gate.notify_waiters();
-        while counting.release_calls.load(Ordering::SeqCst) < 1 || pool.in_use("b", 0) > 0 {
-            tokio::task::yield_now().await;
-        }
-        assert_eq!(pool.in_use("b", 0), 0);
+        until("the late grant given back", || {
+            counting.release_calls.load(Ordering::SeqCst) >= 1 && pool.in_use("b", 0) == 0
+        })
+        .await;
     }
 }

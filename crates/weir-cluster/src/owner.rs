@@ -32,9 +32,7 @@ impl Owner {
 
     /// Grants a lease if this node owns the bucket in its own view of the ring.
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {
-        if self.ring.owner_of(&request.bucket).as_deref() != Some(self.node_id.as_str()) {
-            return Err(TransportError::NotOwner(self.node_id.clone()));
-        }
+        self.fence(&request.bucket)?;
         Ok(self.pool.acquire(
             &request.bucket,
             request.limit,
@@ -52,9 +50,7 @@ impl Owner {
         holder: &str,
         expires_at: weir::Nanos,
     ) -> Result<u64, TransportError> {
-        if self.ring.owner_of(bucket).as_deref() != Some(self.node_id.as_str()) {
-            return Err(TransportError::NotOwner(self.node_id.clone()));
-        }
+        self.fence(bucket)?;
         Ok(self.pool.adopt(bucket, holder, expires_at))
     }
 
@@ -68,9 +64,12 @@ impl Owner {
         self.pool.release(bucket, lease);
     }
 
-    /// The pool behind the fence.
-    pub fn pool(&self) -> &Arc<SharedPool> {
-        &self.pool
+    /// `NotOwner` unless this node's own ring names it `bucket`'s owner.
+    fn fence(&self, bucket: &str) -> Result<(), TransportError> {
+        match self.ring.is_owner(bucket, &self.node_id) {
+            true => Ok(()),
+            false => Err(TransportError::NotOwner(self.node_id.clone())),
+        }
     }
 }
 

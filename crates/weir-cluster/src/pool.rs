@@ -276,7 +276,6 @@ mod tests {
                 .collect();
             let grants = threads
                 .into_iter()
-                .filter(|_| true)
                 .map(|t| t.join().unwrap())
                 .filter(|&g| g)
                 .count();

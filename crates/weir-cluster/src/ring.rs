@@ -133,6 +133,11 @@ impl SharedRing {
     pub fn owner_of(&self, bucket: &str) -> Option<String> {
         self.ring.load().owner_of(bucket).map(str::to_owned)
     }
+
+    /// Whether the current ring names `node` as `bucket`'s owner (without copying the name).
+    pub fn is_owner(&self, bucket: &str, node: &str) -> bool {
+        self.ring.load().owner_of(bucket) == Some(node)
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::lease::LeaseId;
-use weir::policy::{PolicyConfig, PolicySet, RejectReason, Request, ThrottledRow};
+use weir::policy::{
+    Policy, PolicyConfig, PolicySet, RejectReason, Rejection, Request, ThrottledRow,
+};
 use weir::{Clock, SystemClock};
 
 use crate::cluster::ClusterMode;
@@ -281,8 +283,16 @@ impl App {
             .policies
             .get(&input.policy)
             .ok_or_else(|| ApiError::unknown_policy(&input.policy))?;
-        let config = policy.config();
-        let max_cost = config.max_cost.unwrap_or(self.max_cost);
+        // Only what the decision needs: the config itself is not copied per request.
+        let (max_cost, lease_ttl, shares) = policy.with_config(|config| {
+            let concurrency = config.concurrency.as_ref();
+            (
+                config.max_cost.unwrap_or(self.max_cost),
+                concurrency.map(|c| c.lease_ttl),
+                concurrency.is_some_and(|c| c.shared_limit > 0)
+                    && config.mode == weir::policy::Mode::Enforce,
+            )
+        });
         let cost = input.cost.unwrap_or(1);
         if cost == 0 || cost > max_cost {
             return Err(ApiError::invalid(format!(
@@ -303,9 +313,9 @@ impl App {
             Ok(admission) => {
                 let waited = admission.waited();
                 let would_throttle = admission.would_throttle();
-                let lease = match &config.concurrency {
-                    Some(concurrency) if admission.applied() => {
-                        Some(self.hold(&input.policy, Hold::Node(admission), concurrency.lease_ttl))
+                let lease = match lease_ttl {
+                    Some(ttl) if admission.applied() => {
+                        Some(self.hold(&input.policy, Hold::Node(admission), ttl))
                     }
                     // A rate limiter's admission is done as soon as it is answered.
                     _ => None,
@@ -318,62 +328,70 @@ impl App {
                     tier: "node",
                 })
             }
-            Err(rejection) => {
-                // A full node tier of a concurrency policy with a shared limit: in cluster
-                // mode, ask the bucket's owner for a shared lease.
-                if let (
-                    Some(cluster),
-                    Some(concurrency),
-                    RejectReason::Limited { retry_after: None },
-                ) = (&self.cluster, &config.concurrency, rejection.reason)
-                {
-                    if concurrency.shared_limit > 0 && config.mode == weir::policy::Mode::Enforce {
-                        let coordinator =
-                            cluster.coordinator(&input.policy, concurrency, config.max_keys);
-                        return Ok(match coordinator.acquire(&input.key).await {
-                            Ok(admission) => {
-                                let tier = crate::cluster::tier_name(admission.tier);
-                                let lease = self.hold(
-                                    &input.policy,
-                                    Hold::Shared(admission, coordinator),
-                                    concurrency.lease_ttl,
-                                );
-                                AcquireOutcome::Admitted {
-                                    waited: Duration::ZERO,
-                                    lease: Some(lease),
-                                    would_throttle: false,
-                                    limit,
-                                    tier,
-                                }
-                            }
-                            Err(refusal) => {
-                                let reason = if concurrency.node_limit > 0
-                                    && refusal.reason.starts_with("reached its shared limit")
-                                {
-                                    format!(
-                                        "reached its per-node limit of {} and its shared limit of {}",
-                                        concurrency.node_limit, concurrency.shared_limit
-                                    )
-                                } else {
-                                    refusal.reason
-                                };
-                                AcquireOutcome::Refused {
-                                    retry_after: None,
-                                    reason: format!(
-                                        "policy `{}`: bucket `{}` {reason}",
-                                        input.policy, input.key
-                                    ),
-                                    limit,
-                                }
-                            }
-                        });
-                    }
-                }
-                Ok(AcquireOutcome::Refused {
-                    retry_after: rejection.retry_after(),
-                    reason: rejection.to_string(),
+            // A full node tier of a concurrency policy with a shared limit: in cluster mode,
+            // ask the bucket's owner for a shared lease.
+            Err(Rejection {
+                reason: RejectReason::Limited { retry_after: None },
+                ..
+            }) if shares && self.cluster.is_some() => {
+                Ok(self.acquire_shared(&policy, &input, limit).await)
+            }
+            Err(rejection) => Ok(AcquireOutcome::Refused {
+                retry_after: rejection.retry_after(),
+                reason: rejection.to_string(),
+                limit,
+            }),
+        }
+    }
+
+    /// The shared tier: a lease from the bucket's owner, for a request the node tier refused.
+    async fn acquire_shared(
+        &self,
+        policy: &Policy<SystemClock>,
+        input: &AcquireInput,
+        limit: Option<f64>,
+    ) -> AcquireOutcome {
+        let cluster = self.cluster.as_ref().expect("only asked in cluster mode");
+        let config = policy.config();
+        let concurrency = config
+            .concurrency
+            .as_ref()
+            .expect("only asked for concurrency policies");
+        let coordinator = cluster.coordinator(&input.policy, concurrency, config.max_keys);
+        match coordinator.acquire(&input.key).await {
+            Ok(admission) => {
+                let tier = crate::cluster::tier_name(admission.tier);
+                let lease = self.hold(
+                    &input.policy,
+                    Hold::Shared(admission, coordinator),
+                    concurrency.lease_ttl,
+                );
+                AcquireOutcome::Admitted {
+                    waited: Duration::ZERO,
+                    lease: Some(lease),
+                    would_throttle: false,
                     limit,
-                })
+                    tier,
+                }
+            }
+            Err(refusal) => {
+                // The coordinator is shared-only; a full bucket here is full on both tiers.
+                let reason = if concurrency.node_limit > 0 && refusal.full {
+                    format!(
+                        "reached its per-node limit of {} and its shared limit of {}",
+                        concurrency.node_limit, concurrency.shared_limit
+                    )
+                } else {
+                    refusal.reason.clone()
+                };
+                AcquireOutcome::Refused {
+                    retry_after: None,
+                    reason: format!(
+                        "policy `{}`: bucket `{}` {reason}",
+                        input.policy, refusal.bucket
+                    ),
+                    limit,
+                }
             }
         }
     }
@@ -606,7 +624,7 @@ impl App {
         name: &str,
         mut config: PolicyConfig,
         if_match: Option<&str>,
-    ) -> Result<(bool, String), ApiError> {
+    ) -> Result<(bool, TaggedPolicy), ApiError> {
         if config.name.is_empty() {
             config.name = name.to_owned();
         } else if config.name != name {
@@ -627,7 +645,13 @@ impl App {
             .upsert(config.clone())
             .map_err(|e| ApiError::invalid(e.to_string()))?;
         *overlay = next;
-        Ok((created, etag_of(&config)))
+        Ok((
+            created,
+            TaggedPolicy {
+                etag: etag_of(&config),
+                config,
+            },
+        ))
     }
 
     /// Deletes a policy: written to the data dir, then applied.

@@ -288,17 +288,17 @@ async fn put_policy(
     ApiJson(config): ApiJson<PolicyConfig>,
 ) -> Result<Response, ApiError> {
     app.check_admin(header_str(&headers, header::AUTHORIZATION))?;
-    let (created, etag) = app
+    let (created, stored) = app
         .put_policy(&name, config, header_str(&headers, header::IF_MATCH))
         .await?;
-    let body = serde_json::to_value(app.policy(&name)?.config)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let body =
+        serde_json::to_value(&stored.config).map_err(|e| ApiError::internal(e.to_string()))?;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok(with_etag(body, status, &etag))
+    Ok(with_etag(body, status, &stored.etag))
 }
 
 async fn delete_policy(

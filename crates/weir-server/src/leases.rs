@@ -81,16 +81,14 @@ impl Leases {
 
     /// Releases a lease; false if it is unknown.
     pub fn release(&self, id: LeaseId) -> bool {
-        let held = self.lock().release(id);
-        // Released outside the lock: releasing a permit may wake a waiter.
-        let released = held.is_some();
-        if let Some(held) = held {
-            held.admission.release();
-        }
-        if released {
-            self.released.fetch_add(1, Ordering::Relaxed);
-        }
-        released
+        // Released outside the lock (dropped at the end of this statement): releasing a
+        // permit may wake a waiter.
+        let Some(held) = self.lock().release(id) else {
+            return false;
+        };
+        held.admission.release();
+        self.released.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Renews a live lease to `now + ttl`; its new expiry, or `None` if unknown or expired.

@@ -140,15 +140,12 @@ async fn concurrency_leases_are_released_renewed_and_reclaimed() {
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    let (_, metrics) = (
-        StatusCode::OK,
-        reqwest::get(server.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap(),
-    );
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(metrics.contains("weir_leases_expired_total 1"), "{metrics}");
 }
 

@@ -5,7 +5,8 @@
 //! - `before_call` when nothing is limited, and on a key with no limit while another key is;
 //! - `after_call` recording a call, with 10 000 keys tracked;
 //! - a whole call through `ThrottleLayer` around a service that answers at once, against the
-//!   bare service: the difference is what the layer adds per call.
+//!   bare service: the difference is what the layer adds per call;
+//! - `HostLimiter::try_acquire` on a known RPC type whose bucket never runs dry.
 //!
 //! Futures that complete on their first poll are polled once with a no-op waker, so no runtime
 //! is measured.
@@ -21,6 +22,7 @@ use std::time::Duration;
 use criterion::{Criterion, criterion_group, criterion_main};
 use tower::{Layer, Service, service_fn};
 use weir::SystemClock;
+use weir::backpressure::host::{HostLimiter, HostLimitsConfig};
 use weir::backpressure::{AdaptiveConfig, Backpressure};
 use weir::layer::ThrottleLayer;
 
@@ -100,11 +102,28 @@ fn calls(c: &mut Criterion) {
     group.finish();
 }
 
+fn host(c: &mut Criterion) {
+    let host = HostLimiter::new(
+        HostLimitsConfig {
+            enabled: true,
+            default_qps: 1e9,
+            ..HostLimitsConfig::default()
+        },
+        &["PREPARE_ROWSET"],
+        1,
+        SystemClock::new(),
+    )
+    .expect("valid config");
+    c.bench_function("host/try_acquire", |b| {
+        b.iter(|| black_box(host.try_acquire(black_box("PREPARE_ROWSET")).is_ok()))
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = calls
+    targets = calls, host
 }
 criterion_main!(benches);

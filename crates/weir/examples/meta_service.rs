@@ -11,7 +11,6 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,11 +87,9 @@ async fn main() {
     let mut tables = vec![("hot", 400u64), ("warm", 150)];
     let cold: Vec<String> = (1..=5).map(|i| format!("cold-{i}")).collect();
     tables.extend(cold.iter().map(|name| (name.as_str(), 10)));
-    let sent = Arc::new(AtomicU64::new(0));
     for (table, per_second) in tables {
         let mut client = client.clone();
         let table = table.to_owned();
-        let sent = Arc::clone(&sent);
         tokio::spawn(async move {
             let gap = Duration::from_secs(1) / per_second as u32;
             loop {
@@ -102,7 +99,6 @@ async fn main() {
                     .expect("a valid request");
                 let Ok(ready) = client.ready().await;
                 let Ok(_) = ready.call(request).await;
-                sent.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(gap).await;
             }
         });

@@ -28,6 +28,15 @@ fn target(request: &Req) -> Option<(String, String)> {
     Some((header("rpc")?, header("table")?))
 }
 
+/// Waits until `service` is ready and sends it `request` (every service here is infallible).
+async fn send<S>(service: &mut S, request: Req) -> S::Response
+where
+    S: Service<Req>,
+    S::Error: std::fmt::Debug,
+{
+    service.ready().await.unwrap().call(request).await.unwrap()
+}
+
 fn call(rpc: &str, table: &str) -> Req {
     http::Request::builder()
         .header("rpc", rpc)
@@ -73,31 +82,13 @@ async fn busy_answers_throttle_the_hot_table_and_clones_share_the_state() {
     let mut client = layer.layer(server);
     // 30 calls to the hot table, 3 to a cold one, in the window: 10 and 1 qps.
     for _ in 0..30 {
-        client
-            .ready()
-            .await
-            .unwrap()
-            .call(call("PREP", "hot"))
-            .await
-            .unwrap();
+        send(&mut client, call("PREP", "hot")).await;
     }
     for _ in 0..3 {
-        client
-            .ready()
-            .await
-            .unwrap()
-            .call(call("PREP", "cold"))
-            .await
-            .unwrap();
+        send(&mut client, call("PREP", "cold")).await;
     }
     busy.store(true, Ordering::Relaxed);
-    let answer = client
-        .ready()
-        .await
-        .unwrap()
-        .call(call("PREP", "cold"))
-        .await
-        .unwrap();
+    let answer = send(&mut client, call("PREP", "cold")).await;
     assert_eq!(answer.status(), 503);
     busy.store(false, Ordering::Relaxed);
     assert_eq!(
@@ -115,23 +106,11 @@ async fn busy_answers_throttle_the_hot_table_and_clones_share_the_state() {
     let mut clone = client.clone();
     let start = tokio::time::Instant::now();
     for _ in 0..3 {
-        clone
-            .ready()
-            .await
-            .unwrap()
-            .call(call("PREP", "hot"))
-            .await
-            .unwrap();
+        send(&mut clone, call("PREP", "hot")).await;
     }
     assert_eq!(start.elapsed(), Duration::from_millis(400));
     let before = tokio::time::Instant::now();
-    clone
-        .ready()
-        .await
-        .unwrap()
-        .call(call("PREP", "cold"))
-        .await
-        .unwrap();
+    send(&mut clone, call("PREP", "cold")).await;
     assert_eq!(before.elapsed(), Duration::ZERO);
 }
 
@@ -163,13 +142,7 @@ async fn host_limits_apply_per_rpc_type_and_a_custom_classifier_works() {
     let mut client = layer.layer(server);
     let start = tokio::time::Instant::now();
     for _ in 0..11 {
-        client
-            .ready()
-            .await
-            .unwrap()
-            .call(call("COMMIT", "t"))
-            .await
-            .unwrap();
+        send(&mut client, call("COMMIT", "t")).await;
     }
     assert_eq!(
         start.elapsed(),
@@ -204,37 +177,19 @@ async fn the_policy_layer_sheds_with_429_or_resource_exhausted() {
     let server = service_fn(|_request: Req| async { Ok::<_, Infallible>(Res::new("ok".into())) });
     let mut service = PolicyLayer::new(Arc::clone(&p), tenant).layer(server);
 
-    let ok = service
-        .ready()
-        .await
-        .unwrap()
-        .call(from("a", false))
-        .await
-        .unwrap();
+    let ok = send(&mut service, from("a", false)).await;
     assert_eq!(
         (ok.status(), ok.body().as_str()),
         (http::StatusCode::OK, "ok")
     );
-    let shed = service
-        .ready()
-        .await
-        .unwrap()
-        .call(from("a", false))
-        .await
-        .unwrap();
+    let shed = send(&mut service, from("a", false)).await;
     assert_eq!(shed.status(), http::StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(
         shed.headers()["retry-after"],
         "1",
         "500 ms, rounded up to a second"
     );
-    let grpc = service
-        .ready()
-        .await
-        .unwrap()
-        .call(from("a", true))
-        .await
-        .unwrap();
+    let grpc = send(&mut service, from("a", true)).await;
     assert_eq!(grpc.status(), http::StatusCode::OK);
     assert_eq!(grpc.headers()["grpc-status"], "8");
     assert!(
@@ -244,22 +199,10 @@ async fn the_policy_layer_sheds_with_429_or_resource_exhausted() {
             .starts_with("policy `api`")
     );
     // Another tenant is not affected; a request without a tenant passes, counted as unkeyed.
-    let other = service
-        .ready()
-        .await
-        .unwrap()
-        .call(from("b", false))
-        .await
-        .unwrap();
+    let other = send(&mut service, from("b", false)).await;
     assert_eq!(other.status(), http::StatusCode::OK);
     let anonymous = http::Request::new(String::new());
-    let passed = service
-        .ready()
-        .await
-        .unwrap()
-        .call(anonymous)
-        .await
-        .unwrap();
+    let passed = send(&mut service, anonymous).await;
     assert_eq!(passed.status(), http::StatusCode::OK);
     let stats = p.stats();
     assert_eq!((stats.admitted, stats.rejected, stats.unkeyed), (2, 2, 1));
@@ -279,13 +222,7 @@ async fn permits_are_released_when_the_response_completes_or_is_dropped() {
     let slow = tokio::spawn(slow);
     tokio::task::yield_now().await;
     assert_eq!(p.stats().in_flight, 1);
-    let shed = service
-        .ready()
-        .await
-        .unwrap()
-        .call(from("a", false))
-        .await
-        .unwrap();
+    let shed = send(&mut service, from("a", false)).await;
     assert_eq!(shed.status(), http::StatusCode::TOO_MANY_REQUESTS);
     assert!(
         shed.headers().get("retry-after").is_none(),
@@ -306,13 +243,7 @@ async fn permits_are_released_when_the_response_completes_or_is_dropped() {
     abandoned.abort();
     let _ = abandoned.await;
     assert_eq!(p.stats().in_flight, 0);
-    let ok = service
-        .ready()
-        .await
-        .unwrap()
-        .call(from("a", false))
-        .await
-        .unwrap();
+    let ok = send(&mut service, from("a", false)).await;
     assert_eq!(ok.status(), http::StatusCode::OK);
 }
 
@@ -323,13 +254,7 @@ async fn a_waiting_policy_delays_instead_of_shedding() {
     let mut service = PolicyLayer::new(p, tenant).layer(server);
     let start = tokio::time::Instant::now();
     for _ in 0..3 {
-        let ok = service
-            .ready()
-            .await
-            .unwrap()
-            .call(from("a", false))
-            .await
-            .unwrap();
+        let ok = send(&mut service, from("a", false)).await;
         assert_eq!(ok.status(), http::StatusCode::OK);
     }
     assert_eq!(start.elapsed(), Duration::from_millis(200));

@@ -40,32 +40,12 @@ impl LocalNode {
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("starting {} serve", binary.display()))?;
-        let stdout = child.stdout.take().expect("piped");
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("listening ") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let Ok(line) = rx.recv_timeout(START_TIMEOUT) else {
+        let Some((http, grpc)) = listening(&mut child, START_TIMEOUT) else {
             let _ = child.kill();
             let _ = child.wait();
             anyhow::bail!("weir serve did not say where it listens within {START_TIMEOUT:?}");
         };
-        let field = |name: &str| {
-            line.split_whitespace()
-                .find_map(|part| part.strip_prefix(name))
-                .map(|addr| format!("http://{addr}"))
-                .with_context(|| format!("no {name} in {line:?}"))
-        };
-        Ok(LocalNode {
-            http: field("http=")?,
-            grpc: field("grpc=")?,
-            child,
-        })
+        Ok(LocalNode { child, http, grpc })
     }
 
     /// Its process id.
@@ -86,6 +66,29 @@ impl Drop for LocalNode {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits up to `timeout` for a starting `weir serve` (its standard output piped) to print
+/// `listening http=ADDR grpc=ADDR`; returns both as `http://ADDR`. The rest of its output is
+/// read and dropped, so the child never blocks on a full pipe.
+pub fn listening(child: &mut Child, timeout: Duration) -> Option<(String, String)> {
+    let stdout = child.stdout.take()?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if line.starts_with("listening ") {
+                let _ = tx.send(line);
+            }
+        }
+    });
+    let line = rx.recv_timeout(timeout).ok()?;
+    let field = |name: &str| {
+        line.split_whitespace()
+            .find_map(|part| part.strip_prefix(name))
+            .map(|addr| format!("http://{addr}"))
+    };
+    Some((field("http=")?, field("grpc=")?))
 }
 
 /// `utime + stime` of a `/proc/PID/stat` line. They count in USER_HZ ticks, which Linux fixes

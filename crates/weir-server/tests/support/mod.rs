@@ -2,11 +2,11 @@
 
 #![allow(dead_code)] // each test binary uses a different part of this
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
+
+use weir_server::bench::nodes::listening;
 
 /// A running `weir serve`.
 pub struct Server {
@@ -69,39 +69,20 @@ impl Server {
             command.env(name, value);
         }
         let mut child = command.spawn().expect("starting weir serve");
-        let stdout = child.stdout.take().expect("piped stdout");
         let stderr = child.stderr.take().expect("piped stderr");
         let stderr =
             std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if line.starts_with("listening ") {
-                    let _ = tx.send(line);
-                }
-            }
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => line,
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "weir serve did not start: {}",
-                    stderr.join().unwrap_or_default()
-                );
-            }
-        };
-        let field = |name: &str| {
-            line.split_whitespace()
-                .find_map(|part| part.strip_prefix(name))
-                .map(|addr| format!("http://{addr}"))
-                .expect("an address in the listening line")
+        let Some((http, grpc)) = listening(&mut child, Duration::from_secs(30)) else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "weir serve did not start: {}",
+                stderr.join().unwrap_or_default()
+            );
         };
         Server {
-            http: field("http="),
-            grpc: field("grpc="),
+            http,
+            grpc,
             child: Some(child),
             data_dir: data_dir.to_owned(),
             stderr: Some(stderr),

@@ -162,6 +162,12 @@ impl<C: Clock + Clone> HostLimiter<C> {
         if !self.enabled.load(Ordering::Relaxed) {
             return Ok(());
         }
+        // Known types decide through the table's reference: no refcount traffic per call.
+        if let Some(known) = self.buckets.load().get(rpc) {
+            return known
+                .as_ref()
+                .map_or(Ok(()), |bucket| bucket.try_acquire(1));
+        }
         match self.bucket(rpc) {
             Some(bucket) => bucket.try_acquire(1),
             None => Ok(()),

@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos};
 use crate::error::Refused;
 use crate::limiter::gcra::{self, Params};
+use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
 use store::{Cell, Found, KeysExhausted, Store};
 pub use store::{Overflow, StoreCounters};
@@ -500,15 +501,7 @@ enum Behind {
 fn undo(value: &AtomicU64, what: &What, shape: &Shape) {
     match *what {
         What::Tokens(tokens) => gcra::give_back(value, tokens, shape.params()),
-        What::Slot { slot, span } => {
-            // Only the last slot can be handed back; later reservations keep theirs.
-            let _ = value.compare_exchange(
-                slot.saturating_add(span),
-                slot,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-        }
+        What::Slot { slot, span } => strict::give_back(value, slot, span),
         What::Permit(_) | What::Nothing => {}
     }
 }
@@ -537,25 +530,9 @@ fn try_rate(
         }
         Shape::Strict { interval } => {
             let span = cost.saturating_mul(interval);
-            let mut next = cell.value.load(Ordering::Acquire);
-            loop {
-                if next > now {
-                    return Err(KeyedRefusal::Limited(Refused::RetryAfter {
-                        retry_after: Duration::from_nanos(next - now),
-                    }));
-                }
-                match cell.value.compare_exchange_weak(
-                    next,
-                    now.saturating_add(span),
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => {
-                        return Ok(Taken::new(What::Slot { slot: now, span }, found.overflowed));
-                    }
-                    Err(actual) => next = actual,
-                }
-            }
+            strict::take(&cell.value, span, now)
+                .map(|()| Taken::new(What::Slot { slot: now, span }, found.overflowed))
+                .map_err(KeyedRefusal::Limited)
         }
         Shape::Concurrency { .. } => Err(KeyedRefusal::Limited(Refused::NoPermit)),
     }
@@ -598,13 +575,7 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
         }
         Shape::Strict { interval } => {
             let span = cost.saturating_mul(interval);
-            let previous = cell
-                .value
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
-                    Some(next.max(now).saturating_add(span))
-                })
-                .unwrap_or_else(|next| next);
-            let slot = previous.max(now);
+            let slot = strict::book(&cell.value, span, now);
             (slot, What::Slot { slot, span })
         }
         Shape::Concurrency { .. } => return Plan::Refused(Refused::NoPermit),

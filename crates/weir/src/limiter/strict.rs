@@ -75,31 +75,23 @@ impl<C: Clock> Strict<C> {
     /// Reserves the next slot for a request of `cost` (it occupies `cost` slots) and returns the
     /// instant, on this limiter's clock, at which it may run. The caller waits until then.
     pub fn reserve(&self, cost: u64) -> Nanos {
-        let now = self.clock.now();
-        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
-        let previous = self
-            .next
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |next| {
-                Some(next.max(now).saturating_add(span))
-            })
-            .unwrap_or_else(|next| next);
-        previous.max(now)
+        book(&self.next, self.span(cost), self.clock.now())
+    }
+
+    #[inline]
+    fn span(&self, cost: u64) -> u64 {
+        cost.saturating_mul(self.interval.load(Ordering::Acquire))
     }
 
     /// Reserves a slot if it starts within `max_wait` of now; otherwise takes nothing (the slot
     /// is handed back if nobody reserved after it) and says how far away it was.
     pub fn reserve_within(&self, cost: u64, max_wait: Duration) -> Result<Nanos, Duration> {
         let now = self.clock.now();
-        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
-        let slot = self.reserve(cost);
+        let span = self.span(cost);
+        let slot = book(&self.next, span, now);
         let wait = Duration::from_nanos(slot.saturating_sub(now));
         if wait > max_wait {
-            let _ = self.next.compare_exchange(
-                slot.saturating_add(span),
-                slot,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+            give_back(&self.next, slot, span);
             return Err(wait);
         }
         Ok(slot)
@@ -107,25 +99,7 @@ impl<C: Clock> Strict<C> {
 
     /// Runs now if the next slot has come; otherwise refused with the exact time until it does.
     pub fn try_acquire(&self, cost: u64) -> Result<(), Refused> {
-        let now = self.clock.now();
-        let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
-        let mut next = self.next.load(Ordering::Acquire);
-        loop {
-            if next > now {
-                return Err(Refused::RetryAfter {
-                    retry_after: Duration::from_nanos(next - now),
-                });
-            }
-            match self.next.compare_exchange_weak(
-                next,
-                now.saturating_add(span),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(()),
-                Err(actual) => next = actual,
-            }
-        }
+        take(&self.next, self.span(cost), self.clock.now())
     }
 
     /// Reserves a slot and waits for it.
@@ -193,13 +167,56 @@ struct PendingSlot<'a> {
 #[cfg(feature = "tokio")]
 impl Drop for PendingSlot<'_> {
     fn drop(&mut self) {
-        let _ = self.next.compare_exchange(
-            self.slot.saturating_add(self.span),
-            self.slot,
+        give_back(self.next, self.slot, self.span);
+    }
+}
+
+// The slot arithmetic, over the next free instant, shared with the keyed limiter's cells.
+
+/// Takes the slot at `now` if it has come (the next one then starts `span` later); otherwise
+/// refused with the exact time until it does.
+#[inline]
+pub(crate) fn take(next: &AtomicU64, span: u64, now: Nanos) -> Result<(), Refused> {
+    let mut current = next.load(Ordering::Acquire);
+    loop {
+        if current > now {
+            return Err(Refused::RetryAfter {
+                retry_after: Duration::from_nanos(current - now),
+            });
+        }
+        match next.compare_exchange_weak(
+            current,
+            now.saturating_add(span),
             Ordering::AcqRel,
             Ordering::Acquire,
-        );
+        ) {
+            Ok(_) => return Ok(()),
+            Err(actual) => current = actual,
+        }
     }
+}
+
+/// Reserves the next slot, `span` long; returns the instant it starts.
+#[inline]
+pub(crate) fn book(next: &AtomicU64, span: u64, now: Nanos) -> Nanos {
+    let previous = next
+        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
+            Some(current.max(now).saturating_add(span))
+        })
+        .unwrap_or_else(|current| current);
+    previous.max(now)
+}
+
+/// Hands back the slot starting at `slot`, `span` long, if nobody reserved after it (later
+/// reservations keep theirs).
+#[inline]
+pub(crate) fn give_back(next: &AtomicU64, slot: Nanos, span: u64) {
+    let _ = next.compare_exchange(
+        slot.saturating_add(span),
+        slot,
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
 }
 
 #[cfg(test)]

@@ -292,6 +292,11 @@ impl PolicyError {
             .to_owned();
         PolicyError::new(policy, format!("{table}.{}", err.field()), problem)
     }
+
+    /// An adaptive table's problem, named as `adaptive.FIELD` of `policy`.
+    pub(crate) fn from_adaptive(policy: &str, err: crate::backpressure::AdaptiveError) -> Self {
+        PolicyError::new(policy, format!("adaptive.{}", err.field), err.problem)
+    }
 }
 
 /// How a kind is limited under a policy.
@@ -374,11 +379,7 @@ impl PolicyConfig {
             Err(e) => errors.push(e),
             Ok(LimiterSpec::Adaptive(adaptive)) => {
                 if let Err(e) = adaptive.validate() {
-                    errors.push(PolicyError::new(
-                        name,
-                        format!("adaptive.{}", e.field),
-                        e.problem,
-                    ));
+                    errors.push(PolicyError::from_adaptive(name, e));
                 }
             }
             Ok(spec) => {
@@ -543,14 +544,14 @@ impl PolicyConfig {
             LimiterSpec::TokenBucket(s) => s.rate,
             LimiterSpec::LeakyBucket(s) => s.refill_amount as f64,
             LimiterSpec::Strict(s) => s.qps,
-            LimiterSpec::Concurrency(s) => s.node_limit.max(1) as f64,
+            LimiterSpec::Concurrency(_) => {
+                // A concurrency override is the limit itself, not a ratio of a limit that may
+                // be 0.
+                let limit = scale_count(value.round() as u64, factor);
+                return Ok(Shape::Concurrency { limit });
+            }
             LimiterSpec::Adaptive(_) => 1.0,
         };
-        if matches!(spec, LimiterSpec::Concurrency(_)) {
-            // A concurrency override is the limit itself, not a ratio of a limit that may be 0.
-            let limit = scale_count(value.round() as u64, factor);
-            return Ok(Shape::Concurrency { limit });
-        }
         self.shape_for(spec, factor * value / main)
     }
 }

@@ -344,6 +344,11 @@ impl<C: Clock + Clone> Policy<C> {
         self.state.load().config.clone()
     }
 
+    /// Reads the configuration in force without copying it (for the request path).
+    pub fn with_config<R>(&self, read: impl FnOnce(&PolicyConfig) -> R) -> R {
+        read(&self.state.load().config)
+    }
+
     /// Whether the policy applies to requests of `kind`.
     pub fn applies_to(&self, kind: &str) -> bool {
         self.state.load().config.applies_to(kind)
@@ -366,6 +371,7 @@ impl<C: Clock + Clone> Policy<C> {
         };
         match limiter.try_acquire(request.key, request.cost) {
             Ok(grant) => Ok(self.granted(&state, limiter, request, grant)),
+            // Deciding now never times out: no wait to report.
             Err(refusal) => self.refused(&state, limiter, request, refusal, Duration::ZERO),
         }
     }
@@ -405,12 +411,7 @@ impl<C: Clock + Clone> Policy<C> {
         drop(waiting);
         match decided {
             Ok(grant) => Ok(self.granted(&state, &limiter, request, grant)),
-            Err(KeyedRefusal::TimedOut) => {
-                self.record_throttled(&state, &limiter, request);
-                state.stats.decided(Outcome::Rejected, max_wait);
-                Err(self.rejection(RejectReason::WaitedTooLong { max_wait }))
-            }
-            Err(refusal) => self.refused(&state, &limiter, request, refusal, Duration::ZERO),
+            Err(refusal) => self.refused(&state, &limiter, request, refusal, max_wait),
         }
     }
 
@@ -570,30 +571,37 @@ impl<C: Clock + Clone> Policy<C> {
         self.admit(state, Some(grant.taken), grant.waited, outcome)
     }
 
+    /// Counts a refusal and says why; `max_wait` is how long a request that timed out waited.
     fn refused(
         &self,
         state: &Arc<PolicyState<C>>,
         limiter: &KeyedLimiter<C>,
         request: &Request<'_>,
         refusal: KeyedRefusal,
-        waited: Duration,
+        max_wait: Duration,
     ) -> Result<Admission<C>, Rejection> {
         self.record_throttled(state, limiter, request);
         if state.config.mode == config::Mode::Monitor {
             return Ok(self.admit(state, None, Duration::ZERO, Outcome::WouldThrottle));
         }
+        // Only a request that waited its whole `max_wait` has waited at all.
+        let (reason, waited) = match refusal {
+            KeyedRefusal::Limited(refused) => (
+                RejectReason::Limited {
+                    retry_after: refused.retry_after(),
+                },
+                Duration::ZERO,
+            ),
+            KeyedRefusal::KeysExhausted => (
+                RejectReason::KeysExhausted {
+                    max_keys: state.config.max_keys,
+                },
+                Duration::ZERO,
+            ),
+            KeyedRefusal::TimedOut => (RejectReason::WaitedTooLong { max_wait }, max_wait),
+        };
         state.stats.decided(Outcome::Rejected, waited);
-        Err(self.rejection(match refusal {
-            KeyedRefusal::Limited(refused) => RejectReason::Limited {
-                retry_after: refused.retry_after(),
-            },
-            KeyedRefusal::KeysExhausted => RejectReason::KeysExhausted {
-                max_keys: state.config.max_keys,
-            },
-            KeyedRefusal::TimedOut => RejectReason::WaitedTooLong {
-                max_wait: state.config.max_wait,
-            },
-        }))
+        Err(self.rejection(reason))
     }
 
     fn rejection(&self, reason: RejectReason) -> Rejection {
@@ -805,11 +813,7 @@ fn build_state<C: Clock + Clone>(
             dry_run: adaptive.dry_run || config.mode == config::Mode::Monitor,
             ..adaptive.clone()
         };
-        let invalid = |e: crate::backpressure::AdaptiveError| PolicyError {
-            policy: config.name.clone(),
-            field: format!("adaptive.{}", e.field),
-            problem: e.problem,
-        };
+        let invalid = |e| PolicyError::from_adaptive(&config.name, e);
         let controller = match old.and_then(|s| s.adaptive.as_ref()) {
             Some(existing) => {
                 existing.reconfigure(settings).map_err(invalid)?;

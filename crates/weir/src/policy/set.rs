@@ -37,6 +37,27 @@ impl<C: Clock + Clone> Admissions<C> {
             policy.rollback(request, admission);
         }
     }
+
+    /// Adds `policy`'s decision: kept if the policy applied; a refusal gives back everything
+    /// taken so far and is returned.
+    fn and(
+        mut self,
+        policy: &Arc<Policy<C>>,
+        decided: Result<Admission<C>, Rejection>,
+        request: &Request<'_>,
+    ) -> Result<Self, Rejection> {
+        match decided {
+            Ok(admission) if admission.applied() => {
+                self.taken.push((Arc::clone(policy), admission));
+                Ok(self)
+            }
+            Ok(_) => Ok(self),
+            Err(rejection) => {
+                self.rollback(request);
+                Err(rejection)
+            }
+        }
+    }
 }
 
 /// A service's named policies. Reads take no lock; changes are swapped in whole.
@@ -137,16 +158,7 @@ impl<C: Clock + Clone> PolicySet<C> {
     pub fn try_acquire(&self, request: &Request<'_>) -> Result<Admissions<C>, Rejection> {
         let mut admissions = Admissions { taken: Vec::new() };
         for policy in self.policies.load().values() {
-            match policy.try_acquire(request) {
-                Ok(admission) if admission.applied() => {
-                    admissions.taken.push((Arc::clone(policy), admission));
-                }
-                Ok(_) => {}
-                Err(rejection) => {
-                    admissions.rollback(request);
-                    return Err(rejection);
-                }
-            }
+            admissions = admissions.and(policy, policy.try_acquire(request), request)?;
         }
         Ok(admissions)
     }
@@ -157,16 +169,7 @@ impl<C: Clock + Clone> PolicySet<C> {
         let mut admissions = Admissions { taken: Vec::new() };
         let policies = self.policies.load_full();
         for policy in policies.values() {
-            match policy.acquire(request).await {
-                Ok(admission) if admission.applied() => {
-                    admissions.taken.push((Arc::clone(policy), admission));
-                }
-                Ok(_) => {}
-                Err(rejection) => {
-                    admissions.rollback(request);
-                    return Err(rejection);
-                }
-            }
+            admissions = admissions.and(policy, policy.acquire(request).await, request)?;
         }
         Ok(admissions)
     }
