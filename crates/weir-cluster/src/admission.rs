@@ -249,22 +249,31 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             let grant = self.ask_owner(bucket, owner).await;
             match grant {
                 Ok(Grant::Granted { id, expires_at }) => {
-                    if self.ring.owner_of(bucket).as_deref() != Some(owner) {
+                    // Checked and recorded under the registry's lock: `rehome` loads the ring
+                    // before it takes that lock, so it either sees this lease or this check
+                    // sees its ring.
+                    let handle = {
+                        let mut held = self.held_leases();
+                        self.ring.is_owner(bucket, owner).then(|| {
+                            let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
+                            held.insert(
+                                handle,
+                                HeldLease {
+                                    bucket: bucket.to_owned(),
+                                    owner: owner.to_owned(),
+                                    id,
+                                    expires_at,
+                                },
+                            );
+                            handle
+                        })
+                    };
+                    let Some(handle) = handle else {
                         self.counters.raced.fetch_add(1, Ordering::Relaxed);
                         self.release_lease(owner, bucket, id).await;
                         continue;
-                    }
+                    };
                     self.counters.shared.fetch_add(1, Ordering::Relaxed);
-                    let handle = self.next_handle.fetch_add(1, Ordering::Relaxed);
-                    self.held_leases().insert(
-                        handle,
-                        HeldLease {
-                            bucket: bucket.to_owned(),
-                            owner: owner.to_owned(),
-                            id,
-                            expires_at,
-                        },
-                    );
                     return Ok(ClusterAdmission {
                         tier: Tier::Shared,
                         hold: Hold::Lease(handle),
@@ -416,15 +425,24 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         renewed
     }
 
+    /// Drops the shared leases held past their expiry (their owners have dropped them too);
+    /// returns how many. Releasing an admission whose lease is gone is then a no-op.
+    pub fn forget_expired(&self) -> usize {
+        let now = self.clock.now();
+        let mut held = self.held_leases();
+        let before = held.len();
+        held.retain(|_, lease| lease.expires_at > now);
+        before - held.len()
+    }
+
     /// After a ring change: hands every held lease whose bucket has a new owner over to it
     /// (and releases it at the old one, best effort). Returns how many moved. A lease that
     /// cannot be handed over stays where it is and expires there.
     pub async fn rehome(&self) -> usize {
         let ring = self.ring.load();
-        let now = self.clock.now();
+        self.forget_expired();
         let moving: Vec<(u64, HeldLease, String)> = {
-            let mut held = self.held_leases();
-            held.retain(|_, lease| lease.expires_at > now);
+            let held = self.held_leases();
             held.iter()
                 .filter_map(|(&handle, lease)| {
                     let owner = ring.owner_of(&lease.bucket)?;

@@ -54,6 +54,15 @@ impl<T: Transport + 'static> Batching<T> {
         &self.inner
     }
 
+    /// Stops batching for the owners `keep` says no to (nodes that left): their queues close
+    /// and their tasks end once what was queued has gone out.
+    pub fn retain_owners(&self, keep: impl Fn(&str) -> bool) {
+        self.owners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|owner, _| keep(owner));
+    }
+
     /// Runs `f` on `owner`'s queues, starting its tasks on first use.
     fn with_queues<R>(&self, owner: &str, f: impl FnOnce(&Queues) -> R) -> R {
         let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
@@ -387,5 +396,18 @@ mod tests {
             counting.release_calls.load(Ordering::SeqCst) >= 1 && pool.in_use("b", 0) == 0
         })
         .await;
+    }
+
+    /// An owner forgotten (it left) and asked again later gets fresh queues and tasks.
+    #[tokio::test]
+    async fn a_forgotten_owner_is_batched_afresh_when_asked_again() {
+        let (counting, pool) = one_owner();
+        let batching = Batching::new(Arc::clone(&counting));
+        assert!(batching.acquire("n1", request("b")).await.is_ok());
+        batching.retain_owners(|owner| owner != "n1");
+        assert!(batching.owners.lock().unwrap().is_empty());
+        assert!(batching.acquire("n1", request("b")).await.is_ok());
+        assert_eq!(pool.in_use("b", 0), 2);
+        assert_eq!(counting.lease_calls.load(Ordering::SeqCst), 2);
     }
 }

@@ -238,7 +238,9 @@ impl<C: Clock> GrpcTransport<C> {
     /// Sets the gRPC address (`http://host:port`) of every known node.
     pub fn set_addresses(&self, addresses: HashMap<String, String>) {
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        clients.retain(|node, _| addresses.contains_key(node));
+        // A node gone, or back at another address (a restart), gets a new channel.
+        let old = self.addresses.load();
+        clients.retain(|node, _| addresses.get(node) == old.get(node));
         self.addresses.store(Arc::new(addresses));
     }
 

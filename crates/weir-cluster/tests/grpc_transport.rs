@@ -171,3 +171,48 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
     assert_eq!(pool.in_use(&mine, now), 0);
     server.abort();
 }
+
+/// A node that comes back at another address (a restart) is reached there: the channel to the
+/// old address is not kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_back_at_a_new_address_is_reached_there() {
+    use weir::Clock;
+    use weir_cluster::pool::Grant;
+    use weir_cluster::transport::{LeaseRequest, Transport};
+
+    let view = Arc::new(SharedRing::new(ring(&["n2"])));
+    let (first_pool, second_pool) = (Arc::new(SharedPool::new(10)), Arc::new(SharedPool::new(10)));
+    let (first, first_server) = serve(Arc::new(Owner::new(
+        "n2",
+        Arc::clone(&view),
+        Arc::clone(&first_pool),
+    )))
+    .await;
+    let (second, second_server) = serve(Arc::new(Owner::new(
+        "n2",
+        Arc::clone(&view),
+        Arc::clone(&second_pool),
+    )))
+    .await;
+    let transport = GrpcTransport::new(SystemClock::new());
+    let request = || LeaseRequest {
+        bucket: "b".to_owned(),
+        limit: 10,
+        holder: "n1".to_owned(),
+        ttl: 30_000_000_000,
+        now: SystemClock::new().now(),
+    };
+    let now = SystemClock::new().now();
+    transport.set_addresses(HashMap::from([("n2".to_owned(), first)]));
+    let granted = transport.acquire("n2", request()).await;
+    assert!(matches!(granted, Ok(Grant::Granted { .. })), "{granted:?}");
+    transport.set_addresses(HashMap::from([("n2".to_owned(), second)]));
+    let granted = transport.acquire("n2", request()).await;
+    assert!(matches!(granted, Ok(Grant::Granted { .. })), "{granted:?}");
+    assert_eq!(
+        (first_pool.in_use("b", now), second_pool.in_use("b", now)),
+        (1, 1)
+    );
+    first_server.abort();
+    second_server.abort();
+}

@@ -509,3 +509,24 @@ async fn under_load_a_membership_change_over_admits_at_most_one_shared_limit() {
         );
     }
 }
+
+/// A shared lease that expires unreleased is dropped from the coordinator's list by the
+/// periodic sweep (in a stable cluster no handoff would ever prune it), and not before.
+#[tokio::test]
+async fn expired_shared_leases_are_forgotten_by_the_sweep() {
+    let c = cluster(2, config(0, 2, OnUnavailable::Closed));
+    let coordinator = &c.nodes[(c.owner() + 1) % 2];
+    let admission = coordinator.acquire(BUCKET).await.unwrap();
+    assert_eq!(admission.tier, Tier::Shared);
+    c.clock.advance(Duration::from_secs(29));
+    assert_eq!(coordinator.forget_expired(), 0, "still live");
+    c.clock.advance(Duration::from_secs(1));
+    assert_eq!(
+        coordinator.forget_expired(),
+        1,
+        "expired at 30 s, inclusive"
+    );
+    assert_eq!(coordinator.forget_expired(), 0);
+    // Releasing the forgotten admission is a no-op.
+    coordinator.release(admission).await;
+}

@@ -459,6 +459,10 @@ impl App {
 
     /// Reclaims expired leases; returns how many.
     pub fn sweep_leases(&self) -> usize {
+        if let Some(cluster) = &self.cluster {
+            // The owner's pool and the coordinators' lists of shared leases expire alike.
+            cluster.sweep();
+        }
         self.leases.sweep(self.clock.now())
     }
 

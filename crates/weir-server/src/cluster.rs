@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::watch;
-use weir::SystemClock;
 use weir::policy::ConcurrencySpec;
+use weir::{Clock, SystemClock};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::proto::cluster_server::ClusterServer;
@@ -141,7 +141,10 @@ impl ClusterMode {
                 DEFAULT_VNODES,
                 PROTOCOL,
                 &self.pool,
-                |addresses| transport.inner().set_addresses(addresses),
+                |addresses| {
+                    transport.retain_owners(|owner| addresses.contains_key(owner));
+                    transport.inner().set_addresses(addresses);
+                },
             );
             if !applied.departed.is_empty() {
                 tracing::warn!(departed = ?applied.departed, purged = applied.purged, "members left the cluster");
@@ -222,6 +225,20 @@ impl ClusterMode {
             counters.raced += coordinator.counters.raced.load(Relaxed);
         }
         counters
+    }
+
+    /// Periodic upkeep: drops the expired leases of this node's pool (and its empty buckets)
+    /// and the expired shared leases its coordinators still list. Returns how many of each.
+    pub fn sweep(&self) -> (usize, usize) {
+        let swept = self.pool.sweep(SystemClock::new().now());
+        let forgotten = self
+            .coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|(_, coordinator)| coordinator.forget_expired())
+            .sum();
+        (swept, forgotten)
     }
 
     /// The gRPC addresses of the other live members.

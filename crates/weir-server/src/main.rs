@@ -309,7 +309,7 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         };
         let (text, value) = match name.as_str() {
             "rate-accuracy" => {
-                let report = scenario::rate_accuracy::rate_accuracy(duration).await?;
+                let report = scenario::rate_accuracy::rate_accuracy(&settings).await?;
                 (report.render(), serde_json::to_value(&report)?)
             }
             "opensearch-latency" => {

@@ -1,13 +1,10 @@
 //! `rate-accuracy`: how exactly Weir holds many different rates at once — nine token buckets
 //! from 10 to 5000 a second, each offered three times its rate, admitted against configured.
 
-use std::time::Duration;
-
 use serde::Serialize;
 
-use crate::bench::keys::KeyDistribution;
-use crate::bench::run::{self, Hold, RunSettings, TargetSpec};
-use crate::bench::schedule::Profile;
+use super::{ScenarioSettings, one_run};
+use crate::bench::run::{self, TargetSpec};
 use crate::config::ConfigFile;
 
 /// The configured rates `rate-accuracy` runs side by side, per second.
@@ -80,28 +77,19 @@ fn accuracy_config() -> ConfigFile {
 
 /// Offers each of [`ACCURACY_RATES`] three times its rate, in process, all at once, and
 /// compares what was admitted with what was configured.
-pub async fn rate_accuracy(duration: Duration) -> anyhow::Result<RateAccuracy> {
+pub async fn rate_accuracy(settings: &ScenarioSettings) -> anyhow::Result<RateAccuracy> {
     let config = accuracy_config();
     let clients = 4;
     let runs = ACCURACY_RATES.map(|rate| {
-        let settings = RunSettings {
-            target: TargetSpec::InProcess(Box::new(config.clone())),
-            policy: format!("rate-{rate}"),
-            kind: String::new(),
-            cost: 1,
-            clients,
-            rate: f64::from(rate) * OVERLOAD / clients as f64,
-            profile: Profile::Steady,
-            keys: 1,
-            distribution: KeyDistribution::Uniform,
-            duration,
-            warmup: Duration::from_secs(1),
-            precise_pacing: true,
-            hold: Hold::None,
-            // Nine runs at once would print nine progress lines a second.
-            progress: false,
-            configured: Some(f64::from(rate)),
-        };
+        let mut one = one_run(
+            TargetSpec::InProcess(Box::new(config.clone())),
+            &format!("rate-{rate}"),
+            f64::from(rate) * OVERLOAD / clients as f64,
+            settings,
+        );
+        one.clients = clients;
+        one.configured = Some(f64::from(rate));
+        let settings = one;
         tokio::spawn(async move { run::run(&settings).await })
     });
     let mut rows = Vec::with_capacity(runs.len());
@@ -125,7 +113,7 @@ pub async fn rate_accuracy(duration: Duration) -> anyhow::Result<RateAccuracy> {
         .map(|row| (row.ratio - 1.0).abs())
         .fold(0.0, f64::max);
     Ok(RateAccuracy {
-        seconds: duration.as_secs_f64(),
+        seconds: settings.duration.as_secs_f64(),
         rows,
         worst_deviation,
     })
