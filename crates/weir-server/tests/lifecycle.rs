@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
@@ -23,8 +24,13 @@ leaky_bucket = { initial = 0, refill_interval = "30s", refill_amount = 1, max = 
 "#;
 
 async fn put(server: &Server, name: &str, qps: f64) -> StatusCode {
+    put_at(&server.http, name, qps).await
+}
+
+/// `put` against the server at `http` (for tasks that outlive a borrow of the server).
+async fn put_at(http: &str, name: &str, qps: f64) -> StatusCode {
     reqwest::Client::new()
-        .put(server.url(&format!("/v1/policies/{name}")))
+        .put(format!("{http}/v1/policies/{name}"))
         .json(&json!({"strict": {"qps": qps}}))
         .send()
         .await
@@ -76,21 +82,33 @@ async fn kill_9_during_a_stream_of_puts_loses_no_acknowledged_change() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let server = Server::start(CONFIG, &data);
-    let mut acknowledged = Vec::new();
-    let mut killed = false;
-    for i in 0..400u32 {
-        if i == 60 {
-            // Kill it while the next PUTs are in flight.
-            server.signal("KILL");
-            killed = true;
-        }
-        let status = put(&server, &format!("p{}", i % 40), f64::from(i + 1)).await;
-        if status.is_success() {
-            acknowledged.push((i % 40, f64::from(i + 1)));
-        } else if killed {
-            break;
-        }
+    // Four writers, each on its own ten policies, so that when the kill lands other PUTs are
+    // being written: each records what the server acknowledged and stops at its first failure.
+    let acknowledged = Arc::new(Mutex::new(Vec::new()));
+    let mut writers = Vec::new();
+    for writer in 0..4u32 {
+        let (http, acknowledged) = (server.http.clone(), Arc::clone(&acknowledged));
+        writers.push(tokio::spawn(async move {
+            for i in 0..400u32 {
+                let (p, qps) = (writer * 10 + i % 10, f64::from(i + 1));
+                if !put_at(&http, &format!("p{p}"), qps).await.is_success() {
+                    return;
+                }
+                acknowledged.lock().unwrap().push((p, qps));
+            }
+        }));
     }
+    // Bounded: 400 PUTs per writer take far longer than reaching 60 acknowledgements.
+    let started = Instant::now();
+    while acknowledged.lock().unwrap().len() < 60 {
+        assert!(started.elapsed() < Duration::from_secs(60), "PUTs stalled");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    server.signal("KILL");
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
     assert!(
         acknowledged.len() >= 60,
         "{} acknowledged",
