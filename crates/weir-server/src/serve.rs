@@ -92,32 +92,42 @@ fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Waits for ctrl-c or SIGTERM.
-async fn termination() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
+/// The stop signals (ctrl-c, SIGTERM), listened for from the moment this is made.
+///
+/// A signal's handler must be in place before anything is served or announced: until it is,
+/// SIGTERM takes its default action and kills the process mid-request. Making the listeners
+/// here, rather than on the first poll of a future (as `tokio::signal::ctrl_c` does), means a
+/// signal that arrives at any later point is kept until [`Termination::recv`] looks for it.
+struct Termination {
+    interrupt: tokio::signal::unix::Signal,
+    terminate: tokio::signal::unix::Signal,
+}
+
+impl Termination {
+    /// Installs the handlers for SIGINT and SIGTERM.
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Termination {
+            interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
+            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
+        })
+    }
+
+    /// Resolves at the first stop signal received since [`install`](Self::install).
+    async fn recv(&mut self) {
         tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+            _ = self.interrupt.recv() => {}
+            _ = self.terminate.recv() => {}
         }
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
 }
 
 /// Runs a server until ctrl-c or SIGTERM; then stops accepting, answers waiting requests 503,
 /// and returns.
 pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     check_exposure(&config)?;
+    // Before the first bind: from the first accepted connection on, a stop signal drains.
+    let mut termination = Termination::install()?;
     let server = &config.server;
     let http_listener = TcpListener::bind(server.http)
         .await
@@ -193,7 +203,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     // A line a supervisor (or a test) can read to learn the bound ports.
     println!("listening http={http_addr} grpc={grpc_addr}");
 
-    termination().await;
+    termination.recv().await;
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
     app.set_ready(false);
     app.begin_shutdown();

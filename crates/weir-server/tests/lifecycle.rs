@@ -147,23 +147,7 @@ async fn sigterm_answers_waiting_requests_503_and_exits_0() {
             .unwrap()
     });
     // Wait until the request is queued (the waiters gauge says so), then stop the server.
-    let start = Instant::now();
-    loop {
-        let metrics = reqwest::get(server.url("/metrics"))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        if metrics.contains("weir_waiters{policy=\"slow\"} 1") {
-            break;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the request never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until_one_waits(&reqwest::Client::new(), &server).await;
     server.signal("TERM");
     let response = waiting.await.unwrap();
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -171,6 +155,109 @@ async fn sigterm_answers_waiting_requests_503_and_exits_0() {
     assert_eq!(body["error"], "shutting_down");
     let (status, _) = server.wait();
     assert!(status.success(), "{status}");
+}
+
+/// Two threads spinning on both cores until dropped, so the server's threads are descheduled
+/// at awkward moments.
+struct CpuContention {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    spinners: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl CpuContention {
+    fn start() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let spinners = (0..2)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    let mut x = 0u64;
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        x = std::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                })
+            })
+            .collect();
+        CpuContention { stop, spinners }
+    }
+}
+
+impl Drop for CpuContention {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for spinner in self.spinners.drain(..) {
+            let _ = spinner.join();
+        }
+    }
+}
+
+/// Polls `/metrics` until `slow` has one waiter (bounded: 10 s).
+async fn until_one_waits(client: &reqwest::Client, server: &Server) {
+    let start = Instant::now();
+    loop {
+        let metrics = client
+            .get(server.url("/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.contains("weir_waiters{policy=\"slow\"} 1") {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the request never waited"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A supervisor that stops a node the moment it starts (a rolling restart, a failed readiness
+/// probe) must see a drain, never a death by signal: the handlers are in place before anything
+/// is served. Under contention for both cores, many starts in a row: every one exits 0, and a
+/// request that was already waiting is answered 503, not dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_right_after_start_drains_every_time_under_cpu_contention() {
+    let _contention = CpuContention::start();
+    let dir = tempfile::tempdir().unwrap();
+    for round in 0..24 {
+        let server = Server::start(CONFIG, &dir.path().join(format!("data{round}")));
+        if round % 2 == 0 {
+            // The signal the moment the listening line is read.
+            server.signal("TERM");
+        } else {
+            // The signal as soon as a request waits, served perhaps before the main task ran on.
+            let client = reqwest::Client::new();
+            let waiting = tokio::spawn(
+                client
+                    .post(server.url("/v1/acquire"))
+                    .json(&json!({"policy": "slow", "key": "tenant"}))
+                    .send(),
+            );
+            until_one_waits(&client, &server).await;
+            server.signal("TERM");
+            let response = waiting
+                .await
+                .unwrap()
+                .unwrap_or_else(|e| panic!("round {round}: the waiting request got {e:?}"));
+            assert_eq!(
+                response.status(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "round {round}"
+            );
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"], "shutting_down", "round {round}");
+        }
+        let (status, stderr) = server.wait();
+        assert!(
+            status.success(),
+            "round {round}: {status}; stderr: {stderr}"
+        );
+    }
 }
 
 #[test]
