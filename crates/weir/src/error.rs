@@ -31,6 +31,36 @@ pub enum ConfigError {
         /// The largest value accepted.
         max: f64,
     },
+    /// A rate so low that one token's spacing is beyond what Weir represents
+    /// ([`MAX_REFILL_NANOS`](crate::limiter::MAX_REFILL_NANOS), about 36.5 years).
+    #[error(
+        "`{field}` must be at least {min:e} per second (one token every 36.5 years at most), got {value:e}"
+    )]
+    TooSlow {
+        /// The field, e.g. `rate`, `qps` or `refill_interval`.
+        field: &'static str,
+        /// The rate given, per second.
+        value: f64,
+        /// The smallest rate accepted.
+        min: f64,
+    },
+    /// A bucket that would take longer than [`MAX_REFILL_NANOS`](crate::limiter::MAX_REFILL_NANOS) to refill
+    /// from empty: its arithmetic would not fit in nanoseconds.
+    #[error(
+        "`{field}` is too large for the rate: refilling {capacity} tokens at {rate:e} per second takes {years:.1} years; at most 36.5 years is represented, so `{field}` can be at most {max} at this rate"
+    )]
+    TooLong {
+        /// The capacity field, e.g. `burst` or `max`.
+        field: &'static str,
+        /// The capacity given.
+        capacity: u64,
+        /// The rate, per second.
+        rate: f64,
+        /// How long refilling it would take, in years.
+        years: f64,
+        /// The largest capacity accepted at this rate.
+        max: u64,
+    },
     /// A count or a duration that must be at least one unit was zero.
     #[error("`{field}` must be greater than zero")]
     Zero {
@@ -53,6 +83,8 @@ impl ConfigError {
         match self {
             ConfigError::NotPositive { field, .. }
             | ConfigError::TooFast { field, .. }
+            | ConfigError::TooSlow { field, .. }
+            | ConfigError::TooLong { field, .. }
             | ConfigError::Zero { field } => field,
             ConfigError::InitialAboveMax { .. } => "initial",
         }

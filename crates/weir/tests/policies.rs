@@ -151,6 +151,57 @@ fn validation_names_the_policy_and_the_field() {
     );
 }
 
+/// A number too small or too large to represent is refused by name wherever a limit can be set:
+/// the limiter table, a per-kind override, the adaptive floor, and per-core scaling. Before,
+/// the arithmetic saturated and such a policy admitted everything.
+#[test]
+fn unrepresentable_limits_are_refused_where_they_are_set() {
+    let cases = [
+        (
+            "token_bucket = { rate = 1e-12, burst = 1 }",
+            "`token_bucket.rate` must be at least",
+        ),
+        (
+            "token_bucket = { rate = 1e-9, burst = 20 }",
+            "`token_bucket.burst` is too large for the rate",
+        ),
+        (
+            "token_bucket = { rate = 0.001, burst = 100000000 }",
+            "`token_bucket.burst` is too large for the rate",
+        ),
+        (
+            "token_bucket = { rate = 100, burst = 100, overrides = { scan = 1e-12 } }",
+            "`token_bucket.overrides.scan` must be at least",
+        ),
+        ("strict = { qps = 1e-12 }", "`strict.qps` must be at least"),
+        (
+            "leaky_bucket = { refill_interval = \"1000000000s\", refill_amount = 1, max = 2 }",
+            "`leaky_bucket.max` is too large for the rate",
+        ),
+        (
+            "adaptive = { top_k = 1, ratio = 0.5, floor = 1e-12 }",
+            "`adaptive.floor`",
+        ),
+    ];
+    for (table, expected) in cases {
+        let config = policy(&format!("name = \"p\"\n{table}"));
+        let problem = config.validate().unwrap_err().to_string();
+        assert!(problem.contains(expected), "{table}: {problem}");
+        assert!(
+            Policy::with_cores(config, ManualClock::new(0), 1).is_err(),
+            "{table} must not build"
+        );
+    }
+    // Per-core scaling past 10⁹ per second is refused when the policy is built for the cores.
+    let fast = policy("name = \"p\"\ntoken_bucket = { rate = 6e8, per_core = true }");
+    assert!(fast.validate().is_ok());
+    let Err(err) = Policy::with_cores(fast, ManualClock::new(0), 2) else {
+        panic!("2 × 6e8 per second cannot be spaced in nanoseconds")
+    };
+    let err = err.to_string();
+    assert!(err.contains("`token_bucket.rate` must be at most"), "{err}");
+}
+
 #[test]
 fn keys_get_buckets_of_their_own() {
     let clock = ManualClock::new(0);

@@ -74,6 +74,40 @@ impl HostLimitsConfig {
         })
     }
 
+    /// Checks every rate as it is on `cores` cores (each must make a token bucket that can be
+    /// represented: a bucket that cannot be made would leave its RPC type unlimited); the error
+    /// names the field.
+    pub fn validate_on(&self, cores: usize) -> Result<(), ConfigError> {
+        self.validate()?;
+        let rpcs = std::iter::once("").chain(self.overrides.keys().map(String::as_str));
+        for rpc in rpcs {
+            if let Some(bucket) = self.bucket_config(rpc, cores) {
+                bucket.validate().map_err(|e| match e {
+                    ConfigError::TooFast { value, max, .. } => ConfigError::TooFast {
+                        field: if rpc.is_empty() {
+                            "default_qps"
+                        } else {
+                            "overrides"
+                        },
+                        value,
+                        max,
+                    },
+                    ConfigError::TooSlow { value, min, .. } => ConfigError::TooSlow {
+                        field: if rpc.is_empty() {
+                            "default_qps"
+                        } else {
+                            "overrides"
+                        },
+                        value,
+                        min,
+                    },
+                    other => other,
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every rate; the error names the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.default_qps > 0.0 {
@@ -122,7 +156,7 @@ impl<C: Clock + Clone> HostLimiter<C> {
         cores: usize,
         clock: C,
     ) -> Result<Self, ConfigError> {
-        config.validate()?;
+        config.validate_on(cores)?;
         let limiter = HostLimiter {
             enabled: AtomicBool::new(config.enabled),
             config: Mutex::new(config),
@@ -191,7 +225,7 @@ impl<C: Clock + Clone> HostLimiter<C> {
     /// Applies a changed config: the switch, and each type's rate (its bucket keeps its fill).
     /// A rejected config leaves everything as it was.
     pub fn reset_all(&self, config: HostLimitsConfig) -> Result<(), ConfigError> {
-        config.validate()?;
+        config.validate_on(self.cores)?;
         let mut current = self.config.lock().unwrap_or_else(|p| p.into_inner());
         let buckets: Buckets<C> = self
             .buckets
@@ -263,6 +297,50 @@ mod tests {
         let limiter =
             HostLimiter::new(config, &EXAMPLE_META_SERVICE_RPCS, 4, clock.clone()).unwrap();
         (limiter, clock)
+    }
+
+    /// A rate whose bucket could not be made used to leave its RPC type unlimited.
+    #[test]
+    fn a_rate_that_cannot_be_represented_on_these_cores_is_refused() {
+        let config = |default_qps: f64, overrides: &[(&str, f64)]| HostLimitsConfig {
+            enabled: true,
+            default_qps,
+            overrides: overrides
+                .iter()
+                .map(|&(rpc, qps)| (rpc.to_owned(), qps))
+                .collect(),
+        };
+        let build = |c| HostLimiter::new(c, &EXAMPLE_META_SERVICE_RPCS, 4, ManualClock::new(0));
+        let Err(tiny) = build(config(1e-12, &[])) else {
+            panic!("a rate of 1e-12 per core is refused")
+        };
+        assert_eq!(tiny.field(), "default_qps");
+        let Err(fast) = build(config(10.0, &[("COMMIT_TXN", 3e8)])) else {
+            panic!("3e8 per core × 4 cores is above 10⁹ per second")
+        };
+        assert!(
+            matches!(
+                fast,
+                ConfigError::TooFast {
+                    field: "overrides",
+                    ..
+                }
+            ),
+            "{fast}"
+        );
+        let (limiter, _clock) = limiter(config(2.0, &[]));
+        assert!(
+            limiter
+                .reset_all(config(2.0, &[("COMMIT_TXN", 1e-15)]))
+                .is_err()
+        );
+        let admitted = (0..100)
+            .filter(|_| limiter.try_acquire("COMMIT_TXN").is_ok())
+            .count();
+        assert_eq!(
+            admitted, 8,
+            "the rejected config left the running one in place"
+        );
     }
 
     #[test]

@@ -138,6 +138,12 @@ impl AdaptiveConfig {
         if !(self.floor.is_finite() && self.floor > 0.0) {
             return err("floor", "must be a finite number greater than zero");
         }
+        // A key is never limited below the floor, so a floor a strict limiter can represent
+        // keeps every limit the controller sets representable.
+        if let Err(e) = (crate::limiter::StrictConfig { qps: self.floor }).validate() {
+            let problem = e.to_string().replacen("`qps`", "it", 1);
+            return err("floor", &problem);
+        }
         if self.top_k == 0 {
             return err("top_k", "must be at least 1");
         }

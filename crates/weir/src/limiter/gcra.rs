@@ -20,7 +20,78 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::error::Refused;
+use crate::error::{ConfigError, Refused};
+
+/// The longest any bucket may take to refill from empty: 2^60 ns, about 36.5 years.
+///
+/// Every sum the arithmetic makes is a `now` plus at most this much (a TAT never runs further
+/// ahead of `now`), so with 62 bits of TAT it never saturates in the first 100 years of a
+/// clock. A configuration beyond it is refused rather than rounded: a saturated spacing or
+/// tolerance makes the check always pass, which would admit everything.
+pub const MAX_REFILL_NANOS: u64 = 1 << 60;
+
+/// Checks that a bucket of `capacity` tokens, one every `interval` ns, is within
+/// [`MAX_REFILL_NANOS`]; the errors name `rate_field` (the spacing is too long) or
+/// `capacity_field` (the whole bucket is).
+pub(crate) fn check_shape(
+    interval: u128,
+    capacity: u64,
+    rate_field: &'static str,
+    capacity_field: &'static str,
+) -> Result<(), ConfigError> {
+    let max = u128::from(MAX_REFILL_NANOS);
+    let rate = 1e9 / interval as f64;
+    if interval > max {
+        return Err(ConfigError::TooSlow {
+            field: rate_field,
+            value: rate,
+            min: 1e9 / MAX_REFILL_NANOS as f64,
+        });
+    }
+    let fill = interval * u128::from(capacity);
+    if fill > max {
+        return Err(ConfigError::TooLong {
+            field: capacity_field,
+            capacity,
+            rate,
+            years: fill as f64 / 1e9 / 31_557_600.0,
+            max: u64::try_from(max / interval).unwrap_or(u64::MAX),
+        });
+    }
+    Ok(())
+}
+
+/// `⌈10⁹ / per_second⌉`, the spacing in nanoseconds for a rate in tokens per second, exactly:
+/// a float is a dyadic rational, `mantissa × 2^power`, and the quotient is taken in 128-bit
+/// integers. Rounded up, so rounding can only make a limiter stricter. A rate too low to
+/// represent gives a spacing above [`MAX_REFILL_NANOS`] (at most `u64::MAX`), never a
+/// saturated one that looks small; a rate that is not positive and finite gives `u64::MAX`.
+pub(crate) fn wide_interval_for_rate(per_second: f64) -> u128 {
+    const BEYOND: u128 = u64::MAX as u128;
+    if !(per_second.is_finite() && per_second > 0.0) {
+        return BEYOND;
+    }
+    let bits = per_second.to_bits();
+    let exponent = ((bits >> 52) & 0x7ff) as i32;
+    let fraction = u128::from(bits & ((1 << 52) - 1));
+    let (mantissa, power) = if exponent == 0 {
+        (fraction, -1074) // subnormal
+    } else {
+        (fraction | 1 << 52, exponent - 1075)
+    };
+    if power >= 0 {
+        // At least 2^52 per second: one nanosecond (a rate above 10⁹ is refused elsewhere).
+        return 1;
+    }
+    // 10⁹ < 2^30 shifted by up to 97 fits in 128 bits; past that the spacing is at least
+    // 10⁹ × 2^98 / 2^53 > 2^74 ns, far beyond.
+    if -power > 97 {
+        return BEYOND;
+    }
+    (1_000_000_000u128 << -power)
+        .div_ceil(mantissa)
+        .clamp(1, BEYOND)
+}
 
 /// A bucket's shape: nanoseconds per token and the nanoseconds' worth of tokens it holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +113,10 @@ impl Params {
     }
 
     /// Nanoseconds per token for a rate in tokens per second, rounded up so that rounding can
-    /// only make the limiter stricter, never looser.
+    /// only make the limiter stricter, never looser. Exact (see [`wide_interval_for_rate`]); a rate below what can be represented (which
+    /// validation refuses) saturates.
     pub fn interval_for_rate(per_second: f64) -> u64 {
-        ((1e9 / per_second).ceil() as u64).max(1)
+        u64::try_from(wide_interval_for_rate(per_second)).unwrap_or(u64::MAX)
     }
 
     /// The most tokens the bucket holds.

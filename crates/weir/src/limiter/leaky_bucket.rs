@@ -39,7 +39,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::gcra::{Bucket, Params};
+use super::gcra::{Bucket, Params, check_shape};
 use crate::clock::{Clock, SystemClock, duration_to_nanos};
 use crate::error::{ConfigError, Refused, check_nonzero};
 
@@ -83,7 +83,8 @@ impl LeakyBucketConfig {
                 max: 1e9,
             });
         }
-        Ok(())
+        let per_token = interval_ns.div_ceil(u128::from(self.refill_amount));
+        check_shape(per_token, self.max, "refill_interval", "max")
     }
 
     /// The long-run rate in tokens per second.

@@ -23,6 +23,7 @@ pub mod token_bucket;
 mod waiting;
 
 pub use concurrency::{Concurrency, OwnedPermit, Permit};
+pub use gcra::MAX_REFILL_NANOS;
 pub use leaky_bucket::{LeakyBucket, LeakyBucketConfig};
 pub use strict::{Strict, StrictConfig};
 pub use token_bucket::{TokenBucket, TokenBucketConfig};

@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::gcra::Params;
+use super::gcra::{Params, check_shape, wide_interval_for_rate};
 use crate::clock::{Clock, Nanos, SystemClock};
 use crate::error::{ConfigError, Refused, check_rate};
 
@@ -35,7 +35,8 @@ pub struct StrictConfig {
 impl StrictConfig {
     /// Checks the parameter; the error names the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        check_rate("qps", self.qps)
+        check_rate("qps", self.qps)?;
+        check_shape(wide_interval_for_rate(self.qps), 1, "qps", "qps")
     }
 
     fn interval(&self) -> u64 {

@@ -24,16 +24,18 @@
 
 use std::sync::Mutex;
 
-use super::gcra::{Bucket, Params};
+use super::gcra::{Bucket, Params, check_shape, wide_interval_for_rate};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, Refused, check_nonzero, check_rate};
 
 /// The parameters of a [`TokenBucket`].
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenBucketConfig {
-    /// Tokens added per second. Finite, > 0, at most 10⁹.
+    /// Tokens added per second. Finite, at most 10⁹, and at least one token per
+    /// [`MAX_REFILL_NANOS`](super::MAX_REFILL_NANOS) (about 36.5 years).
     pub rate: f64,
-    /// The most tokens the bucket holds, and so the largest burst. At least 1.
+    /// The most tokens the bucket holds, and so the largest burst. At least 1, and refilled
+    /// from empty within [`MAX_REFILL_NANOS`](super::MAX_REFILL_NANOS).
     pub burst: u64,
 }
 
@@ -41,7 +43,13 @@ impl TokenBucketConfig {
     /// Checks the parameters; the error names the field at fault.
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_rate("rate", self.rate)?;
-        check_nonzero("burst", self.burst)
+        check_nonzero("burst", self.burst)?;
+        check_shape(
+            wide_interval_for_rate(self.rate),
+            self.burst,
+            "rate",
+            "burst",
+        )
     }
 
     fn params(&self) -> Params {

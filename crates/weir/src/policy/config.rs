@@ -412,7 +412,7 @@ impl PolicyConfig {
                             format!("must be a whole number, got {value}"),
                         ));
                     } else if value > 0.0 {
-                        if let Err(e) = self.shape_for(spec, value) {
+                        if let Err(e) = self.shape_with_value(spec, value, 1.0) {
                             errors.push(PolicyError::new(
                                 name,
                                 format!("{table}.overrides.{kind}"),
