@@ -156,13 +156,8 @@ pub struct AppSettings {
     pub cluster: Option<Arc<ClusterMode>>,
 }
 
-/// A random salt for lease ids, from the standard library's per-process random hasher keys.
-fn random_salt() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(std::process::id().into());
-    hasher.finish()
-}
+/// The most a lease of a deleted policy is renewed by (the config's default `lease_ttl`).
+const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// A stable tag of a policy's content (FNV-1a over its JSON form).
 pub fn etag_of(config: &PolicyConfig) -> String {
@@ -186,7 +181,7 @@ impl App {
             )
         })?;
         let policies = Arc::new(policies);
-        let leases = Arc::new(Leases::new(random_salt()));
+        let leases = Arc::new(Leases::new());
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
@@ -425,24 +420,26 @@ impl App {
         }
     }
 
-    /// Extends a lease by `ttl_ms` (default: its policy's `lease_ttl`); returns the time left.
-    /// A shared lease is renewed on its owner first; if it is gone there, so is the lease.
+    /// Extends a lease by `ttl_ms` (default and most: its policy's `lease_ttl`); returns the
+    /// time left. A longer `ttl_ms` is cut to the policy's `lease_ttl`: a holder cannot pin
+    /// capacity beyond what the operator configured. A shared lease is renewed on its owner
+    /// first; if it is gone there, so is the lease.
     pub async fn renew(&self, lease: &str, ttl_ms: Option<u64>) -> Result<Duration, ApiError> {
         let id = Self::lease_id(lease)?;
-        let ttl = match ttl_ms {
-            Some(0) => return Err(ApiError::invalid("`ttl_ms` must be greater than zero")),
-            Some(ms) => Duration::from_millis(ms),
-            None => {
-                let policy = self
-                    .leases
-                    .policy_of(id)
-                    .ok_or_else(ApiError::unknown_lease)?;
-                self.policies
-                    .get(&policy)
-                    .and_then(|p| p.config().concurrency.map(|c| c.lease_ttl))
-                    .unwrap_or(Duration::from_secs(30))
-            }
-        };
+        if ttl_ms == Some(0) {
+            return Err(ApiError::invalid("`ttl_ms` must be greater than zero"));
+        }
+        let policy = self
+            .leases
+            .policy_of(id)
+            .ok_or_else(ApiError::unknown_lease)?;
+        // A policy deleted since keeps its leases until they end; they renew by the default.
+        let most = self
+            .policies
+            .get(&policy)
+            .and_then(|p| p.config().concurrency.map(|c| c.lease_ttl))
+            .unwrap_or(DEFAULT_LEASE_TTL);
+        let ttl = ttl_ms.map_or(most, |ms| Duration::from_millis(ms).min(most));
         let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
         if let Some((coordinator, shared)) = self.leases.shared_of(id) {
             if !coordinator.renew(shared, ttl_ns).await {

@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use weir::SystemClock;
 use weir::lease::{LeaseId, LeaseTracker};
 use weir::policy::Admission;
@@ -53,21 +55,38 @@ pub struct LeaseCounters {
 }
 
 /// The lease table, shared by the HTTP and gRPC APIs and the sweeper.
+///
+/// A lease id is a capability (whoever has it can release the lease), so each is 128 bits from
+/// a cryptographic generator (ChaCha) seeded by the operating system: seeing one id tells
+/// nothing about any other.
 #[derive(Debug)]
 pub struct Leases {
     tracker: Mutex<LeaseTracker<Held>>,
+    ids: Mutex<StdRng>,
     expired: AtomicU64,
     released: AtomicU64,
 }
 
+impl Default for Leases {
+    fn default() -> Self {
+        Leases::new()
+    }
+}
+
 impl Leases {
-    /// An empty table whose ids start with `salt`.
-    pub fn new(salt: u64) -> Self {
+    /// An empty table.
+    pub fn new() -> Self {
         Leases {
-            tracker: Mutex::new(LeaseTracker::new(salt)),
+            tracker: Mutex::new(LeaseTracker::new()),
+            ids: Mutex::new(StdRng::from_os_rng()),
             expired: AtomicU64::new(0),
             released: AtomicU64::new(0),
         }
+    }
+
+    fn draw_id(&self) -> LeaseId {
+        let mut ids = self.ids.lock().unwrap_or_else(|p| p.into_inner());
+        LeaseId::from_bits(ids.random())
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LeaseTracker<Held>> {
@@ -76,7 +95,15 @@ impl Leases {
 
     /// Holds `held` for `ttl` ns from `now`.
     pub fn insert(&self, held: Held, ttl: u64, now: u64) -> (LeaseId, u64) {
-        self.lock().insert(held, ttl, now)
+        let mut held = held;
+        loop {
+            let id = self.draw_id();
+            match self.lock().insert(id, held, ttl, now) {
+                Ok(expires) => return (id, expires),
+                // 2^-128 per live lease; drawn again rather than assumed away.
+                Err(back) => held = back,
+            }
+        }
     }
 
     /// Releases a lease; false if it is unknown.

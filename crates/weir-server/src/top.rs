@@ -31,6 +31,24 @@ fn number(value: &Value) -> String {
     }
 }
 
+/// `text` safe to print on an operator's terminal: keys and kinds come from clients, and a key
+/// holding `ESC ] 0 ; … BEL` or `ESC [ 2 J` would retitle or clear the terminal, a newline
+/// would break the table, and a bidirectional override would reorder what is shown. Each such
+/// character is shown as its Rust escape (`\u{1b}`, `\n`); a backslash is doubled, so an escape
+/// shown is never ambiguous with a key that spells one.
+pub fn printable(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi || c == '\\' {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Renders rows as a plain table.
 pub fn render(rows: &[Value]) -> String {
     let header = [
@@ -47,10 +65,10 @@ pub fn render(rows: &[Value]) -> String {
         .iter()
         .map(|r| {
             [
-                r["node_id"].as_str().unwrap_or("").to_owned(),
-                r["policy"].as_str().unwrap_or("").to_owned(),
-                r["key"].as_str().unwrap_or("").to_owned(),
-                r["kind"].as_str().unwrap_or("").to_owned(),
+                printable(r["node_id"].as_str().unwrap_or("")),
+                printable(r["policy"].as_str().unwrap_or("")),
+                printable(r["key"].as_str().unwrap_or("")),
+                printable(r["kind"].as_str().unwrap_or("")),
                 number(&r["qps_limit"]),
                 number(&r["current_qps"]),
                 number(&r["in_flight"]),
@@ -151,5 +169,29 @@ mod tests {
             "local  tables  orders  scan     10  42.2          0        3"
         );
         assert!(render(&[]).contains("no key is being held back"));
+    }
+
+    #[test]
+    fn client_supplied_text_cannot_drive_the_terminal() {
+        let hostile = "a\u{1b}]0;owned\u{7}\u{1b}[2J\nb\u{9b}c\u{202e}d\\u{1b}";
+        let rows = vec![json!({
+            "node_id": "n", "policy": "p", "key": hostile, "kind": "k\r",
+            "qps_limit": 1.0, "current_qps": 1.0, "in_flight": 0, "waiters": 0
+        })];
+        let table = render(&rows);
+        assert_eq!(
+            table.lines().count(),
+            2,
+            "one row stays one line: {table:?}"
+        );
+        assert!(
+            !table.chars().any(|c| c.is_control() && c != '\n'),
+            "{table:?}"
+        );
+        assert!(
+            table.contains(r"a\u{1b}]0;owned\u{7}\u{1b}[2J\nb\u{9b}c\u{202e}d\\u{1b}"),
+            "{table:?}"
+        );
+        assert!(table.contains(r"k\r"), "{table:?}");
     }
 }

@@ -108,14 +108,38 @@ async fn concurrency_leases_are_released_renewed_and_reclaimed() {
     );
     assert_eq!(body["retry_after_ms"], Value::Null);
 
+    // A renewal is cut to the policy's lease_ttl: nobody pins a permit for 584 years.
     let (status, _, body) = post(
         &server,
         "/v1/renew",
-        json!({"lease": lease, "ttl_ms": 5000}),
+        json!({"lease": lease, "ttl_ms": u64::MAX}),
     )
     .await;
     assert_eq!(status, StatusCode::OK);
-    assert!(body["expires_in_ms"].as_u64().unwrap() > 4000);
+    let left = body["expires_in_ms"].as_u64().unwrap();
+    assert!(left > 0 && left <= 300, "{body}");
+    let (_, _, body) = post(&server, "/v1/renew", json!({"lease": lease, "ttl_ms": 100})).await;
+    assert!(body["expires_in_ms"].as_u64().unwrap() <= 100, "{body}");
+    // Ids are 128 random bits: another lease shares no prefix or serial with this one.
+    let (_, _, other) = post(
+        &server,
+        "/v1/acquire",
+        json!({"policy": "inflight", "key": "another-group"}),
+    )
+    .await;
+    let other = other["lease"].as_str().unwrap();
+    assert_eq!((lease.len(), other.len()), (32, 32));
+    assert_ne!(
+        lease[..16],
+        other[..16],
+        "{lease} and {other} share a prefix"
+    );
+    assert_ne!(
+        lease[16..],
+        other[16..],
+        "{lease} and {other} share a suffix"
+    );
+    post(&server, "/v1/release", json!({"lease": other})).await;
     let (status, _, _) = post(&server, "/v1/release", json!({"lease": lease})).await;
     assert_eq!(status, StatusCode::OK);
     let (status, _, body) = post(&server, "/v1/release", json!({"lease": lease})).await;

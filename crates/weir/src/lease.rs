@@ -15,16 +15,24 @@ use std::str::FromStr;
 
 use crate::clock::Nanos;
 
-/// A lease's id: unique within the process, and not guessable from another process's ids.
+/// A lease's id: 128 bits the caller draws at random.
+///
+/// An id is a capability: whoever knows it can renew or release the lease. So ids must not be
+/// guessable from one another — the server draws each from a cryptographic generator seeded by
+/// the operating system; the tracker only insists that they are unique.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct LeaseId {
-    salt: u64,
-    serial: u64,
+pub struct LeaseId(u128);
+
+impl LeaseId {
+    /// The id with these bits.
+    pub fn from_bits(bits: u128) -> Self {
+        LeaseId(bits)
+    }
 }
 
 impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}{:016x}", self.salt, self.serial)
+        write!(f, "{:032x}", self.0)
     }
 }
 
@@ -40,9 +48,9 @@ impl FromStr for LeaseId {
         if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(NotALeaseId);
         }
-        let salt = u64::from_str_radix(&text[..16], 16).map_err(|_| NotALeaseId)?;
-        let serial = u64::from_str_radix(&text[16..], 16).map_err(|_| NotALeaseId)?;
-        Ok(LeaseId { salt, serial })
+        u128::from_str_radix(text, 16)
+            .map(LeaseId)
+            .map_err(|_| NotALeaseId)
     }
 }
 
@@ -55,34 +63,35 @@ struct Lease<T> {
 /// The live leases; see the [module docs](self).
 #[derive(Debug)]
 pub struct LeaseTracker<T> {
-    salt: u64,
-    next: u64,
     leases: HashMap<LeaseId, Lease<T>>,
     by_expiry: BTreeSet<(Nanos, LeaseId)>,
 }
 
+impl<T> Default for LeaseTracker<T> {
+    fn default() -> Self {
+        LeaseTracker::new()
+    }
+}
+
 impl<T> LeaseTracker<T> {
-    /// An empty tracker whose ids start with `salt` (pick it at random per process).
-    pub fn new(salt: u64) -> Self {
+    /// An empty tracker.
+    pub fn new() -> Self {
         LeaseTracker {
-            salt,
-            next: 0,
             leases: HashMap::new(),
             by_expiry: BTreeSet::new(),
         }
     }
 
-    /// Holds `value` until `now + ttl`; returns its id and expiry.
-    pub fn insert(&mut self, value: T, ttl: Nanos, now: Nanos) -> (LeaseId, Nanos) {
-        let id = LeaseId {
-            salt: self.salt,
-            serial: self.next,
-        };
-        self.next += 1;
+    /// Holds `value` under `id` until `now + ttl`; returns its expiry. An id a live lease
+    /// already has is refused, and `value` comes back in the error: draw another id.
+    pub fn insert(&mut self, id: LeaseId, value: T, ttl: Nanos, now: Nanos) -> Result<Nanos, T> {
+        if self.leases.contains_key(&id) {
+            return Err(value);
+        }
         let expires_at = now.saturating_add(ttl);
         self.leases.insert(id, Lease { value, expires_at });
         self.by_expiry.insert((expires_at, id));
-        (id, expires_at)
+        Ok(expires_at)
     }
 
     /// Ends a lease early; `None` if it is unknown (never issued, released, or reclaimed).
@@ -141,10 +150,13 @@ impl<T> LeaseTracker<T> {
 mod tests {
     use super::*;
 
+    fn id(n: u128) -> LeaseId {
+        LeaseId::from_bits(n)
+    }
+
     #[test]
     fn ids_round_trip_and_reject_garbage() {
-        let mut tracker = LeaseTracker::new(0xfeed);
-        let (id, _) = tracker.insert((), 10, 0);
+        let id = LeaseId::from_bits(0xfeed_u128 << 100 | 7);
         let text = id.to_string();
         assert_eq!(text.len(), 32);
         assert_eq!(text.parse::<LeaseId>(), Ok(id));
@@ -155,8 +167,14 @@ mod tests {
 
     #[test]
     fn release_is_once_and_unknown_ids_are_none() {
-        let mut tracker = LeaseTracker::new(1);
-        let (a, _) = tracker.insert("a", 100, 0);
+        let mut tracker = LeaseTracker::new();
+        let a = id(1);
+        tracker.insert(a, "a", 100, 0).unwrap();
+        assert_eq!(
+            tracker.insert(a, "again", 100, 0),
+            Err("again"),
+            "ids are unique"
+        );
         assert_eq!(tracker.release(a), Some("a"));
         assert_eq!(tracker.release(a), None);
         assert!(tracker.is_empty());
@@ -165,9 +183,10 @@ mod tests {
 
     #[test]
     fn expiry_is_inclusive_and_renewal_moves_it() {
-        let mut tracker = LeaseTracker::new(1);
-        let (a, expires) = tracker.insert("a", 100, 0);
-        let (_b, _) = tracker.insert("b", 200, 0);
+        let mut tracker = LeaseTracker::new();
+        let a = id(1);
+        let expires = tracker.insert(a, "a", 100, 0).unwrap();
+        tracker.insert(id(2), "b", 200, 0).unwrap();
         assert_eq!(expires, 100);
         assert!(tracker.expire(99).is_empty());
         assert_eq!(tracker.renew(a, 100, 99), Some(199));
@@ -179,8 +198,9 @@ mod tests {
 
     #[test]
     fn an_expired_lease_cannot_be_renewed_even_before_the_sweep() {
-        let mut tracker = LeaseTracker::new(1);
-        let (a, _) = tracker.insert("a", 100, 0);
+        let mut tracker = LeaseTracker::new();
+        let a = id(1);
+        tracker.insert(a, "a", 100, 0).unwrap();
         assert_eq!(tracker.renew(a, 100, 100), None);
         assert_eq!(tracker.expire(100), vec!["a"]);
     }

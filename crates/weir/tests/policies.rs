@@ -128,6 +128,18 @@ fn validation_names_the_policy_and_the_field() {
     for (text, expected) in cases {
         assert_eq!(policy(text).validate().unwrap_err().to_string(), expected);
     }
+    let hostile = PolicyConfig {
+        name: "a\u{1b}[2J".to_owned(),
+        ..policy("name = \"p\"\nkinds = [\"x\\n\"]\nstrict = { qps = 1 }")
+    };
+    let problems: Vec<String> = hostile.problems().iter().map(|p| p.to_string()).collect();
+    assert_eq!(
+        problems,
+        [
+            "policy `a\\u{1b}[2J`: `name` must not contain control characters",
+            "policy `a\\u{1b}[2J`: `kinds` must not contain control characters"
+        ]
+    );
     // Unknown fields are errors too, not silently ignored.
     let unknown = toml::from_str::<PolicyConfig>("name = \"p\"\nrate_limit = 5").unwrap_err();
     assert!(unknown.to_string().contains("rate_limit"), "{unknown}");
@@ -217,6 +229,36 @@ fn keys_get_buckets_of_their_own() {
     }
     let stats = p.stats();
     assert_eq!((stats.admitted, stats.rejected, stats.keys), (6, 3, 3));
+}
+
+/// A cost above the bucket's capacity can never be admitted without waiting: the refusal says
+/// so, instead of "concurrency limit reached" with no time to come back.
+#[test]
+fn a_cost_above_the_burst_is_refused_as_one_that_never_fits() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        "name = \"t\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 10, burst = 5 }",
+    );
+    let refused = p.try_acquire(&Request::new("k").cost(6)).unwrap_err();
+    assert_eq!(
+        refused.reason,
+        RejectReason::ExceedsCapacity {
+            cost: 6,
+            capacity: 5
+        }
+    );
+    assert_eq!(refused.retry_after(), None);
+    let text = refused.to_string();
+    assert!(
+        text.contains("exceeds the bucket's capacity of 5"),
+        "{text}"
+    );
+    assert!(!text.contains("concurrency"), "{text}");
+    assert!(
+        p.try_acquire(&Request::new("k").cost(5)).is_ok(),
+        "a full bucket's worth fits"
+    );
 }
 
 #[test]

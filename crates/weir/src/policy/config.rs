@@ -276,8 +276,14 @@ pub struct PolicyError {
 
 impl PolicyError {
     fn new(policy: &str, field: impl Into<String>, problem: impl Into<String>) -> Self {
+        // The error is printed for an operator: a name's control codes are shown escaped.
+        let policy = if policy.chars().any(char::is_control) {
+            policy.escape_debug().to_string()
+        } else {
+            policy.to_owned()
+        };
         PolicyError {
-            policy: policy.to_owned(),
+            policy,
             field: field.into(),
             problem: problem.into(),
         }
@@ -361,6 +367,21 @@ impl PolicyConfig {
         let mut errors = Vec::new();
         if name.trim().is_empty() {
             errors.push(PolicyError::new(name, "name", "must not be empty"));
+        }
+        // Names and kinds are printed in logs, tables and metrics: no terminal control codes.
+        if name.chars().any(char::is_control) {
+            errors.push(PolicyError::new(
+                name,
+                "name",
+                "must not contain control characters",
+            ));
+        }
+        if self.kinds.iter().any(|k| k.chars().any(char::is_control)) {
+            errors.push(PolicyError::new(
+                name,
+                "kinds",
+                "must not contain control characters",
+            ));
         }
         if self.kinds.iter().any(|k| k.trim().is_empty()) {
             errors.push(PolicyError::new(

@@ -126,6 +126,15 @@ pub enum RejectReason {
         /// The cap.
         max_keys: usize,
     },
+    /// The request costs more than a bucket ever holds. Without waiting it can never be
+    /// admitted, however long the caller waits before asking again (a waiting acquire drains
+    /// the full bucket and waits for the rest).
+    ExceedsCapacity {
+        /// What was asked.
+        cost: u64,
+        /// The most a bucket holds (`burst` or `max`).
+        capacity: u64,
+    },
     /// The request costs more than the policy allows one request to.
     CostTooLarge {
         /// What was asked.
@@ -142,6 +151,7 @@ impl Rejection {
             RejectReason::Limited { retry_after } => retry_after,
             RejectReason::WaitedTooLong { .. }
             | RejectReason::KeysExhausted { .. }
+            | RejectReason::ExceedsCapacity { .. }
             | RejectReason::CostTooLarge { .. } => None,
         }
     }
@@ -163,6 +173,10 @@ impl fmt::Display for Rejection {
             RejectReason::KeysExhausted { max_keys } => write!(
                 f,
                 "tracks its maximum of {max_keys} keys, none idle, and refuses new keys"
+            ),
+            RejectReason::ExceedsCapacity { cost, capacity } => write!(
+                f,
+                "cost {cost} exceeds the bucket's capacity of {capacity}: refused every time it is asked without waiting; lower the cost, raise the bucket's burst, or wait (`on_exhausted = \"wait\"`)"
             ),
             RejectReason::CostTooLarge { cost, max } => {
                 write!(f, "cost {cost} exceeds the maximum of {max} per request")
@@ -586,6 +600,10 @@ impl<C: Clock + Clone> Policy<C> {
         }
         // Only a request that waited its whole `max_wait` has waited at all.
         let (reason, waited) = match refusal {
+            KeyedRefusal::Limited(crate::Refused::ExceedsCapacity { cost, capacity }) => (
+                RejectReason::ExceedsCapacity { cost, capacity },
+                Duration::ZERO,
+            ),
             KeyedRefusal::Limited(refused) => (
                 RejectReason::Limited {
                     retry_after: refused.retry_after(),
