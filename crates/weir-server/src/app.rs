@@ -172,6 +172,12 @@ impl App {
     /// Loads the data dir's overlay over `settings.policies` and builds every policy.
     pub fn new(settings: AppSettings) -> anyhow::Result<Arc<Self>> {
         let overlay = durable::load(&settings.data_dir)?;
+        // Decisions need no disk; changes do. Say so now, not at the first PUT.
+        if let Err(e) = durable::check_writable(&settings.data_dir) {
+            tracing::warn!(
+                "the data dir cannot be written ({e}): policy changes over the API will be refused until it can"
+            );
+        }
         let configs = overlay.apply(settings.policies);
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|problems| {
             let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
@@ -246,8 +252,11 @@ impl App {
         let Some(token) = &self.admin_token else {
             return Ok(());
         };
+        // RFC 9110: the scheme is case-insensitive, and spaces may separate it from the token.
         let given = authorization
-            .and_then(|h| h.strip_prefix("Bearer "))
+            .and_then(|h| h.trim().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim_start())
             .ok_or_else(ApiError::unauthenticated)?;
         // Compare without an early exit, so the time taken says nothing about the token.
         let matches = given.len() == token.len()

@@ -8,8 +8,10 @@
 //! Every change is written whole and atomically: to `policies.json.tmp`, flushed to disk
 //! (`fsync`), renamed over `policies.json`, and the directory flushed too, before the change is
 //! applied or acknowledged. A crash at any moment leaves either the old file or the new one,
-//! never a mix; a leftover temporary file is ignored. A `policies.json` that does not parse is
-//! not silently replaced: the server refuses to start and names the file.
+//! never a mix; a leftover temporary file is ignored, and a write that fails (a full disk)
+//! removes its temporary file. A `policies.json` that does not parse is not silently replaced:
+//! the server refuses to start, names the file and says how to start without it. At start the
+//! dir is also probed for writing, so a read-only one is reported then, not at the first change.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File};
@@ -86,7 +88,7 @@ pub enum DurableError {
     },
     /// The file does not parse. It is left as it is for the operator to inspect.
     #[error(
-        "{path} is not a valid policy file ({detail}); move it away to start without the changes it holds"
+        "{path} is not a valid policy file ({detail}). It holds the policy changes made over the API; Weir does not overwrite it. To start without them, move it away (e.g. to {path}.corrupt): the config file's policies then apply as written"
     )]
     Corrupt {
         /// The file.
@@ -107,15 +109,37 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> DurableError + '_ {
 pub fn load(dir: &Path) -> Result<Overlay, DurableError> {
     fs::create_dir_all(dir).map_err(io_error(dir))?;
     let path = dir.join(FILE);
-    let text = match fs::read_to_string(&path) {
-        Ok(text) => text,
+    let bytes = match fs::read(&path) {
+        Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Overlay::default()),
         Err(e) => return Err(io_error(&path)(e)),
     };
+    let text = String::from_utf8(bytes).map_err(|e| DurableError::Corrupt {
+        path: path.clone(),
+        detail: format!(
+            "not UTF-8 text: byte {} is not part of a character",
+            e.utf8_error().valid_up_to()
+        ),
+    })?;
     serde_json::from_str(&text).map_err(|e| DurableError::Corrupt {
         path,
         detail: e.to_string(),
     })
+}
+
+/// Checks that changes can be written to `dir`, the way [`store`] writes them (a temporary
+/// file created, flushed and removed), so that a read-only or unwritable data dir is found at
+/// start rather than at the first change.
+pub fn check_writable(dir: &Path) -> Result<(), DurableError> {
+    let probe = dir.join(TEMP);
+    let written = File::create(&probe)
+        .and_then(|mut file| {
+            file.write_all(b"{}")?;
+            file.sync_all()
+        })
+        .map_err(io_error(&probe));
+    let _ = fs::remove_file(&probe);
+    written
 }
 
 /// Writes `overlay` to `dir` atomically and durably (see the [module docs](self)).
@@ -126,11 +150,18 @@ pub fn store(dir: &Path, overlay: &Overlay) -> Result<(), DurableError> {
         path: temp.clone(),
         source: io::Error::other(e),
     })?;
-    let mut file = File::create(&temp).map_err(io_error(&temp))?;
-    file.write_all(&bytes).map_err(io_error(&temp))?;
-    file.sync_all().map_err(io_error(&temp))?;
-    drop(file);
-    fs::rename(&temp, &path).map_err(io_error(&path))?;
+    let written = File::create(&temp)
+        .and_then(|mut file| {
+            file.write_all(&bytes)?;
+            file.sync_all()
+        })
+        .map_err(io_error(&temp))
+        .and_then(|()| fs::rename(&temp, &path).map_err(io_error(&path)));
+    if let Err(e) = written {
+        // A failed write (a full disk, say) leaves no partial file behind.
+        let _ = fs::remove_file(&temp);
+        return Err(e);
+    }
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_error(dir))?;
@@ -169,6 +200,44 @@ mod tests {
         store(dir.path(), &overlay).unwrap();
         fs::write(dir.path().join(TEMP), b"{ half a wri").unwrap();
         assert_eq!(load(dir.path()).unwrap(), overlay);
+    }
+
+    #[test]
+    fn a_failed_write_leaves_no_temporary_file_and_the_old_file_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = Overlay::default().with_upsert(policy("a", 5.0));
+        store(dir.path(), &before).unwrap();
+        // A directory where the rename must land: the write succeeds, the rename fails.
+        let blocked = tempfile::tempdir().unwrap();
+        fs::create_dir(blocked.path().join(FILE)).unwrap();
+        assert!(store(blocked.path(), &before).is_err());
+        assert!(
+            !blocked.path().join(TEMP).exists(),
+            "the partial file is removed"
+        );
+        assert!(check_writable(dir.path()).is_ok());
+        assert!(!dir.path().join(TEMP).exists(), "the probe is removed");
+        assert_eq!(load(dir.path()).unwrap(), before);
+    }
+
+    #[test]
+    fn an_unwritable_dir_is_found_by_the_probe() {
+        let dir = tempfile::tempdir().unwrap();
+        // Where the temporary file must be created there is a directory (root can write
+        // anywhere a mode bit forbids, so this is how a test makes a write fail).
+        fs::create_dir(dir.path().join(TEMP)).unwrap();
+        let err = check_writable(dir.path()).unwrap_err();
+        assert!(err.to_string().contains("policies.json.tmp"), "{err}");
+    }
+
+    #[test]
+    fn random_bytes_are_named_as_not_text_with_the_way_out() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(FILE), [0x7b, 0xff, 0xfe, 0x00]).unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not UTF-8 text: byte 1"), "{err}");
+        assert!(err.contains("policies.json"), "{err}");
+        assert!(err.contains("move it away"), "{err}");
     }
 
     #[test]

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::rejection::{BytesRejection, JsonRejection};
-use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
+use axum::extract::{
+    DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Query, Request, State,
+};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -74,6 +76,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(Arc::clone(&app), observe))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
@@ -102,6 +105,36 @@ async fn not_found() -> ApiError {
         status: 404,
         code: "not_found",
         detail: "no such endpoint; see docs/configuration.md for the API".into(),
+    }
+}
+
+async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError {
+        status: 405,
+        code: "method_not_allowed",
+        detail: format!(
+            "{} is not allowed on {}; see docs/configuration.md for the API",
+            request.method(),
+            request.uri().path()
+        ),
+    }
+}
+
+/// Proof that an admin call carries the admin token (or that none is configured).
+///
+/// An extractor from the request's head, so it runs before the body is read or parsed: a caller
+/// without the token learns nothing from how the server reads its body.
+struct Admin;
+
+impl FromRequestParts<Arc<App>> for Admin {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        app: &Arc<App>,
+    ) -> Result<Self, Self::Rejection> {
+        app.check_admin(header_str(&parts.headers, header::AUTHORIZATION))?;
+        Ok(Admin)
     }
 }
 
@@ -283,11 +316,11 @@ fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
 
 async fn put_policy(
     State(app): State<Arc<App>>,
+    _: Admin,
     Path(name): Path<String>,
     headers: HeaderMap,
     ApiJson(config): ApiJson<PolicyConfig>,
 ) -> Result<Response, ApiError> {
-    app.check_admin(header_str(&headers, header::AUTHORIZATION))?;
     let (created, stored) = app
         .put_policy(&name, config, header_str(&headers, header::IF_MATCH))
         .await?;
@@ -303,10 +336,10 @@ async fn put_policy(
 
 async fn delete_policy(
     State(app): State<Arc<App>>,
+    _: Admin,
     Path(name): Path<String>,
     headers: HeaderMap,
 ) -> Result<Json<serde_json::Value>, ApiError> {
-    app.check_admin(header_str(&headers, header::AUTHORIZATION))?;
     app.delete_policy(&name, header_str(&headers, header::IF_MATCH))
         .await?;
     Ok(Json(json!({ "deleted": name })))

@@ -20,6 +20,7 @@ pub mod app;
 pub mod bench;
 pub mod client;
 pub mod cluster;
+pub mod codec;
 pub mod config;
 pub mod durable;
 pub mod error;

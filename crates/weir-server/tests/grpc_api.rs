@@ -157,3 +157,86 @@ async fn the_stream_answers_every_request_with_its_id() {
         invalid.error
     );
 }
+
+/// Sends raw bytes as a request body: the wire as a broken or hostile client writes it.
+#[derive(Debug, Clone, Default)]
+struct RawBytes;
+
+impl tonic::codec::Codec for RawBytes {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawBytes;
+    type Decoder = RawBytes;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        RawBytes
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        RawBytes
+    }
+}
+
+impl tonic::codec::Encoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawBytes {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let bytes = bytes::Buf::copy_to_bytes(buf, bytes::Buf::remaining(buf));
+        Ok(Some(bytes.to_vec()))
+    }
+}
+
+/// Bytes that are not an `AcquireRequest` are the caller's fault: `INVALID_ARGUMENT`, saying
+/// what did not decode — not `INTERNAL`, which clients retry as a server fault.
+#[tokio::test]
+async fn a_malformed_message_is_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let channel = tonic::transport::Endpoint::from_shared(server.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    // Field 1 (`policy`, a string) announced 100 bytes long, with 2 there.
+    let garbage = vec![0x0a, 100, b'x', b'y'];
+    let status = grpc
+        .unary(
+            tonic::Request::new(garbage),
+            http::uri::PathAndQuery::from_static("/weir.v1.Weir/Acquire"),
+            RawBytes,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("does not decode"), "{status:?}");
+    // The node is unharmed: a good request right after is answered.
+    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
+    assert!(
+        client
+            .acquire(acquire("tokens", "a", 0))
+            .await
+            .unwrap()
+            .into_inner()
+            .admitted
+    );
+}

@@ -480,4 +480,44 @@ async fn admin_calls_need_the_token_when_one_is_set() {
     assert_eq!(delete.status(), StatusCode::UNAUTHORIZED);
     // Reads and decisions need no token.
     assert_eq!(get(&server, "/v1/policies/guarded").await.0, StatusCode::OK);
+
+    // The token is checked before the body is read: bad JSON without it learns nothing.
+    let blind = client
+        .put(server.url("/v1/policies/guarded"))
+        .header("content-type", "application/json")
+        .body("{ \"strict\": ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(blind.status(), StatusCode::UNAUTHORIZED);
+    let body: Value = blind.json().await.unwrap();
+    assert_eq!(body["error"], "unauthenticated", "{body}");
+    assert!(!body.to_string().contains("EOF"), "{body}");
+    // RFC 9110: the scheme is case-insensitive.
+    for scheme in ["bearer", "BEARER", "Bearer  "] {
+        let put = client
+            .put(server.url("/v1/policies/guarded"))
+            .header("authorization", format!("{scheme} s3cret"))
+            .json(&json!({"strict": {"qps": 2}}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(put.status(), StatusCode::OK, "scheme {scheme:?}");
+    }
+}
+
+/// A wrong method gets the same `{error, detail}` shape as every other error.
+#[tokio::test]
+async fn a_wrong_method_is_405_in_the_error_shape() {
+    let (server, _dir) = start();
+    let response = reqwest::get(server.url("/v1/acquire")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::METHOD_NOT_ALLOWED);
+    assert!(
+        response.headers().contains_key("allow"),
+        "{:?}",
+        response.headers()
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "method_not_allowed");
+    assert!(body["detail"].as_str().unwrap().contains("GET"), "{body}");
 }

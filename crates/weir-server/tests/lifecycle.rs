@@ -313,6 +313,31 @@ fn a_corrupt_data_dir_is_named_and_not_overwritten() {
     );
 }
 
+/// An unwritable data dir is reported at start, not at the first change; the node still serves.
+#[tokio::test]
+async fn an_unwritable_data_dir_is_reported_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A directory where the temporary file must go: as root, mode bits would not stop a write.
+    std::fs::create_dir_all(data.join("policies.json.tmp")).unwrap();
+    let server = Server::start(CONFIG, &data);
+    let decided = reqwest::Client::new()
+        .post(server.url("/v1/acquire"))
+        .json(&json!({"policy": "from-file", "key": "k"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(decided.status(), StatusCode::OK);
+    server.signal("TERM");
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{status}");
+    assert!(
+        stderr.contains("the data dir cannot be written"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("policies.json.tmp"), "{stderr}");
+}
+
 #[test]
 fn check_config_prints_every_problem_and_fails() {
     let dir = tempfile::tempdir().unwrap();
