@@ -94,6 +94,9 @@ fn answer(outcome: AcquireOutcome, id: u64) -> AcquireResponse {
     }
 }
 
+/// The most acquires one `AcquireStream` may have pending (waiting or being decided) at once.
+pub const MAX_PENDING_PER_STREAM: usize = 1024;
+
 type AcquireStream = Pin<Box<dyn Stream<Item = Result<AcquireResponse, Status>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -201,6 +204,11 @@ impl Weir for WeirService {
     /// Each request is decided on its own task, so one that waits does not hold up the others;
     /// answers carry the request's `id`. An invalid request is answered in-band (`error`) so the
     /// stream goes on.
+    ///
+    /// The acquires a stream has pending end with it: at most [`MAX_PENDING_PER_STREAM`] at a
+    /// time (past that, an in-band error), each given up the moment the caller cancels or goes
+    /// away, and one admitted in the instant the caller left is released at once, not held by
+    /// nobody until its lease expires.
     async fn acquire_stream(
         &self,
         request: Request<Streaming<AcquireRequest>>,
@@ -208,17 +216,43 @@ impl Weir for WeirService {
         let mut incoming = request.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<AcquireResponse, Status>>(1024);
         let app = Arc::clone(&self.app);
+        let pending = Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_PER_STREAM));
         tokio::spawn(async move {
-            while let Some(next) = incoming.next().await {
-                let Ok(request) = next else {
+            loop {
+                let next = tokio::select! {
+                    next = incoming.next() => next,
+                    // The caller cancelled or hung up: read no more.
+                    () = tx.closed() => break,
+                };
+                let Some(Ok(request)) = next else {
                     break;
                 };
                 let id = request.id;
+                let Ok(slot) = Arc::clone(&pending).try_acquire_owned() else {
+                    let refusal = AcquireResponse {
+                        id,
+                        error: format!(
+                            "this stream already has {MAX_PENDING_PER_STREAM} acquires pending, the most one stream may; wait for answers before asking more, or open another stream"
+                        ),
+                        ..Default::default()
+                    };
+                    if tx.send(Ok(refusal)).await.is_err() {
+                        break;
+                    }
+                    continue;
+                };
                 let app = Arc::clone(&app);
                 let tx = tx.clone();
                 tokio::spawn(async move {
+                    let _slot = slot;
                     let start = Instant::now();
-                    let answer = match app.acquire(input(request)).await {
+                    let decided = tokio::select! {
+                        biased;
+                        // Dropping a waiting acquire gives its place back.
+                        () = tx.closed() => return,
+                        decided = app.acquire(input(request)) => decided,
+                    };
+                    let answer = match decided {
                         Ok(outcome) => answer(outcome, id),
                         Err(error) => AcquireResponse {
                             id,
@@ -228,7 +262,11 @@ impl Weir for WeirService {
                     };
                     app.metrics()
                         .observe("grpc", "AcquireStream", "0", start.elapsed());
-                    let _ = tx.send(Ok(answer)).await;
+                    let lease = answer.lease.clone();
+                    if tx.send(Ok(answer)).await.is_err() && !lease.is_empty() {
+                        // Admitted for a caller that has gone: nobody would ever release it.
+                        let _ = app.release(&lease);
+                    }
                 });
             }
         });

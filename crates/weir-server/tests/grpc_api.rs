@@ -24,7 +24,35 @@ concurrency = { node_limit = 1 }
 [[policy]]
 name = "adaptive"
 adaptive = { top_k = 1 }
+
+[[policy]]
+name = "queue"
+on_exhausted = "wait"
+max_wait = "60s"
+concurrency = { node_limit = 1, lease_ttl = "60s" }
 "#;
+
+/// Reads `/metrics` until `series` shows `value` (bounded: 10 s).
+async fn until_metric(server: &Server, series: &str, value: u64) {
+    let wanted = format!("{series} {value}\n");
+    let started = std::time::Instant::now();
+    loop {
+        let text = reqwest::get(format!("{}/metrics", server.http))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.contains(&wanted) {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{series} never reached {value}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
 
 fn acquire(policy: &str, key: &str, id: u64) -> AcquireRequest {
     AcquireRequest {
@@ -238,5 +266,75 @@ async fn a_malformed_message_is_invalid_argument() {
             .unwrap()
             .into_inner()
             .admitted
+    );
+}
+
+/// A stream's waiting acquires end with the stream: cancelled, they stop waiting, and none is
+/// admitted later for the caller that left (which would hold a permit nobody releases).
+#[tokio::test]
+async fn a_cancelled_stream_takes_its_waiters_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
+    let (requests, queued) = tokio::sync::mpsc::channel(64);
+    let mut answers = client
+        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
+        .await
+        .unwrap()
+        .into_inner();
+    requests.send(acquire("queue", "q", 0)).await.unwrap();
+    let first = answers.next().await.unwrap().unwrap();
+    assert!(first.admitted, "{first:?}");
+    for id in 1..=50 {
+        requests.send(acquire("queue", "q", id)).await.unwrap();
+    }
+    until_metric(&server, "weir_waiters{policy=\"queue\"}", 50).await;
+    drop(answers);
+    drop(requests);
+    until_metric(&server, "weir_waiters{policy=\"queue\"}", 0).await;
+    // The permit comes free: nobody from the cancelled stream may take it.
+    client
+        .release(ReleaseRequest { lease: first.lease })
+        .await
+        .unwrap();
+    until_metric(&server, "weir_leases_active", 0).await;
+    until_metric(&server, "weir_in_flight{policy=\"queue\"}", 0).await;
+}
+
+/// One stream cannot queue without bound: past the cap, an in-band error says so.
+#[tokio::test]
+async fn a_stream_has_a_bounded_number_of_pending_acquires() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
+    let (requests, queued) = tokio::sync::mpsc::channel(64);
+    let mut answers = client
+        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
+        .await
+        .unwrap()
+        .into_inner();
+    let cap = weir_server::grpc::MAX_PENDING_PER_STREAM as u64;
+    // One is admitted; `cap` more wait; the one after them is refused.
+    for id in 0..=cap + 1 {
+        requests.send(acquire("queue", "q", id)).await.unwrap();
+    }
+    // The answers that come: one admission, and a refusal for what did not fit (the rest
+    // wait). Tasks race to the limiter, so which id is admitted is not fixed.
+    let first = answers.next().await.unwrap().unwrap();
+    let second = answers.next().await.unwrap().unwrap();
+    let (admitted, refused) = if first.admitted {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert!(
+        admitted.admitted && admitted.error.is_empty(),
+        "{admitted:?}"
+    );
+    assert!(!refused.admitted && refused.id >= cap, "{refused:?}");
+    assert!(
+        refused.error.contains("1024 acquires pending"),
+        "{}",
+        refused.error
     );
 }

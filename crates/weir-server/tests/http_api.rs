@@ -27,6 +27,12 @@ concurrency = { node_limit = 1, lease_ttl = "300ms" }
 name = "adaptive"
 on_exhausted = "reject"
 adaptive = { top_k = 1, ratio = 0.5 }
+
+[[policy]]
+name = "queue"
+on_exhausted = "wait"
+max_wait = "60s"
+concurrency = { node_limit = 1, lease_ttl = "60s" }
 "#;
 
 fn start() -> (Server, tempfile::TempDir) {
@@ -520,4 +526,60 @@ async fn a_wrong_method_is_405_in_the_error_shape() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"], "method_not_allowed");
     assert!(body["detail"].as_str().unwrap().contains("GET"), "{body}");
+}
+
+/// A client that hangs up while its acquire waits takes the waiter with it: the permit that
+/// comes free later is not handed to a caller that has gone.
+#[tokio::test]
+async fn a_waiting_request_whose_client_hangs_up_stops_waiting() {
+    use tokio::io::AsyncWriteExt;
+    let (server, _dir) = start();
+    let (status, _, held) = post(
+        &server,
+        "/v1/acquire",
+        json!({"policy": "queue", "key": "q"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let address = server.http.trim_start_matches("http://").to_owned();
+    let body = r#"{"policy":"queue","key":"q"}"#;
+    let mut clients = Vec::new();
+    for _ in 0..5 {
+        let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let request = format!(
+            "POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        clients.push(tcp);
+    }
+    let waiters = |n: u64| format!("weir_waiters{{policy=\"queue\"}} {n}\n");
+    let metrics = || async {
+        reqwest::get(server.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let started = Instant::now();
+    while !metrics().await.contains(&waiters(5)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never 5 waiters"
+        );
+        tokio::task::yield_now().await;
+    }
+    drop(clients);
+    while !metrics().await.contains(&waiters(0)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiters outlived their clients"
+        );
+        tokio::task::yield_now().await;
+    }
+    let (status, _, _) = post(&server, "/v1/release", json!({"lease": held["lease"]})).await;
+    assert_eq!(status, StatusCode::OK);
+    let text = metrics().await;
+    assert!(text.contains("weir_leases_active 0\n"), "{text}");
 }
