@@ -65,6 +65,22 @@ pub struct ServerSettings {
     /// Cluster mode: the cluster's name; nodes of other clusters are ignored (default `weir`).
     #[serde(default = "default_cluster_id")]
     pub cluster_id: String,
+    /// HTTP: how long a client has to send a request's headers, counted from when the server
+    /// starts waiting for them — so also how long an idle keep-alive connection and one that
+    /// never sends are kept (default 30 s).
+    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    pub header_timeout: Duration,
+    /// HTTP: how long a request's body may take to arrive (default 30 s); past it, 408.
+    #[serde(default = "default_body_timeout", with = "humantime_serde")]
+    pub body_timeout: Duration,
+    /// The most connections served at once on each listener (default 10 000); more wait in
+    /// the listen backlog until one closes.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// The listen backlog of each listener (default 4096; the kernel may cap it, see
+    /// `net.core.somaxconn`).
+    #[serde(default = "default_listen_backlog")]
+    pub listen_backlog: u32,
 }
 
 fn default_node_id() -> String {
@@ -91,6 +107,18 @@ fn default_max_cost() -> u64 {
 fn default_cluster_id() -> String {
     "weir".to_owned()
 }
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_listen_backlog() -> u32 {
+    4096
+}
 
 impl Default for ServerSettings {
     fn default() -> Self {
@@ -106,6 +134,10 @@ impl Default for ServerSettings {
             gossip: None,
             join: Vec::new(),
             cluster_id: default_cluster_id(),
+            header_timeout: default_header_timeout(),
+            body_timeout: default_body_timeout(),
+            max_connections: default_max_connections(),
+            listen_backlog: default_listen_backlog(),
         }
     }
 }
@@ -159,8 +191,21 @@ impl ConfigFile {
             });
         }
         for (field, value) in [
+            ("max_connections", s.max_connections as u64),
+            ("listen_backlog", u64::from(s.listen_backlog)),
+        ] {
+            if value == 0 {
+                problems.push(ConfigProblem::Server {
+                    field,
+                    problem: "must be at least 1".into(),
+                });
+            }
+        }
+        for (field, value) in [
             ("report_interval", s.report_interval),
             ("lease_sweep", s.lease_sweep),
+            ("header_timeout", s.header_timeout),
+            ("body_timeout", s.body_timeout),
         ] {
             if value.is_zero() {
                 problems.push(ConfigProblem::Server {

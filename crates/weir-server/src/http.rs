@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::rejection::{BytesRejection, JsonRejection};
+use axum::extract::rejection::{BytesRejection, FailedToBufferBody, JsonRejection};
 use axum::extract::{
     DefaultBodyLimit, FromRequest, FromRequestParts, MatchedPath, Path, Query, Request, State,
 };
@@ -43,11 +43,15 @@ where
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         match Json::<T>::from_request(request, state).await {
             Ok(Json(value)) => Ok(ApiJson(value)),
+            Err(JsonRejection::BytesRejection(BytesRejection::FailedToBufferBody(
+                FailedToBufferBody::LengthLimitError(_),
+            ))) => Err(too_large()),
             Err(JsonRejection::BytesRejection(BytesRejection::FailedToBufferBody(_))) => {
                 Err(ApiError {
-                    status: 413,
-                    code: "too_large",
-                    detail: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+                    status: 408,
+                    code: "body_timeout",
+                    detail: "the request body did not arrive in full within `server.body_timeout`"
+                        .into(),
                 })
             }
             Err(JsonRejection::MissingJsonContentType(_)) => Err(ApiError::invalid(
@@ -56,6 +60,48 @@ where
             Err(rejection) => Err(ApiError::invalid(rejection.body_text())),
         }
     }
+}
+
+fn too_large() -> ApiError {
+    ApiError {
+        status: 413,
+        code: "too_large",
+        detail: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    }
+}
+
+/// How much of an over-limit body is read and thrown away before the 413 is sent.
+const DRAIN_BYTES: usize = 1 << 20;
+
+/// Answers a body whose `Content-Length` is over the limit with 413 before it is read.
+///
+/// A client that asked `Expect: 100-continue` gets the 413 instead of the 100, and sends
+/// nothing. One that sent its body straight away would, if the server answered and closed
+/// with the body unread, see its connection reset and often never read the 413 (a broken
+/// pipe); so, as nginx's lingering close does, up to [`DRAIN_BYTES`] of it are read and
+/// dropped first (bounded in time by the body timeout), and the connection closed after.
+async fn refuse_oversized_bodies(request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_none_or(|length| length <= MAX_BODY_BYTES as u64) {
+        return next.run(request).await;
+    }
+    let expects_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !expects_continue {
+        let body = request.into_body();
+        let _ = axum::body::to_bytes(body, DRAIN_BYTES).await;
+    }
+    let mut response = too_large().into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// The router for `app`.
@@ -77,6 +123,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/readyz", get(readyz))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(refuse_oversized_bodies))
         .layer(middleware::from_fn_with_state(Arc::clone(&app), observe))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)

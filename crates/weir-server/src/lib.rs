@@ -22,6 +22,7 @@ pub mod client;
 pub mod cluster;
 pub mod codec;
 pub mod config;
+pub mod connections;
 pub mod durable;
 pub mod error;
 pub mod grpc;

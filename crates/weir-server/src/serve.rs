@@ -8,10 +8,12 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::{Stream, StreamExt};
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::app::{App, AppSettings};
 use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG};
+use crate::connections::{self, HttpLimits};
 use crate::grpc::WeirService;
 use crate::proto::weir_server::WeirServer;
 
@@ -129,11 +131,9 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     // Before the first bind: from the first accepted connection on, a stop signal drains.
     let mut termination = Termination::install()?;
     let server = &config.server;
-    let http_listener = TcpListener::bind(server.http)
-        .await
+    let http_listener = connections::bind(server.http, server.listen_backlog)
         .with_context(|| format!("binding the HTTP address {}", server.http))?;
-    let grpc_listener = TcpListener::bind(server.grpc)
-        .await
+    let grpc_listener = connections::bind(server.grpc, server.listen_backlog)
         .with_context(|| format!("binding the gRPC address {}", server.grpc))?;
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
@@ -169,15 +169,18 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
 
     let http = {
         let app = Arc::clone(&app);
-        let router = crate::http::router(Arc::clone(&app));
+        // A body that stalls is cut off (408) rather than holding its connection.
+        let router = crate::http::router(Arc::clone(&app))
+            .layer(RequestBodyTimeoutLayer::new(server.body_timeout));
+        let limits = HttpLimits {
+            header_timeout: server.header_timeout,
+            max_connections: server.max_connections,
+        };
         tokio::spawn(async move {
-            // TCP_NODELAY on every connection: see `without_nagle`.
-            let http_listener = axum::serve::ListenerExt::tap_io(http_listener, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(http_listener, router)
-                .with_graceful_shutdown(async move { app.shutting_down().await })
-                .await
+            connections::serve_http(http_listener, router, limits, async move {
+                app.shutting_down().await
+            })
+            .await
         })
     };
     let grpc = {
@@ -186,6 +189,9 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         let owner_service = cluster.as_ref().map(|c| c.service());
         tokio::spawn(async move {
             tonic::transport::Server::builder()
+                // A peer that stops answering pings is dropped, not kept for ever.
+                .http2_keepalive_interval(Some(Duration::from_secs(30)))
+                .http2_keepalive_timeout(Some(Duration::from_secs(20)))
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
                 .add_optional_service(owner_service)
                 .serve_with_incoming_shutdown(incoming, async move { app.shutting_down().await })

@@ -111,7 +111,8 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     assert_eq!(tiers, ["node", "node", "node", "shared", "shared"]);
     assert_eq!(refusals, 12 - 5);
 
-    // A shared lease is renewed on its owner, through the node that holds it.
+    // A shared lease is renewed on its owner, through the node that holds it; past the
+    // policy's lease_ttl (30 s) a renewal is cut to it.
     let (renew_url, lease) = shared_lease.unwrap();
     let renewed = reqwest::Client::new()
         .post(renew_url)
@@ -121,7 +122,8 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
         .unwrap();
     assert_eq!(renewed.status(), 200);
     let body: Value = renewed.json().await.unwrap();
-    assert!(body["expires_in_ms"].as_u64().unwrap() > 59_000);
+    let left = body["expires_in_ms"].as_u64().unwrap();
+    assert!((29_000..=30_000).contains(&left), "{body}");
 
     // "Who is throttled" gathered from every node, through any of them.
     let body: Value = reqwest::get(n1.url("/v1/throttles?scope=cluster&sort=key"))

@@ -251,7 +251,7 @@ async fn policies_are_read_created_replaced_and_deleted_with_etags() {
     let client = reqwest::Client::new();
     let (status, list) = get(&server, "/v1/policies").await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(list["policies"].as_array().unwrap().len(), 3);
+    assert_eq!(list["policies"].as_array().unwrap().len(), 4);
 
     let created = client
         .put(server.url("/v1/policies/new"))
