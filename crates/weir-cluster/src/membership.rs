@@ -3,9 +3,14 @@
 //!
 //! A member advertises its node id, its gRPC address, the cluster protocol version it speaks
 //! and whether it may own buckets. Membership is a watch channel of the live members; when it
-//! changes, [`apply`] rebuilds the ring, updates the transport's addresses and purges the
-//! leases that departed nodes held on this node's pool (the caller then hands its own leases
-//! over with `TwoTier::rehome`).
+//! changes, [`apply`] rebuilds the ring and updates the transport's addresses (the caller then
+//! hands its own leases over with `TwoTier::rehome`).
+//!
+//! The leases a departed member held on this node's pool are *not* dropped: "departed" is what
+//! a failure detector concludes from silence, and a paused or partitioned node is silent but may
+//! still be using its permits. Dropping them early let others take their place, and when the
+//! node came back the ceiling was exceeded. They expire with their TTL instead — the price is
+//! that a node that really crashed strands its shared permits for up to one `lease_ttl`.
 //!
 //! [chitchat]: https://docs.rs/chitchat
 
@@ -17,7 +22,6 @@ use chitchat::transport::UdpTransport;
 use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
 use tokio::sync::watch;
 
-use crate::pool::SharedPool;
 use crate::ring::{Member, Ring, SharedRing};
 
 /// A live member, as it advertises itself.
@@ -194,20 +198,17 @@ impl Membership for GossipMembership {
 pub struct Applied {
     /// Members that left since the previous change.
     pub departed: Vec<String>,
-    /// Leases those members held on this node's pool, purged.
-    pub purged: usize,
 }
 
 /// Applies a new member list: publishes the ring of eligible members, hands `addresses` the
-/// gRPC address of every member, and purges from `pool` the leases of members that left since
-/// `previous` (which is updated).
+/// gRPC address of every member, and reports the members that left since `previous` (which is
+/// updated). Their leases stay until they expire (see the [module docs](self)).
 pub fn apply(
     members: &[NodeInfo],
     previous: &mut BTreeSet<String>,
     ring: &SharedRing,
     vnodes: u32,
     protocol: u32,
-    pool: &SharedPool,
     mut addresses: impl FnMut(HashMap<String, String>),
 ) -> Applied {
     ring.publish(Ring::new(
@@ -227,15 +228,14 @@ pub fn apply(
     );
     let now: BTreeSet<String> = members.iter().map(|m| m.id.clone()).collect();
     let departed: Vec<String> = previous.difference(&now).cloned().collect();
-    let purged = pool.purge_holders(&departed.iter().map(String::as_str).collect::<Vec<_>>());
     *previous = now;
-    Applied { departed, purged }
+    Applied { departed }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pool::Grant;
+    use crate::pool::{Grant, SharedPool};
     use crate::ring::DEFAULT_VNODES;
 
     fn node(id: &str) -> NodeInfo {
@@ -248,7 +248,7 @@ mod tests {
     }
 
     #[test]
-    fn applying_members_rebuilds_the_ring_and_purges_the_departed() {
+    fn applying_members_rebuilds_the_ring_and_keeps_the_departeds_leases_until_they_expire() {
         let ring = SharedRing::default();
         let pool = SharedPool::new(100);
         let mut previous = BTreeSet::new();
@@ -259,7 +259,6 @@ mod tests {
             &ring,
             DEFAULT_VNODES,
             1,
-            &pool,
             |a| seen = a,
         );
         assert_eq!(first, Applied::default());
@@ -279,12 +278,14 @@ mod tests {
             &ring,
             DEFAULT_VNODES,
             1,
-            &pool,
             |_| {},
         );
         assert_eq!(second.departed, ["b"]);
-        assert_eq!(second.purged, 1);
-        assert_eq!(pool.in_use("x", 0), 1);
+        // "Departed" may be a pause: b's permit is still counted, and the bucket stays full to
+        // its limit, until the lease expires.
+        assert_eq!(pool.in_use("x", 0), 2);
+        assert_eq!(pool.in_use("x", 999), 2);
+        assert_eq!(pool.in_use("x", 1_000), 0, "gone at its expiry");
         assert_eq!(ring.load().members(), ["a"]);
     }
 

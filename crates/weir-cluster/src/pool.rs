@@ -5,8 +5,8 @@
 //! its insert cannot be split by a racing grant. Because the count *is* the set of live leases,
 //! releasing twice, releasing after a sweep, or sweeping twice cannot drift it. A lease expires
 //! at `expires_at` inclusive (`expires_at == now` is expired): expired leases are pruned lazily
-//! when a bucket looks full, and by a periodic sweep; empty buckets are removed. When a holder
-//! leaves the cluster, its leases are purged — never leases whose holder is unknown.
+//! when a bucket looks full, and by a periodic sweep; empty buckets are removed. A holder that
+//! leaves the cluster keeps its leases until they expire: it may only be paused.
 //!
 //! The number of buckets an owner tracks is bounded (`max_buckets`, the question seed 000's
 //! review asked): beyond it a new bucket is refused, and the caller applies the policy's
@@ -167,20 +167,6 @@ impl SharedPool {
         dropped
     }
 
-    /// Drops every lease held by one of `holders` (nodes that left); leases of an unknown
-    /// holder are never touched. Returns how many.
-    pub fn purge_holders(&self, holders: &[&str]) -> usize {
-        let mut state = self.lock();
-        let mut dropped = 0;
-        state.leases.retain(|_, leases| {
-            let before = leases.len();
-            leases.retain(|l| l.holder.is_empty() || !holders.contains(&l.holder.as_str()));
-            dropped += before - leases.len();
-            !leases.is_empty()
-        });
-        dropped
-    }
-
     /// Live leases of `bucket` at `now`.
     pub fn in_use(&self, bucket: &str, now: Nanos) -> usize {
         self.lock().leases.get(bucket).map_or(0, |leases| {
@@ -282,29 +268,6 @@ mod tests {
             assert_eq!(grants, 10);
             assert_eq!(pool.in_use("b", 0), 10);
         }
-    }
-
-    #[test]
-    fn purging_departed_holders_removes_exactly_their_leases() {
-        let pool = SharedPool::new(100);
-        for (bucket, holder) in [
-            ("b1", "gone"),
-            ("b1", "stays"),
-            ("b2", "gone"),
-            ("b2", "also-gone"),
-            ("b3", ""),
-        ] {
-            granted(pool.acquire(bucket, 10, holder, TTL, 0));
-        }
-        assert_eq!(pool.purge_holders(&["gone", "also-gone", ""]), 3);
-        assert_eq!(pool.in_use("b1", 0), 1);
-        assert_eq!(pool.in_use("b2", 0), 0);
-        assert_eq!(
-            pool.in_use("b3", 0),
-            1,
-            "an unknown holder's lease is never purged"
-        );
-        assert_eq!(pool.buckets(), 2);
     }
 
     #[test]

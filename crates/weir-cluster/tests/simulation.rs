@@ -70,6 +70,18 @@ fn ring() -> Ring {
     )
 }
 
+/// A simulation whose links deliver within 10 ms, from a fixed seed. turmoil's defaults (a
+/// random seed, up to 100 ms a message) let a first acquire — a TCP and HTTP/2 handshake, then
+/// the request — now and then outlast the 200 ms acquire timeout, and a test that meant to hold
+/// messages found its very first request failed open.
+fn quick_links() -> turmoil::Builder {
+    let mut builder = turmoil::Builder::new();
+    builder
+        .max_message_latency(Duration::from_millis(10))
+        .rng_seed(0x5eed);
+    builder
+}
+
 /// Registers the three owners; returns their pools, by node id.
 fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, Arc<SharedPool>> {
     let mut pools = HashMap::new();
@@ -175,7 +187,7 @@ async fn fill<T: weir_cluster::transport::Transport>(
 /// exact again and a release lets exactly one in.
 #[test]
 fn a_partition_fails_open_or_closed_and_the_ceiling_returns_after_the_repair() {
-    let mut sim = turmoil::Builder::new()
+    let mut sim = quick_links()
         .simulation_duration(Duration::from_secs(60))
         .build();
     let pools = owners(&mut sim);
@@ -238,7 +250,7 @@ fn a_partition_fails_open_or_closed_and_the_ceiling_returns_after_the_repair() {
 /// lease nobody holds.
 #[test]
 fn a_grant_delayed_past_the_timeout_is_given_back() {
-    let mut sim = turmoil::Builder::new()
+    let mut sim = quick_links()
         .simulation_duration(Duration::from_secs(60))
         .build();
     let pools = owners(&mut sim);

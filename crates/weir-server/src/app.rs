@@ -120,6 +120,7 @@ pub struct App {
     leases: Arc<Leases>,
     admin_token: Option<String>,
     max_cost: u64,
+    body_timeout: Duration,
     metrics: Metrics,
     shutdown: watch::Sender<bool>,
     ready: AtomicBool,
@@ -152,6 +153,8 @@ pub struct AppSettings {
     pub admin_token: Option<String>,
     /// The default most one request may cost.
     pub max_cost: u64,
+    /// How long an HTTP request's body may take to arrive.
+    pub body_timeout: Duration,
     /// Cluster mode, when this node is part of a cluster.
     pub cluster: Option<Arc<ClusterMode>>,
 }
@@ -203,6 +206,7 @@ impl App {
             leases,
             admin_token: settings.admin_token,
             max_cost: settings.max_cost,
+            body_timeout: settings.body_timeout,
             metrics,
             shutdown: watch::channel(false).0,
             ready: AtomicBool::new(false),
@@ -229,6 +233,11 @@ impl App {
     /// Marks the server ready (listeners bound) or not.
     pub fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Release);
+    }
+
+    /// How long an HTTP request's body may take to arrive.
+    pub fn body_timeout(&self) -> Duration {
+        self.body_timeout
     }
 
     /// Whether the server is ready to serve.

@@ -4,8 +4,9 @@
 //! A concurrency policy's node tier is the policy itself (its `node_limit` per bucket on this
 //! node). When it is full and the policy has a `shared_limit`, the request asks the bucket's
 //! owner for a shared lease through a shared-only [`TwoTier`]. Membership changes rebuild the
-//! ring, update the owners' addresses, purge the leases departed nodes held here, and hand this
-//! node's leases over to their buckets' new owners.
+//! ring, update the owners' addresses, and hand this node's leases over to their buckets' new
+//! owners; leases departed nodes held here stay until they expire (a "departed" node may only be
+//! paused, and still using them).
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -127,7 +128,7 @@ impl ClusterMode {
     }
 
     /// Follows membership until the process ends: each change rebuilds the ring, updates
-    /// addresses, purges departed holders' leases and hands this node's leases over.
+    /// addresses and hands this node's leases over.
     pub async fn follow(self: Arc<Self>) {
         let mut watch = self.members.clone();
         let mut previous = BTreeSet::new();
@@ -140,14 +141,13 @@ impl ClusterMode {
                 &self.ring,
                 DEFAULT_VNODES,
                 PROTOCOL,
-                &self.pool,
                 |addresses| {
                     transport.retain_owners(|owner| addresses.contains_key(owner));
                     transport.inner().set_addresses(addresses);
                 },
             );
             if !applied.departed.is_empty() {
-                tracing::warn!(departed = ?applied.departed, purged = applied.purged, "members left the cluster");
+                tracing::warn!(departed = ?applied.departed, "members left the cluster; their shared leases here expire with their TTL");
             }
             let coordinators: Vec<Arc<Coordinator>> = self
                 .coordinators

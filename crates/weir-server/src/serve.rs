@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::{Stream, StreamExt};
-use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::app::{App, AppSettings};
 use crate::cluster::ClusterMode;
@@ -72,22 +71,44 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
         anyhow::bail!("--join needs --gossip ADDR: a node joins a cluster by gossiping");
     }
     if let Ok(token) = std::env::var("WEIR_ADMIN_TOKEN") {
-        if !token.is_empty() {
+        if !token.trim().is_empty() {
             server.admin_token = Some(token);
         }
+    }
+    // A token of blanks is no token: it would be compared as given, and guessed at once.
+    if server
+        .admin_token
+        .as_ref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        server.admin_token = None;
     }
     Ok(config)
 }
 
-/// Refuses an address beyond loopback when there is no admin token.
+/// The fewest characters an admin token must have to guard an address beyond loopback.
+const MIN_PUBLIC_TOKEN_CHARS: usize = 16;
+
+/// Refuses an address beyond loopback without an admin token of at least
+/// [`MIN_PUBLIC_TOKEN_CHARS`] characters.
 fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
-    if config.server.admin_token.is_some() {
-        return Ok(());
-    }
+    let token_chars = config
+        .server
+        .admin_token
+        .as_deref()
+        .map_or(0, |t| t.trim().chars().count());
     for (name, addr) in [("http", config.server.http), ("grpc", config.server.grpc)] {
-        if !addr.ip().is_loopback() {
+        if addr.ip().is_loopback() {
+            continue;
+        }
+        if token_chars == 0 {
             anyhow::bail!(
                 "refusing to listen on {addr} (`{name}`) without an admin token: anyone who can reach it could change or delete policies. Set `admin_token` in [server] or WEIR_ADMIN_TOKEN, or listen on 127.0.0.1"
+            );
+        }
+        if token_chars < MIN_PUBLIC_TOKEN_CHARS {
+            anyhow::bail!(
+                "refusing to listen on {addr} (`{name}`) with an admin token of {token_chars} characters: beyond loopback it must have at least {MIN_PUBLIC_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
             );
         }
     }
@@ -162,6 +183,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         data_dir: server.data_dir.clone(),
         admin_token: server.admin_token.clone(),
         max_cost: server.max_cost,
+        body_timeout: server.body_timeout,
         cluster: cluster.clone(),
     })?;
 
@@ -169,9 +191,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
 
     let http = {
         let app = Arc::clone(&app);
-        // A body that stalls is cut off (408) rather than holding its connection.
-        let router = crate::http::router(Arc::clone(&app))
-            .layer(RequestBodyTimeoutLayer::new(server.body_timeout));
+        let router = crate::http::router(Arc::clone(&app));
         let limits = HttpLimits {
             header_timeout: server.header_timeout,
             max_connections: server.max_connections,

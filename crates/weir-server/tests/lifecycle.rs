@@ -260,29 +260,40 @@ async fn sigterm_right_after_start_drains_every_time_under_cpu_contention() {
     }
 }
 
+/// A public bind needs a real token: none, a blank one, and a short one are all refused.
 #[test]
-fn a_non_loopback_address_without_a_token_is_refused() {
+fn a_non_loopback_address_without_a_real_token_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let output = weir()
-        .args([
-            "serve",
-            "--http",
-            "0.0.0.0:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .env_remove("WEIR_ADMIN_TOKEN")
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        stderr.contains("refusing to listen on 0.0.0.0:0"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("admin token"), "{stderr}");
+    let attempt = |token: Option<&str>| {
+        let mut command = weir();
+        command
+            .args([
+                "serve",
+                "--http",
+                "0.0.0.0:0",
+                "--grpc",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
+            .arg(dir.path())
+            .env_remove("WEIR_ADMIN_TOKEN");
+        if let Some(token) = token {
+            command.env("WEIR_ADMIN_TOKEN", token);
+        }
+        let output = command.output().unwrap();
+        assert!(!output.status.success(), "token {token:?} was accepted");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    for token in [None, Some("   "), Some("\t\n")] {
+        let stderr = attempt(token);
+        assert!(
+            stderr.contains("refusing to listen on 0.0.0.0:0"),
+            "{stderr}"
+        );
+        assert!(stderr.contains("without an admin token"), "{stderr}");
+    }
+    let stderr = attempt(Some("short"));
+    assert!(stderr.contains("at least 16"), "{stderr}");
 }
 
 #[test]

@@ -394,6 +394,7 @@ async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, String)> {
                 data_dir: data_dir.clone(),
                 admin_token: None,
                 max_cost: config.server.max_cost,
+                body_timeout: config.server.body_timeout,
                 cluster: None,
             })?;
             let _ = std::fs::remove_dir_all(&data_dir);
