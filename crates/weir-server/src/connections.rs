@@ -5,8 +5,10 @@
 //! connection and sending nothing, kept it for as long as it liked. Here each connection is
 //! served by hyper directly with a header-read timeout. hyper starts that timer whenever it
 //! waits for a request's head — on a new connection and between requests on a kept-alive one —
-//! so the same timeout bounds a slow sender, a silent connection and an idle keep-alive. The
-//! body's timeout is a layer on the router (see `serve`).
+//! so the same timeout bounds a slow sender, a silent connection and an idle keep-alive (and a
+//! connection that sends nothing at all is closed here, before hyper reads the first bytes to
+//! tell HTTP/1 from HTTP/2). The body's timeout is kept where the body is read, in the HTTP
+//! API's JSON extractor.
 
 use std::future::Future;
 use std::io;

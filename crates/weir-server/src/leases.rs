@@ -94,8 +94,7 @@ impl Leases {
     }
 
     /// Holds `held` for `ttl` ns from `now`.
-    pub fn insert(&self, held: Held, ttl: u64, now: u64) -> (LeaseId, u64) {
-        let mut held = held;
+    pub fn insert(&self, mut held: Held, ttl: u64, now: u64) -> (LeaseId, u64) {
         loop {
             let id = self.draw_id();
             match self.lock().insert(id, held, ttl, now) {

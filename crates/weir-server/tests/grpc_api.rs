@@ -269,19 +269,31 @@ async fn a_malformed_message_is_invalid_argument() {
     );
 }
 
+/// A client and an `AcquireStream` on it kept open: requests go in through the sender.
+async fn open_stream(
+    server: &Server,
+) -> (
+    WeirClient<tonic::transport::Channel>,
+    tokio::sync::mpsc::Sender<AcquireRequest>,
+    tonic::Streaming<weir_server::proto::AcquireResponse>,
+) {
+    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
+    let (requests, queued) = tokio::sync::mpsc::channel(64);
+    let answers = client
+        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
+        .await
+        .unwrap()
+        .into_inner();
+    (client, requests, answers)
+}
+
 /// A stream's waiting acquires end with the stream: cancelled, they stop waiting, and none is
 /// admitted later for the caller that left (which would hold a permit nobody releases).
 #[tokio::test]
 async fn a_cancelled_stream_takes_its_waiters_with_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(CONFIG, &dir.path().join("data"));
-    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
-    let (requests, queued) = tokio::sync::mpsc::channel(64);
-    let mut answers = client
-        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
-        .await
-        .unwrap()
-        .into_inner();
+    let (mut client, requests, mut answers) = open_stream(&server).await;
     requests.send(acquire("queue", "q", 0)).await.unwrap();
     let first = answers.next().await.unwrap().unwrap();
     assert!(first.admitted, "{first:?}");
@@ -306,13 +318,7 @@ async fn a_cancelled_stream_takes_its_waiters_with_it() {
 async fn a_stream_has_a_bounded_number_of_pending_acquires() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(CONFIG, &dir.path().join("data"));
-    let mut client = WeirClient::connect(server.grpc.clone()).await.unwrap();
-    let (requests, queued) = tokio::sync::mpsc::channel(64);
-    let mut answers = client
-        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
-        .await
-        .unwrap()
-        .into_inner();
+    let (_client, requests, mut answers) = open_stream(&server).await;
     let cap = weir_server::grpc::MAX_PENDING_PER_STREAM as u64;
     // One is admitted; `cap` more wait; the one after them is refused.
     for id in 0..=cap + 1 {

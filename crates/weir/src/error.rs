@@ -78,6 +78,31 @@ pub enum ConfigError {
 }
 
 impl ConfigError {
+    /// The same problem, said of `field`: for a value checked under another name than the one
+    /// it was given as (a per-core rate checked as a token bucket's `rate`).
+    pub(crate) fn for_field(self, field: &'static str) -> Self {
+        match self {
+            ConfigError::NotPositive { value, .. } => ConfigError::NotPositive { field, value },
+            ConfigError::TooFast { value, max, .. } => ConfigError::TooFast { field, value, max },
+            ConfigError::TooSlow { value, min, .. } => ConfigError::TooSlow { field, value, min },
+            ConfigError::TooLong {
+                capacity,
+                rate,
+                years,
+                max,
+                ..
+            } => ConfigError::TooLong {
+                field,
+                capacity,
+                rate,
+                years,
+                max,
+            },
+            ConfigError::Zero { .. } => ConfigError::Zero { field },
+            other @ ConfigError::InitialAboveMax { .. } => other,
+        }
+    }
+
     /// The name of the field at fault.
     pub fn field(&self) -> &'static str {
         match self {

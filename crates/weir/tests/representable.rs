@@ -234,6 +234,7 @@ fn the_reported_tiny_rates_are_refused_by_name() {
     let err = tiny.validate().unwrap_err();
     assert_eq!(err.field(), "rate");
     assert!(err.to_string().contains("must be at least"), "{err}");
+    assert!(err.to_string().ends_with("got 1e-12"), "{err}");
 
     let long = TokenBucketConfig {
         rate: 1e-9,

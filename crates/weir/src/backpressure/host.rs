@@ -82,27 +82,12 @@ impl HostLimitsConfig {
         let rpcs = std::iter::once("").chain(self.overrides.keys().map(String::as_str));
         for rpc in rpcs {
             if let Some(bucket) = self.bucket_config(rpc, cores) {
-                bucket.validate().map_err(|e| match e {
-                    ConfigError::TooFast { value, max, .. } => ConfigError::TooFast {
-                        field: if rpc.is_empty() {
-                            "default_qps"
-                        } else {
-                            "overrides"
-                        },
-                        value,
-                        max,
-                    },
-                    ConfigError::TooSlow { value, min, .. } => ConfigError::TooSlow {
-                        field: if rpc.is_empty() {
-                            "default_qps"
-                        } else {
-                            "overrides"
-                        },
-                        value,
-                        min,
-                    },
-                    other => other,
-                })?;
+                let field = if rpc.is_empty() {
+                    "default_qps"
+                } else {
+                    "overrides"
+                };
+                bucket.validate().map_err(|e| e.for_field(field))?;
             }
         }
         Ok(())

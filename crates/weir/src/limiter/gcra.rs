@@ -30,17 +30,17 @@ use crate::error::{ConfigError, Refused};
 /// tolerance makes the check always pass, which would admit everything.
 pub const MAX_REFILL_NANOS: u64 = 1 << 60;
 
-/// Checks that a bucket of `capacity` tokens, one every `interval` ns, is within
-/// [`MAX_REFILL_NANOS`]; the errors name `rate_field` (the spacing is too long) or
-/// `capacity_field` (the whole bucket is).
+/// Checks that a bucket of `capacity` tokens, one every `interval` ns (`rate` per second, as
+/// configured, for the messages), is within [`MAX_REFILL_NANOS`]; the errors name `rate_field`
+/// (the spacing is too long) or `capacity_field` (the whole bucket is).
 pub(crate) fn check_shape(
     interval: u128,
     capacity: u64,
+    rate: f64,
     rate_field: &'static str,
     capacity_field: &'static str,
 ) -> Result<(), ConfigError> {
     let max = u128::from(MAX_REFILL_NANOS);
-    let rate = 1e9 / interval as f64;
     if interval > max {
         return Err(ConfigError::TooSlow {
             field: rate_field,

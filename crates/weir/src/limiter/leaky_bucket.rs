@@ -84,7 +84,7 @@ impl LeakyBucketConfig {
             });
         }
         let per_token = interval_ns.div_ceil(u128::from(self.refill_amount));
-        check_shape(per_token, self.max, "refill_interval", "max")
+        check_shape(per_token, self.max, self.rate(), "refill_interval", "max")
     }
 
     /// The long-run rate in tokens per second.

@@ -36,7 +36,7 @@ impl StrictConfig {
     /// Checks the parameter; the error names the field.
     pub fn validate(&self) -> Result<(), ConfigError> {
         check_rate("qps", self.qps)?;
-        check_shape(wide_interval_for_rate(self.qps), 1, "qps", "qps")
+        check_shape(wide_interval_for_rate(self.qps), 1, self.qps, "qps", "qps")
     }
 
     fn interval(&self) -> u64 {

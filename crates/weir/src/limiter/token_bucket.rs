@@ -47,6 +47,7 @@ impl TokenBucketConfig {
         check_shape(
             wide_interval_for_rate(self.rate),
             self.burst,
+            self.rate,
             "rate",
             "burst",
         )
