@@ -160,3 +160,138 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
         assert!(status == 200 || status == 429, "{status}: {body}");
     }
 }
+
+const PAUSE_CONFIG: &str = r#"
+[[policy]]
+name = "search"
+on_exhausted = "reject"
+concurrency = { node_limit = 1, shared_limit = 2, lease_ttl = "120s", on_unavailable = "closed" }
+"#;
+
+/// `buckets_owned` in `/v1/cluster`: how many buckets `server` owns leases of.
+async fn buckets_owned(server: &Server) -> u64 {
+    let body: Value = reqwest::get(server.url("/v1/cluster"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["counters"]["buckets_owned"].as_u64().unwrap_or(0)
+}
+
+/// A holder stopped with SIGSTOP is declared departed by the others' failure detectors, but it
+/// may come back and go on using its permits: its shared lease stays counted on the owner until
+/// it expires. (Before, the owner purged it, another node took the permit, and when the holder
+/// resumed the cluster had more in flight than its ceiling.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_holders_shared_lease_is_not_given_to_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |id: &str, gossip: &str, join: Option<&str>| {
+        let mut args = vec!["--node-id", id, "--gossip", gossip];
+        if let Some(seed) = join {
+            args.extend(["--join", seed]);
+        }
+        Server::start_full(PAUSE_CONFIG, &dir.path().join(id), &[], &args)
+    };
+    let seed = free_udp();
+    let n1 = start("n1", &seed, None);
+    let n2 = start("n2", &free_udp(), Some(&seed));
+    let n3 = start("n3", &free_udp(), Some(&seed));
+    let nodes = [&n1, &n2, &n3];
+    converge(&nodes, 3).await;
+    // One node-tier permit on each, then the two shared ones: the ceiling, 1 × 3 + 2 = 5.
+    let mut shared_holders = Vec::new();
+    for round in 0..2 {
+        for (i, server) in nodes.iter().enumerate() {
+            let (status, body) = acquire(server).await;
+            if status == 200 && body["tier"] == "shared" {
+                shared_holders.push(i);
+            }
+            if round == 0 {
+                assert_eq!(body["tier"], "node", "{body}");
+            }
+        }
+    }
+    assert_eq!(shared_holders.len(), 2, "the shared limit is 2");
+    let mut owner = None;
+    for (i, server) in nodes.iter().enumerate() {
+        if buckets_owned(server).await > 0 {
+            owner = Some(i);
+        }
+    }
+    let owner = owner.expect("one node owns the bucket");
+    let holder = *shared_holders
+        .iter()
+        .find(|&&i| i != owner)
+        .expect("a shared lease held away from its owner");
+    let others: Vec<&Server> = (0..3).filter(|&i| i != holder).map(|i| nodes[i]).collect();
+
+    nodes[holder].signal("STOP");
+    // The others' failure detectors declare the holder departed (bounded: 60 s).
+    converge(&others, 2).await;
+    for server in &others {
+        let (status, body) = acquire(server).await;
+        assert_eq!(
+            status, 429,
+            "the paused holder's permit went to another: {body}"
+        );
+    }
+    nodes[holder].signal("CONT");
+    converge(&nodes, 3).await;
+    for server in nodes {
+        let (status, body) = acquire(server).await;
+        assert_eq!(status, 429, "over the ceiling after the resume: {body}");
+    }
+}
+
+/// The owner stopped with SIGSTOP while it holds a shared lease itself: the others move the
+/// bucket to a new owner, which learns the leases the live holders hand over but not the paused
+/// owner's own, and grants it again. Ignored: this is the open half of the pause promise (see
+/// docs/guarantees.md, "a change of owner"); the fix is an owner that grants for a `closed`
+/// policy only after holding the bucket, without a pause, for one `lease_ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known gap: a new owner grants before the old owner's leases have expired"]
+async fn a_paused_owners_own_shared_lease_is_not_given_to_another() {
+    let dir = tempfile::tempdir().unwrap();
+    let start = |id: &str, gossip: &str, join: Option<&str>| {
+        let mut args = vec!["--node-id", id, "--gossip", gossip];
+        if let Some(seed) = join {
+            args.extend(["--join", seed]);
+        }
+        Server::start_full(PAUSE_CONFIG, &dir.path().join(id), &[], &args)
+    };
+    let seed = free_udp();
+    let n1 = start("n1", &seed, None);
+    let n2 = start("n2", &free_udp(), Some(&seed));
+    let n3 = start("n3", &free_udp(), Some(&seed));
+    let nodes = [&n1, &n2, &n3];
+    converge(&nodes, 3).await;
+    for server in nodes {
+        assert_eq!(acquire(server).await.1["tier"], "node");
+    }
+    // A first shared permit (on n1) makes the owner known; then the owner takes one itself.
+    let (_, body) = acquire(&n1).await;
+    assert_eq!(body["tier"], "shared", "{body}");
+    let mut owner = None;
+    for (i, server) in nodes.iter().enumerate() {
+        if buckets_owned(server).await > 0 {
+            owner = Some(i);
+        }
+    }
+    let owner = owner.expect("one node owns the bucket");
+    let others: Vec<&Server> = (0..3).filter(|&i| i != owner).map(|i| nodes[i]).collect();
+    let second = if owner == 0 { others[0] } else { nodes[owner] };
+    let (status, body) = acquire(second).await;
+    assert_eq!((status, &body["tier"]), (200, &json!("shared")), "{body}");
+
+    nodes[owner].signal("STOP");
+    converge(&others, 2).await;
+    for server in &others {
+        let (status, body) = acquire(server).await;
+        assert_eq!(
+            status, 429,
+            "the paused owner's permit went to another: {body}"
+        );
+    }
+    nodes[owner].signal("CONT");
+}
