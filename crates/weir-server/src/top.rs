@@ -112,18 +112,25 @@ pub fn render(rows: &[Value]) -> String {
     out
 }
 
-/// Runs `weir top` against `client`.
-pub async fn run(client: &Client, options: &TopOptions) -> anyhow::Result<()> {
-    let mut query = format!("/v1/throttles?limit={}", options.limit);
+/// The query string for `options`, each value percent-encoded (a policy name may hold `&`).
+fn throttles_query(options: &TopOptions) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair("limit", &options.limit.to_string());
     if options.cluster {
-        query.push_str("&scope=cluster");
+        query.append_pair("scope", "cluster");
     }
     if let Some(sort) = &options.sort {
-        query.push_str(&format!("&sort={sort}"));
+        query.append_pair("sort", sort);
     }
     if let Some(policy) = &options.policy {
-        query.push_str(&format!("&policy={policy}"));
+        query.append_pair("policy", policy);
     }
+    query.finish()
+}
+
+/// Runs `weir top` against `client`.
+pub async fn run(client: &Client, options: &TopOptions) -> anyhow::Result<()> {
+    let query = format!("/v1/throttles?{}", throttles_query(options));
     let tty = std::io::stdout().is_terminal();
     loop {
         let body = client.get(&query).await?;
@@ -169,6 +176,21 @@ mod tests {
             "local  tables  orders  scan     10  42.2          0        3"
         );
         assert!(render(&[]).contains("no key is being held back"));
+    }
+
+    #[test]
+    fn the_query_encodes_what_it_is_given() {
+        let options = TopOptions {
+            cluster: true,
+            sort: Some("key".into()),
+            policy: Some("a&b=c d".into()),
+            watch: false,
+            limit: 5,
+        };
+        assert_eq!(
+            throttles_query(&options),
+            "limit=5&scope=cluster&sort=key&policy=a%26b%3Dc+d"
+        );
     }
 
     #[test]
