@@ -35,7 +35,7 @@ impl IntoResponse for ApiError {
 ///
 /// The timeout costs nothing in the common case: `tokio::time::timeout` polls the read first,
 /// and a small body that came with its headers is read at once, without arming a timer (a
-/// tower body-timeout layer armed one per request, which cost a tenth of the throughput).
+/// tower body-timeout layer armed one per request: about 7 % of the throughput, measured).
 struct ApiJson<T>(T);
 
 impl<T> FromRequest<Arc<App>> for ApiJson<T>
