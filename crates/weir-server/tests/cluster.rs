@@ -22,12 +22,23 @@ fn free_udp() -> String {
         .to_string()
 }
 
-fn node(dir: &std::path::Path, id: &str, gossip: &str, join: Option<&str>) -> Server {
-    let mut args = vec!["--node-id", id, "--gossip", gossip];
-    if let Some(seed) = join {
-        args.extend(["--join", seed]);
-    }
-    Server::start_full(CONFIG, &dir.join(id), &[], &args)
+/// Three nodes on `config`, n2 and n3 joining through n1, gossiping until each sees all three.
+async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
+    let seed = free_udp();
+    let node = |id: &str, gossip: &str, join: Option<&str>| {
+        let mut args = vec!["--node-id", id, "--gossip", gossip];
+        if let Some(seed) = join {
+            args.extend(["--join", seed]);
+        }
+        Server::start_full(config, &dir.join(id), &[], &args)
+    };
+    let nodes = [
+        node("n1", &seed, None),
+        node("n2", &free_udp(), Some(&seed)),
+        node("n3", &free_udp(), Some(&seed)),
+    ];
+    converge(&[&nodes[0], &nodes[1], &nodes[2]], 3).await;
+    nodes
 }
 
 async fn members(server: &Server) -> usize {
@@ -72,11 +83,7 @@ async fn acquire(server: &Server) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let seed = free_udp();
-    let n1 = node(dir.path(), "n1", &seed, None);
-    let n2 = node(dir.path(), "n2", &free_udp(), Some(&seed));
-    let n3 = node(dir.path(), "n3", &free_udp(), Some(&seed));
-    converge(&[&n1, &n2, &n3], 3).await;
+    let [n1, n2, n3] = three_nodes(dir.path(), CONFIG).await;
 
     // node_limit × 3 + shared_limit = 1 × 3 + 2 = 5, whichever nodes the requests enter.
     let mut tiers = Vec::new();
@@ -186,19 +193,8 @@ async fn buckets_owned(server: &Server) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_holders_shared_lease_is_not_given_to_another() {
     let dir = tempfile::tempdir().unwrap();
-    let start = |id: &str, gossip: &str, join: Option<&str>| {
-        let mut args = vec!["--node-id", id, "--gossip", gossip];
-        if let Some(seed) = join {
-            args.extend(["--join", seed]);
-        }
-        Server::start_full(PAUSE_CONFIG, &dir.path().join(id), &[], &args)
-    };
-    let seed = free_udp();
-    let n1 = start("n1", &seed, None);
-    let n2 = start("n2", &free_udp(), Some(&seed));
-    let n3 = start("n3", &free_udp(), Some(&seed));
+    let [n1, n2, n3] = three_nodes(dir.path(), PAUSE_CONFIG).await;
     let nodes = [&n1, &n2, &n3];
-    converge(&nodes, 3).await;
     // One node-tier permit on each, then the two shared ones: the ceiling, 1 × 3 + 2 = 5.
     let mut shared_holders = Vec::new();
     for round in 0..2 {
@@ -253,19 +249,8 @@ async fn a_paused_holders_shared_lease_is_not_given_to_another() {
 #[ignore = "known gap: a new owner grants before the old owner's leases have expired"]
 async fn a_paused_owners_own_shared_lease_is_not_given_to_another() {
     let dir = tempfile::tempdir().unwrap();
-    let start = |id: &str, gossip: &str, join: Option<&str>| {
-        let mut args = vec!["--node-id", id, "--gossip", gossip];
-        if let Some(seed) = join {
-            args.extend(["--join", seed]);
-        }
-        Server::start_full(PAUSE_CONFIG, &dir.path().join(id), &[], &args)
-    };
-    let seed = free_udp();
-    let n1 = start("n1", &seed, None);
-    let n2 = start("n2", &free_udp(), Some(&seed));
-    let n3 = start("n3", &free_udp(), Some(&seed));
+    let [n1, n2, n3] = three_nodes(dir.path(), PAUSE_CONFIG).await;
     let nodes = [&n1, &n2, &n3];
-    converge(&nodes, 3).await;
     for server in nodes {
         assert_eq!(acquire(server).await.1["tier"], "node");
     }
