@@ -69,6 +69,7 @@ async fn measure<T: Transport + 'static>(transport: Arc<T>, tasks: usize, second
                     holder: "coordinator".to_owned(),
                     ttl: 30_000_000_000,
                     now: clock.now(),
+                    fenced: false,
                 };
                 if let Ok(Grant::Granted { id, .. }) = transport.acquire("owner", request).await {
                     let _ = transport.release("owner", &bucket, id).await;

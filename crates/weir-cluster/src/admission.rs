@@ -24,7 +24,8 @@ use weir::keyed::{KeyedLimiter, Overflow, Shape, Taken};
 use weir::policy::OnUnavailable;
 use weir::{Clock, Nanos};
 
-use crate::pool::{Grant, SharedPool};
+use crate::owner::Owner;
+use crate::pool::Grant;
 use crate::ring::SharedRing;
 use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
@@ -102,6 +103,9 @@ pub struct ClusterRefusal {
     pub reason: String,
     /// Whether the limits were reached (rather than the shared one could not be checked).
     pub full: bool,
+    /// When the request could succeed, if that is known (the owner is settling into the
+    /// bucket and said when it will grant).
+    pub retry_after: Option<Duration>,
 }
 
 /// A shared lease this coordinator holds: where it lives now.
@@ -128,6 +132,8 @@ pub struct AdmissionCounters {
     pub handed_off: AtomicU64,
     /// Grants returned because the ring moved their bucket while they were on the way.
     pub raced: AtomicU64,
+    /// Fenced requests refused because their bucket's owner took it over too recently.
+    pub settling: AtomicU64,
 }
 
 /// The coordinator side of two-tier admission; see the [module docs](self).
@@ -136,8 +142,8 @@ pub struct TwoTier<C: Clock + Clone, T: Transport> {
     config: TwoTierConfig,
     ring: Arc<SharedRing>,
     transport: Arc<T>,
-    /// This node's own pool, for the buckets it owns.
-    pool: Arc<SharedPool>,
+    /// This node as an owner, for the buckets it owns.
+    owner: Arc<Owner>,
     node_tier: Option<KeyedLimiter<C>>,
     local_share: KeyedLimiter<C>,
     clock: C,
@@ -162,14 +168,14 @@ fn ceil_div(a: u64, b: u64) -> u64 {
 }
 
 impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
-    /// Admission on node `node_id`, owning buckets in `pool`, reaching other owners over
-    /// `transport`.
+    /// Admission on node `node_id`, which is `owner` for the buckets it owns, reaching other
+    /// owners over `transport`.
     pub fn new(
         node_id: &str,
         config: TwoTierConfig,
         ring: Arc<SharedRing>,
         transport: Arc<T>,
-        pool: Arc<SharedPool>,
+        owner: Arc<Owner>,
         clock: C,
     ) -> Self {
         let node_tier = (config.node_limit > 0).then(|| {
@@ -196,7 +202,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             config,
             ring,
             transport,
-            pool,
+            owner,
             node_tier,
             local_share,
             clock,
@@ -211,6 +217,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             bucket: bucket.to_owned(),
             reason,
             full,
+            retry_after: None,
         }
     }
 
@@ -280,7 +287,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     });
                 }
                 Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason(), true)),
-                Ok(Grant::TooManyBuckets) | Err(()) => {
+                Err(TransportError::Settling { owner, wait }) => {
+                    return self.settling(bucket, &owner, wait);
+                }
+                Ok(Grant::TooManyBuckets) | Err(_) => {
                     return self.unavailable(bucket, ring.members().len());
                 }
             }
@@ -290,29 +300,25 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     }
 
     /// Asks `owner` for a lease on `bucket`: this node's own pool without a hop, else one call
-    /// bounded by the acquire timeout. `Err` when the owner could not be asked.
-    async fn ask_owner(&self, bucket: &str, owner: &str) -> Result<Grant, ()> {
-        let ttl = u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX);
-        let now = self.clock.now();
-        if owner == self.node_id {
-            return Ok(self.pool.acquire(
-                bucket,
-                self.config.shared_limit,
-                &self.node_id,
-                ttl,
-                now,
-            ));
-        }
+    /// bounded by the acquire timeout.
+    async fn ask_owner(&self, bucket: &str, owner: &str) -> Result<Grant, TransportError> {
         let request = LeaseRequest {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
             holder: self.node_id.clone(),
-            ttl,
-            now,
+            ttl: u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX),
+            now: self.clock.now(),
+            fenced: self.config.on_unavailable == OnUnavailable::Closed,
         };
-        self.call(self.transport.acquire(owner, request))
-            .await
-            .ok_or(())
+        if owner == self.node_id {
+            return self.owner.grant(&request);
+        }
+        tokio::time::timeout(
+            self.config.acquire_timeout,
+            self.transport.acquire(owner, request),
+        )
+        .await
+        .unwrap_or_else(|_| Err(TransportError::Unreachable(owner.to_owned())))
     }
 
     /// A call to an owner, bounded by the acquire timeout; `None` if it failed or timed out.
@@ -321,6 +327,33 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             .await
             .ok()?
             .ok()
+    }
+
+    /// The owner is still settling into the bucket (a fenced request): refused, saying when it
+    /// will grant.
+    fn settling(
+        &self,
+        bucket: &str,
+        owner: &str,
+        wait: Nanos,
+    ) -> Result<ClusterAdmission, ClusterRefusal> {
+        self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
+        self.counters.settling.fetch_add(1, Ordering::Relaxed);
+        let error = TransportError::Settling {
+            owner: owner.to_owned(),
+            wait,
+        };
+        Err(ClusterRefusal {
+            retry_after: Some(Duration::from_nanos(wait)),
+            ..self.refusal(
+                bucket,
+                format!(
+                    "could not check its shared limit of {}: {error}",
+                    self.config.shared_limit
+                ),
+                false,
+            )
+        })
     }
 
     /// The owner could not be asked: the policy's `on_unavailable` decides.
@@ -379,7 +412,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// that call fails, the lease expires with its TTL).
     async fn release_lease(&self, owner: &str, bucket: &str, id: u64) {
         if owner == self.node_id {
-            self.pool.release(bucket, id);
+            self.owner.release(bucket, id);
         } else {
             let _ = self.call(self.transport.release(owner, bucket, id)).await;
         }
@@ -408,7 +441,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         };
         let now = self.clock.now();
         let renewed = if lease.owner == self.node_id {
-            self.pool.renew(&lease.bucket, lease.id, ttl, now).is_some()
+            self.owner.renew(&lease.bucket, lease.id, ttl, now)
         } else {
             self.call(
                 self.transport
@@ -453,10 +486,9 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         let mut moved = 0;
         for (handle, lease, new_owner) in moving {
             let adopted = if new_owner == self.node_id {
-                Some(
-                    self.pool
-                        .adopt(&lease.bucket, &self.node_id, lease.expires_at),
-                )
+                self.owner
+                    .adopt(&lease.bucket, &self.node_id, lease.expires_at)
+                    .ok()
             } else {
                 self.call(self.transport.adopt(
                     &new_owner,

@@ -323,6 +323,7 @@ mod tests {
             holder: "n2".to_owned(),
             ttl: 1_000_000_000,
             now: 0,
+            fenced: false,
         }
     }
 

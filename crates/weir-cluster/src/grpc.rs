@@ -55,12 +55,14 @@ impl<C: Clock> ClusterService<C> {
             holder: request.holder,
             ttl: request.ttl_ns,
             now,
+            fenced: request.fenced,
         });
         match grant {
             Ok(Grant::Granted { id, expires_at }) => proto::LeaseReply {
                 outcome: Outcome::Granted as i32,
                 id,
                 expires_in_ns: expires_at.saturating_sub(now),
+                settles_in_ns: 0,
             },
             Ok(Grant::Full) => proto::LeaseReply {
                 outcome: Outcome::Full as i32,
@@ -68,6 +70,11 @@ impl<C: Clock> ClusterService<C> {
             },
             Ok(Grant::TooManyBuckets) => proto::LeaseReply {
                 outcome: Outcome::TooManyBuckets as i32,
+                ..Default::default()
+            },
+            Err(TransportError::Settling { wait, .. }) => proto::LeaseReply {
+                outcome: Outcome::Settling as i32,
+                settles_in_ns: wait,
                 ..Default::default()
             },
             Err(_) => proto::LeaseReply {
@@ -160,6 +167,7 @@ fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
         limit: request.limit,
         holder: request.holder,
         ttl_ns: request.ttl,
+        fenced: request.fenced,
     }
 }
 
@@ -172,6 +180,10 @@ fn grant_of(reply: &proto::LeaseReply, now: Nanos, owner: &str) -> Result<Grant,
         }),
         Ok(Outcome::Full) => Ok(Grant::Full),
         Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
+        Ok(Outcome::Settling) => Err(TransportError::Settling {
+            owner: owner.to_owned(),
+            wait: reply.settles_in_ns,
+        }),
         Ok(Outcome::NotOwner) | Err(_) => Err(TransportError::NotOwner(owner.to_owned())),
     }
 }

@@ -5,11 +5,17 @@
 //! owns, and answers "not the owner" otherwise — the coordinator then treats the pool as
 //! unavailable for this request (the policy's `on_unavailable` decides), rather than two nodes
 //! each granting the whole shared limit for the same bucket.
+//!
+//! A request from a policy that must hold its ceiling (`on_unavailable = "closed"`) is
+//! *fenced*: it is granted only once this node has held the bucket for one lease TTL (its
+//! [`Tenure`]), so that no lease another owner granted can still be live and uncounted. Before
+//! that, the answer is [`TransportError::Settling`], and the caller refuses.
 
 use std::sync::Arc;
 
 use crate::pool::{Grant, SharedPool};
 use crate::ring::SharedRing;
+use crate::tenure::{DEFAULT_PAUSE_AFTER, Tenure};
 use crate::transport::{LeaseRequest, TransportError};
 
 /// One node's pool behind the ownership fence.
@@ -18,6 +24,7 @@ pub struct Owner {
     node_id: String,
     ring: Arc<SharedRing>,
     pool: Arc<SharedPool>,
+    tenure: Tenure,
 }
 
 impl Owner {
@@ -25,14 +32,34 @@ impl Owner {
     pub fn new(node_id: &str, ring: Arc<SharedRing>, pool: Arc<SharedPool>) -> Self {
         Owner {
             node_id: node_id.to_owned(),
+            tenure: Tenure::new(node_id, DEFAULT_PAUSE_AFTER),
             ring,
             pool,
         }
     }
 
-    /// Grants a lease if this node owns the bucket in its own view of the ring.
+    /// A beat of this node's clock: keeps its [`Tenure`] current (the rings it sees, and any
+    /// pause of its own). Call it every 100 ms or so.
+    pub fn beat(&self, now: weir::Nanos) {
+        self.tenure.observe(&self.ring, now);
+    }
+
+    /// Grants a lease if this node owns the bucket in its own view of the ring — and, for a
+    /// fenced request, has held it for the request's TTL.
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {
         self.fence(&request.bucket)?;
+        if request.fenced {
+            let wait = self
+                .tenure
+                .wait(&request.bucket, request.ttl, &self.ring, request.now)
+                .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
+            if wait > 0 {
+                return Err(TransportError::Settling {
+                    owner: self.node_id.clone(),
+                    wait,
+                });
+            }
+        }
         Ok(self.pool.acquire(
             &request.bucket,
             request.limit,
@@ -85,6 +112,7 @@ mod tests {
             holder: "coordinator".into(),
             ttl: 1_000,
             now: 0,
+            fenced: false,
         }
     }
 
@@ -114,5 +142,33 @@ mod tests {
             a.grant(&request(&theirs[0])),
             Ok(Grant::Granted { .. })
         ));
+    }
+
+    #[test]
+    fn a_fenced_request_waits_for_one_ttl_of_tenure() {
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("a", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)));
+        a.beat(0);
+        let fenced = |now| LeaseRequest {
+            fenced: true,
+            now,
+            ..request("b")
+        };
+        assert_eq!(
+            a.grant(&fenced(400)),
+            Err(TransportError::Settling {
+                owner: "a".into(),
+                wait: 600
+            })
+        );
+        assert!(
+            matches!(a.grant(&request("b")), Ok(Grant::Granted { .. })),
+            "an unfenced request does not wait"
+        );
+        assert!(matches!(a.grant(&fenced(1_000)), Ok(Grant::Granted { .. })));
     }
 }

@@ -105,38 +105,58 @@ impl Ring {
     }
 }
 
-/// A ring published for lock-free lookups and replaced whole when membership changes.
+/// A ring published for lock-free lookups and replaced whole when membership changes. Each
+/// ring published gets the next generation number, so a reader can tell whether it missed one.
 #[derive(Debug, Default)]
 pub struct SharedRing {
-    ring: ArcSwap<Ring>,
+    ring: ArcSwap<Published>,
+}
+
+#[derive(Debug, Default)]
+struct Published {
+    generation: u64,
+    ring: Arc<Ring>,
 }
 
 impl SharedRing {
     /// Publishes `ring`.
     pub fn new(ring: Ring) -> Self {
         SharedRing {
-            ring: ArcSwap::from_pointee(ring),
+            ring: ArcSwap::from_pointee(Published {
+                generation: 0,
+                ring: Arc::new(ring),
+            }),
         }
     }
 
     /// The ring in force.
     pub fn load(&self) -> Arc<Ring> {
-        self.ring.load_full()
+        Arc::clone(&self.ring.load().ring)
+    }
+
+    /// The ring in force and its generation.
+    pub fn load_versioned(&self) -> (u64, Arc<Ring>) {
+        let published = self.ring.load();
+        (published.generation, Arc::clone(&published.ring))
     }
 
     /// Replaces the ring.
     pub fn publish(&self, ring: Ring) {
-        self.ring.store(Arc::new(ring));
+        let ring = Arc::new(ring);
+        self.ring.rcu(|current| Published {
+            generation: current.generation + 1,
+            ring: Arc::clone(&ring),
+        });
     }
 
     /// The owner of `bucket` under the ring in force.
     pub fn owner_of(&self, bucket: &str) -> Option<String> {
-        self.ring.load().owner_of(bucket).map(str::to_owned)
+        self.ring.load().ring.owner_of(bucket).map(str::to_owned)
     }
 
     /// Whether the current ring names `node` as `bucket`'s owner (without copying the name).
     pub fn is_owner(&self, bucket: &str, node: &str) -> bool {
-        self.ring.load().owner_of(bucket) == Some(node)
+        self.ring.load().ring.owner_of(bucket) == Some(node)
     }
 }
 
@@ -242,8 +262,10 @@ mod tests {
     fn a_shared_ring_swaps_whole() {
         let shared = SharedRing::new(ring(&["n1"]));
         assert_eq!(shared.owner_of("b").as_deref(), Some("n1"));
+        assert_eq!(shared.load_versioned().0, 0);
         shared.publish(ring(&[]));
         assert_eq!(shared.owner_of("b"), None);
         assert!(shared.load().is_empty());
+        assert_eq!(shared.load_versioned().0, 1, "each publish is a generation");
     }
 }

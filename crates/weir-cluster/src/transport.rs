@@ -33,6 +33,9 @@ pub struct LeaseRequest {
     pub ttl: Nanos,
     /// The time on the caller's clock (the simulation shares one clock).
     pub now: Nanos,
+    /// The caller's policy must never exceed its ceiling (`on_unavailable = "closed"`): grant
+    /// only after one `ttl` of tenure (see [`Tenure`](crate::tenure)).
+    pub fenced: bool,
 }
 
 /// Why an owner could not be asked.
@@ -44,6 +47,18 @@ pub enum TransportError {
     /// The node answered that it does not own the bucket (its ring differs from ours).
     #[error("`{0}` is not the bucket's owner")]
     NotOwner(String),
+    /// The owner has held the bucket for less than the lease TTL and the request is fenced:
+    /// leases granted before it took over may still be live (see [`Tenure`](crate::tenure)).
+    #[error(
+        "its owner `{owner}` took it over less than one lease TTL ago (it grants in {} ms)",
+        wait.div_ceil(1_000_000)
+    )]
+    Settling {
+        /// The owner.
+        owner: String,
+        /// How long until it grants, in ns.
+        wait: Nanos,
+    },
 }
 
 /// A coordinator's way to an owner.

@@ -61,13 +61,18 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
             node_limit: 1,
             shared_limit: 2,
             lease_ttl: Duration::from_secs(30),
-            on_unavailable: OnUnavailable::Closed,
+            // Unfenced: a fenced request would wait one TTL for n2's tenure (checked below).
+            on_unavailable: OnUnavailable::Open,
             acquire_timeout: Duration::from_secs(2),
             max_keys: 100,
         },
         Arc::clone(&shared_ring),
         transport,
-        Arc::clone(&n1_pool),
+        Arc::new(Owner::new(
+            "n1",
+            Arc::clone(&shared_ring),
+            Arc::clone(&n1_pool),
+        )),
         SystemClock::new(),
     );
 
@@ -96,12 +101,12 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
     n1.release(second).await;
     assert_eq!(n1_pool.in_use(&bucket, 0), 0, "released where it now lives");
 
-    // Back to two nodes, with n2 down: the shared limit cannot be checked.
+    // Back to two nodes, with n2 down: the shared limit cannot be checked, and the request
+    // fails open.
     shared_ring.publish(ring(&["n1", "n2"]));
     n2_server.abort();
     let _ = n2_server.await;
-    let refused = n1.acquire(&bucket).await.unwrap_err();
-    assert_eq!(refused.reason, "could not check its shared limit of 2");
+    assert_eq!(n1.acquire(&bucket).await.unwrap().tier, Tier::FailOpen);
     drop(node);
 }
 
@@ -138,6 +143,7 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
         holder: "n1".to_owned(),
         ttl: 30_000_000_000,
         now,
+        fenced: false,
     };
     let answers = transport
         .acquire_batch(
@@ -147,10 +153,14 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
                 request(&mine),
                 request(&mine),
                 request(&theirs),
+                LeaseRequest {
+                    fenced: true,
+                    ..request(&mine)
+                },
             ],
         )
         .await;
-    assert_eq!(answers.len(), 4);
+    assert_eq!(answers.len(), 5);
     let ids: Vec<u64> = answers[..2]
         .iter()
         .map(|a| match a {
@@ -163,6 +173,14 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
         .collect();
     assert_eq!(answers[2], Ok(Grant::Full));
     assert_eq!(answers[3], Err(TransportError::NotOwner("n2".to_owned())));
+    // n2 has just started: a fenced request waits for one TTL of tenure, and says how long.
+    match &answers[4] {
+        Err(TransportError::Settling { owner, wait }) => {
+            assert_eq!(owner, "n2");
+            assert!(*wait > 29_000_000_000 && *wait <= 30_000_000_000, "{wait}");
+        }
+        other => panic!("{other:?}"),
+    }
     assert_eq!(pool.in_use(&mine, now), 2);
     transport
         .release_batch("n2", ids.iter().map(|&id| (mine.clone(), id)).collect())
@@ -201,6 +219,7 @@ async fn a_node_back_at_a_new_address_is_reached_there() {
         holder: "n1".to_owned(),
         ttl: 30_000_000_000,
         now: SystemClock::new().now(),
+        fenced: false,
     };
     let now = SystemClock::new().now();
     transport.set_addresses(HashMap::from([("n2".to_owned(), first)]));

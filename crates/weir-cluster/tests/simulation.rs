@@ -7,7 +7,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -22,11 +22,13 @@ use weir_cluster::grpc::{ClusterService, GrpcTransport};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+use weir_cluster::transport::InMemory;
 
 const PORT: u16 = 9000;
 const OWNERS: [&str; 3] = ["n1", "n2", "n3"];
 const BUCKET: &str = "analytics:group:analytics";
 const SHARED_LIMIT: u64 = 4;
+const LEASE_TTL: Duration = Duration::from_secs(30);
 
 /// A simulated TCP stream the gRPC server can accept.
 struct SimStream(turmoil::net::TcpStream);
@@ -82,16 +84,47 @@ fn quick_links() -> turmoil::Builder {
     builder
 }
 
-/// Registers the three owners; returns their pools, by node id.
-fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, Arc<SharedPool>> {
-    let mut pools = HashMap::new();
+/// One owner host, as the test sees it from outside.
+struct OwnerHost {
+    pool: Arc<SharedPool>,
+    owner: Arc<Owner>,
+    /// Its own view of the ring.
+    ring: Arc<SharedRing>,
+    /// While set, its beats stop: the process is "stopped" (its links held by the test).
+    stopped: Arc<AtomicBool>,
+}
+
+/// Registers the three owners, each beating every 100 ms as a server does; returns them, by
+/// node id.
+fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, OwnerHost> {
+    let mut hosts = HashMap::new();
     for id in OWNERS {
         let pool = Arc::new(SharedPool::new(1000));
-        pools.insert(id, Arc::clone(&pool));
+        let ring = Arc::new(SharedRing::new(ring()));
+        let owner = Arc::new(Owner::new(id, Arc::clone(&ring), Arc::clone(&pool)));
+        let stopped = Arc::new(AtomicBool::new(false));
+        hosts.insert(
+            id,
+            OwnerHost {
+                pool,
+                owner: Arc::clone(&owner),
+                ring,
+                stopped: Arc::clone(&stopped),
+            },
+        );
         sim.host(id, move || {
-            let pool = Arc::clone(&pool);
+            let (owner, stopped) = (Arc::clone(&owner), Arc::clone(&stopped));
             async move {
-                let owner = Arc::new(Owner::new(id, Arc::new(SharedRing::new(ring())), pool));
+                let beating = Arc::clone(&owner);
+                tokio::spawn(async move {
+                    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+                    loop {
+                        ticks.tick().await;
+                        if !stopped.load(Ordering::Relaxed) {
+                            beating.beat(TokioClock::new().now());
+                        }
+                    }
+                });
                 let service = ClusterService::new(owner, TokioClock::new()).into_server();
                 let listener =
                     turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT))
@@ -105,7 +138,7 @@ fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, Arc<SharedPool>> 
             }
         });
     }
-    pools
+    hosts
 }
 
 /// The listener's connections as a stream (accepted by a task of their own).
@@ -129,6 +162,15 @@ fn coordinator(
     holder: &str,
     on_unavailable: OnUnavailable,
 ) -> TwoTier<TokioClock, Batching<GrpcTransport<TokioClock>>> {
+    viewing(holder, on_unavailable, Arc::new(SharedRing::new(ring())))
+}
+
+/// A coordinator `holder` with its own view of the ring, `view`.
+fn viewing(
+    holder: &str,
+    on_unavailable: OnUnavailable,
+    view: Arc<SharedRing>,
+) -> TwoTier<TokioClock, Batching<GrpcTransport<TokioClock>>> {
     let grpc = GrpcTransport::with_connect(
         TokioClock::new(),
         Box::new(|address| {
@@ -151,15 +193,15 @@ fn coordinator(
         TwoTierConfig {
             node_limit: 0,
             shared_limit: SHARED_LIMIT,
-            lease_ttl: Duration::from_secs(30),
+            lease_ttl: LEASE_TTL,
             on_unavailable,
             acquire_timeout: Duration::from_millis(200),
             max_keys: 1000,
         },
-        Arc::new(SharedRing::new(ring())),
+        Arc::clone(&view),
         Arc::new(Batching::new(Arc::new(grpc))),
         // A coordinator that owns nothing: its pool is never asked.
-        Arc::new(SharedPool::new(1)),
+        Arc::new(Owner::new(holder, view, Arc::new(SharedPool::new(1)))),
         TokioClock::new(),
     )
 }
@@ -190,9 +232,9 @@ fn a_partition_fails_open_or_closed_and_the_ceiling_returns_after_the_repair() {
     let mut sim = quick_links()
         .simulation_duration(Duration::from_secs(60))
         .build();
-    let pools = owners(&mut sim);
+    let hosts = owners(&mut sim);
     let owner = owner_of_bucket();
-    let pool = Arc::clone(&pools[owner]);
+    let pool = Arc::clone(&hosts[owner].pool);
     sim.client("c1", async move {
         let open = coordinator("c1", OnUnavailable::Open);
         let closed = coordinator("c1", OnUnavailable::Closed);
@@ -253,9 +295,9 @@ fn a_grant_delayed_past_the_timeout_is_given_back() {
     let mut sim = quick_links()
         .simulation_duration(Duration::from_secs(60))
         .build();
-    let pools = owners(&mut sim);
+    let hosts = owners(&mut sim);
     let owner = owner_of_bucket();
-    let pool = Arc::clone(&pools[owner]);
+    let pool = Arc::clone(&hosts[owner].pool);
     sim.client("c1", async move {
         let open = coordinator("c1", OnUnavailable::Open);
         // Connect first, so the held messages are the request itself.
@@ -294,13 +336,15 @@ fn random_link_failures_never_break_the_limit() {
             .repair_rate(0.5)
             .rng_seed(seed)
             .build();
-        let pools = owners(&mut sim);
+        let hosts = owners(&mut sim);
         let owner = owner_of_bucket();
-        let pool = Arc::clone(&pools[owner]);
+        let pool = Arc::clone(&hosts[owner].pool);
         let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let seen_here = Arc::clone(&seen);
         sim.client("c1", async move {
             let node = coordinator("c1", OnUnavailable::Closed);
+            // Fenced: the owners grant once they have been up for one lease TTL.
+            tokio::time::sleep(LEASE_TTL).await;
             let mut held: Vec<ClusterAdmission> = Vec::new();
             let mut admitted = 0;
             for step in 0..400u32 {
@@ -332,4 +376,116 @@ fn random_link_failures_never_break_the_limit() {
         unavailable > 0,
         "the failures never reached the coordinator"
     );
+}
+
+/// The three owners without `left`.
+fn ring_without(left: &str) -> Ring {
+    Ring::new(
+        OWNERS
+            .iter()
+            .filter(|id| **id != left)
+            .map(|id| Member::owner(*id, 1)),
+        DEFAULT_VNODES,
+        1,
+    )
+}
+
+/// The owner of the bucket is stopped (its links held, its clock running on without it) for
+/// longer than the lease TTL, while it holds two shared permits itself. The others move the
+/// bucket to a new owner, which learns the leases handed over but not the stopped owner's own:
+/// it grants nothing until one TTL has passed. When the stopped owner resumes, its own view
+/// still names it the owner, and the very first thing it does — before its ticker runs — is
+/// to admit a request of its own: it notices the gap in its beats and refuses, instead of
+/// granting from a pool whose leases all expired while another owner granted them again.
+#[test]
+fn a_stopped_owner_neither_has_its_permits_regranted_nor_grants_after_it_resumes() {
+    let mut sim = quick_links()
+        .simulation_duration(Duration::from_secs(200))
+        .build();
+    let hosts = owners(&mut sim);
+    let stopped_id = owner_of_bucket();
+    let (stopped_owner, stopped_ring, stopped) = {
+        let host = &hosts[stopped_id];
+        (
+            Arc::clone(&host.owner),
+            Arc::clone(&host.ring),
+            Arc::clone(&host.stopped),
+        )
+    };
+    let other_rings: Vec<Arc<SharedRing>> = OWNERS
+        .iter()
+        .filter(|id| **id != stopped_id)
+        .map(|id| Arc::clone(&hosts[id].ring))
+        .collect();
+    sim.client("c1", async move {
+        tokio::time::sleep(LEASE_TTL).await;
+        let view = Arc::new(SharedRing::new(ring()));
+        let c1 = viewing("c1", OnUnavailable::Closed, Arc::clone(&view));
+        // The stopped owner's own admissions: its pool, no hop.
+        let own = TwoTier::new(
+            stopped_id,
+            TwoTierConfig {
+                node_limit: 0,
+                shared_limit: SHARED_LIMIT,
+                lease_ttl: LEASE_TTL,
+                on_unavailable: OnUnavailable::Closed,
+                acquire_timeout: Duration::from_millis(200),
+                max_keys: 1000,
+            },
+            Arc::clone(&stopped_ring),
+            Arc::new(InMemory::new()),
+            Arc::clone(&stopped_owner),
+            TokioClock::new(),
+        );
+        let mut own_held = vec![
+            own.acquire(BUCKET).await.unwrap(),
+            own.acquire(BUCKET).await.unwrap(),
+        ];
+        let mut c1_held = vec![
+            c1.acquire(BUCKET).await.unwrap(),
+            c1.acquire(BUCKET).await.unwrap(),
+        ];
+        assert!(c1.acquire(BUCKET).await.is_err(), "the shared limit is 4");
+
+        // Stopped: no beats, no messages in or out.
+        stopped.store(true, Ordering::Relaxed);
+        turmoil::hold("c1", stopped_id);
+        for ring in other_rings.iter().chain([&view]) {
+            ring.publish(ring_without(stopped_id));
+        }
+        c1.rehome().await;
+        let refused = c1.acquire(BUCKET).await.unwrap_err();
+        assert!(
+            refused
+                .reason
+                .contains("took it over less than one lease TTL ago"),
+            "{}",
+            refused.reason
+        );
+        // One TTL later every lease granted before the stop has expired (the stopped owner's
+        // own two included): the new owner grants the whole shared limit.
+        tokio::time::sleep(LEASE_TTL + Duration::from_secs(5)).await;
+        c1_held.clear();
+        while let Ok(admission) = c1.acquire(BUCKET).await {
+            c1_held.push(admission);
+            assert!(c1_held.len() <= SHARED_LIMIT as usize);
+        }
+        assert_eq!(c1_held.len(), SHARED_LIMIT as usize);
+
+        // Resumed: before its ticker runs, it admits a request of its own.
+        own_held.clear();
+        stopped.store(false, Ordering::Relaxed);
+        turmoil::release("c1", stopped_id);
+        let refused = own.acquire(BUCKET).await.unwrap_err();
+        assert!(
+            refused
+                .reason
+                .contains("took it over less than one lease TTL ago"),
+            "the resumed owner granted over the new owner's {} leases: {}",
+            c1_held.len(),
+            refused.reason
+        );
+        Ok(())
+    });
+    sim.run().unwrap();
 }

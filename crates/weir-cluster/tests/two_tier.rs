@@ -1,6 +1,7 @@
 //! Two-tier admission across several coordinators over the in-memory transport, on a manual
-//! clock: the cluster-wide ceiling, the refusal reasons, owner failure per `on_unavailable`, and
-//! leases reclaimed after a coordinator vanishes.
+//! clock: the cluster-wide ceiling, the refusal reasons, owner failure per `on_unavailable`,
+//! leases reclaimed after a coordinator vanishes, and a change of owner with and without the
+//! tenure fence.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,7 @@ const BUCKET: &str = "analytics:group:analytics";
 struct Cluster {
     nodes: Vec<TwoTier<ManualClock, InMemory>>,
     pools: Vec<Arc<SharedPool>>,
+    owners: Vec<Arc<Owner>>,
     network: Arc<InMemory>,
     ring: Arc<SharedRing>,
     clock: ManualClock,
@@ -50,36 +52,58 @@ fn cluster(n: usize, config: TwoTierConfig) -> Cluster {
         .iter()
         .map(|_| Arc::new(SharedPool::new(10_000)))
         .collect();
-    for (id, pool) in ids.iter().zip(&pools) {
-        network.add(
-            id,
-            Arc::new(Owner::new(id, Arc::clone(&ring), Arc::clone(pool))),
-        );
+    let owners: Vec<Arc<Owner>> = ids
+        .iter()
+        .zip(&pools)
+        .map(|(id, pool)| Arc::new(Owner::new(id, Arc::clone(&ring), Arc::clone(pool))))
+        .collect();
+    for (id, owner) in ids.iter().zip(&owners) {
+        network.add(id, Arc::clone(owner));
     }
     let nodes = ids
         .iter()
-        .zip(&pools)
-        .map(|(id, pool)| {
+        .zip(&owners)
+        .map(|(id, owner)| {
             TwoTier::new(
                 id,
                 config.clone(),
                 Arc::clone(&ring),
                 Arc::clone(&network),
-                Arc::clone(pool),
+                Arc::clone(owner),
                 clock.clone(),
             )
         })
         .collect();
-    Cluster {
+    let c = Cluster {
         nodes,
         pools,
+        owners,
         network,
         ring,
         clock,
-    }
+    };
+    // The cluster has been up for one lease TTL: every owner has held its buckets that long.
+    c.advance(config.lease_ttl);
+    c
 }
 
 impl Cluster {
+    /// Moves the clock on by `by`, every owner beating once a second as its ticker would.
+    fn advance(&self, by: Duration) {
+        let mut left = by;
+        loop {
+            for owner in &self.owners {
+                owner.beat(weir::Clock::now(&self.clock));
+            }
+            if left.is_zero() {
+                return;
+            }
+            let step = left.min(Duration::from_secs(1));
+            self.clock.advance(step);
+            left -= step;
+        }
+    }
+
     fn owner(&self) -> usize {
         let owner = self.ring.owner_of(BUCKET).unwrap();
         owner[1..].parse::<usize>().unwrap() - 1
@@ -206,9 +230,9 @@ async fn a_vanished_coordinators_leases_come_back_within_ttl_plus_a_sweep() {
     let other = &c.nodes[owner];
     assert!(other.acquire(BUCKET).await.is_err());
     // One sweep after the TTL, the leases are gone.
-    c.clock.advance(Duration::from_secs(29));
+    c.advance(Duration::from_secs(29));
     assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 0);
-    c.clock.advance(Duration::from_secs(1));
+    c.advance(Duration::from_secs(1));
     assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 2);
     assert_eq!(other.acquire(BUCKET).await.unwrap().tier, Tier::Shared);
 }
@@ -238,12 +262,12 @@ fn move_bucket(c: &Cluster) -> usize {
     owner
 }
 
-/// Without a handoff, a bucket that changes owner starts with an empty pool on its new owner,
-/// so the cluster may admit up to `shared_limit` more until the old leases are released or
-/// expire: the bound seed 000 accepted.
+/// Without a handoff and without the tenure fence (`open`), a bucket that changes owner starts
+/// with an empty pool on its new owner, so the cluster may admit up to `shared_limit` more until
+/// the old leases are released or expire.
 #[tokio::test]
-async fn without_a_handoff_a_rebalance_over_admits_one_shared_limit() {
-    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
+async fn unfenced_without_a_handoff_a_rebalance_over_admits_one_shared_limit() {
+    let c = cluster(3, config(1, 4, OnUnavailable::Open));
     let mut held = Vec::new();
     for node in &c.nodes {
         held.extend(fill(node).await);
@@ -264,11 +288,62 @@ async fn without_a_handoff_a_rebalance_over_admits_one_shared_limit() {
     );
 }
 
+/// With the fence (`closed`), the new owner grants nothing for one lease TTL after the bucket
+/// moved to it, saying when it will; by then every lease the old owner granted and nobody
+/// handed over has expired, so the cluster never holds more than its ceiling.
+#[tokio::test]
+async fn fenced_without_a_handoff_a_rebalance_admits_nothing_until_the_old_leases_expired() {
+    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
+    let mut held = Vec::new();
+    for node in &c.nodes {
+        held.extend(fill(node).await);
+    }
+    assert_eq!(held.len(), 3 + 4, "the ceiling before the change");
+    let old_owner = move_bucket(&c);
+    let asker = &c.nodes[(old_owner + 1) % 3];
+    let refused = asker.acquire(BUCKET).await.unwrap_err();
+    let new_owner = c.owner();
+    assert_eq!(
+        refused.reason,
+        format!(
+            "could not check its shared limit of 4: its owner `n{}` took it over less than one \
+             lease TTL ago (it grants in 30000 ms)",
+            new_owner + 1
+        )
+    );
+    assert!(!refused.full);
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(30)));
+    assert_eq!(asker.counters.settling.load(Ordering::Relaxed), 1);
+    c.advance(Duration::from_secs(29));
+    for (i, node) in c.nodes.iter().enumerate() {
+        if i != old_owner {
+            assert!(
+                node.acquire(BUCKET).await.is_err(),
+                "still settling at 29 s"
+            );
+        }
+    }
+    // At 30 s the leases granted before the change have expired everywhere.
+    c.advance(Duration::from_secs(1));
+    let live_before = c.pools[old_owner].in_use(BUCKET, weir::Clock::now(&c.clock));
+    assert_eq!(live_before, 0);
+    let mut extra = 0;
+    for (i, node) in c.nodes.iter().enumerate() {
+        if i != old_owner {
+            extra += fill(node).await.len();
+        }
+    }
+    assert_eq!(
+        extra, 4,
+        "the whole shared limit, now that nothing older is live"
+    );
+}
+
 /// With the handoff, every coordinator re-registers its leases with the new owner: the ceiling
-/// holds through the rebalance, and releases go to where each lease now lives.
+/// holds through the rebalance even unfenced, and releases go to where each lease now lives.
 #[tokio::test]
 async fn with_the_handoff_a_rebalance_keeps_the_ceiling() {
-    let c = cluster(3, config(1, 4, OnUnavailable::Closed));
+    let c = cluster(3, config(1, 4, OnUnavailable::Open));
     let mut held: Vec<(usize, ClusterAdmission)> = Vec::new();
     for (i, node) in c.nodes.iter().enumerate() {
         held.extend(fill(node).await.into_iter().map(|a| (i, a)));
@@ -288,7 +363,10 @@ async fn with_the_handoff_a_rebalance_keeps_the_ceiling() {
     assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 4);
     for (i, node) in c.nodes.iter().enumerate() {
         if i != old_owner {
-            assert!(node.acquire(BUCKET).await.is_err(), "the ceiling holds");
+            assert!(
+                node.acquire(BUCKET).await.unwrap_err().full,
+                "the ceiling holds"
+            );
         }
     }
     // Releasing a handed-over lease frees room on the new owner.
@@ -326,9 +404,9 @@ async fn an_owner_whose_view_differs_answers_not_owner_and_nobody_double_grants(
     let coordinator = TwoTier::new(
         "n1",
         config(0, 3, OnUnavailable::Closed),
-        both,
+        Arc::clone(&both),
         Arc::clone(&network),
-        Arc::new(SharedPool::new(100)),
+        Arc::new(Owner::new("n1", both, Arc::new(SharedPool::new(100)))),
         ManualClock::new(0),
     );
     let refused = coordinator.acquire(&bucket).await.unwrap_err();
@@ -354,14 +432,14 @@ async fn renewing_a_shared_lease_extends_it_on_its_owner() {
     let coordinator = &c.nodes[(owner + 1) % 2];
     let admission = coordinator.acquire(BUCKET).await.unwrap();
     let shared = admission.shared().expect("a shared lease");
-    c.clock.advance(Duration::from_secs(20));
+    c.advance(Duration::from_secs(20));
     assert!(coordinator.renew(shared, 30_000_000_000).await);
     // Past the original 30 s, the renewed lease is still live on the owner.
-    c.clock.advance(Duration::from_secs(15));
+    c.advance(Duration::from_secs(15));
     assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 0);
     assert!(coordinator.acquire(BUCKET).await.is_err(), "still held");
     // Once it has expired there, renewing says so.
-    c.clock.advance(Duration::from_secs(60));
+    c.advance(Duration::from_secs(60));
     c.pools[owner].sweep(weir::Clock::now(&c.clock));
     assert!(!coordinator.renew(shared, 30_000_000_000).await);
     assert!(c.nodes[0].acquire(BUCKET).await.is_ok() || c.nodes[1].acquire(BUCKET).await.is_ok());
@@ -423,10 +501,11 @@ impl Transport for RingChangesInFlight {
 }
 
 /// The grant that raced the ring change is given back to the old owner and the lease is taken
-/// from the new one, so the new owner counts it and the old one holds nothing.
+/// from the new one, so the new owner counts it and the old one holds nothing. (Unfenced: a
+/// fenced request would find the new owner settling.)
 #[tokio::test]
 async fn a_grant_that_raced_a_ring_change_is_returned_and_asked_again() {
-    let c = cluster(3, config(0, 4, OnUnavailable::Closed));
+    let c = cluster(3, config(0, 4, OnUnavailable::Open));
     let old_owner = c.owner();
     let asker = (old_owner + 1) % 3;
     let survivors: Vec<String> = (0..3)
@@ -444,10 +523,10 @@ async fn a_grant_that_raced_a_ring_change_is_returned_and_asked_again() {
     });
     let node = TwoTier::new(
         &format!("n{}", asker + 1),
-        config(0, 4, OnUnavailable::Closed),
+        config(0, 4, OnUnavailable::Open),
         Arc::clone(&c.ring),
         racing,
-        Arc::clone(&c.pools[asker]),
+        Arc::clone(&c.owners[asker]),
         c.clock.clone(),
     );
     let admission = node
@@ -467,8 +546,8 @@ async fn a_grant_that_raced_a_ring_change_is_returned_and_asked_again() {
 /// Three coordinators keep taking shared leases (and giving the oldest back every third step)
 /// while the bucket's owner leaves the ring at step 20; the handoff runs `lag` steps later, as
 /// gossip takes a while to reach every node. Returns the most shared leases live at once.
-async fn churn(lag: usize) -> usize {
-    let c = cluster(3, config(0, 4, OnUnavailable::Closed));
+async fn churn(mode: OnUnavailable, lag: usize) -> usize {
+    let c = cluster(3, config(0, 4, mode));
     let mut held: Vec<(usize, ClusterAdmission)> = Vec::new();
     let mut most = 0;
     for step in 0..60 {
@@ -482,9 +561,15 @@ async fn churn(lag: usize) -> usize {
         }
         for (i, node) in c.nodes.iter().enumerate() {
             if let Ok(admission) = node.acquire(BUCKET).await {
+                assert_eq!(
+                    admission.tier,
+                    Tier::Shared,
+                    "the owner is always reachable"
+                );
                 held.push((i, admission));
             }
         }
+        c.advance(Duration::from_secs(1));
         most = most.max(held.len());
         if step % 3 == 2 && !held.is_empty() {
             let (i, admission) = held.remove(0);
@@ -494,19 +579,33 @@ async fn churn(lag: usize) -> usize {
     most
 }
 
-/// Under load, a membership change over-admits nothing when the handoff follows it at once, and
-/// at most one `shared_limit` (4 here) while the handoff lags: the new owner starts empty and
-/// grants up to its limit until the old leases are re-registered, after which it counts them
-/// and grants nothing until the total is back under the limit.
+/// Under load and unfenced (`open`), a membership change over-admits nothing when the handoff
+/// follows it at once, and at most one `shared_limit` (4 here) while the handoff lags: the new
+/// owner starts empty and grants up to its limit until the old leases are re-registered, after
+/// which it counts them and grants nothing until the total is back under the limit.
 #[tokio::test]
-async fn under_load_a_membership_change_over_admits_at_most_one_shared_limit() {
-    assert_eq!(churn(0).await, 4, "handoff at once: the ceiling holds");
+async fn unfenced_under_load_a_membership_change_over_admits_at_most_one_shared_limit() {
+    assert_eq!(
+        churn(OnUnavailable::Open, 0).await,
+        4,
+        "handoff at once: the ceiling holds"
+    );
     for lag in [1, 3, 10] {
-        let most = churn(lag).await;
+        let most = churn(OnUnavailable::Open, lag).await;
         assert!(
             most > 4 && most <= 8,
             "lag {lag}: {most} live at once (limit 4)"
         );
+    }
+}
+
+/// Fenced (`closed`), the same churn never has more than the shared limit live, however long
+/// the handoff lags (up to past the lease TTL).
+#[tokio::test]
+async fn fenced_under_load_a_membership_change_never_over_admits() {
+    for lag in [0, 1, 3, 10, 35] {
+        let most = churn(OnUnavailable::Closed, lag).await;
+        assert_eq!(most, 4, "lag {lag}: {most} live at once (limit 4)");
     }
 }
 
@@ -518,9 +617,9 @@ async fn expired_shared_leases_are_forgotten_by_the_sweep() {
     let coordinator = &c.nodes[(c.owner() + 1) % 2];
     let admission = coordinator.acquire(BUCKET).await.unwrap();
     assert_eq!(admission.tier, Tier::Shared);
-    c.clock.advance(Duration::from_secs(29));
+    c.advance(Duration::from_secs(29));
     assert_eq!(coordinator.forget_expired(), 0, "still live");
-    c.clock.advance(Duration::from_secs(1));
+    c.advance(Duration::from_secs(1));
     assert_eq!(
         coordinator.forget_expired(),
         1,

@@ -398,7 +398,7 @@ impl App {
                     refusal.reason.clone()
                 };
                 AcquireOutcome::Refused {
-                    retry_after: None,
+                    retry_after: refusal.retry_after,
                     reason: format!(
                         "policy `{}`: bucket `{}` {reason}",
                         input.policy, refusal.bucket

@@ -128,8 +128,20 @@ impl ClusterMode {
     }
 
     /// Follows membership until the process ends: each change rebuilds the ring, updates
-    /// addresses and hands this node's leases over.
+    /// addresses and hands this node's leases over. Meanwhile the owner beats every 100 ms,
+    /// so that it knows how long it has held each bucket and notices a pause of its own.
     pub async fn follow(self: Arc<Self>) {
+        let owner = Arc::clone(&self.owner);
+        let beats = tokio::spawn(async move {
+            let clock = SystemClock::new();
+            let mut ticks = tokio::time::interval(Duration::from_millis(100));
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                owner.beat(clock.now());
+            }
+        });
+        let _beats = AbortOnDrop(beats);
         let mut watch = self.members.clone();
         let mut previous = BTreeSet::new();
         loop {
@@ -191,7 +203,7 @@ impl ClusterMode {
             config.clone(),
             Arc::clone(&self.ring),
             Arc::clone(&self.transport),
-            Arc::clone(&self.pool),
+            Arc::clone(&self.owner),
             SystemClock::new(),
         ));
         coordinators.insert(policy.to_owned(), (config, Arc::clone(&coordinator)));
@@ -288,5 +300,14 @@ impl ClusterMode {
         if let Some(gossip) = self.gossip.lock().await.take() {
             gossip.stop().await;
         }
+    }
+}
+
+/// Aborts a background task when dropped, so it ends with the task that started it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

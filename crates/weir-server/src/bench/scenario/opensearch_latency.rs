@@ -8,7 +8,9 @@
 //! - `node-only`: the node tier alone (a local in-flight count);
 //! - `shared-only`: no node tier, every request takes a shared lease from the bucket's owner
 //!   (no hop on the owner, one gRPC call from the other two). `on_unavailable = "closed"`, so a
-//!   failed shared call would show as a refusal rather than hide as a fail-open.
+//!   failed shared call would show as a refusal rather than hide as a fail-open. Its lease TTL
+//!   is 2 s, and the run starts once the owner has held the bucket that long (a `closed`
+//!   policy's owner grants only after one TTL of tenure).
 //!
 //! Beside them, when `redis-server` is installed, `redis-lua`: the same cluster-wide in-flight
 //! limit done the way many teams do it today — the clients take and give back their leases in
@@ -43,8 +45,11 @@ concurrency = { node_limit = 100000 }
 [[policy]]
 name = "shared-only"
 on_exhausted = "reject"
-concurrency = { node_limit = 0, shared_limit = 100000, on_unavailable = "closed" }
+concurrency = { node_limit = 0, shared_limit = 100000, lease_ttl = "2s", on_unavailable = "closed" }
 "#;
+
+/// The `shared-only` policy's lease TTL: how long its owner settles before it grants.
+const SHARED_TENURE: Duration = Duration::from_secs(2);
 
 /// The three configurations, as policy names.
 pub const CONFIGS: [&str; 3] = ["none", "node-only", "shared-only"];
@@ -160,6 +165,8 @@ impl OpensearchLatency {
 pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<OpensearchLatency> {
     let dir = Workdir::new("opensearch-latency")?;
     let nodes = start_cluster(&settings.binary, CONFIG, dir.path(), 3).await?;
+    // The owner's tenure, plus a margin for the last ring change after gossip converged.
+    tokio::time::sleep(SHARED_TENURE + Duration::from_secs(1)).await;
     let cluster = TargetSpec::RoundRobin(
         nodes
             .iter()
