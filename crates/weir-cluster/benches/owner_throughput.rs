@@ -31,7 +31,7 @@ async fn serve(pool: Arc<SharedPool>) -> String {
     let owner = Arc::new(Owner::new("owner", ring, pool));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let service = ClusterService::new(owner, SystemClock::new()).into_server();
+    let service = ClusterService::new(owner, SystemClock::new()).into_server(None);
     tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
             .add_service(service)

@@ -15,6 +15,7 @@ use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
 use crate::pool::Grant;
+use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
 /// The generated types and services.
@@ -39,9 +40,13 @@ impl<C: Clock> ClusterService<C> {
         ClusterService { owner, clock }
     }
 
-    /// The tonic server for this service.
-    pub fn into_server(self) -> proto::cluster_server::ClusterServer<Self> {
-        proto::cluster_server::ClusterServer::new(self)
+    /// The tonic server for this service, refusing calls without `secret`'s token when the
+    /// cluster has a secret.
+    pub fn into_server(self, secret: Option<&ClusterSecret>) -> GuardedCluster<C> {
+        proto::cluster_server::ClusterServer::with_interceptor(
+            self,
+            secret.map(ClusterSecret::require).unwrap_or_default(),
+        )
     }
 }
 
@@ -215,10 +220,20 @@ pub fn endpoint(address: &str) -> Option<Endpoint> {
 /// from membership.
 pub struct GrpcTransport<C: Clock> {
     addresses: ArcSwap<HashMap<String, String>>,
-    clients: Mutex<HashMap<String, ClusterClient<Channel>>>,
+    clients: Mutex<HashMap<String, Client>>,
     connect: Connect,
     clock: C,
+    token: AttachToken,
 }
+
+/// A node's cluster service behind the secret's check.
+pub type GuardedCluster<C> = tonic::service::interceptor::InterceptedService<
+    proto::cluster_server::ClusterServer<ClusterService<C>>,
+    RequireToken,
+>;
+
+/// A client of another node, carrying the secret's token.
+type Client = ClusterClient<tonic::service::interceptor::InterceptedService<Channel, AttachToken>>;
 
 impl<C: Clock> std::fmt::Debug for GrpcTransport<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -244,7 +259,14 @@ impl<C: Clock> GrpcTransport<C> {
             clients: Mutex::new(HashMap::new()),
             connect,
             clock,
+            token: AttachToken::default(),
         }
+    }
+
+    /// Calls carry `secret`'s token (when the cluster has a secret).
+    pub fn with_secret(mut self, secret: Option<&ClusterSecret>) -> Self {
+        self.token = secret.map(ClusterSecret::attach).unwrap_or_default();
+        self
     }
 
     /// Sets the gRPC address (`http://host:port`) of every known node.
@@ -256,7 +278,7 @@ impl<C: Clock> GrpcTransport<C> {
         self.addresses.store(Arc::new(addresses));
     }
 
-    fn client(&self, owner: &str) -> Result<ClusterClient<Channel>, TransportError> {
+    fn client(&self, owner: &str) -> Result<Client, TransportError> {
         let unreachable = || TransportError::Unreachable(owner.to_owned());
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(client) = clients.get(owner) {
@@ -269,7 +291,7 @@ impl<C: Clock> GrpcTransport<C> {
             .cloned()
             .ok_or_else(unreachable)?;
         let channel = (self.connect)(&address).ok_or_else(unreachable)?;
-        let client = ClusterClient::new(channel);
+        let client = ClusterClient::with_interceptor(channel, self.token.clone());
         clients.insert(owner.to_owned(), client.clone());
         Ok(client)
     }

@@ -6,7 +6,8 @@
 //! The decision logic (ring, pool, owner fence and tenure, two-tier admission) does no I/O and reads no
 //! clock of its own: time comes in as an argument or through a `Clock`. The shells around it
 //! are [`transport`] (in-memory, and [`grpc`]), [`batch`] (batching per owner) and
-//! [`membership`] (static, and gossip through chitchat); `weir serve` wires them together.
+//! [`membership`] (static, and gossip through chitchat; members prove they know the cluster's
+//! [`secret`]); `weir serve` wires them together.
 
 pub mod admission;
 pub mod batch;
@@ -15,5 +16,6 @@ pub mod membership;
 pub mod owner;
 pub mod pool;
 pub mod ring;
+pub mod secret;
 pub mod tenure;
 pub mod transport;

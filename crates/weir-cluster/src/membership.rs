@@ -16,6 +16,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use chitchat::transport::UdpTransport;
@@ -23,6 +25,7 @@ use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig
 use tokio::sync::watch;
 
 use crate::ring::{Member, Ring, SharedRing};
+use crate::secret::ClusterSecret;
 
 /// A live member, as it advertises itself.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -88,6 +91,9 @@ pub struct GossipSettings {
     pub owner: bool,
     /// How often to gossip.
     pub interval: Duration,
+    /// The cluster's secret: with it, this node advertises a proof that it knows the secret,
+    /// and members without one are left out (see [`secret`](crate::secret)).
+    pub secret: Option<ClusterSecret>,
 }
 
 /// Joining or running gossip failed.
@@ -105,6 +111,7 @@ pub struct GossipMembership {
     handle: ChitchatHandle,
     members: watch::Receiver<Vec<NodeInfo>>,
     follower: tokio::task::JoinHandle<()>,
+    strangers: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for GossipMembership {
@@ -118,6 +125,7 @@ impl std::fmt::Debug for GossipMembership {
 const KEY_GRPC: &str = "grpc";
 const KEY_PROTOCOL: &str = "protocol";
 const KEY_OWNER: &str = "owner";
+const KEY_PROOF: &str = "proof";
 
 impl GossipMembership {
     /// Starts gossiping and joins through `settings.seeds`.
@@ -140,11 +148,24 @@ impl GossipMembership {
             extra_liveness_predicate: None,
             protocol_version: chitchat::ProtocolVersion::V0,
         };
-        let key_values = vec![
+        let protocol = settings.protocol.to_string();
+        let owner = settings.owner.to_string();
+        let mut key_values = vec![
             (KEY_GRPC.to_owned(), settings.grpc.clone()),
-            (KEY_PROTOCOL.to_owned(), settings.protocol.to_string()),
-            (KEY_OWNER.to_owned(), settings.owner.to_string()),
+            (KEY_PROTOCOL.to_owned(), protocol.clone()),
+            (KEY_OWNER.to_owned(), owner.clone()),
         ];
+        let cluster_id = settings.cluster_id.clone();
+        if let Some(secret) = &settings.secret {
+            let proof = secret.prove(&[
+                &cluster_id,
+                &settings.node_id,
+                &settings.grpc,
+                &protocol,
+                &owner,
+            ]);
+            key_values.push((KEY_PROOF.to_owned(), proof));
+        }
         let handle = chitchat::spawn_chitchat(config, key_values, &UdpTransport)
             .await
             .map_err(|e| GossipError {
@@ -153,20 +174,43 @@ impl GossipMembership {
             })?;
         let mut live = handle.chitchat().lock().await.live_nodes_watcher();
         let (tx, members) = watch::channel(Vec::new());
+        let strangers = Arc::new(AtomicU64::new(0));
+        let counted = Arc::clone(&strangers);
+        let secret = settings.secret;
         let follower = tokio::spawn(async move {
             loop {
+                let mut left_out = 0;
                 let snapshot: Vec<NodeInfo> = live
                     .borrow_and_update()
                     .iter()
                     .filter_map(|(id, state)| {
+                        let (grpc, protocol, owner) = (
+                            state.get(KEY_GRPC)?,
+                            state.get(KEY_PROTOCOL)?,
+                            state.get(KEY_OWNER)?,
+                        );
+                        let node_id = &*id.node_id;
+                        if let Some(secret) = &secret {
+                            let fields = [cluster_id.as_str(), node_id, grpc, protocol, owner];
+                            if !secret.verify(&fields, state.get(KEY_PROOF).unwrap_or("")) {
+                                left_out += 1;
+                                return None;
+                            }
+                        }
                         Some(NodeInfo {
-                            id: id.node_id.to_string(),
-                            grpc: state.get(KEY_GRPC)?.to_owned(),
-                            protocol: state.get(KEY_PROTOCOL)?.parse().ok()?,
-                            owner: state.get(KEY_OWNER)? == "true",
+                            id: node_id.to_owned(),
+                            grpc: grpc.to_owned(),
+                            protocol: protocol.parse().ok()?,
+                            owner: owner == "true",
                         })
                     })
                     .collect();
+                if counted.swap(left_out, Ordering::Relaxed) < left_out {
+                    tracing::warn!(
+                        left_out,
+                        "gossip peers without this cluster's secret are left out of the ring (a node with another `cluster_secret`, or a stranger)"
+                    );
+                }
                 tx.send_replace(snapshot);
                 if live.changed().await.is_err() {
                     return;
@@ -177,7 +221,14 @@ impl GossipMembership {
             handle,
             members,
             follower,
+            strangers,
         })
+    }
+
+    /// Live gossip peers left out of the membership now because they lack the proof that they
+    /// know the cluster's secret (0 without a secret).
+    pub fn strangers(&self) -> u64 {
+        self.strangers.load(Ordering::Relaxed)
     }
 
     /// Leaves: stops gossiping (peers notice through their failure detectors).

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use weir_cluster::membership::{GossipMembership, GossipSettings, Membership, NodeInfo};
+use weir_cluster::secret::ClusterSecret;
 
 /// A free UDP port on loopback (bound and released; the gossip socket takes it right after).
 fn free_udp_addr() -> std::net::SocketAddr {
@@ -22,6 +23,7 @@ fn settings(id: &str, gossip: std::net::SocketAddr, seeds: Vec<String>) -> Gossi
         protocol: 1,
         owner: true,
         interval: Duration::from_millis(50),
+        secret: None,
     }
 }
 
@@ -65,4 +67,55 @@ async fn nodes_join_through_a_seed_and_a_stopped_node_is_dropped() {
     let members = until(&mut a_view, |m| m.len() == 1).await;
     assert_eq!(members[0].id, "a");
     a.stop().await;
+}
+
+/// With a cluster secret, only members that prove they know it are members: one with another
+/// secret and one with none gossip with the others, and are left out of their membership.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_members_that_know_the_secret_join() {
+    let ours = ClusterSecret::new("a secret of the weir cluster").unwrap();
+    let theirs = ClusterSecret::new("another secret, another one").unwrap();
+    let with = |id: &str, seeds: Vec<String>, secret: Option<&ClusterSecret>| GossipSettings {
+        secret: secret.cloned(),
+        ..settings(id, free_udp_addr(), seeds)
+    };
+    let a_addr = free_udp_addr();
+    let a = GossipMembership::start(GossipSettings {
+        secret: Some(ours.clone()),
+        ..settings("a", a_addr, vec![])
+    })
+    .await
+    .unwrap();
+    let seeds = vec![a_addr.to_string()];
+    let b = GossipMembership::start(with("b", seeds.clone(), Some(&ours)))
+        .await
+        .unwrap();
+    let stranger = GossipMembership::start(with("c", seeds.clone(), Some(&theirs)))
+        .await
+        .unwrap();
+    let open = GossipMembership::start(with("d", seeds, None))
+        .await
+        .unwrap();
+    let mut a_view = a.watch();
+    until(&mut a_view, |m| m.len() == 2).await;
+    // c and d are gossiping with a (a knows them), but are not members.
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while a.strangers() < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a heard from both strangers");
+    let ids: Vec<String> = a.watch().borrow().iter().map(|m| m.id.clone()).collect();
+    assert_eq!(ids, ["a", "b"]);
+    let ids: Vec<String> = stranger
+        .watch()
+        .borrow()
+        .iter()
+        .map(|m| m.id.clone())
+        .collect();
+    assert_eq!(ids, ["c"], "the stranger sees only itself");
+    for node in [a, b, stranger, open] {
+        node.stop().await;
+    }
 }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_cluster::secret::ClusterSecret;
 
 use tokio::net::TcpListener;
 use weir::SystemClock;
@@ -22,10 +23,29 @@ fn ring(ids: &[&str]) -> Ring {
 }
 
 /// Serves `owner` on an ephemeral loopback port; returns its URL and the server task.
+/// A lease request from n1 for `bucket`, unfenced, now.
+fn lease_request(bucket: &str, limit: u64) -> weir_cluster::transport::LeaseRequest {
+    weir_cluster::transport::LeaseRequest {
+        bucket: bucket.to_owned(),
+        limit,
+        holder: "n1".to_owned(),
+        ttl: 30_000_000_000,
+        now: weir::Clock::now(&SystemClock::new()),
+        fenced: false,
+    }
+}
+
 async fn serve(owner: Arc<Owner>) -> (String, tokio::task::JoinHandle<()>) {
+    serve_with(owner, None).await
+}
+
+async fn serve_with(
+    owner: Arc<Owner>,
+    secret: Option<&ClusterSecret>,
+) -> (String, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let service = ClusterService::new(owner, SystemClock::new()).into_server();
+    let service = ClusterService::new(owner, SystemClock::new()).into_server(secret);
     let task = tokio::spawn(async move {
         let _ = tonic::transport::Server::builder()
             .add_service(service)
@@ -196,7 +216,7 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
 async fn a_node_back_at_a_new_address_is_reached_there() {
     use weir::Clock;
     use weir_cluster::pool::Grant;
-    use weir_cluster::transport::{LeaseRequest, Transport};
+    use weir_cluster::transport::Transport;
 
     let view = Arc::new(SharedRing::new(ring(&["n2"])));
     let (first_pool, second_pool) = (Arc::new(SharedPool::new(10)), Arc::new(SharedPool::new(10)));
@@ -213,14 +233,7 @@ async fn a_node_back_at_a_new_address_is_reached_there() {
     )))
     .await;
     let transport = GrpcTransport::new(SystemClock::new());
-    let request = || LeaseRequest {
-        bucket: "b".to_owned(),
-        limit: 10,
-        holder: "n1".to_owned(),
-        ttl: 30_000_000_000,
-        now: SystemClock::new().now(),
-        fenced: false,
-    };
+    let request = || lease_request("b", 10);
     let now = SystemClock::new().now();
     transport.set_addresses(HashMap::from([("n2".to_owned(), first)]));
     let granted = transport.acquire("n2", request()).await;
@@ -234,4 +247,42 @@ async fn a_node_back_at_a_new_address_is_reached_there() {
     );
     first_server.abort();
     second_server.abort();
+}
+
+/// With a cluster secret, an owner answers only calls carrying its token: a node with no
+/// secret or another one is refused, one with the same secret is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_with_a_secret_answers_only_calls_that_carry_it() {
+    use weir::Clock;
+    use weir_cluster::pool::Grant;
+    use weir_cluster::transport::{Transport, TransportError};
+
+    let ours = ClusterSecret::new("a secret of the weir cluster").unwrap();
+    let theirs = ClusterSecret::new("another secret, another one").unwrap();
+    let view = Arc::new(SharedRing::new(ring(&["n2"])));
+    let pool = Arc::new(SharedPool::new(10));
+    let (url, server) = serve_with(
+        Arc::new(Owner::new("n2", Arc::clone(&view), Arc::clone(&pool))),
+        Some(&ours),
+    )
+    .await;
+    let request = || lease_request("b", 10);
+    for secret in [None, Some(&theirs)] {
+        let transport = GrpcTransport::new(SystemClock::new()).with_secret(secret);
+        transport.set_addresses(HashMap::from([("n2".to_owned(), url.clone())]));
+        assert_eq!(
+            transport.acquire("n2", request()).await,
+            Err(TransportError::Unreachable("n2".to_owned()))
+        );
+    }
+    assert_eq!(
+        pool.in_use("b", SystemClock::new().now()),
+        0,
+        "nothing granted"
+    );
+    let transport = GrpcTransport::new(SystemClock::new()).with_secret(Some(&ours));
+    transport.set_addresses(HashMap::from([("n2".to_owned(), url)]));
+    let granted = transport.acquire("n2", request()).await;
+    assert!(matches!(granted, Ok(Grant::Granted { .. })), "{granted:?}");
+    server.abort();
 }

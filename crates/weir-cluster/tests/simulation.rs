@@ -125,7 +125,7 @@ fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, OwnerHost> {
                         }
                     }
                 });
-                let service = ClusterService::new(owner, TokioClock::new()).into_server();
+                let service = ClusterService::new(owner, TokioClock::new()).into_server(None);
                 let listener =
                     turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT))
                         .await?;

@@ -19,12 +19,12 @@ use weir::policy::ConcurrencySpec;
 use weir::{Clock, SystemClock};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
-use weir_cluster::grpc::proto::cluster_server::ClusterServer;
-use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::grpc::{ClusterService, GrpcTransport, GuardedCluster};
 use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membership, NodeInfo};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
+use weir_cluster::secret::ClusterSecret;
 
 /// The cluster protocol version this build speaks.
 pub const PROTOCOL: u32 = 1;
@@ -43,6 +43,7 @@ pub struct ClusterMode {
     members: watch::Receiver<Vec<NodeInfo>>,
     gossip: tokio::sync::Mutex<Option<GossipMembership>>,
     coordinators: Mutex<HashMap<String, (TwoTierConfig, Arc<Coordinator>)>>,
+    secret: Option<ClusterSecret>,
 }
 
 impl std::fmt::Debug for ClusterMode {
@@ -92,6 +93,7 @@ impl ClusterMode {
         gossip: SocketAddr,
         join: Vec<String>,
         grpc_url: String,
+        secret: Option<ClusterSecret>,
     ) -> anyhow::Result<Arc<Self>> {
         let ring = Arc::new(SharedRing::default());
         let pool = Arc::new(SharedPool::new(1_000_000));
@@ -105,6 +107,7 @@ impl ClusterMode {
             protocol: PROTOCOL,
             owner: true,
             interval: Duration::from_millis(200),
+            secret: secret.clone(),
         })
         .await?;
         let members = membership.watch();
@@ -113,18 +116,21 @@ impl ClusterMode {
             ring,
             pool,
             owner,
-            transport: Arc::new(Batching::new(Arc::new(GrpcTransport::new(
-                SystemClock::new(),
-            )))),
+            transport: Arc::new(Batching::new(Arc::new(
+                GrpcTransport::new(SystemClock::new()).with_secret(secret.as_ref()),
+            ))),
             members,
             gossip: tokio::sync::Mutex::new(Some(membership)),
             coordinators: Mutex::new(HashMap::new()),
+            secret,
         }))
     }
 
-    /// This node's owner service, to add to the gRPC server.
-    pub fn service(&self) -> ClusterServer<ClusterService<SystemClock>> {
-        ClusterService::new(Arc::clone(&self.owner), SystemClock::new()).into_server()
+    /// This node's owner service, to add to the gRPC server (behind the secret's check when
+    /// the cluster has one).
+    pub fn service(&self) -> GuardedCluster<SystemClock> {
+        ClusterService::new(Arc::clone(&self.owner), SystemClock::new())
+            .into_server(self.secret.as_ref())
     }
 
     /// Follows membership until the process ends: each change rebuilds the ring, updates

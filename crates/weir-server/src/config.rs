@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
+use weir_cluster::secret::ClusterSecret;
 
 use serde::{Deserialize, Serialize};
 use weir::policy::{PolicyConfig, PolicyError};
@@ -65,6 +66,11 @@ pub struct ServerSettings {
     /// Cluster mode: the cluster's name; nodes of other clusters are ignored (default `weir`).
     #[serde(default = "default_cluster_id")]
     pub cluster_id: String,
+    /// Cluster mode: the secret every member shares (also `WEIR_CLUSTER_SECRET`), at least 16
+    /// characters. Gossip datagrams are sealed with it and node-to-node calls carry a token
+    /// derived from it. Required when the gossip or gRPC address is beyond loopback.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_secret: Option<String>,
     /// HTTP: how long a client has to send a request's headers, counted from when the server
     /// starts waiting for them — so also how long an idle keep-alive connection and one that
     /// never sends are kept (default 30 s).
@@ -134,6 +140,7 @@ impl Default for ServerSettings {
             gossip: None,
             join: Vec::new(),
             cluster_id: default_cluster_id(),
+            cluster_secret: None,
             header_timeout: default_header_timeout(),
             body_timeout: default_body_timeout(),
             max_connections: default_max_connections(),
@@ -213,6 +220,12 @@ impl ConfigFile {
                     problem: "must be greater than zero".into(),
                 });
             }
+        }
+        if let Some(Err(error)) = s.cluster_secret.as_deref().map(ClusterSecret::new) {
+            problems.push(ConfigProblem::Server {
+                field: "cluster_secret",
+                problem: error.to_string(),
+            });
         }
         if !s.join.is_empty() && s.gossip.is_none() {
             problems.push(ConfigProblem::Server {

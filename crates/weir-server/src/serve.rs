@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
+use weir_cluster::secret::ClusterSecret;
 
 use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
@@ -33,8 +34,8 @@ pub struct Overrides {
     pub join: Vec<String>,
 }
 
-/// Loads the config (the file, or the embedded default) and applies the overrides and
-/// `WEIR_ADMIN_TOKEN`.
+/// Loads the config (the file, or the embedded default) and applies the overrides,
+/// `WEIR_ADMIN_TOKEN` and `WEIR_CLUSTER_SECRET`.
 pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Result<ConfigFile> {
     let (text, origin) = match path {
         Some(path) => (
@@ -75,6 +76,14 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
             server.admin_token = Some(token);
         }
     }
+    if let Ok(secret) = std::env::var("WEIR_CLUSTER_SECRET") {
+        if !secret.trim().is_empty() {
+            server.cluster_secret = Some(secret);
+        }
+    }
+    if let Some(Err(error)) = server.cluster_secret.as_deref().map(ClusterSecret::new) {
+        anyhow::bail!("cluster_secret (or WEIR_CLUSTER_SECRET): {error}");
+    }
     // A token of blanks is no token: it would be compared as given, and guessed at once.
     if server
         .admin_token
@@ -109,6 +118,19 @@ fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
         if token_chars < MIN_PUBLIC_TOKEN_CHARS {
             anyhow::bail!(
                 "refusing to listen on {addr} (`{name}`) with an admin token of {token_chars} characters: beyond loopback it must have at least {MIN_PUBLIC_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
+            );
+        }
+    }
+    // A cluster's gossip lets anyone who reaches it join the ring, and its node-to-node calls
+    // (on the gRPC address) take and release shared leases: beyond loopback, only members
+    // who know the secret may.
+    if let Some(gossip) = config.server.gossip {
+        let exposed = [("gossip", gossip), ("grpc", config.server.grpc)]
+            .into_iter()
+            .find(|(_, addr)| !addr.ip().is_loopback());
+        if let (Some((name, addr)), None) = (exposed, &config.server.cluster_secret) {
+            anyhow::bail!(
+                "refusing to run a cluster node on {addr} (`{name}`) without a cluster secret: anyone who can reach it could join the ring or take shared leases. Set `cluster_secret` in [server] or WEIR_CLUSTER_SECRET (the same on every node, at least 16 characters), or keep `gossip` and `grpc` on 127.0.0.1"
             );
         }
     }
@@ -166,6 +188,11 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
                 gossip,
                 server.join.clone(),
                 format!("http://{grpc_addr}"),
+                server
+                    .cluster_secret
+                    .as_deref()
+                    .map(ClusterSecret::new)
+                    .transpose()?,
             )
             .await
             .with_context(|| format!("joining the cluster (gossip on {gossip})"))?,

@@ -28,6 +28,9 @@ fn free_udp() -> String {
         .to_string()
 }
 
+/// The test cluster's secret.
+const SECRET: &str = "three nodes share this secret";
+
 /// Three nodes on `config`, n2 and n3 joining through n1, gossiping until each sees all three.
 async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
     let seed = free_udp();
@@ -36,7 +39,14 @@ async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
         if let Some(seed) = join {
             args.extend(["--join", seed]);
         }
-        Server::start_full(config, &dir.join(id), &[], &args)
+        // Every node proves it knows the secret and its calls carry the token derived from it:
+        // these tests run the whole cluster through that check.
+        Server::start_full(
+            config,
+            &dir.join(id),
+            &[("WEIR_CLUSTER_SECRET", SECRET)],
+            &args,
+        )
     };
     let nodes = [
         node("n1", &seed, None),

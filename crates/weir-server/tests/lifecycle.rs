@@ -261,29 +261,31 @@ async fn sigterm_right_after_start_drains_every_time_under_cpu_contention() {
 }
 
 /// A public bind needs a real token: none, a blank one, and a short one are all refused.
+/// Starts `weir serve` with HTTP on `http`, gRPC on loopback, and `args`, with `variable` set
+/// to `value` (or unset), expecting it to refuse; returns what it said.
+fn refused_start(http: &str, args: &[&str], variable: &str, value: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = weir();
+    command
+        .args(["serve", "--http", http, "--grpc", "127.0.0.1:0"])
+        .args(args)
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env_remove(variable);
+    if let Some(value) = value {
+        command.env(variable, value);
+    }
+    let output = command.output().unwrap();
+    assert!(
+        !output.status.success(),
+        "{variable}={value:?} was accepted"
+    );
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
 #[test]
 fn a_non_loopback_address_without_a_real_token_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let attempt = |token: Option<&str>| {
-        let mut command = weir();
-        command
-            .args([
-                "serve",
-                "--http",
-                "0.0.0.0:0",
-                "--grpc",
-                "127.0.0.1:0",
-                "--data-dir",
-            ])
-            .arg(dir.path())
-            .env_remove("WEIR_ADMIN_TOKEN");
-        if let Some(token) = token {
-            command.env("WEIR_ADMIN_TOKEN", token);
-        }
-        let output = command.output().unwrap();
-        assert!(!output.status.success(), "token {token:?} was accepted");
-        String::from_utf8_lossy(&output.stderr).into_owned()
-    };
+    let attempt = |token| refused_start("0.0.0.0:0", &[], "WEIR_ADMIN_TOKEN", token);
     for token in [None, Some("   "), Some("\t\n")] {
         let stderr = attempt(token);
         assert!(
@@ -294,6 +296,36 @@ fn a_non_loopback_address_without_a_real_token_is_refused() {
     }
     let stderr = attempt(Some("short"));
     assert!(stderr.contains("at least 16"), "{stderr}");
+}
+
+/// A cluster node whose gossip address is beyond loopback needs a cluster secret (anyone who
+/// reaches gossip could otherwise join the ring), and a short one is refused by name.
+#[test]
+fn a_cluster_node_beyond_loopback_without_a_real_secret_is_refused() {
+    let attempt = |secret| {
+        refused_start(
+            "127.0.0.1:0",
+            &["--gossip", "0.0.0.0:0"],
+            "WEIR_CLUSTER_SECRET",
+            secret,
+        )
+    };
+    for secret in [None, Some("   ")] {
+        let stderr = attempt(secret);
+        assert!(
+            stderr.contains(
+                "refusing to run a cluster node on 0.0.0.0:0 (`gossip`) without a cluster secret"
+            ),
+            "{stderr}"
+        );
+    }
+    let stderr = attempt(Some("too short"));
+    assert!(
+        stderr.contains(
+            "cluster_secret (or WEIR_CLUSTER_SECRET): the cluster secret has 9 characters"
+        ),
+        "{stderr}"
+    );
 }
 
 #[test]
