@@ -14,6 +14,10 @@
 //! it says it is not the owner), the policy's `on_unavailable` decides: `open` admits and counts
 //! a fail-open, `closed` refuses ("could not check its shared limit"), and `local_share` admits
 //! at most `ceil(shared_limit / N)` extra on this node — a bounded fail-open.
+//!
+//! A `closed` policy's requests are *fenced*: its owner grants only once it has held the bucket
+//! for one lease TTL (see [`tenure`](crate::tenure)), and until then the refusal says when it
+//! will (`retry_after`). The other modes are not fenced.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

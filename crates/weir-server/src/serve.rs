@@ -4,11 +4,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_cluster::secret::ClusterSecret;
 
 use anyhow::Context;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::{Stream, StreamExt};
+use weir_cluster::secret::ClusterSecret;
 
 use crate::app::{App, AppSettings};
 use crate::cluster::ClusterMode;
