@@ -136,8 +136,9 @@ pub struct AdmissionCounters {
     pub handed_off: AtomicU64,
     /// Grants returned because the ring moved their bucket while they were on the way.
     pub raced: AtomicU64,
-    /// Fenced requests refused because their bucket's owner took it over too recently.
-    pub settling: AtomicU64,
+    /// Fenced requests refused: the owner took the bucket over too recently, or does not hear
+    /// from a majority.
+    pub fenced: AtomicU64,
 }
 
 /// The coordinator side of two-tier admission; see the [module docs](self).
@@ -291,8 +292,11 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     });
                 }
                 Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason(), true)),
-                Err(TransportError::Settling { owner, wait }) => {
-                    return self.settling(bucket, &owner, wait);
+                Err(error @ TransportError::Settling { wait, .. }) => {
+                    return self.fenced_out(bucket, &error, Some(wait));
+                }
+                Err(error @ TransportError::NoMajority { .. }) => {
+                    return self.fenced_out(bucket, &error, None);
                 }
                 Ok(Grant::TooManyBuckets) | Err(_) => {
                     return self.unavailable(bucket, ring.members().len());
@@ -312,7 +316,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             holder: self.node_id.clone(),
             ttl: u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX),
             now: self.clock.now(),
-            fenced: self.config.on_unavailable == OnUnavailable::Closed,
+            fenced: self.fenced(),
         };
         if owner == self.node_id {
             return self.owner.grant(&request);
@@ -325,6 +329,11 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         .unwrap_or_else(|_| Err(TransportError::Unreachable(owner.to_owned())))
     }
 
+    /// Whether this policy's requests are fenced: it must hold its ceiling.
+    fn fenced(&self) -> bool {
+        self.config.on_unavailable == OnUnavailable::Closed
+    }
+
     /// A call to an owner, bounded by the acquire timeout; `None` if it failed or timed out.
     async fn call<R>(&self, call: BoxFuture<'_, Result<R, TransportError>>) -> Option<R> {
         tokio::time::timeout(self.config.acquire_timeout, call)
@@ -333,22 +342,18 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             .ok()
     }
 
-    /// The owner is still settling into the bucket (a fenced request): refused, saying when it
-    /// will grant.
-    fn settling(
+    /// A fenced request the owner would not grant (it is settling into the bucket, or does not
+    /// hear from a majority): refused, saying why and, if known, when to come back.
+    fn fenced_out(
         &self,
         bucket: &str,
-        owner: &str,
-        wait: Nanos,
+        error: &TransportError,
+        wait: Option<Nanos>,
     ) -> Result<ClusterAdmission, ClusterRefusal> {
         self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
-        self.counters.settling.fetch_add(1, Ordering::Relaxed);
-        let error = TransportError::Settling {
-            owner: owner.to_owned(),
-            wait,
-        };
+        self.counters.fenced.fetch_add(1, Ordering::Relaxed);
         Err(ClusterRefusal {
-            retry_after: Some(Duration::from_nanos(wait)),
+            retry_after: wait.map(Duration::from_nanos),
             ..self.refusal(
                 bucket,
                 format!(
@@ -444,12 +449,13 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             return false;
         };
         let now = self.clock.now();
+        let fenced = self.fenced();
         let renewed = if lease.owner == self.node_id {
-            self.owner.renew(&lease.bucket, lease.id, ttl, now)
+            self.owner.renew(&lease.bucket, lease.id, ttl, now, fenced)
         } else {
             self.call(
                 self.transport
-                    .renew(&lease.owner, &lease.bucket, lease.id, ttl, now),
+                    .renew(&lease.owner, &lease.bucket, lease.id, ttl, now, fenced),
             )
             .await
             .unwrap_or(false)

@@ -204,8 +204,9 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         lease: u64,
         ttl: Nanos,
         now: Nanos,
+        fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        self.inner.renew(owner, bucket, lease, ttl, now)
+        self.inner.renew(owner, bucket, lease, ttl, now, fenced)
     }
 }
 
@@ -259,8 +260,9 @@ mod tests {
             lease: u64,
             ttl: Nanos,
             now: Nanos,
+            fenced: bool,
         ) -> BoxFuture<'_, Result<bool, TransportError>> {
-            self.network.renew(owner, bucket, lease, ttl, now)
+            self.network.renew(owner, bucket, lease, ttl, now, fenced)
         }
         fn acquire_batch(
             &self,

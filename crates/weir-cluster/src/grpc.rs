@@ -67,7 +67,7 @@ impl<C: Clock> ClusterService<C> {
                 outcome: Outcome::Granted as i32,
                 id,
                 expires_in_ns: expires_at.saturating_sub(now),
-                settles_in_ns: 0,
+                ..Default::default()
             },
             Ok(Grant::Full) => proto::LeaseReply {
                 outcome: Outcome::Full as i32,
@@ -80,6 +80,12 @@ impl<C: Clock> ClusterService<C> {
             Err(TransportError::Settling { wait, .. }) => proto::LeaseReply {
                 outcome: Outcome::Settling as i32,
                 settles_in_ns: wait,
+                ..Default::default()
+            },
+            Err(TransportError::NoMajority { heard, known, .. }) => proto::LeaseReply {
+                outcome: Outcome::NoMajority as i32,
+                heard: heard as u64,
+                known: known as u64,
                 ..Default::default()
             },
             Err(_) => proto::LeaseReply {
@@ -141,6 +147,7 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
             request.id,
             request.ttl_ns,
             self.clock.now(),
+            request.fenced,
         );
         Ok(Response::new(proto::RenewReply { renewed }))
     }
@@ -188,6 +195,11 @@ fn grant_of(reply: &proto::LeaseReply, now: Nanos, owner: &str) -> Result<Grant,
         Ok(Outcome::Settling) => Err(TransportError::Settling {
             owner: owner.to_owned(),
             wait: reply.settles_in_ns,
+        }),
+        Ok(Outcome::NoMajority) => Err(TransportError::NoMajority {
+            owner: owner.to_owned(),
+            heard: usize::try_from(reply.heard).unwrap_or(usize::MAX),
+            known: usize::try_from(reply.known).unwrap_or(usize::MAX),
         }),
         Ok(Outcome::NotOwner) | Err(_) => Err(TransportError::NotOwner(owner.to_owned())),
     }
@@ -418,6 +430,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         lease: u64,
         ttl: Nanos,
         _now: Nanos,
+        fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
         let client = self.client(owner);
         let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
@@ -427,6 +440,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
                     bucket,
                     id: lease,
                     ttl_ns: ttl,
+                    fenced,
                 })
                 .await
                 .map(|reply| reply.into_inner().renewed)

@@ -15,6 +15,7 @@ pub mod grpc;
 pub mod membership;
 pub mod owner;
 pub mod pool;
+pub mod quorum;
 pub mod ring;
 pub mod secret;
 pub mod tenure;

@@ -112,6 +112,8 @@ pub struct GossipMembership {
     members: watch::Receiver<Vec<NodeInfo>>,
     follower: tokio::task::JoinHandle<()>,
     strangers: Arc<AtomicU64>,
+    cluster_id: String,
+    secret: Option<ClusterSecret>,
 }
 
 impl std::fmt::Debug for GossipMembership {
@@ -128,8 +130,17 @@ const KEY_OWNER: &str = "owner";
 const KEY_PROOF: &str = "proof";
 
 impl GossipMembership {
-    /// Starts gossiping and joins through `settings.seeds`.
+    /// Starts gossiping over UDP and joins through `settings.seeds`.
     pub async fn start(settings: GossipSettings) -> Result<Self, GossipError> {
+        Self::start_on(settings, &UdpTransport).await
+    }
+
+    /// Like [`start`](Self::start), over `transport` (a test brings chitchat's in-process one,
+    /// whose links it can cut).
+    pub async fn start_on(
+        settings: GossipSettings,
+        transport: &dyn chitchat::transport::Transport,
+    ) -> Result<Self, GossipError> {
         let generation = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -156,6 +167,7 @@ impl GossipMembership {
             (KEY_OWNER.to_owned(), owner.clone()),
         ];
         let cluster_id = settings.cluster_id.clone();
+        let (admit_cluster, admit_secret) = (cluster_id.clone(), settings.secret.clone());
         if let Some(secret) = &settings.secret {
             let proof = secret.prove(&[
                 &cluster_id,
@@ -166,7 +178,7 @@ impl GossipMembership {
             ]);
             key_values.push((KEY_PROOF.to_owned(), proof));
         }
-        let handle = chitchat::spawn_chitchat(config, key_values, &UdpTransport)
+        let handle = chitchat::spawn_chitchat(config, key_values, transport)
             .await
             .map_err(|e| GossipError {
                 address: settings.gossip,
@@ -176,7 +188,7 @@ impl GossipMembership {
         let (tx, members) = watch::channel(Vec::new());
         let strangers = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&strangers);
-        let secret = settings.secret;
+        let secret = settings.secret.clone();
         let follower = tokio::spawn(async move {
             loop {
                 let mut left_out = 0;
@@ -184,25 +196,14 @@ impl GossipMembership {
                     .borrow_and_update()
                     .iter()
                     .filter_map(|(id, state)| {
-                        let (grpc, protocol, owner) = (
-                            state.get(KEY_GRPC)?,
-                            state.get(KEY_PROTOCOL)?,
-                            state.get(KEY_OWNER)?,
-                        );
-                        let node_id = &*id.node_id;
-                        if let Some(secret) = &secret {
-                            let fields = [cluster_id.as_str(), node_id, grpc, protocol, owner];
-                            if !secret.verify(&fields, state.get(KEY_PROOF).unwrap_or("")) {
+                        match admitted(id, state, &cluster_id, secret.as_ref()) {
+                            Admitted::Member(info) => Some(info),
+                            Admitted::Stranger => {
                                 left_out += 1;
-                                return None;
+                                None
                             }
+                            Admitted::Incomplete => None,
                         }
-                        Some(NodeInfo {
-                            id: node_id.to_owned(),
-                            grpc: grpc.to_owned(),
-                            protocol: protocol.parse().ok()?,
-                            owner: owner == "true",
-                        })
                     })
                     .collect();
                 if counted.swap(left_out, Ordering::Relaxed) < left_out {
@@ -222,7 +223,29 @@ impl GossipMembership {
             members,
             follower,
             strangers,
+            cluster_id: admit_cluster,
+            secret: admit_secret,
         })
+    }
+
+    /// Every member gossip knows, live or departed (departed ones are remembered for an hour),
+    /// with its beat — its generation and heartbeat, which go up while it lives — for a
+    /// [`Quorum`](crate::quorum::Quorum). Peers without the proof of the secret are not members.
+    pub async fn beats(&self) -> Vec<(String, u128)> {
+        let chitchat = self.handle.chitchat();
+        let chitchat = chitchat.lock().await;
+        let mut beats: HashMap<String, u128> = HashMap::new();
+        for (id, state) in chitchat.node_states() {
+            if let Admitted::Member(info) =
+                admitted(id, state, &self.cluster_id, self.secret.as_ref())
+            {
+                let beat =
+                    (u128::from(id.generation_id) << 64) | u128::from(u64::from(state.heartbeat()));
+                let newest = beats.entry(info.id).or_default();
+                *newest = (*newest).max(beat);
+            }
+        }
+        beats.into_iter().collect()
     }
 
     /// Live gossip peers left out of the membership now because they lack the proof that they
@@ -242,6 +265,49 @@ impl Membership for GossipMembership {
     fn watch(&self) -> watch::Receiver<Vec<NodeInfo>> {
         self.members.clone()
     }
+}
+
+/// What a gossip peer is to this node.
+enum Admitted {
+    /// A member, as it advertises itself.
+    Member(NodeInfo),
+    /// A peer without the proof that it knows the cluster's secret.
+    Stranger,
+    /// A peer whose advertisement has not fully arrived.
+    Incomplete,
+}
+
+/// Whether the peer `id`, advertising `state`, is a member of cluster `cluster_id` — with
+/// `secret`, only if it proves it knows it.
+fn admitted(
+    id: &ChitchatId,
+    state: &chitchat::NodeState,
+    cluster_id: &str,
+    secret: Option<&ClusterSecret>,
+) -> Admitted {
+    let (Some(grpc), Some(protocol), Some(owner)) = (
+        state.get(KEY_GRPC),
+        state.get(KEY_PROTOCOL),
+        state.get(KEY_OWNER),
+    ) else {
+        return Admitted::Incomplete;
+    };
+    let node_id: &str = &id.node_id;
+    if let Some(secret) = secret {
+        let fields = [cluster_id, node_id, grpc, protocol, owner];
+        if !secret.verify(&fields, state.get(KEY_PROOF).unwrap_or("")) {
+            return Admitted::Stranger;
+        }
+    }
+    let Ok(protocol) = protocol.parse() else {
+        return Admitted::Incomplete;
+    };
+    Admitted::Member(NodeInfo {
+        id: node_id.to_owned(),
+        grpc: grpc.to_owned(),
+        protocol,
+        owner: owner == "true",
+    })
 }
 
 /// What a membership change did on this node.

@@ -8,12 +8,15 @@
 //!
 //! A request from a policy that must hold its ceiling (`on_unavailable = "closed"`) is
 //! *fenced*: it is granted only once this node has held the bucket for one lease TTL (its
-//! [`Tenure`]), so that no lease another owner granted can still be live and uncounted. Before
-//! that, the answer is [`TransportError::Settling`], and the caller refuses.
+//! [`Tenure`]), so that no lease another owner granted can still be live and uncounted — and,
+//! in a cluster, only while this node hears from a majority ([`Quorum`]), which adds the
+//! quorum's margin to the TTL. Before that, the answer is [`TransportError::Settling`]; without
+//! a majority, [`TransportError::NoMajority`] (and fenced renewals fail); the caller refuses.
 
 use std::sync::Arc;
 
 use crate::pool::{Grant, SharedPool};
+use crate::quorum::Quorum;
 use crate::ring::SharedRing;
 use crate::tenure::{DEFAULT_PAUSE_AFTER, Tenure};
 use crate::transport::{LeaseRequest, TransportError};
@@ -25,6 +28,7 @@ pub struct Owner {
     ring: Arc<SharedRing>,
     pool: Arc<SharedPool>,
     tenure: Tenure,
+    quorum: Option<Arc<Quorum>>,
 }
 
 impl Owner {
@@ -35,6 +39,30 @@ impl Owner {
             tenure: Tenure::new(node_id, DEFAULT_PAUSE_AFTER),
             ring,
             pool,
+            quorum: None,
+        }
+    }
+
+    /// Fences with `quorum` too: fenced requests need a majority (a cluster's owners; a single
+    /// node or a fixed membership has none).
+    pub fn with_quorum(mut self, quorum: Arc<Quorum>) -> Self {
+        self.quorum = Some(quorum);
+        self
+    }
+
+    /// `NoMajority` if this node has a quorum and does not hear from a majority at `now`.
+    fn check_majority(&self, now: weir::Nanos) -> Result<(), TransportError> {
+        let Some(quorum) = &self.quorum else {
+            return Ok(());
+        };
+        let majority = quorum.majority(now);
+        match majority.holds() {
+            true => Ok(()),
+            false => Err(TransportError::NoMajority {
+                owner: self.node_id.clone(),
+                heard: majority.heard,
+                known: majority.known,
+            }),
         }
     }
 
@@ -49,9 +77,16 @@ impl Owner {
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {
         self.fence(&request.bucket)?;
         if request.fenced {
+            self.check_majority(request.now)?;
+            let margin = self.quorum.as_ref().map_or(0, |q| q.margin());
             let wait = self
                 .tenure
-                .wait(&request.bucket, request.ttl, &self.ring, request.now)
+                .wait(
+                    &request.bucket,
+                    request.ttl.saturating_add(margin),
+                    &self.ring,
+                    request.now,
+                )
                 .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
             if wait > 0 {
                 return Err(TransportError::Settling {
@@ -81,8 +116,20 @@ impl Owner {
         Ok(self.pool.adopt(bucket, holder, expires_at))
     }
 
-    /// Extends a live lease to `now + ttl`; false if it is unknown or expired here.
-    pub fn renew(&self, bucket: &str, lease: u64, ttl: weir::Nanos, now: weir::Nanos) -> bool {
+    /// Extends a live lease to `now + ttl`; false if it is unknown or expired here, or if the
+    /// renewal is fenced and this node does not hear from a majority (a cut-off owner must let
+    /// its leases run out, or the other side's new owner would grant over them).
+    pub fn renew(
+        &self,
+        bucket: &str,
+        lease: u64,
+        ttl: weir::Nanos,
+        now: weir::Nanos,
+        fenced: bool,
+    ) -> bool {
+        if fenced && self.check_majority(now).is_err() {
+            return false;
+        }
         self.pool.renew(bucket, lease, ttl, now).is_some()
     }
 
@@ -170,5 +217,67 @@ mod tests {
             "an unfenced request does not wait"
         );
         assert!(matches!(a.grant(&fenced(1_000)), Ok(Grant::Granted { .. })));
+    }
+
+    #[test]
+    fn without_a_majority_fenced_grants_and_renewals_are_refused() {
+        use crate::quorum::Quorum;
+        const S: u64 = 1_000_000_000;
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("a", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let quorum = Arc::new(Quorum::new("a", 3 * S, false));
+        let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)))
+            .with_quorum(Arc::clone(&quorum));
+        let fenced = |now| LeaseRequest {
+            fenced: true,
+            now,
+            ttl: 10 * S,
+            ..request("b")
+        };
+        let beat = |from: u64, to: u64, heard: bool| {
+            for t in from..=to {
+                // Silent, b and c stay at the beat they had at 14 s.
+                let beat = u128::from(if heard { t } else { 14 });
+                quorum.observe([("b", beat), ("c", beat)], t * S);
+                a.beat(t * S);
+            }
+        };
+        beat(0, 13, true);
+        // The tenure is the TTL plus the quorum's margin (3 s window + 1 s).
+        assert_eq!(
+            a.grant(&fenced(13 * S)),
+            Err(TransportError::Settling {
+                owner: "a".into(),
+                wait: S
+            })
+        );
+        beat(14, 14, true);
+        let Ok(Grant::Granted { id, .. }) = a.grant(&fenced(14 * S)) else {
+            panic!("granted after ttl + margin");
+        };
+        // b and c fall silent after 14 s: past the 3 s window, a is cut off.
+        beat(15, 17, false);
+        assert!(
+            a.renew("b", id, 10 * S, 17 * S, true),
+            "still a majority at 17 s"
+        );
+        beat(18, 18, false);
+        assert_eq!(
+            a.grant(&fenced(18 * S)),
+            Err(TransportError::NoMajority {
+                owner: "a".into(),
+                heard: 1,
+                known: 3
+            })
+        );
+        assert!(
+            !a.renew("b", id, 10 * S, 18 * S, true),
+            "a cut-off owner lets its fenced leases run out"
+        );
+        assert!(a.renew("b", id, 10 * S, 18 * S, false), "unfenced: renewed");
+        assert!(matches!(a.grant(&request("b")), Ok(Grant::Granted { .. })));
     }
 }

@@ -50,7 +50,7 @@ pub enum TransportError {
     /// The owner has held the bucket for less than the lease TTL and the request is fenced:
     /// leases granted before it took over may still be live (see [`Tenure`](crate::tenure)).
     #[error(
-        "its owner `{owner}` took it over less than one lease TTL ago (it grants in {} ms)",
+        "its owner `{owner}` took it over too recently: leases granted before may still be live (it grants in {} ms)",
         wait.div_ceil(1_000_000)
     )]
     Settling {
@@ -58,6 +58,19 @@ pub enum TransportError {
         owner: String,
         /// How long until it grants, in ns.
         wait: Nanos,
+    },
+    /// The request is fenced and the owner does not hear from a majority of the cluster: it may
+    /// be cut off, with the bucket granted on the other side (see [`Quorum`](crate::quorum)).
+    #[error(
+        "its owner `{owner}` hears from {heard} of the cluster's {known} members, not a majority"
+    )]
+    NoMajority {
+        /// The owner.
+        owner: String,
+        /// Members it heard from recently, itself included.
+        heard: usize,
+        /// Members it knows.
+        known: usize,
     },
 }
 
@@ -87,7 +100,8 @@ pub trait Transport: Send + Sync {
         holder: &str,
         expires_at: Nanos,
     ) -> BoxFuture<'_, Result<u64, TransportError>>;
-    /// Extends a lease on `owner` by `ttl` from the owner's now; false if it is gone there.
+    /// Extends a lease on `owner` by `ttl` from the owner's now; false if it is gone there (or,
+    /// `fenced`, if the owner does not hear from a majority).
     fn renew(
         &self,
         owner: &str,
@@ -95,6 +109,7 @@ pub trait Transport: Send + Sync {
         lease: u64,
         ttl: Nanos,
         now: Nanos,
+        fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>>;
 
     /// Asks `owner` for several leases; one answer per request, in order.
@@ -221,9 +236,10 @@ impl Transport for InMemory {
         lease: u64,
         ttl: Nanos,
         now: Nanos,
+        fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
         let owner = self.owner(owner);
         let bucket = bucket.to_owned();
-        Box::pin(async move { Ok(owner?.renew(&bucket, lease, ttl, now)) })
+        Box::pin(async move { Ok(owner?.renew(&bucket, lease, ttl, now, fenced)) })
     }
 }

@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use tokio::sync::watch;
+use weir::{Clock, Nanos, TokioClock};
 use weir_cluster::membership::{GossipMembership, GossipSettings, Membership, NodeInfo};
+use weir_cluster::quorum::Quorum;
 use weir_cluster::secret::ClusterSecret;
 
 /// A free UDP port on loopback (bound and released; the gossip socket takes it right after).
@@ -116,6 +118,87 @@ async fn only_members_that_know_the_secret_join() {
         .collect();
     assert_eq!(ids, ["c"], "the stranger sees only itself");
     for node in [a, b, stranger, open] {
+        node.stop().await;
+    }
+}
+
+/// A partition cuts one node of three away (gossip over chitchat's in-process transport, on
+/// tokio's paused clock): within the quorum window the cut-off node no longer hears from a
+/// majority, while the other two always do; when the links heal, it does again.
+#[tokio::test(start_paused = true)]
+async fn in_a_partition_only_the_larger_side_hears_from_a_majority() {
+    const WINDOW: Nanos = 3_000_000_000;
+    let transport = chitchat::transport::ChannelTransport::with_mtu(65_507);
+    let addr = |port| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let (a_addr, b_addr, c_addr) = (addr(7001), addr(7002), addr(7003));
+    let seeds = vec![a_addr.to_string()];
+    let a = GossipMembership::start_on(settings("a", a_addr, vec![]), &transport)
+        .await
+        .unwrap();
+    let b = GossipMembership::start_on(settings("b", b_addr, seeds.clone()), &transport)
+        .await
+        .unwrap();
+    let c = GossipMembership::start_on(settings("c", c_addr, seeds), &transport)
+        .await
+        .unwrap();
+    for node in [&a, &b, &c] {
+        until(&mut node.watch(), |m| m.len() == 3).await;
+    }
+    let nodes = [
+        (&a, Quorum::new("a", WINDOW, false)),
+        (&b, Quorum::new("b", WINDOW, true)),
+        (&c, Quorum::new("c", WINDOW, true)),
+    ];
+    let clock = TokioClock::new();
+    // One look of every node's quorum at its gossip, as a server's ticker does.
+    let look = || async {
+        for (node, quorum) in &nodes {
+            let beats = node.beats().await;
+            quorum.observe(beats.iter().map(|(id, b)| (id.as_str(), *b)), clock.now());
+        }
+    };
+    look().await;
+    for (_, quorum) in &nodes {
+        assert_eq!(quorum.majority(clock.now()).heard, 3);
+    }
+
+    transport.remove_link(a_addr, b_addr).await;
+    transport.remove_link(c_addr, b_addr).await;
+    let cut = clock.now();
+    let mut b_lost = None;
+    while clock.now() - cut < 30 * 1_000_000_000 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        look().await;
+        let now = clock.now();
+        assert!(nodes[0].1.majority(now).holds(), "a kept its majority");
+        assert!(nodes[2].1.majority(now).holds(), "c kept its majority");
+        if b_lost.is_none() && !nodes[1].1.majority(now).holds() {
+            b_lost = Some(now - cut);
+        }
+        if b_lost.is_some() {
+            assert!(!nodes[1].1.majority(now).holds(), "b is cut off for good");
+        }
+    }
+    let b_lost = b_lost.expect("b noticed it was cut off");
+    assert!(
+        b_lost <= WINDOW + 1_000_000_000,
+        "b went on believing in a majority for {b_lost} ns"
+    );
+
+    transport.add_link(a_addr, b_addr).await;
+    transport.add_link(c_addr, b_addr).await;
+    tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            look().await;
+            if nodes[1].1.majority(clock.now()).holds() {
+                return;
+            }
+        }
+    })
+    .await
+    .expect("b hears from a majority again after the heal");
+    for node in [a, b, c] {
         node.stop().await;
     }
 }

@@ -456,9 +456,7 @@ fn a_stopped_owner_neither_has_its_permits_regranted_nor_grants_after_it_resumes
         c1.rehome().await;
         let refused = c1.acquire(BUCKET).await.unwrap_err();
         assert!(
-            refused
-                .reason
-                .contains("took it over less than one lease TTL ago"),
+            refused.reason.contains("took it over too recently"),
             "{}",
             refused.reason
         );
@@ -478,9 +476,7 @@ fn a_stopped_owner_neither_has_its_permits_regranted_nor_grants_after_it_resumes
         turmoil::release("c1", stopped_id);
         let refused = own.acquire(BUCKET).await.unwrap_err();
         assert!(
-            refused
-                .reason
-                .contains("took it over less than one lease TTL ago"),
+            refused.reason.contains("took it over too recently"),
             "the resumed owner granted over the new owner's {} leases: {}",
             c1_held.len(),
             refused.reason

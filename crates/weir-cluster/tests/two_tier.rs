@@ -306,14 +306,14 @@ async fn fenced_without_a_handoff_a_rebalance_admits_nothing_until_the_old_lease
     assert_eq!(
         refused.reason,
         format!(
-            "could not check its shared limit of 4: its owner `n{}` took it over less than one \
-             lease TTL ago (it grants in 30000 ms)",
+            "could not check its shared limit of 4: its owner `n{}` took it over too recently: \
+             leases granted before may still be live (it grants in 30000 ms)",
             new_owner + 1
         )
     );
     assert!(!refused.full);
     assert_eq!(refused.retry_after, Some(Duration::from_secs(30)));
-    assert_eq!(asker.counters.settling.load(Ordering::Relaxed), 1);
+    assert_eq!(asker.counters.fenced.load(Ordering::Relaxed), 1);
     c.advance(Duration::from_secs(29));
     for (i, node) in c.nodes.iter().enumerate() {
         if i != old_owner {
@@ -495,8 +495,9 @@ impl Transport for RingChangesInFlight {
         lease: u64,
         ttl: weir::Nanos,
         now: weir::Nanos,
+        fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        self.network.renew(owner, bucket, lease, ttl, now)
+        self.network.renew(owner, bucket, lease, ttl, now, fenced)
     }
 }
 

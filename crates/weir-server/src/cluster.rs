@@ -23,6 +23,7 @@ use weir_cluster::grpc::{ClusterService, GrpcTransport, GuardedCluster};
 use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membership, NodeInfo};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
+use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
 use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
 use weir_cluster::secret::ClusterSecret;
 
@@ -44,6 +45,7 @@ pub struct ClusterMode {
     gossip: tokio::sync::Mutex<Option<GossipMembership>>,
     coordinators: Mutex<HashMap<String, (TwoTierConfig, Arc<Coordinator>)>>,
     secret: Option<ClusterSecret>,
+    quorum: Arc<Quorum>,
 }
 
 impl std::fmt::Debug for ClusterMode {
@@ -97,7 +99,11 @@ impl ClusterMode {
     ) -> anyhow::Result<Arc<Self>> {
         let ring = Arc::new(SharedRing::default());
         let pool = Arc::new(SharedPool::new(1_000_000));
-        let owner = Arc::new(Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool)));
+        let quorum = Arc::new(Quorum::new(node_id, DEFAULT_WINDOW, !join.is_empty()));
+        let owner = Arc::new(
+            Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool))
+                .with_quorum(Arc::clone(&quorum)),
+        );
         let membership = GossipMembership::start(GossipSettings {
             node_id: node_id.to_owned(),
             cluster_id: cluster_id.to_owned(),
@@ -123,6 +129,7 @@ impl ClusterMode {
             gossip: tokio::sync::Mutex::new(Some(membership)),
             coordinators: Mutex::new(HashMap::new()),
             secret,
+            quorum,
         }))
     }
 
@@ -134,17 +141,25 @@ impl ClusterMode {
     }
 
     /// Follows membership until the process ends: each change rebuilds the ring, updates
-    /// addresses and hands this node's leases over. Meanwhile the owner beats every 100 ms,
-    /// so that it knows how long it has held each bucket and notices a pause of its own.
+    /// addresses and hands this node's leases over. Meanwhile, every 100 ms, the quorum
+    /// learns whom gossip has heard from, and the owner beats, so that it knows how long it has
+    /// held each bucket and notices a pause of its own.
     pub async fn follow(self: Arc<Self>) {
-        let owner = Arc::clone(&self.owner);
+        let node = Arc::clone(&self);
         let beats = tokio::spawn(async move {
             let clock = SystemClock::new();
             let mut ticks = tokio::time::interval(Duration::from_millis(100));
             ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 ticks.tick().await;
-                owner.beat(clock.now());
+                let beats = match node.gossip.lock().await.as_ref() {
+                    Some(gossip) => gossip.beats().await,
+                    None => return,
+                };
+                let now = clock.now();
+                node.quorum
+                    .observe(beats.iter().map(|(id, beat)| (id.as_str(), *beat)), now);
+                node.owner.beat(now);
             }
         });
         let _beats = AbortOnDrop(beats);

@@ -9,8 +9,8 @@
 //! - `shared-only`: no node tier, every request takes a shared lease from the bucket's owner
 //!   (no hop on the owner, one gRPC call from the other two). `on_unavailable = "closed"`, so a
 //!   failed shared call would show as a refusal rather than hide as a fail-open. Its lease TTL
-//!   is 2 s, and the run starts once the owner has held the bucket that long (a `closed`
-//!   policy's owner grants only after one TTL of tenure).
+//!   is 2 s, and the run starts once the owner has held the bucket that long plus the quorum's
+//!   margin (a `closed` policy's owner grants only after that much tenure).
 //!
 //! Beside them, when `redis-server` is installed, `redis-lua`: the same cluster-wide in-flight
 //! limit done the way many teams do it today — the clients take and give back their leases in
@@ -48,8 +48,9 @@ on_exhausted = "reject"
 concurrency = { node_limit = 0, shared_limit = 100000, lease_ttl = "2s", on_unavailable = "closed" }
 "#;
 
-/// The `shared-only` policy's lease TTL: how long its owner settles before it grants.
-const SHARED_TENURE: Duration = Duration::from_secs(2);
+/// How long the `shared-only` policy's owner settles before it grants: its lease TTL (2 s)
+/// plus the quorum's margin (4 s).
+const SHARED_TENURE: Duration = Duration::from_secs(6);
 
 /// The three configurations, as policy names.
 pub const CONFIGS: [&str; 3] = ["none", "node-only", "shared-only"];
