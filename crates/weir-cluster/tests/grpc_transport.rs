@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use weir_cluster::secret::ClusterSecret;
 
 use tokio::net::TcpListener;
 use weir::SystemClock;
@@ -13,6 +12,7 @@ use weir_cluster::grpc::{ClusterService, GrpcTransport};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+use weir_cluster::secret::ClusterSecret;
 
 fn ring(ids: &[&str]) -> Ring {
     Ring::new(
@@ -22,7 +22,6 @@ fn ring(ids: &[&str]) -> Ring {
     )
 }
 
-/// Serves `owner` on an ephemeral loopback port; returns its URL and the server task.
 /// A lease request from n1 for `bucket`, unfenced, now.
 fn lease_request(bucket: &str, limit: u64) -> weir_cluster::transport::LeaseRequest {
     weir_cluster::transport::LeaseRequest {
@@ -35,10 +34,12 @@ fn lease_request(bucket: &str, limit: u64) -> weir_cluster::transport::LeaseRequ
     }
 }
 
+/// Serves `owner` on an ephemeral loopback port; returns its URL and the server task.
 async fn serve(owner: Arc<Owner>) -> (String, tokio::task::JoinHandle<()>) {
     serve_with(owner, None).await
 }
 
+/// Like [`serve`], refusing calls without `secret`'s token.
 async fn serve_with(
     owner: Arc<Owner>,
     secret: Option<&ClusterSecret>,

@@ -1,0 +1,215 @@
+//! One contract, every cluster transport: the in-memory one, gRPC on loopback, and each behind
+//! the batching wrapper. Whatever carries a coordinator's calls, an owner's answers must mean
+//! the same: grants up to the limit then full, "not the owner" for a bucket it does not own,
+//! "settling" for a fenced request too early, a release that frees a place, renewals of live
+//! leases only, adoption that counts, batches answered in order, and an unknown node
+//! unreachable.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use weir::{Clock, SystemClock};
+use weir_cluster::batch::Batching;
+use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::owner::Owner;
+use weir_cluster::pool::{Grant, SharedPool};
+use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+use weir_cluster::transport::{InMemory, LeaseRequest, Transport, TransportError};
+
+const TTL: u64 = 30_000_000_000;
+
+/// The callee, `n2`, owning some buckets of a two-node ring.
+struct Callee {
+    owner: Arc<Owner>,
+    pool: Arc<SharedPool>,
+    /// A bucket n2 owns, and one it does not.
+    mine: String,
+    theirs: String,
+}
+
+fn callee() -> Callee {
+    let ring = Ring::new(
+        [Member::owner("n1", 1), Member::owner("n2", 1)],
+        DEFAULT_VNODES,
+        1,
+    );
+    let owned_by = |id: &str| {
+        (0..1000)
+            .map(|i| format!("bucket-{i}"))
+            .find(|b| ring.owner_of(b) == Some(id))
+            .expect("a bucket")
+    };
+    let (mine, theirs) = (owned_by("n2"), owned_by("n1"));
+    let pool = Arc::new(SharedPool::new(100));
+    let owner = Arc::new(Owner::new(
+        "n2",
+        Arc::new(SharedRing::new(ring)),
+        Arc::clone(&pool),
+    ));
+    Callee {
+        owner,
+        pool,
+        mine,
+        theirs,
+    }
+}
+
+fn request(bucket: &str, limit: u64) -> LeaseRequest {
+    LeaseRequest {
+        bucket: bucket.to_owned(),
+        limit,
+        holder: "n1".to_owned(),
+        ttl: TTL,
+        now: SystemClock::new().now(),
+        fenced: false,
+    }
+}
+
+/// Acquires until the pool has `count` live leases of `bucket` (a batched release lands
+/// asynchronously; bounded).
+async fn until_in_use(pool: &SharedPool, bucket: &str, count: usize) {
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while pool.in_use(bucket, SystemClock::new().now()) != count {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{bucket} never had {count} live leases"));
+}
+
+/// The contract, over `transport`, whose node `n2` is `callee`.
+async fn contract(transport: &impl Transport, callee: &Callee) {
+    let (mine, theirs) = (callee.mine.as_str(), callee.theirs.as_str());
+    // Grants up to the limit, then full.
+    let first = transport.acquire("n2", request(mine, 2)).await;
+    let Ok(Grant::Granted { id: first, .. }) = first else {
+        panic!("{first:?}");
+    };
+    let second = transport.acquire("n2", request(mine, 2)).await;
+    assert!(matches!(second, Ok(Grant::Granted { .. })), "{second:?}");
+    assert_eq!(
+        transport.acquire("n2", request(mine, 2)).await,
+        Ok(Grant::Full)
+    );
+    // Not the owner.
+    assert_eq!(
+        transport.acquire("n2", request(theirs, 2)).await,
+        Err(TransportError::NotOwner("n2".into()))
+    );
+    // Fenced too early: settling, with the time to wait.
+    let fenced = LeaseRequest {
+        fenced: true,
+        ..request(mine, 10)
+    };
+    match transport.acquire("n2", fenced).await {
+        Err(TransportError::Settling { owner, wait }) => {
+            assert_eq!(owner, "n2");
+            assert!(wait > 0 && wait <= TTL, "{wait}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Renewal: a live lease yes, an unknown one no.
+    let now = SystemClock::new().now();
+    assert_eq!(
+        transport.renew("n2", mine, first, TTL, now, false).await,
+        Ok(true)
+    );
+    assert_eq!(
+        transport.renew("n2", mine, u64::MAX, TTL, now, false).await,
+        Ok(false)
+    );
+    // A release frees a place.
+    transport.release("n2", mine, first).await.unwrap();
+    until_in_use(&callee.pool, mine, 1).await;
+    assert!(matches!(
+        transport.acquire("n2", request(mine, 2)).await,
+        Ok(Grant::Granted { .. })
+    ));
+    // An adopted lease counts against the limit.
+    let expires_at = SystemClock::new().now() + TTL;
+    transport
+        .adopt("n2", mine, "n1", expires_at)
+        .await
+        .expect("adopted");
+    until_in_use(&callee.pool, mine, 3).await;
+    assert_eq!(
+        transport.acquire("n2", request(mine, 3)).await,
+        Ok(Grant::Full)
+    );
+    assert_eq!(
+        transport.adopt("n2", theirs, "n1", expires_at).await,
+        Err(TransportError::NotOwner("n2".into())),
+        "adopted only by the bucket's owner"
+    );
+    // A batch: one answer per request, in order.
+    let answers = transport
+        .acquire_batch(
+            "n2",
+            vec![request(mine, 4), request(mine, 4), request(theirs, 4)],
+        )
+        .await;
+    assert!(
+        matches!(answers[0], Ok(Grant::Granted { .. })),
+        "{answers:?}"
+    );
+    assert_eq!(answers[1], Ok(Grant::Full));
+    assert_eq!(answers[2], Err(TransportError::NotOwner("n2".into())));
+    // A node nobody knows.
+    assert_eq!(
+        transport.acquire("n9", request(mine, 2)).await,
+        Err(TransportError::Unreachable("n9".into()))
+    );
+}
+
+fn in_memory(callee: &Callee) -> InMemory {
+    let network = InMemory::new();
+    network.add("n2", Arc::clone(&callee.owner));
+    network
+}
+
+/// Serves the callee over gRPC on loopback; a transport that knows its address.
+async fn grpc(callee: &Callee) -> (GrpcTransport<SystemClock>, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let service =
+        ClusterService::new(Arc::clone(&callee.owner), SystemClock::new()).into_server(None);
+    let server = tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .await;
+    });
+    let transport = GrpcTransport::new(SystemClock::new());
+    transport.set_addresses(HashMap::from([("n2".to_owned(), url)]));
+    (transport, server)
+}
+
+#[tokio::test]
+async fn in_memory_keeps_the_contract() {
+    let callee = callee();
+    contract(&in_memory(&callee), &callee).await;
+}
+
+#[tokio::test]
+async fn batched_in_memory_keeps_the_contract() {
+    let callee = callee();
+    contract(&Batching::new(Arc::new(in_memory(&callee))), &callee).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_keeps_the_contract() {
+    let callee = callee();
+    let (transport, server) = grpc(&callee).await;
+    contract(&transport, &callee).await;
+    server.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_grpc_keeps_the_contract() {
+    let callee = callee();
+    let (transport, server) = grpc(&callee).await;
+    contract(&Batching::new(Arc::new(transport)), &callee).await;
+    server.abort();
+}
