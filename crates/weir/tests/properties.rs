@@ -8,6 +8,9 @@
 //! - Strict reservations and concurrency permits against their own small models.
 //! - A keyed limiter whose key map is too small, so it keeps evicting: every key it decides for
 //!   must still decide exactly like a bucket that was never evicted.
+//! - Any sequence of reshapes keeps a bucket's fill: whole tokens after a reshape are exactly
+//!   the tokens before it, capped at the new capacity — none created, none lost — for a single
+//!   token bucket and for every key of a keyed limiter.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -315,6 +318,73 @@ proptest! {
                 }
             }
             prop_assert!(limiter.counters().keys <= 3);
+        }
+    }
+
+    #[test]
+    fn reshapes_keep_a_token_buckets_fill(
+        first in (1u64..=1_000_000, 1u64..=1_000),
+        ops in prop::collection::vec(
+            (0u64..3_000_000_000, 0u64..50, 1u64..=1_000_000, 1u64..=1_000),
+            1..60,
+        ),
+    ) {
+        let clock = ManualClock::new(1_000);
+        let bucket = TokenBucket::with_clock(
+            TokenBucketConfig { rate: first.0 as f64, burst: first.1 },
+            clock.clone(),
+        )
+        .unwrap();
+        for (advance_ns, cost, rate, burst) in ops {
+            clock.advance(Duration::from_nanos(advance_ns));
+            let _ = bucket.try_acquire(cost);
+            let before = bucket.available();
+            bucket.reconfigure(TokenBucketConfig { rate: rate as f64, burst }).unwrap();
+            prop_assert_eq!(bucket.available(), before.min(burst), "rate {} burst {}", rate, burst);
+        }
+    }
+
+    #[test]
+    fn reshapes_keep_every_keys_fill(
+        shapes in prop::collection::vec((1u64..=1_000_000_000, 1u64..=200), 1..20),
+        takes in prop::collection::vec((0usize..3, 0u64..50), 0..20),
+    ) {
+        let clock = ManualClock::new(0);
+        let shape = |(interval, capacity): (u64, u64)| Shape::Gcra {
+            interval,
+            capacity,
+            initial: capacity,
+            fair: false,
+        };
+        let limiter = KeyedLimiter::new(shape(shapes[0]), 10, Overflow::Reject, clock.clone());
+        // The clock stands still, so each key's fill changes only by what is taken.
+        let mut fills = [shapes[0].1; 3];
+        // Every key exists before the first reshape (a key made later starts full).
+        for (key, fill) in fills.iter_mut().enumerate() {
+            let name = format!("key-{key}");
+            prop_assert!(limiter.try_acquire(&name, 1).is_ok());
+            *fill -= 1;
+        }
+        for (key, cost) in takes {
+            if limiter.try_acquire(&format!("key-{key}"), cost).is_ok() {
+                fills[key] -= cost;
+            }
+        }
+        for &next in &shapes[1..] {
+            limiter.reshape(shape(next));
+            for fill in &mut fills {
+                *fill = (*fill).min(next.1);
+            }
+        }
+        // Drain each key one token at a time: exactly its fill, no more, no fewer.
+        for (key, fill) in fills.iter().enumerate() {
+            let name = format!("key-{key}");
+            let mut drained = 0;
+            while limiter.try_acquire(&name, 1).is_ok() {
+                drained += 1;
+                prop_assert!(drained <= 1_000, "never empty");
+            }
+            prop_assert_eq!(drained, *fill, "key {}", key);
         }
     }
 }
