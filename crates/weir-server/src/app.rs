@@ -539,8 +539,9 @@ impl App {
         Ok(rows)
     }
 
-    /// The keys held back on every live node (this one, and each peer over gRPC), filtered and
-    /// sorted. A peer that does not answer within a second is left out.
+    /// The keys held back on every live node (this one, and each peer over gRPC, all asked at
+    /// once over channels kept between calls), filtered and sorted. A peer that does not answer
+    /// within a second is left out.
     pub async fn cluster_throttles(
         &self,
         query: &ThrottleQuery,
@@ -556,19 +557,24 @@ impl App {
         };
         let mut rows = self.throttles(&local_query)?;
         let limit = query.limit.unwrap_or(DEFAULT_THROTTLE_ROWS);
-        for (peer, url) in cluster.peers() {
-            let asked = tokio::time::timeout(Duration::from_secs(1), async {
-                let mut client = crate::proto::weir_client::WeirClient::connect(url.clone())
-                    .await
-                    .ok()?;
-                let request = crate::proto::ThrottlesRequest {
-                    policy: query.policy.clone().unwrap_or_default(),
-                    limit: u32::try_from(limit).unwrap_or(u32::MAX),
-                };
-                client.throttles(request).await.ok()
-            })
-            .await;
-            let Ok(Some(answer)) = asked else {
+        let request = crate::proto::ThrottlesRequest {
+            policy: query.policy.clone().unwrap_or_default(),
+            limit: u32::try_from(limit).unwrap_or(u32::MAX),
+        };
+        let mut asking = tokio::task::JoinSet::new();
+        for (peer, channel) in cluster.peers() {
+            let request = request.clone();
+            asking.spawn(async move {
+                let mut client = crate::proto::weir_client::WeirClient::new(channel);
+                let asked = tokio::time::timeout(Duration::from_secs(1), client.throttles(request));
+                (peer, asked.await)
+            });
+        }
+        while let Some(answered) = asking.join_next().await {
+            let Ok((peer, asked)) = answered else {
+                continue;
+            };
+            let Ok(Ok(answer)) = asked else {
                 tracing::warn!(%peer, "no throttle rows from a peer within 1 s");
                 continue;
             };

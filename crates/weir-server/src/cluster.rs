@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tokio::sync::watch;
+use tonic::transport::Channel;
 use weir::policy::ConcurrencySpec;
 use weir::{Clock, SystemClock};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
@@ -46,6 +47,8 @@ pub struct ClusterMode {
     coordinators: Mutex<HashMap<String, (TwoTierConfig, Arc<Coordinator>)>>,
     secret: Option<ClusterSecret>,
     quorum: Arc<Quorum>,
+    /// Channels to the other members' public gRPC API, by address.
+    peer_channels: Mutex<HashMap<String, Channel>>,
 }
 
 impl std::fmt::Debug for ClusterMode {
@@ -130,6 +133,7 @@ impl ClusterMode {
             coordinators: Mutex::new(HashMap::new()),
             secret,
             quorum,
+            peer_channels: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -274,13 +278,32 @@ impl ClusterMode {
         (swept, forgotten)
     }
 
-    /// The gRPC addresses of the other live members.
-    pub fn peers(&self) -> Vec<(String, String)> {
-        self.members
+    /// A channel to each other live member's gRPC address, kept from one call to the next (a
+    /// member back at another address gets a new one). Channels connect lazily and are pinged,
+    /// like the owners' channels.
+    pub fn peers(&self) -> Vec<(String, Channel)> {
+        let members: Vec<(String, String)> = self
+            .members
             .borrow()
             .iter()
             .filter(|m| m.id != self.node_id)
             .map(|m| (m.id.clone(), m.grpc.clone()))
+            .collect();
+        let mut channels = self.peer_channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.retain(|address, _| members.iter().any(|(_, a)| a == address));
+        members
+            .into_iter()
+            .filter_map(|(id, address)| {
+                let channel = match channels.get(&address) {
+                    Some(channel) => channel.clone(),
+                    None => {
+                        let channel = weir_cluster::grpc::endpoint(&address)?.connect_lazy();
+                        channels.insert(address, channel.clone());
+                        channel
+                    }
+                };
+                Some((id, channel))
+            })
             .collect()
     }
 
