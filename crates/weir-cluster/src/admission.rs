@@ -1,4 +1,4 @@
-//! Two-tier admission, the coordinator's side of seed 000.
+//! Two-tier admission: the coordinator's side of a cluster-wide concurrency ceiling.
 //!
 //! A request for a bucket is first tried against this node's own tier (a concurrency limit of
 //! `node_limit` per bucket, when `node_limit > 0`). Only when that is full does the coordinator
@@ -96,7 +96,7 @@ impl ClusterAdmission {
     }
 }
 
-/// Why a request was refused, in the words of seed 000's 429.
+/// Why a request was refused: the two-tier refusal reasons a 429 carries.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bucket `{bucket}` {reason}")]
 pub struct ClusterRefusal {

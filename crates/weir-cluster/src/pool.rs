@@ -8,9 +8,9 @@
 //! when a bucket looks full, and by a periodic sweep; empty buckets are removed. A holder that
 //! leaves the cluster keeps its leases until they expire: it may only be paused.
 //!
-//! The number of buckets an owner tracks is bounded (`max_buckets`, the question seed 000's
-//! review asked): beyond it a new bucket is refused, and the caller applies the policy's
-//! "unavailable" behaviour.
+//! The number of buckets an owner tracks is bounded (`max_buckets`; keyed per user, the map
+//! could otherwise grow with every user that has a request in flight): beyond it a new bucket
+//! is refused, and the caller applies the policy's "unavailable" behaviour.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

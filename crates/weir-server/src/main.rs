@@ -162,9 +162,9 @@ struct BenchArgs {
 enum ScenarioCommand {
     /// Runs a named experiment, starting and stopping the nodes it needs:
     /// `rate-accuracy` (many buckets at different rates, admitted against configured),
-    /// `opensearch-latency` (seed 000's latency table on a local 3-node cluster),
-    /// `neon-throttle` (seed 004's workloads with the node's CPU use),
-    /// `doris-backpressure` (seed 001's adaptive backpressure against a toy busy backend).
+    /// `opensearch-latency` (two-tier admission latency on a local 3-node cluster),
+    /// `neon-throttle` (per-tenant page-read workloads with the node's CPU use),
+    /// `doris-backpressure` (adaptive backpressure against a toy busy backend).
     Scenario {
         /// The experiment.
         name: String,

@@ -3,8 +3,8 @@
 //! Run with `cargo bench -p weir --bench fair_contention`. 1000 tasks loop on `acquire(1)`
 //! against one fair bucket refilling 100 000 tokens/s (1000 every 10 ms, at most 10 000, starting
 //! empty) for 2 s of wall time on a 2-worker tokio runtime. The admitted rate should be within
-//! 1 % of the configured one. The leaky-bucket crate (seed 004's limiter) runs the same load
-//! beside it.
+//! 1 % of the configured one. The leaky-bucket crate (what a page server's per-tenant throttle
+//! runs on) runs the same load beside it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,5 +1,5 @@
-//! Seed 001's scenario: a meta service that answers "busy" above a total rate, and a client
-//! with Weir's `ThrottleLayer` that slows down only the hottest tables.
+//! A meta service that answers "busy" above a total rate, and a client with Weir's
+//! `ThrottleLayer` that slows down only the hottest tables.
 //!
 //! Run with `cargo run --release -p weir --example meta_service`. The service and the client
 //! are tower services in one process; time is tokio's paused clock, so 20 simulated seconds run

@@ -1,4 +1,4 @@
-//! Adaptive backpressure end to end, on a paused clock: seed 001's lifecycle, exactly.
+//! Adaptive backpressure end to end, on a paused clock: the upgrade/downgrade lifecycle, exactly.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,8 @@ fn controller(config: AdaptiveConfig) -> Backpressure<TokioClock> {
     Backpressure::new(config, TokioClock::new()).unwrap()
 }
 
-/// Seed 001's example: cooldown 5 s, quiet time 5 s, ratio 0.5, top 2.
-fn seed_config() -> AdaptiveConfig {
+/// The lifecycle example's settings: cooldown 5 s, quiet time 5 s, ratio 0.5, top 2.
+fn lifecycle_config() -> AdaptiveConfig {
     AdaptiveConfig {
         enabled: true,
         top_k: 2,
@@ -50,8 +50,8 @@ fn l(pairs: &[(&str, f64)]) -> Vec<(String, f64)> {
 }
 
 #[tokio::test(start_paused = true)]
-async fn seed_001_lifecycle() {
-    let bp = controller(seed_config());
+async fn busy_signals_tighten_the_top_two_and_quiet_spells_undo_each_level() {
+    let bp = controller(lifecycle_config());
 
     // t = 0: A at 100 qps, B at 80 → A limited to 50, B to 40.
     calls(&bp, "A", 300);
@@ -104,7 +104,7 @@ async fn a_key_at_1_qps_gets_calls_exactly_1_s_apart() {
     let bp = controller(AdaptiveConfig {
         ratio: 0.5,
         floor: 1.0,
-        ..seed_config()
+        ..lifecycle_config()
     });
     calls(&bp, "hot", 6); // 2 qps → limited to 1
     assert!(bp.on_busy());
@@ -124,7 +124,7 @@ async fn a_key_at_1_qps_gets_calls_exactly_1_s_apart() {
 async fn dry_run_decides_and_records_but_never_waits() {
     let bp = controller(AdaptiveConfig {
         dry_run: true,
-        ..seed_config()
+        ..lifecycle_config()
     });
     calls(&bp, "hot", 30);
     assert!(bp.on_busy());
@@ -166,7 +166,7 @@ async fn disabled_by_default_and_switchable_live() {
 async fn only_the_configured_rpc_types_take_part() {
     let bp = controller(AdaptiveConfig {
         rpcs: vec![PREP.to_owned()],
-        ..seed_config()
+        ..lifecycle_config()
     });
     calls(&bp, "t", 300);
     for _ in 0..600 {
@@ -179,7 +179,7 @@ async fn only_the_configured_rpc_types_take_part() {
 
 #[tokio::test(start_paused = true)]
 async fn the_ticker_relaxes_limits_by_itself() {
-    let bp = Arc::new(controller(seed_config()));
+    let bp = Arc::new(controller(lifecycle_config()));
     tokio::spawn(bp.ticker());
     calls(&bp, "A", 300);
     assert!(bp.on_busy());

@@ -799,12 +799,12 @@ fn an_adaptive_policy_in_monitor_mode_only_counts() {
     );
 }
 
-/// Seed 004's acceptance test, exact: a leaky bucket refilling 10 tokens per 100 ms (100/s),
-/// holding at most 10 and starting empty; one client acquiring in a loop, waiting each time,
-/// for 10 s of (paused) time gets exactly 1000 admissions. `bench/seed004_acceptance.py` runs
-/// the same against a real server in real time.
+/// The leaky-bucket acceptance test, exact: a leaky bucket refilling 10 tokens per 100 ms
+/// (100/s), holding at most 10 and starting empty; one client acquiring in a loop, waiting each
+/// time, for 10 s of (paused) time gets exactly 1000 admissions. `bench/leaky_bucket_acceptance.sh`
+/// runs the same against a real server in real time.
 #[tokio::test(start_paused = true)]
-async fn seed_004_one_client_gets_exactly_100_per_second() {
+async fn one_waiting_client_gets_exactly_100_per_second_from_a_leaky_bucket() {
     let p = Policy::with_cores(
         policy(
             r#"

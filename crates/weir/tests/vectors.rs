@@ -17,7 +17,7 @@ fn retry_after(d: Duration) -> Result<(), Refused> {
     Err(Refused::RetryAfter { retry_after: d })
 }
 
-/// `rate` tokens per second as seed 004 writes it: `rate / 10` every 100 ms.
+/// `rate` tokens per second in refill-interval terms: `rate / 10` every 100 ms.
 fn leaky(rate: u64, max: u64, initial: u64) -> LeakyBucketConfig {
     LeakyBucketConfig {
         initial,

@@ -12,7 +12,8 @@ use std::time::Duration;
 pub enum Profile {
     /// The same rate throughout.
     Steady,
-    /// `factor` times the rate for `on` out of every `every` (seed 004's and 000's bursts).
+    /// `factor` times the rate for `on` out of every `every` (bursts, as in the latency table's
+    /// burst profile).
     Burst {
         /// How many times the base rate the burst offers.
         factor: f64,

@@ -1,7 +1,6 @@
 //! When to tighten and when to relax: the backpressure coordinator.
 //!
-//! Pure timing logic over ticks (1 tick = 1 ms), driven by whoever owns the clock (seed 001's
-//! `RpcThrottleCoordinator`):
+//! Pure timing logic over ticks (1 tick = 1 ms), driven by whoever owns the clock:
 //!
 //! - [`report_busy`](Coordinator::report_busy): the server said "busy". Always restarts the
 //!   quiet timer; answers whether to upgrade now — yes for the first upgrade, and after that

@@ -1,4 +1,4 @@
-//! The host-level RPC limiter: one token bucket per RPC type (seed 001, part 1).
+//! The host-level RPC limiter: one token bucket per RPC type.
 //!
 //! A client that calls a shared server through many RPC types gives each type its own budget:
 //! `qps = per-core value × cores` (at least one core), with `burst = qps`, from a default and
@@ -245,8 +245,8 @@ impl<C: Clock + Clone> HostLimiter<C> {
     }
 }
 
-/// 21 meta-service RPC types for examples. Seed 001 gives the count and names five of them (the
-/// load-related ones: `PREPARE_ROWSET`, `COMMIT_ROWSET`, `UPDATE_TMP_ROWSET`,
+/// 21 meta-service RPC types for examples, as many as a real meta service has. Five names are
+/// that service's load-related ones (`PREPARE_ROWSET`, `COMMIT_ROWSET`, `UPDATE_TMP_ROWSET`,
 /// `UPDATE_PACKED_FILE_INFO`, `UPDATE_DELETE_BITMAP`); the other names are illustrative.
 pub const EXAMPLE_META_SERVICE_RPCS: [&str; 21] = [
     "GET_TABLET_META",

@@ -1,9 +1,8 @@
 //! The backpressure state machine: which keys to slow down, and how to undo it.
 //!
-//! Pure logic, no time and no I/O (seed 001's `RpcThrottleStateMachine`). On an *upgrade* it is
-//! handed a snapshot of the hottest keys with their observed rates and tightens each one; on a
-//! *downgrade* it undoes the most recent upgrade. Upgrades are kept as a stack of levels, so
-//! relaxing retraces exactly the steps that tightened.
+//! Pure logic, no time and no I/O. On an *upgrade* it is handed a snapshot of the hottest keys with
+//! their observed rates and tightens each one; on a *downgrade* it undoes the most recent upgrade.
+//! Upgrades are kept as a stack of levels, so relaxing retraces exactly the steps that tightened.
 //!
 //! For each entry of an upgrade, with `old` the key's current limit (if any) and `qps` its
 //! observed rate:

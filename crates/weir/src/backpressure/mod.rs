@@ -1,9 +1,9 @@
 //! Adaptive backpressure: slow down only the hottest keys when the server says "busy".
 //!
-//! Seed 001 in full, as a library a client embeds to protect a shared server. A uniform limit
-//! would penalise every table while the few hot ones keep dominating; instead, when the server
-//! answers "busy", the client finds the top-k keys by observed rate and limits each to
-//! `ratio ×` its rate, then relaxes step by step once the server has been quiet a while.
+//! A library a client embeds to protect a shared server. A uniform limit would penalise every table
+//! while the few hot ones keep dominating; instead, when the server answers "busy", the client
+//! finds the top-k keys by observed rate and limits each to `ratio ×` its rate, then relaxes step
+//! by step once the server has been quiet a while.
 //!
 //! Four parts, each pure and tested on its own, wired by [`Backpressure`]:
 //!
@@ -19,7 +19,8 @@
 //! - [`coordinator::Coordinator`]: ticks — whether to upgrade now, whether to downgrade now;
 //! - [`throttler::Throttler`]: a strict limiter per limited key.
 //!
-//! [`host::HostLimiter`] is the other half of seed 001: a token bucket per RPC type.
+//! [`host::HostLimiter`] is the other half of client-side protection: a token bucket per RPC
+//! type.
 
 pub mod coordinator;
 pub mod host;
@@ -48,7 +49,7 @@ pub use waits::WaitsByRpc;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveConfig {
-    /// The global switch (default off, as in seed 001).
+    /// The global switch (default off: adaptive backpressure is opt-in).
     #[serde(default)]
     pub enabled: bool,
     /// Decide and record, but never make a call wait.

@@ -1,10 +1,9 @@
 //! The QPS registry: how hot each (RPC type, key) is right now.
 //!
-//! Every call is recorded after it completes (seed 001's `TableRpcQpsRegistry`). A key's rate is
-//! the number of its calls in the last `window` divided by the window, counted in three slots of
-//! `window / 3` each (the current, partial one included), like a per-second counter sampled over
-//! a three-second window. A slot is one atomic word (slot number and count), so recording is
-//! lock-free once the key's cell is found.
+//! Every call is recorded after it completes. A key's rate is the number of its calls in the last
+//! `window` divided by the window, counted in three slots of `window / 3` each (the current,
+//! partial one included), like a per-second counter sampled over a three-second window. A slot is
+//! one atomic word (slot number and count), so recording is lock-free once the key's cell is found.
 //!
 //! Keys live in the same bounded map as keyed limiters: at `max_keys` keys per RPC type, keys
 //! that saw no call within the window are dropped, and further new keys are counted together in

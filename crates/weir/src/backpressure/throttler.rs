@@ -1,10 +1,10 @@
 //! The throttler: a strict limiter per limited (RPC type, key).
 //!
-//! Seed 001's `TableRpcThrottler`. Only keys the state machine has limited have a limiter here,
-//! so the table is small (top-k × levels). A call when no key is limited costs one atomic load:
-//! the count of limited keys is checked before any lock is taken. Otherwise the lookup hashes
-//! with foldhash rather than SipHash: only keys the controller chose to limit are in the table,
-//! so callers cannot flood it with colliding keys, and the lookup is on every call's path.
+//! Only keys the state machine has limited have a limiter here, so the table is small (top-k ×
+//! levels). A call when no key is limited costs one atomic load: the count of limited keys is
+//! checked before any lock is taken. Otherwise the lookup hashes with foldhash rather than SipHash:
+//! only keys the controller chose to limit are in the table, so callers cannot flood it with
+//! colliding keys, and the lookup is on every call's path.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

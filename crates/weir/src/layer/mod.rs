@@ -1,6 +1,6 @@
 //! tower layers (feature `tower`): Weir around a client or in front of a server.
 //!
-//! - [`ThrottleLayer`] wraps a *client* of a shared server (seed 001's meta-service client): each
+//! - [`ThrottleLayer`] wraps a *client* of a shared server (say, a meta service's): each
 //!   call waits for its RPC type's host-level token and its key's backpressure slot, is recorded
 //!   after it completes, and a "busy" answer (by default HTTP 429 or 503, or gRPC
 //!   `RESOURCE_EXHAUSTED`) tightens the hottest keys.

@@ -1,12 +1,12 @@
-//! `LeakyBucket { initial, refill_interval, refill_amount, max, fair }`: seed 004's per-tenant
-//! throttle.
+//! `LeakyBucket { initial, refill_interval, refill_amount, max, fair }`: a per-tenant
+//! throttle's bucket, optionally fair.
 //!
-//! Seed 004 described its bucket as `refill_amount` tokens added every `refill_interval`, up to
-//! `max`, starting with `initial`. Weir runs the same bucket as GCRA with a continuous refill:
-//! one token every `refill_interval / refill_amount`, a capacity of `max`. The long-run rate and
-//! the largest burst are the same as the stepped bucket's; what differs is that a waiter is let
-//! through the moment its tokens have accrued instead of at the next refill step, so waits are
-//! shorter and smoother.
+//! The parameters describe a stepped bucket: `refill_amount` tokens added every `refill_interval`,
+//! up to `max`, starting with `initial`. Weir runs the same bucket as GCRA with a continuous
+//! refill: one token every `refill_interval / refill_amount`, a capacity of `max`. The long-run
+//! rate and the largest burst are the same as the stepped bucket's; what differs is that a waiter
+//! is let through the moment its tokens have accrued instead of at the next refill step, so waits
+//! are shorter and smoother.
 //!
 //! With `fair = true` (the default) waiters are admitted strictly in arrival order, and a
 //! request larger than `max` is admitted eventually: it drains the full bucket and waits for
@@ -18,7 +18,7 @@
 //! use weir::{LeakyBucket, LeakyBucketConfig, ManualClock, Refused};
 //!
 //! let clock = ManualClock::new(0);
-//! // 5000 requests per second, bursts of up to 5000: seed 004's pageserver settings.
+//! // 5000 requests per second, bursts of up to 5000: a page server's per-tenant settings.
 //! let config = LeakyBucketConfig {
 //!     initial: 0,
 //!     refill_interval: Duration::from_millis(100),
@@ -43,7 +43,7 @@ use super::gcra::{Bucket, Params, check_shape};
 use crate::clock::{Clock, SystemClock, duration_to_nanos};
 use crate::error::{ConfigError, Refused, check_nonzero};
 
-/// The parameters of a [`LeakyBucket`], named as in seed 004.
+/// The parameters of a [`LeakyBucket`], named as a page server's tenant config names them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeakyBucketConfig {
     /// Tokens in the bucket when it is created (at most `max`). Only used at creation: a
@@ -101,7 +101,7 @@ impl LeakyBucketConfig {
     }
 }
 
-/// Seed 004's leaky bucket, optionally fair. See the [module docs](self).
+/// A per-tenant leaky bucket, optionally fair. See the [module docs](self).
 #[derive(Debug)]
 pub struct LeakyBucket<C: Clock = SystemClock> {
     bucket: Bucket,

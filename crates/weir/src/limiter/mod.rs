@@ -3,7 +3,7 @@
 //! | limiter | answers | shape |
 //! |---|---|---|
 //! | [`TokenBucket`] | may `cost` tokens go now? | continuous refill at `rate`, bursts up to `burst` |
-//! | [`LeakyBucket`] | may `cost` tokens go now, and who is next? | seed 004's refill-interval bucket, optionally fair |
+//! | [`LeakyBucket`] | may `cost` tokens go now, and who is next? | `refill_amount` every `refill_interval` up to `max`, optionally fair |
 //! | [`Strict`] | *when* may this request run? | exactly `1/qps` apart, no burst |
 //! | [`Concurrency`] | may one more run at the same time? | in-flight permits, released on drop |
 //!

@@ -1,6 +1,6 @@
 //! `Strict { qps }`: requests spaced exactly `1/qps` apart, no burst.
 //!
-//! Seed 001's table-level limiter. It answers *when* a request may run: each reservation takes
+//! Backpressure's per-key limiter. It answers *when* a request may run: each reservation takes
 //! the next free slot, slots are `1/qps` apart, and idle time is not banked, so after a quiet
 //! spell the first request runs at once and the second still waits a full interval. That is
 //! what a backpressure controller wants from a key it has throttled: a steady trickle, never a

@@ -1,8 +1,8 @@
 //! `TokenBucket { rate, burst }`: continuous refill, bursts up to `burst`.
 //!
 //! The bucket starts full and refills continuously at `rate` tokens per second; a request of
-//! `cost` tokens goes ahead when that many are in the bucket. Seed 001's host-level RPC limiter
-//! is a token bucket with `rate = burst = qps`.
+//! `cost` tokens goes ahead when that many are in the bucket. A host-level RPC limiter (one per
+//! RPC type) is a token bucket with `rate = burst = qps`.
 //!
 //! ```
 //! use std::time::Duration;

@@ -71,7 +71,8 @@ pub type Overrides = BTreeMap<String, f64>;
 pub struct TokenBucketSpec {
     /// Tokens per second.
     pub rate: f64,
-    /// Largest burst; defaults to `rate` rounded up (seed 001: `burst = qps`).
+    /// Largest burst; defaults to `rate` rounded up (`burst = qps`, as a host-level RPC limiter
+    /// has it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<u64>,
     /// Multiply rate and burst by the number of cores.

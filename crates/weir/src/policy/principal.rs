@@ -1,4 +1,5 @@
-//! Bucket keys from a workload group and a principal (seed 000's rules).
+//! Bucket keys from a workload group and a principal, the way a search cluster's workload
+//! groups key their throttles.
 //!
 //! A search cluster throttles per workload group, or per user or role within a group. The
 //! caller's identity arrives as a *principal string*: tokens separated by U+001F (the ASCII unit

@@ -85,8 +85,8 @@ impl PolicyStats {
         self.started.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// A request had no bucket key (seed 000: no value for the dimension) and went through
-    /// unthrottled.
+    /// A request had no bucket key (its principal has no value for the dimension) and went
+    /// through unthrottled.
     pub fn unkeyed(&self) {
         self.unkeyed.fetch_add(1, Ordering::Relaxed);
     }

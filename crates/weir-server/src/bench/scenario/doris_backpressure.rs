@@ -1,4 +1,4 @@
-//! `doris-backpressure`: seed 001's adaptive backpressure, in real time, against a toy backend.
+//! `doris-backpressure`: adaptive backpressure, in real time, against a toy backend.
 //!
 //! The backend is a meta service that accepts [`CAPACITY`] calls a second in total and answers
 //! 503 ("busy") beyond that. Callers go through Weir's client [`ThrottleLayer`]: one hot table

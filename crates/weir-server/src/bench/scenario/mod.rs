@@ -2,9 +2,9 @@
 //! needs (local `weir serve` nodes, a toy backend) and printing one table.
 //!
 //! - [`rate_accuracy`]: many buckets at different rates, admitted against configured;
-//! - [`opensearch_latency`]: seed 000's admission-latency table on a local 3-node cluster;
-//! - [`neon_throttle`]: seed 004's pagebench workloads against one node, with its CPU use;
-//! - [`doris_backpressure`]: seed 001's adaptive backpressure against a toy busy backend.
+//! - [`opensearch_latency`]: the two tiers' admission-latency table on a local 3-node cluster;
+//! - [`neon_throttle`]: per-tenant page-read workloads against one node, with its CPU use;
+//! - [`doris_backpressure`]: adaptive backpressure against a toy busy backend.
 
 pub mod doris_backpressure;
 pub mod neon_throttle;

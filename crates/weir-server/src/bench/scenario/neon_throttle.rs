@@ -1,8 +1,8 @@
-//! `neon-throttle`: seed 004's pagebench workloads against one local node over gRPC streams.
+//! `neon-throttle`: per-tenant page-read workloads against one local node over gRPC streams.
 //!
-//! The node has seed 004's policy: every tenant may issue 5000 page reads a second (a fair
-//! leaky bucket refilling 500 every 100 ms up to 5000), for the `PageRequestHandler` task kind
-//! only; throttled requests wait their turn.
+//! The node has a page server's per-tenant policy: every tenant may issue 5000 page reads a second
+//! (a fair leaky bucket refilling 500 every 100 ms up to 5000), for the `PageRequestHandler` task
+//! kind only; throttled requests wait their turn.
 //!
 //! - workload 0: 500 clients × 100/s, all one tenant, throttling disabled — the requests carry
 //!   a task kind the policy does not select, so they take the admission path with no limiter;
@@ -20,7 +20,7 @@ use crate::bench::keys::KeyDistribution;
 use crate::bench::nodes::{LocalNode, Workdir};
 use crate::bench::run::{self, TargetSpec};
 
-/// The node's policy (seed 004's).
+/// The node's policy: a fair leaky bucket per tenant, for page reads only.
 const CONFIG: &str = r#"
 [[policy]]
 name = "getpage"
@@ -71,7 +71,7 @@ impl NeonThrottle {
     /// The report as a table.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "seed 004's workloads against one node over gRPC streams, {:.0}s each (tenant limit {TENANT_LIMIT}/s)\n{:<3} {:<44} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7}\n",
+            "per-tenant page-read workloads against one node over gRPC streams, {:.0}s each (tenant limit {TENANT_LIMIT}/s)\n{:<3} {:<44} {:>8} {:>8} {:>9} {:>9} {:>9} {:>8} {:>8} {:>7}\n",
             self.seconds,
             "wl",
             "workload",
@@ -213,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn the_workloads_are_the_seeds() {
+    fn the_workloads_offer_unthrottled_throttled_and_under_limit_loads() {
         let offered: Vec<f64> = WORKLOADS
             .iter()
             .map(|w| w.clients as f64 * w.rate)

@@ -1,4 +1,5 @@
-//! `opensearch-latency`: seed 000's latency table on a local 3-node cluster joined by gossip.
+//! `opensearch-latency`: the two tiers' admission latency on a local 3-node cluster joined by
+//! gossip.
 //!
 //! Three concurrency policies, limits far above the peak so nothing is refused, one bucket
 //! (whose owner is one of the three nodes), requests round-robined across the nodes over gRPC,
@@ -116,7 +117,8 @@ impl OpensearchLatency {
         Some(((row.p50 - none.p50) * 1e3, (row.p99 - none.p99) * 1e3))
     }
 
-    /// The report in the seed's layout, then what each tier adds.
+    /// The report as a latency table (config, profile, mean, p50, p90, p99), then what each tier
+    /// adds.
     pub fn render(&self) -> String {
         let mut text = format!(
             "admission latency on a local 3-node cluster, ms (median of {} runs of {:.0}s; {CLIENTS} clients × {RATE}/s, burst 4× 1s/5s)\n{:<12} {:<7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}\n",
@@ -271,7 +273,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_is_in_the_seeds_layout_with_what_each_tier_adds() {
+    fn the_table_has_a_row_per_config_and_profile_and_what_each_tier_adds() {
         let report = OpensearchLatency {
             seconds: 10.0,
             runs: 3,

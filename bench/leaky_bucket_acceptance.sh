@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Seed 004's acceptance test, in real time against a real server: a leaky-bucket policy of
+# The leaky bucket's acceptance test, in real time against a real server: a leaky-bucket policy of
 # 10 tokens per 100 ms (100/s), at most 10, starting empty; one client acquiring with wait, in a
 # loop, for 10 s must get 1000 admissions ± 5 %.
 #
-#   bash bench/seed004_acceptance.sh
+#   bash bench/leaky_bucket_acceptance.sh
 source "$(dirname "$0")/common.sh"
 start_weir '
 [[policy]]
@@ -30,7 +30,7 @@ while True:
         admitted += 1
 low, high = 950, 1050
 verdict = "PASS" if low <= admitted <= high else "FAIL"
-print(f"seed 004 acceptance: {admitted} admitted in 10 s (expected 1000 ± 5 %: {low}..{high}) {verdict}")
+print(f"leaky-bucket acceptance: {admitted} admitted in 10 s (expected 1000 ± 5 %: {low}..{high}) {verdict}")
 sys.exit(0 if verdict == "PASS" else 1)
 PY
 stop_weir
