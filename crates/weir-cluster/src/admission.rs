@@ -65,7 +65,7 @@ pub enum Tier {
 
 /// What an admission holds until it is released.
 #[derive(Debug)]
-enum Hold {
+enum Holding {
     Permit(#[allow(dead_code)] Taken),
     /// A shared lease, by its handle in the coordinator's registry.
     Lease(u64),
@@ -83,15 +83,15 @@ pub struct SharedLease(u64);
 pub struct ClusterAdmission {
     /// The tier that admitted it.
     pub tier: Tier,
-    hold: Hold,
+    hold: Holding,
 }
 
 impl ClusterAdmission {
     /// The shared lease it holds, if it holds one (to [`TwoTier::renew`] it).
     pub fn shared(&self) -> Option<SharedLease> {
         match self.hold {
-            Hold::Lease(handle) => Some(SharedLease(handle)),
-            Hold::Permit(_) | Hold::Nothing => None,
+            Holding::Lease(handle) => Some(SharedLease(handle)),
+            Holding::Permit(_) | Holding::Nothing => None,
         }
     }
 }
@@ -243,7 +243,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             if let Ok(grant) = node_tier.try_acquire(bucket, 1) {
                 return Ok(ClusterAdmission {
                     tier: Tier::Node,
-                    hold: Hold::Permit(grant.taken),
+                    hold: Holding::Permit(grant.taken),
                 });
             }
         }
@@ -288,7 +288,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     self.counters.shared.fetch_add(1, Ordering::Relaxed);
                     return Ok(ClusterAdmission {
                         tier: Tier::Shared,
-                        hold: Hold::Lease(handle),
+                        hold: Holding::Lease(handle),
                     });
                 }
                 Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason(), true)),
@@ -378,7 +378,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 self.counters.fail_open.fetch_add(1, Ordering::Relaxed);
                 Ok(ClusterAdmission {
                     tier: Tier::FailOpen,
-                    hold: Hold::Nothing,
+                    hold: Holding::Nothing,
                 })
             }
             OnUnavailable::Closed => Err(self.refusal(
@@ -398,7 +398,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         self.counters.local_share.fetch_add(1, Ordering::Relaxed);
                         Ok(ClusterAdmission {
                             tier: Tier::LocalShare,
-                            hold: Hold::Permit(grant.taken),
+                            hold: Holding::Permit(grant.taken),
                         })
                     }
                     Err(_) => Err(self.refusal(
@@ -430,9 +430,9 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// Releases what `admission` holds: its node permit, or its shared lease.
     pub async fn release(&self, admission: ClusterAdmission) {
         match admission.hold {
-            Hold::Permit(permit) => drop(permit),
-            Hold::Nothing => {}
-            Hold::Lease(handle) => {
+            Holding::Permit(permit) => drop(permit),
+            Holding::Nothing => {}
+            Holding::Lease(handle) => {
                 let held = self.held_leases().remove(&handle);
                 if let Some(lease) = held {
                     self.release_lease(&lease.owner, &lease.bucket, lease.id)

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 use weir_server::bench::keys::KeyDistribution;
-use weir_server::bench::run::{self, Hold, RunSettings, TargetSpec};
+use weir_server::bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_server::bench::schedule::Profile;
 use weir_server::bench::{plot, scenario};
 use weir_server::client::Client;
@@ -253,7 +253,7 @@ impl BenchArgs {
             progress: true,
             configured,
             hold: match self.hold.as_deref() {
-                None => Hold::None,
+                None => HoldTime::None,
                 Some(text) => parse_hold(text)?,
             },
         })
@@ -261,7 +261,7 @@ impl BenchArgs {
 }
 
 /// Parses `DURATION` or `exp:MEAN`.
-fn parse_hold(text: &str) -> anyhow::Result<Hold> {
+fn parse_hold(text: &str) -> anyhow::Result<HoldTime> {
     let (exponential, duration) = match text.strip_prefix("exp:") {
         Some(mean) => (true, mean),
         None => (false, text),
@@ -269,8 +269,8 @@ fn parse_hold(text: &str) -> anyhow::Result<Hold> {
     let duration = humantime::parse_duration(duration)
         .with_context(|| format!("--hold is DURATION or exp:MEAN (e.g. 50ms), not {text:?}"))?;
     Ok(match exponential {
-        true => Hold::Exponential(duration),
-        false => Hold::Fixed(duration),
+        true => HoldTime::Exponential(duration),
+        false => HoldTime::Fixed(duration),
     })
 }
 

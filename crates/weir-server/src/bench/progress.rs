@@ -69,7 +69,7 @@ pub struct Batch {
 
 impl Batch {
     /// Counts one answer `latency_us` after it was due.
-    pub fn record(&mut self, outcome: super::report::Outcome, latency_us: u64) {
+    pub fn record(&mut self, outcome: super::report::RequestOutcome, latency_us: u64) {
         self.counts.record(outcome);
         self.latencies.push(latency_us);
     }
@@ -226,7 +226,7 @@ impl Drop for Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::Outcome;
+    use crate::bench::report::RequestOutcome;
 
     #[test]
     fn a_sample_has_the_seconds_rates_and_percentiles_and_starts_the_next() {
@@ -234,14 +234,17 @@ mod tests {
         let before = live.counts();
         let mut batch = Batch::default();
         for us in 1..=100 {
-            batch.record(Outcome::Admitted, us * 1000);
+            batch.record(RequestOutcome::Admitted, us * 1000);
         }
-        batch.record(Outcome::Throttled, 1000);
+        batch.record(RequestOutcome::Throttled, 1000);
         live.add(&mut batch);
         assert_eq!(batch.counts, Counts::default());
         assert!(batch.latencies.is_empty());
         let mut batch = Batch::default();
-        batch.record(Outcome::of(&Err("refused connection".to_owned())), 1000);
+        batch.record(
+            RequestOutcome::of(&Err("refused connection".to_owned())),
+            1000,
+        );
         batch.counts.missed = 2;
         live.add(&mut batch);
         let (point, now) = live.sample(Duration::from_secs(4), Duration::from_millis(500), before);

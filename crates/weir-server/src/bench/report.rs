@@ -16,7 +16,7 @@ pub fn new_latency_histogram() -> Histogram<u64> {
 
 /// How one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum RequestOutcome {
     /// Admitted.
     Admitted,
     /// Refused by the limiter (HTTP 429, gRPC `admitted: false`).
@@ -25,10 +25,10 @@ pub enum Outcome {
     Error,
 }
 
-impl Outcome {
-    /// How an answer ended: an error answer is an [`Outcome::Error`].
-    pub fn of(answer: &Result<Outcome, String>) -> Outcome {
-        *answer.as_ref().unwrap_or(&Outcome::Error)
+impl RequestOutcome {
+    /// How an answer ended: an error answer is an [`RequestOutcome::Error`].
+    pub fn of(answer: &Result<RequestOutcome, String>) -> RequestOutcome {
+        *answer.as_ref().unwrap_or(&RequestOutcome::Error)
     }
 }
 
@@ -49,12 +49,12 @@ pub struct Counts {
 
 impl Counts {
     /// Counts one sent request.
-    pub fn record(&mut self, outcome: Outcome) {
+    pub fn record(&mut self, outcome: RequestOutcome) {
         self.sent += 1;
         match outcome {
-            Outcome::Admitted => self.admitted += 1,
-            Outcome::Throttled => self.throttled += 1,
-            Outcome::Error => self.errors += 1,
+            RequestOutcome::Admitted => self.admitted += 1,
+            RequestOutcome::Throttled => self.throttled += 1,
+            RequestOutcome::Error => self.errors += 1,
         }
     }
 
@@ -96,12 +96,12 @@ impl Tally {
     }
 
     /// Counts one answered request for key `key`, `latency_us` after it was due.
-    pub fn record(&mut self, key: usize, outcome: Outcome, latency_us: u64) {
+    pub fn record(&mut self, key: usize, outcome: RequestOutcome, latency_us: u64) {
         self.counts.record(outcome);
         if let Some(n) = self.sent_per_key.get_mut(key) {
             *n += 1;
         }
-        if outcome == Outcome::Admitted
+        if outcome == RequestOutcome::Admitted
             && let Some(n) = self.admitted_per_key.get_mut(key)
         {
             *n += 1;
@@ -110,11 +110,16 @@ impl Tally {
     }
 
     /// Counts one answer, or one error and its message (the first is kept).
-    pub fn record_answer(&mut self, key: usize, answer: Result<Outcome, String>, latency_us: u64) {
+    pub fn record_answer(
+        &mut self,
+        key: usize,
+        answer: Result<RequestOutcome, String>,
+        latency_us: u64,
+    ) {
         match answer {
             Ok(outcome) => self.record(key, outcome, latency_us),
             Err(message) => {
-                self.record(key, Outcome::Error, latency_us);
+                self.record(key, RequestOutcome::Error, latency_us);
                 self.first_error.get_or_insert(message);
             }
         }
@@ -327,12 +332,12 @@ mod tests {
     #[test]
     fn merged_tallies_add_counts_and_histograms() {
         let mut a = Tally::new(3);
-        a.record(0, Outcome::Admitted, 1_000);
-        a.record(1, Outcome::Throttled, 2_000);
+        a.record(0, RequestOutcome::Admitted, 1_000);
+        a.record(1, RequestOutcome::Throttled, 2_000);
         a.counts.missed = 2;
         let mut b = Tally::new(3);
-        b.record(0, Outcome::Admitted, 3_000);
-        b.record(2, Outcome::Error, 4_000);
+        b.record(0, RequestOutcome::Admitted, 3_000);
+        b.record(2, RequestOutcome::Error, 4_000);
         b.first_error = Some("connection refused".to_owned());
         b.counts.missed = 1;
         a.merge(&b);
@@ -357,7 +362,7 @@ mod tests {
     fn a_report_renders_rates_and_percentiles() {
         let mut tally = Tally::new(2);
         for i in 0..100 {
-            tally.record(i % 2, Outcome::Admitted, 1_000 * (i as u64 + 1));
+            tally.record(i % 2, RequestOutcome::Admitted, 1_000 * (i as u64 + 1));
         }
         tally.counts.missed = 5;
         let report = Report::new("inproc", 2.0, &tally, None);
@@ -397,8 +402,8 @@ mod tests {
         for (key, sent, admitted) in [(0, 30, 10), (1, 20, 9), (2, 5, 5)] {
             for i in 0..sent {
                 let outcome = match i < admitted {
-                    true => Outcome::Admitted,
-                    false => Outcome::Throttled,
+                    true => RequestOutcome::Admitted,
+                    false => RequestOutcome::Throttled,
                 };
                 tally.record(key, outcome, 100);
             }

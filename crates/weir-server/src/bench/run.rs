@@ -15,7 +15,7 @@ use super::keys::{KeyDistribution, KeySampler};
 use super::pacer::{self, Paced, Pacer};
 use super::progress::{self, Batch, Live};
 use super::redis::RedisTarget;
-use super::report::{Outcome, Report, Tally};
+use super::report::{Report, RequestOutcome, Tally};
 use super::schedule::{Profile, Schedule};
 use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
 use crate::config::ConfigFile;
@@ -73,7 +73,7 @@ pub struct RunSettings {
     /// Time run first and not counted.
     pub warmup: Duration,
     /// How long admitted requests hold their leases (concurrency policies).
-    pub hold: Hold,
+    pub hold: HoldTime,
     /// Show live progress on standard error.
     pub progress: bool,
     /// Pace open-loop clients from an OS thread (precise to tens of microseconds) rather
@@ -124,13 +124,13 @@ impl Clone for StreamSlot {
 }
 
 /// A lease to give back, and which of the servers (round robin) gave it.
-struct Lease {
+struct LeaseToGiveBack {
     server: usize,
     id: String,
 }
 
 /// An answer: how the request ended, and the lease to give back if it holds one.
-type Answer = Result<(Outcome, Option<Lease>), String>;
+type Answer = Result<(RequestOutcome, Option<LeaseToGiveBack>), String>;
 
 /// A gRPC answer as an outcome, its lease (if any) from server 0.
 fn grpc_answer(answer: crate::proto::AcquireResponse) -> Answer {
@@ -139,10 +139,10 @@ fn grpc_answer(answer: crate::proto::AcquireResponse) -> Answer {
     }
     let lease = Some(answer.lease)
         .filter(|lease| !lease.is_empty())
-        .map(|id| Lease { server: 0, id });
+        .map(|id| LeaseToGiveBack { server: 0, id });
     match answer.admitted {
-        true => Ok((Outcome::Admitted, lease)),
-        false => Ok((Outcome::Throttled, None)),
+        true => Ok((RequestOutcome::Admitted, lease)),
+        false => Ok((RequestOutcome::Throttled, None)),
     }
 }
 
@@ -163,10 +163,10 @@ impl Target {
         match self {
             Target::InProcess(app) => match app.acquire(input).await {
                 Ok(AcquireOutcome::Admitted { lease, .. }) => Ok((
-                    Outcome::Admitted,
-                    lease.map(|(id, _)| Lease { server: 0, id }),
+                    RequestOutcome::Admitted,
+                    lease.map(|(id, _)| LeaseToGiveBack { server: 0, id }),
                 )),
-                Ok(AcquireOutcome::Refused { .. }) => Ok((Outcome::Throttled, None)),
+                Ok(AcquireOutcome::Refused { .. }) => Ok((RequestOutcome::Throttled, None)),
                 Err(error) => Err(error.to_string()),
             },
             Target::Http(client, base) => {
@@ -187,13 +187,13 @@ impl Target {
                         let body: serde_json::Value = response.json().await.unwrap_or_default();
                         match status.as_u16() {
                             200..=299 => Ok((
-                                Outcome::Admitted,
-                                body["lease"].as_str().map(|id| Lease {
+                                RequestOutcome::Admitted,
+                                body["lease"].as_str().map(|id| LeaseToGiveBack {
                                     server: 0,
                                     id: id.to_owned(),
                                 }),
                             )),
-                            429 => Ok((Outcome::Throttled, None)),
+                            429 => Ok((RequestOutcome::Throttled, None)),
                             _ => Err(format!("HTTP {status}: {body}")),
                         }
                     }
@@ -254,10 +254,11 @@ impl Target {
             }
             Target::Redis(redis) => {
                 match redis.acquire(&input.key, input.cost.unwrap_or(1)).await {
-                    Ok((true, lease)) => {
-                        Ok((Outcome::Admitted, lease.map(|id| Lease { server: 0, id })))
-                    }
-                    Ok((false, _)) => Ok((Outcome::Throttled, None)),
+                    Ok((true, lease)) => Ok((
+                        RequestOutcome::Admitted,
+                        lease.map(|id| LeaseToGiveBack { server: 0, id }),
+                    )),
+                    Ok((false, _)) => Ok((RequestOutcome::Throttled, None)),
                     Err(error) => Err(format!("redis: {error}")),
                 }
             }
@@ -265,13 +266,16 @@ impl Target {
                 let server = *next;
                 *next = (server + 1) % targets.len();
                 let (outcome, lease) = Box::pin(targets[server].acquire(input)).await?;
-                Ok((outcome, lease.map(|lease| Lease { server, ..lease })))
+                Ok((
+                    outcome,
+                    lease.map(|lease| LeaseToGiveBack { server, ..lease }),
+                ))
             }
         }
     }
 
     /// Gives a lease back (best effort: one that is not given back expires by its TTL).
-    async fn release(&mut self, lease: Lease) {
+    async fn release(&mut self, lease: LeaseToGiveBack) {
         match self {
             Target::InProcess(app) => {
                 let _ = app.release(&lease.id);
@@ -293,7 +297,7 @@ impl Target {
             }
             Target::RoundRobin(targets, _) => {
                 if let Some(target) = targets.get_mut(lease.server) {
-                    Box::pin(target.release(Lease { server: 0, ..lease })).await;
+                    Box::pin(target.release(LeaseToGiveBack { server: 0, ..lease })).await;
                 }
             }
         }
@@ -302,7 +306,7 @@ impl Target {
 
 /// How long an admitted request holds its lease before giving it back.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Hold {
+pub enum HoldTime {
     /// Given back at once.
     None,
     /// Held this long.
@@ -313,13 +317,13 @@ pub enum Hold {
 
 /// A client's leases being held; each is given back by a task of its own.
 struct Holds {
-    hold: Hold,
+    hold: HoldTime,
     rng: SmallRng,
     releases: JoinSet<()>,
 }
 
 impl Holds {
-    fn new(hold: Hold, seed: u64) -> Self {
+    fn new(hold: HoldTime, seed: u64) -> Self {
         Holds {
             hold,
             rng: SmallRng::seed_from_u64(seed),
@@ -344,7 +348,7 @@ async fn ask(
     target: &mut Target,
     input: AcquireInput,
     holds: &mut Holds,
-) -> (Result<Outcome, String>, Instant) {
+) -> (Result<RequestOutcome, String>, Instant) {
     let rng = &mut holds.rng;
     let hold = holds.hold;
     let (outcome, lease) = match target.acquire(input).await {
@@ -354,9 +358,9 @@ async fn ask(
     let mut done = Instant::now();
     if let Some(lease) = lease {
         let held = match hold {
-            Hold::None => Duration::ZERO,
-            Hold::Fixed(held) => held,
-            Hold::Exponential(mean) => {
+            HoldTime::None => Duration::ZERO,
+            HoldTime::Fixed(held) => held,
+            HoldTime::Exponential(mean) => {
                 let exp = Exp1;
                 mean.mul_f64(Distribution::<f64>::sample(&exp, rng))
             }
@@ -577,7 +581,7 @@ async fn open_loop(
         let key = keys.next_index();
         let (outcome, done) = ask(&mut target, input(settings, key), &mut holds).await;
         let latency = (done - due).as_micros() as u64;
-        batch.record(Outcome::of(&outcome), latency);
+        batch.record(RequestOutcome::of(&outcome), latency);
         if due >= measured_from {
             tally.record_answer(key as usize, outcome, latency);
         }
@@ -630,7 +634,7 @@ async fn closed_loop(
         let key = keys.next_index();
         let (outcome, done) = ask(&mut target, input(settings, key), &mut holds).await;
         let latency = (done - sent).as_micros() as u64;
-        batch.record(Outcome::of(&outcome), latency);
+        batch.record(RequestOutcome::of(&outcome), latency);
         if sent >= measured_from {
             tally.record_answer(key as usize, outcome, latency);
         }
@@ -662,7 +666,7 @@ mod tests {
             duration: Duration::from_secs(3),
             warmup: Duration::from_secs(1),
             precise_pacing: false,
-            hold: Hold::None,
+            hold: HoldTime::None,
             progress: false,
             configured: None,
         }
@@ -692,7 +696,7 @@ mod tests {
         let report = run(&s).await.unwrap();
         assert_eq!((report.admitted, report.throttled), (300, 0));
 
-        s.hold = Hold::Fixed(Duration::from_millis(195));
+        s.hold = HoldTime::Fixed(Duration::from_millis(195));
         let report = run(&s).await.unwrap();
         assert_eq!((report.admitted, report.throttled), (150, 150));
         assert_eq!(report.missed, 0);

@@ -187,7 +187,7 @@ pub struct KeyedLimiter<C: Clock> {
 
 /// An admission by a keyed limiter.
 #[derive(Debug)]
-pub struct Grant {
+pub struct KeyedAdmission {
     /// What was taken, to give back if the request is rolled back.
     pub taken: Taken,
     /// How long the request waited.
@@ -228,14 +228,14 @@ impl<C: Clock> KeyedLimiter<C> {
 
     /// Admits `cost` for `key` now, or says why not.
     #[inline]
-    pub fn try_acquire(&self, key: &str, cost: u64) -> Result<Grant, KeyedRefusal> {
+    pub fn try_acquire(&self, key: &str, cost: u64) -> Result<KeyedAdmission, KeyedRefusal> {
         let now = self.clock.now();
         match &self.buckets {
             Buckets::Rate(store) => {
                 let decided = store.with(key, now, |found| {
                     let tracked = found.cell.tracked.load(Ordering::Relaxed);
                     match try_rate(&found, cost, now) {
-                        Ok(taken) => Ok(Grant {
+                        Ok(taken) => Ok(KeyedAdmission {
                             taken,
                             waited: Duration::ZERO,
                             tracked,
@@ -255,7 +255,7 @@ impl<C: Clock> KeyedLimiter<C> {
                 found
                     .cell
                     .try_acquire_owned(cost)
-                    .map(|permit| Grant {
+                    .map(|permit| KeyedAdmission {
                         taken: Taken::new(What::Permit(permit), found.overflowed),
                         waited: Duration::ZERO,
                         tracked: false,
@@ -399,8 +399,8 @@ impl<C: Clock> KeyedLimiter<C> {
         key: &str,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<Grant, KeyedRefusal> {
-        let grant = |taken, waited| Grant {
+    ) -> Result<KeyedAdmission, KeyedRefusal> {
+        let grant = |taken, waited| KeyedAdmission {
             taken,
             waited,
             tracked: false,
@@ -436,7 +436,7 @@ impl<C: Clock> KeyedLimiter<C> {
         key: &str,
         cost: u64,
         max_wait: Duration,
-    ) -> Result<Grant, KeyedRefusal> {
+    ) -> Result<KeyedAdmission, KeyedRefusal> {
         let now = self.clock.now();
         let max_wait_ns = crate::clock::duration_to_nanos(max_wait);
         // Under the shard's lock: admit now, reserve, or (fair) join the key's line.
@@ -445,7 +445,7 @@ impl<C: Clock> KeyedLimiter<C> {
             (plan_wait(&found, cost, now, max_wait_ns), tracked)
         })?;
         let (plan, tracked) = plan;
-        let grant = |taken, waited| Grant {
+        let grant = |taken, waited| KeyedAdmission {
             taken,
             waited,
             tracked,

@@ -53,7 +53,7 @@ use throttled::{Changes, ThrottledKeys};
 
 use crate::backpressure::{Backpressure, BackpressureStats};
 use crate::clock::{Clock, Nanos};
-use crate::keyed::{Grant, KeyedLimiter, KeyedRefusal, Shape, StoreCounters, Taken};
+use crate::keyed::{KeyedAdmission, KeyedLimiter, KeyedRefusal, Shape, StoreCounters, Taken};
 
 /// A request asking to be admitted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -571,7 +571,7 @@ impl<C: Clock + Clone> Policy<C> {
         state: &Arc<PolicyState<C>>,
         limiter: &KeyedLimiter<C>,
         request: &Request<'_>,
-        grant: Grant,
+        grant: KeyedAdmission,
     ) -> Admission<C> {
         let outcome = if grant.waited.is_zero() {
             if grant.tracked {

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::keys::KeyDistribution;
-use super::run::{Hold, RunSettings, TargetSpec};
+use super::run::{HoldTime, RunSettings, TargetSpec};
 use super::schedule::Profile;
 
 /// The scenarios' names, as `weir bench scenario NAME` takes them.
@@ -59,7 +59,7 @@ fn one_run(
         distribution: KeyDistribution::Uniform,
         duration: settings.duration,
         warmup: settings.warmup,
-        hold: Hold::None,
+        hold: HoldTime::None,
         progress: false,
         precise_pacing: true,
         configured: None,

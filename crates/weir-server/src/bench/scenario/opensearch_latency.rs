@@ -27,7 +27,7 @@ use serde::Serialize;
 use super::{ScenarioSettings, median, one_run};
 use crate::bench::nodes::{LocalRedis, Workdir, start_cluster};
 use crate::bench::report::Report;
-use crate::bench::run::{self, Hold, TargetSpec};
+use crate::bench::run::{self, HoldTime, TargetSpec};
 use crate::bench::schedule::Profile;
 use crate::config::ConfigFile;
 
@@ -214,7 +214,7 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
                 one.kind = "search".to_owned();
                 one.clients = CLIENTS;
                 one.profile = *profile;
-                one.hold = Hold::Exponential(Duration::from_millis(4));
+                one.hold = HoldTime::Exponential(Duration::from_millis(4));
                 let report = run::run(&one).await?;
                 if let Some(error) = &report.first_error {
                     anyhow::bail!("{config}: {error}");
