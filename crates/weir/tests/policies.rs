@@ -565,11 +565,12 @@ async fn reconfiguring_under_load_keeps_waiters() {
         results.push(waiter.await.unwrap());
     }
     assert!(results.iter().all(|&(_, throttled)| throttled));
-    // The head keeps the time it was given (100 ms). By then, at the new rate, the tokens of
-    // the two behind it have accrued too: 0.5 token in the first 50 ms, 5 in the next 50 ms.
+    // Half a token accrued in the first 50 ms. The head gives back its claim, taken at the old
+    // rate, and claims again at the new one (as a single fair bucket's head does): its token is
+    // complete 5 ms later, and the two behind it 10 ms apart.
     let waited: Vec<_> = results.iter().map(|(w, _)| w.as_millis()).collect();
-    assert_eq!(waited, vec![100, 100, 100]);
-    assert_eq!(start.elapsed(), Duration::from_millis(100));
+    assert_eq!(waited, vec![55, 65, 75]);
+    assert_eq!(start.elapsed(), Duration::from_millis(75));
     let stats = p.stats();
     assert_eq!((stats.throttled, stats.rejected, stats.waiters), (3, 0, 0));
 }

@@ -10,15 +10,18 @@
 //! change keeps what is in flight. Changing the *kind* of limiter is not a reshape: the policy
 //! builds a new keyed limiter and state starts afresh.
 
+#[cfg(feature = "tokio")]
+mod lines;
 pub mod store;
 
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
 use crate::error::Refused;
-use crate::limiter::gcra::{self, Params};
+use crate::limiter::gcra::{self, InShape, Params, Tat};
 use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
 use store::{Cell, Found, KeysExhausted, Store};
@@ -29,7 +32,7 @@ pub use store::{Overflow, StoreCounters};
 pub enum Shape {
     /// A token or leaky bucket.
     Gcra {
-        /// Nanoseconds per token.
+        /// Nanoseconds per token (0 is taken as 1).
         interval: u64,
         /// The most tokens a bucket holds.
         capacity: u64,
@@ -51,18 +54,79 @@ pub enum Shape {
 }
 
 impl Shape {
-    fn params(&self) -> Params {
-        match *self {
+    /// The shape as one of the two kinds of map: rate cells or in-flight permits.
+    fn kind(self) -> Kind {
+        match self {
             Shape::Gcra {
-                interval, capacity, ..
-            } => Params::new(interval, capacity),
-            Shape::Strict { interval } => Params::new(interval, 1),
-            Shape::Concurrency { .. } => Params::new(1, 0),
+                interval,
+                capacity,
+                initial,
+                fair,
+            } => Kind::Rate(RateShape::Gcra {
+                params: Params::new(interval, capacity),
+                initial,
+                fair,
+            }),
+            Shape::Strict { interval } => Kind::Rate(RateShape::Strict { interval }),
+            Shape::Concurrency { limit } => Kind::Concurrency(Limit(limit)),
         }
     }
+}
 
-    fn is_concurrency(&self) -> bool {
-        matches!(self, Shape::Concurrency { .. })
+/// A [`Shape`] sorted by the cells it needs.
+enum Kind {
+    Rate(RateShape),
+    Concurrency(Limit),
+}
+
+/// The shape of a rate key's cell: the shapes whose whole state is one word. A bucket's
+/// parameters are worked out once, here, not on every decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RateShape {
+    Gcra {
+        params: Params,
+        initial: u64,
+        fair: bool,
+    },
+    Strict {
+        interval: u64,
+    },
+}
+
+impl RateShape {
+    fn params(&self) -> Params {
+        match *self {
+            RateShape::Gcra { params, .. } => params,
+            RateShape::Strict { interval } => Params::new(interval, 1),
+        }
+    }
+}
+
+impl From<RateShape> for Shape {
+    fn from(shape: RateShape) -> Shape {
+        match shape {
+            RateShape::Gcra {
+                params,
+                initial,
+                fair,
+            } => Shape::Gcra {
+                interval: params.interval,
+                capacity: params.capacity(),
+                initial,
+                fair,
+            },
+            RateShape::Strict { interval } => Shape::Strict { interval },
+        }
+    }
+}
+
+/// The shape of a concurrency key's cell: permits per key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Limit(u64);
+
+impl From<Limit> for Shape {
+    fn from(Limit(limit): Limit) -> Shape {
+        Shape::Concurrency { limit }
     }
 }
 
@@ -71,17 +135,28 @@ impl Shape {
 pub(crate) struct RateCell {
     /// GCRA: the theoretical arrival time. Strict: the next free slot.
     value: AtomicU64,
-    /// Requests waiting in this key's fair line (the line itself lives in [`Lines`]).
+    /// Requests waiting in this key's fair line (the line itself lives in `lines`).
     waiting: AtomicU32,
     /// The "who is throttled" table follows this key: report its traffic.
     tracked: AtomicBool,
 }
 
-impl Cell<Shape> for RateCell {
-    fn new(shape: &Shape, now: Nanos) -> Self {
+impl RateCell {
+    /// The cell's GCRA bucket, in `shape`.
+    #[inline]
+    fn bucket(&self, shape: &RateShape) -> InShape<'_> {
+        InShape {
+            word: &self.value,
+            params: shape.params(),
+        }
+    }
+}
+
+impl Cell<RateShape> for RateCell {
+    fn new(shape: &RateShape, now: Nanos) -> Self {
         let value = match *shape {
-            Shape::Gcra { initial, .. } => shape.params().tat_holding(initial, now),
-            Shape::Strict { .. } | Shape::Concurrency { .. } => 0,
+            RateShape::Gcra { initial, .. } => shape.params().tat_holding(initial, now),
+            RateShape::Strict { .. } => 0,
         };
         RateCell {
             value: AtomicU64::new(value),
@@ -90,7 +165,7 @@ impl Cell<Shape> for RateCell {
         }
     }
 
-    fn is_idle(&self, _shape: &Shape, now: Nanos) -> bool {
+    fn is_idle(&self, _shape: &RateShape, now: Nanos) -> bool {
         // A GCRA bucket whose TAT has passed is full; a strict limiter whose next slot has
         // passed banks nothing. Either way a fresh cell would be no looser.
         self.waiting.load(Ordering::Acquire) == 0 && self.value.load(Ordering::Acquire) <= now
@@ -98,19 +173,15 @@ impl Cell<Shape> for RateCell {
 }
 
 /// A concurrency key's cell is shared with its permits and waiters, which hold it directly.
-impl Cell<Shape> for Arc<Concurrency> {
-    fn new(shape: &Shape, _now: Nanos) -> Self {
-        Arc::new(match *shape {
-            Shape::Concurrency { limit } => Concurrency::new(limit),
-            _ => Concurrency::new(0),
-        })
+impl Cell<Limit> for Arc<Concurrency> {
+    fn new(&Limit(limit): &Limit, _now: Nanos) -> Self {
+        Arc::new(Concurrency::new(limit))
     }
 
-    fn is_idle(&self, _shape: &Shape, _now: Nanos) -> bool {
+    fn is_idle(&self, _shape: &Limit, _now: Nanos) -> bool {
         Arc::strong_count(self) == 1 && self.in_flight() == 0 && self.waiters() == 0
     }
 }
-
 /// What an admission took, so that it can be given back if another policy refuses the request.
 ///
 /// For a concurrency limiter it holds the permits, released when this is dropped.
@@ -172,8 +243,48 @@ impl From<KeysExhausted> for KeyedRefusal {
 
 #[derive(Debug)]
 enum Buckets {
-    Rate(Store<Shape, RateCell>),
-    Concurrency(Store<Shape, Arc<Concurrency>>),
+    Rate(Store<RateShape, RateCell>),
+    Concurrency(Store<Limit, Arc<Concurrency>>),
+}
+
+impl Buckets {
+    /// The map, for what every map does alike.
+    fn map(&self) -> &dyn Map {
+        match self {
+            Buckets::Rate(store) => store,
+            Buckets::Concurrency(store) => store,
+        }
+    }
+}
+
+/// What a keyed map does whatever its cells hold: everything but the decisions.
+trait Map: Debug + Send + Sync {
+    fn shape(&self) -> Shape;
+    fn set_bounds(&self, max_keys: usize, overflow: Overflow);
+    fn sweep(&self, now: Nanos) -> usize;
+    fn counters(&self) -> StoreCounters;
+}
+
+impl<S, C> Map for Store<S, C>
+where
+    S: Copy + Into<Shape> + Debug + Send + Sync,
+    C: Cell<S> + Debug,
+{
+    fn shape(&self) -> Shape {
+        Store::shape(self).into()
+    }
+
+    fn set_bounds(&self, max_keys: usize, overflow: Overflow) {
+        Store::set_bounds(self, max_keys, overflow)
+    }
+
+    fn sweep(&self, now: Nanos) -> usize {
+        Store::sweep(self, now)
+    }
+
+    fn counters(&self) -> StoreCounters {
+        Store::counters(self)
+    }
 }
 
 /// One bucket per key, all of one shape. See the [module docs](self).
@@ -190,7 +301,7 @@ pub struct KeyedLimiter<C: Clock> {
 pub struct KeyedAdmission {
     /// What was taken, to give back if the request is rolled back.
     pub taken: Taken,
-    /// How long the request waited.
+    /// How long the request was held back: zero if it was admitted at once.
     pub waited: Duration,
     /// The key is followed by the "who is throttled" table.
     pub tracked: bool,
@@ -200,10 +311,11 @@ impl<C: Clock> KeyedLimiter<C> {
     /// A keyed limiter of `shape`, tracking at most `max_keys` keys.
     pub fn new(shape: Shape, max_keys: usize, overflow: Overflow, clock: C) -> Self {
         let now = clock.now();
-        let buckets = if shape.is_concurrency() {
-            Buckets::Concurrency(Store::new(shape, max_keys, overflow, now))
-        } else {
-            Buckets::Rate(Store::new(shape, max_keys, overflow, now))
+        let buckets = match shape.kind() {
+            Kind::Rate(shape) => Buckets::Rate(Store::new(shape, max_keys, overflow, now)),
+            Kind::Concurrency(limit) => {
+                Buckets::Concurrency(Store::new(limit, max_keys, overflow, now))
+            }
         };
         KeyedLimiter {
             buckets,
@@ -220,10 +332,7 @@ impl<C: Clock> KeyedLimiter<C> {
 
     /// The shape in force.
     pub fn shape(&self) -> Shape {
-        match &self.buckets {
-            Buckets::Rate(store) => store.shape(),
-            Buckets::Concurrency(store) => store.shape(),
-        }
+        self.buckets.map().shape()
     }
 
     /// Admits `cost` for `key` now, or says why not.
@@ -240,12 +349,14 @@ impl<C: Clock> KeyedLimiter<C> {
                             waited: Duration::ZERO,
                             tracked,
                         }),
-                        Err(KeyedRefusal::Limited(Refused::NoPermit)) => Err(Behind::Line {
+                        Err(Decided::BehindLine) => Err(Behind::Line {
                             tat: found.cell.value.load(Ordering::Acquire),
                             params: found.shape.params(),
                             overflowed: found.overflowed,
                         }),
-                        Err(refused) => Err(Behind::Refused(refused)),
+                        Err(Decided::Refused(refused)) => {
+                            Err(Behind::Refused(KeyedRefusal::Limited(refused)))
+                        }
                     }
                 })?;
                 // The line's lock is only taken outside the shard's.
@@ -280,13 +391,7 @@ impl<C: Clock> KeyedLimiter<C> {
                 let ahead = self.lines.unclaimed_cost(key, overflowed);
                 #[cfg(not(feature = "tokio"))]
                 let ahead: u64 = 0;
-                let due = tat
-                    .max(now)
-                    .saturating_add(ahead.saturating_add(cost).saturating_mul(params.interval))
-                    .saturating_sub(params.tolerance);
-                KeyedRefusal::Limited(Refused::RetryAfter {
-                    retry_after: Duration::from_nanos(due.saturating_sub(now)),
-                })
+                KeyedRefusal::Limited(gcra::refusal_behind(tat, params, ahead, cost, now))
             }
         }
     }
@@ -297,7 +402,7 @@ impl<C: Clock> KeyedLimiter<C> {
             return;
         };
         store.with_existing(key, taken.overflowed, |found| {
-            undo(&found.cell.value, &taken.what, found.shape)
+            undo(found.cell, &taken.what, found.shape)
         });
     }
 
@@ -318,60 +423,55 @@ impl<C: Clock> KeyedLimiter<C> {
     /// nothing) if `shape` is of another kind of limiter.
     pub fn reshape(&self, shape: Shape) -> bool {
         let now = self.clock.now();
-        match &self.buckets {
-            Buckets::Rate(store) => {
-                match (store.shape(), shape) {
-                    (Shape::Gcra { .. }, Shape::Gcra { .. }) => {
-                        store.reshape(&shape, |old, new, cell| {
+        match (&self.buckets, shape.kind()) {
+            (Buckets::Rate(store), Kind::Rate(new)) => match (store.shape(), new) {
+                (RateShape::Gcra { .. }, RateShape::Gcra { .. }) => {
+                    let convert = || {
+                        store.reshape(&new, |old, new, cell| {
                             let _ = cell.value.fetch_update(
                                 Ordering::AcqRel,
                                 Ordering::Acquire,
                                 |tat| Some(gcra::convert(tat, old.params(), new.params(), now)),
                             );
-                        });
-                    }
-                    // A strict limiter's next slot stays where it is; later slots use the new
-                    // spacing.
-                    (Shape::Strict { .. }, Shape::Strict { .. }) => {
-                        store.reshape(&shape, |_, _, _| {});
-                    }
-                    _ => return false,
+                        })
+                    };
+                    // As a single fair bucket does: the heads of the lines give back what they
+                    // claimed in the old shape and claim again in the new one.
+                    #[cfg(feature = "tokio")]
+                    self.lines.with_claims_released(store, convert);
+                    #[cfg(not(feature = "tokio"))]
+                    convert();
+                    true
                 }
+                // A strict limiter's next slot stays where it is; later slots use the new
+                // spacing.
+                (RateShape::Strict { .. }, RateShape::Strict { .. }) => {
+                    store.reshape(&new, |_, _, _| {});
+                    true
+                }
+                _ => false,
+            },
+            (Buckets::Concurrency(store), Kind::Concurrency(limit)) => {
+                store.reshape(&limit, |_, &Limit(limit), cell| cell.set_limit(limit));
                 true
             }
-            Buckets::Concurrency(store) => {
-                let Shape::Concurrency { limit } = shape else {
-                    return false;
-                };
-                store.reshape(&shape, |_, _, cell| cell.set_limit(limit));
-                true
-            }
+            _ => false,
         }
     }
 
     /// Changes the key cap and what happens to keys beyond it.
     pub fn set_bounds(&self, max_keys: usize, overflow: Overflow) {
-        match &self.buckets {
-            Buckets::Rate(store) => store.set_bounds(max_keys, overflow),
-            Buckets::Concurrency(store) => store.set_bounds(max_keys, overflow),
-        }
+        self.buckets.map().set_bounds(max_keys, overflow)
     }
 
     /// Drops idle buckets now. The limiter also does this by itself when it reaches its cap.
     pub fn sweep(&self) -> usize {
-        let now = self.clock.now();
-        match &self.buckets {
-            Buckets::Rate(store) => store.sweep(now),
-            Buckets::Concurrency(store) => store.sweep(now),
-        }
+        self.buckets.map().sweep(self.clock.now())
     }
 
     /// Keys tracked, evictions and overflow hits so far.
     pub fn counters(&self) -> StoreCounters {
-        match &self.buckets {
-            Buckets::Rate(store) => store.counters(),
-            Buckets::Concurrency(store) => store.counters(),
-        }
+        self.buckets.map().counters()
     }
 
     /// Permits in flight and requests waiting for `key`, if it is tracked.
@@ -432,7 +532,7 @@ impl<C: Clock> KeyedLimiter<C> {
     #[cfg(feature = "tokio")]
     async fn acquire_rate(
         &self,
-        store: &Store<Shape, RateCell>,
+        store: &Store<RateShape, RateCell>,
         key: &str,
         cost: u64,
         max_wait: Duration,
@@ -440,11 +540,10 @@ impl<C: Clock> KeyedLimiter<C> {
         let now = self.clock.now();
         let max_wait_ns = crate::clock::duration_to_nanos(max_wait);
         // Under the shard's lock: admit now, reserve, or (fair) join the key's line.
-        let plan = store.with(key, now, |found| {
+        let (plan, tracked) = store.with(key, now, |found| {
             let tracked = found.cell.tracked.load(Ordering::Relaxed);
             (plan_wait(&found, cost, now, max_wait_ns), tracked)
         })?;
-        let (plan, tracked) = plan;
         let grant = |taken, waited| KeyedAdmission {
             taken,
             waited,
@@ -456,28 +555,20 @@ impl<C: Clock> KeyedLimiter<C> {
             Plan::Sleep { ready, taken } => {
                 // The reservation keeps the key's bucket busy (and so in the map) until it is
                 // due, so it can be found again to give it back.
-                let pending = Pending {
-                    store,
-                    key,
-                    taken: Some(&taken),
+                let give_back = || {
+                    store.with_existing(key, taken.overflowed, |found| {
+                        undo(found.cell, &taken.what, found.shape)
+                    });
                 };
-                let wait = Duration::from_nanos(ready - now);
-                tokio::time::sleep(wait).await;
-                pending.disarm();
-                Ok(grant(taken, wait))
+                let waited = crate::limiter::waiting::until_due(ready, now, give_back).await;
+                Ok(grant(taken, waited))
             }
             Plan::Line { overflowed } => {
-                let in_line = lines::InLine {
-                    lines: &self.lines,
-                    store,
-                    key,
-                    overflowed,
-                };
-                match tokio::time::timeout(max_wait, in_line.wait(cost, &self.clock)).await {
-                    Ok((taken_ns, waited)) => Ok(grant(
-                        Taken::new(What::Tokens(taken_ns), overflowed),
-                        waited,
-                    )),
+                let in_line = self.lines.wait(store, key, overflowed, cost, &self.clock);
+                match tokio::time::timeout(max_wait, in_line).await {
+                    Ok((tokens, waited)) => {
+                        Ok(grant(Taken::new(What::Tokens(tokens), overflowed), waited))
+                    }
                     Err(_) => Err(KeyedRefusal::TimedOut),
                 }
             }
@@ -496,45 +587,52 @@ enum Behind {
     },
 }
 
-/// Undoes what `what` took from a rate cell's value (read under the cell's shard lock, so
-/// `shape` is the one the value is in).
-fn undo(value: &AtomicU64, what: &What, shape: &Shape) {
+/// A non-blocking decision on a rate cell that did not admit.
+enum Decided {
+    /// The bucket refused.
+    Refused(Refused),
+    /// A fair bucket has waiters: the request would have to queue behind them.
+    BehindLine,
+}
+
+/// Undoes what `what` took from a rate cell (read under the cell's shard lock, so `shape` is
+/// the one the cell is in).
+fn undo(cell: &RateCell, what: &What, shape: &RateShape) {
     match *what {
-        What::Tokens(tokens) => gcra::give_back(value, tokens, shape.params()),
-        What::Slot { slot, span } => strict::give_back(value, slot, span),
+        What::Tokens(tokens) => cell.bucket(shape).give_back(tokens),
+        What::Slot { slot, span } => strict::give_back(&cell.value, slot, span),
         What::Permit(_) | What::Nothing => {}
     }
 }
 
-/// One non-blocking decision on a rate cell. A fair bucket with waiters refuses with
-/// `NoPermit`, which the caller turns into a retry-after behind the line.
+/// One non-blocking decision on a rate cell.
 #[inline]
 fn try_rate(
-    found: &Found<'_, Shape, RateCell>,
+    found: &Found<'_, RateShape, RateCell>,
     cost: u64,
     now: Nanos,
-) -> Result<Taken, KeyedRefusal> {
+) -> Result<Taken, Decided> {
     let cell = found.cell;
     match *found.shape {
-        Shape::Gcra { fair, .. } => {
-            let params = found.shape.params();
+        RateShape::Gcra { fair, .. } => {
+            let bucket = cell.bucket(found.shape);
             if fair
                 && cell.waiting.load(Ordering::Acquire) > 0
-                && cost.saturating_mul(params.interval) <= params.tolerance
+                && cost.saturating_mul(bucket.params.interval) <= bucket.params.tolerance
             {
-                return Err(KeyedRefusal::Limited(Refused::NoPermit));
+                return Err(Decided::BehindLine);
             }
-            gcra::try_acquire(&cell.value, params, cost, now)
+            bucket
+                .try_acquire(cost, now)
                 .map(|()| Taken::new(What::Tokens(cost), found.overflowed))
-                .map_err(KeyedRefusal::Limited)
+                .map_err(Decided::Refused)
         }
-        Shape::Strict { interval } => {
+        RateShape::Strict { interval } => {
             let span = cost.saturating_mul(interval);
             strict::take(&cell.value, span, now)
                 .map(|()| Taken::new(What::Slot { slot: now, span }, found.overflowed))
-                .map_err(KeyedRefusal::Limited)
+                .map_err(Decided::Refused)
         }
-        Shape::Concurrency { .. } => Err(KeyedRefusal::Limited(Refused::NoPermit)),
     }
 }
 
@@ -555,10 +653,10 @@ enum Plan {
 }
 
 #[cfg(feature = "tokio")]
-fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait: u64) -> Plan {
+fn plan_wait(found: &Found<'_, RateShape, RateCell>, cost: u64, now: Nanos, max_wait: u64) -> Plan {
     let cell = found.cell;
     let (ready, what) = match *found.shape {
-        Shape::Gcra { fair: true, .. } => {
+        RateShape::Gcra { fair: true, .. } => {
             if let Ok(taken) = try_rate(found, cost, now) {
                 return Plan::Admitted(taken);
             }
@@ -569,23 +667,22 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
                 overflowed: found.overflowed,
             };
         }
-        Shape::Gcra { .. } => {
-            let reservation = gcra::reserve(&cell.value, found.shape.params(), cost, now);
+        RateShape::Gcra { .. } => {
+            let reservation = cell.bucket(found.shape).reserve(cost, now);
             (reservation.ready, What::Tokens(reservation.taken))
         }
-        Shape::Strict { interval } => {
+        RateShape::Strict { interval } => {
             let span = cost.saturating_mul(interval);
             let slot = strict::book(&cell.value, span, now);
             (slot, What::Slot { slot, span })
         }
-        Shape::Concurrency { .. } => return Plan::Refused(Refused::NoPermit),
     };
     if ready <= now {
         return Plan::Admitted(Taken::new(what, found.overflowed));
     }
     if ready - now > max_wait {
         // It could not make it in time: take nothing, say exactly when it could.
-        undo(&cell.value, &what, found.shape);
+        undo(cell, &what, found.shape);
         return Plan::Refused(Refused::RetryAfter {
             retry_after: Duration::from_nanos(ready - now),
         });
@@ -593,179 +690,5 @@ fn plan_wait(found: &Found<'_, Shape, RateCell>, cost: u64, now: Nanos, max_wait
     Plan::Sleep {
         ready,
         taken: Taken::new(what, found.overflowed),
-    }
-}
-
-/// Undoes a reservation if the waiting future is dropped before it is due.
-#[cfg(feature = "tokio")]
-struct Pending<'a> {
-    store: &'a Store<Shape, RateCell>,
-    key: &'a str,
-    taken: Option<&'a Taken>,
-}
-
-#[cfg(feature = "tokio")]
-impl Pending<'_> {
-    fn disarm(mut self) {
-        self.taken = None;
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl Drop for Pending<'_> {
-    fn drop(&mut self) {
-        if let Some(taken) = self.taken.take() {
-            self.store
-                .with_existing(self.key, taken.overflowed, |found| {
-                    undo(&found.cell.value, &taken.what, found.shape)
-                });
-        }
-    }
-}
-
-/// The waiting lines of fair keyed buckets (feature `tokio`).
-///
-/// Lines live beside the map, only for keys that have waiters, so a bucket costs nothing extra
-/// for being fair. Joining a line and removing an empty one happen under one lock, so a waiter
-/// can never join a line that is being thrown away.
-#[cfg(feature = "tokio")]
-mod lines {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, MutexGuard};
-    use std::time::Duration;
-
-    use super::{RateCell, Shape, Store};
-    use crate::clock::{Clock, Nanos};
-    use crate::limiter::fair_queue::{FairQueue, Ticket, Turn};
-    use crate::limiter::gcra;
-    use std::sync::atomic::Ordering;
-
-    type LineKey = (bool, Box<str>);
-
-    #[derive(Debug, Default)]
-    pub(super) struct Lines {
-        lines: Mutex<HashMap<LineKey, Arc<FairQueue>>>,
-    }
-
-    impl Lines {
-        fn lock(&self) -> MutexGuard<'_, HashMap<LineKey, Arc<FairQueue>>> {
-            self.lines
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-        }
-
-        /// Total cost of the waiters of `key` that have not claimed yet.
-        pub fn unclaimed_cost(&self, key: &str, overflowed: bool) -> u64 {
-            self.lock()
-                .get(&(overflowed, Box::from(key)))
-                .map_or(0, |line| line.unclaimed_cost())
-        }
-
-        fn join(&self, key: &str, overflowed: bool, cost: u64) -> (Arc<FairQueue>, Ticket) {
-            let mut lines = self.lock();
-            let line = Arc::clone(lines.entry((overflowed, Box::from(key))).or_default());
-            let ticket = line.join(cost);
-            (line, ticket)
-        }
-
-        /// A waiter has left `line`; throws the line away if it was the last.
-        fn done(&self, key: &str, overflowed: bool, line: &Arc<FairQueue>) {
-            let mut lines = self.lock();
-            if line.len() == 0 {
-                let line_key = (overflowed, Box::from(key));
-                if lines.get(&line_key).is_some_and(|l| Arc::ptr_eq(l, line)) {
-                    lines.remove(&line_key);
-                }
-            }
-        }
-    }
-
-    /// A waiter in a fair key's line.
-    pub(super) struct InLine<'a> {
-        pub lines: &'a Lines,
-        pub store: &'a Store<Shape, RateCell>,
-        pub key: &'a str,
-        pub overflowed: bool,
-    }
-
-    impl InLine<'_> {
-        /// Waits until admitted; returns what the claim took and how long that was.
-        pub async fn wait<C: Clock>(&self, cost: u64, clock: &C) -> (u64, Duration) {
-            let start = clock.now();
-            let (line, ticket) = self.lines.join(self.key, self.overflowed, cost);
-            let mut place = Place {
-                in_line: self,
-                line: &line,
-                ticket: ticket.number,
-                admitted: false,
-            };
-            loop {
-                let now = clock.now();
-                match line.turn(ticket.number, |cost| self.claim(cost, now)) {
-                    Turn::NotYet => ticket.wake.notified().await,
-                    Turn::Claimed { ready, claim } => {
-                        if ready > now {
-                            let wait = Duration::from_nanos(ready - now);
-                            if tokio::time::timeout(wait, ticket.wake.notified())
-                                .await
-                                .is_ok()
-                            {
-                                continue;
-                            }
-                        }
-                        if let Some(taken) = line.admit(ticket.number, claim) {
-                            place.admitted = true;
-                            return (taken, Duration::from_nanos(clock.now() - start));
-                        }
-                    }
-                }
-            }
-        }
-
-        /// Runs `f` on the key's cell. The key is counted as waiting, so its cell is in the map
-        /// (`None` would mean that invariant broke; nothing panics over it).
-        fn with_cell<R>(&self, f: impl FnOnce(&RateCell, &Shape) -> R) -> Option<R> {
-            let found = self
-                .store
-                .with_existing(self.key, self.overflowed, |found| {
-                    f(found.cell, found.shape)
-                });
-            debug_assert!(found.is_some(), "a key with waiters is never evicted");
-            found
-        }
-
-        /// Reserves `cost` on the key's bucket, with its shape read under the same lock.
-        fn claim(&self, cost: u64, now: Nanos) -> gcra::Reservation {
-            self.with_cell(|cell, shape| gcra::reserve(&cell.value, shape.params(), cost, now))
-                .unwrap_or(gcra::Reservation {
-                    ready: now,
-                    taken: 0,
-                })
-        }
-    }
-
-    /// Leaves the line when the waiter is done (admitted) or dropped (handing back any claim).
-    struct Place<'a, 'b> {
-        in_line: &'a InLine<'b>,
-        line: &'a Arc<FairQueue>,
-        ticket: u64,
-        admitted: bool,
-    }
-
-    impl Drop for Place<'_, '_> {
-        fn drop(&mut self) {
-            let in_line = self.in_line;
-            if !self.admitted {
-                self.line.leave(self.ticket, |taken| {
-                    in_line.with_cell(|cell, shape| {
-                        gcra::give_back(&cell.value, taken, shape.params())
-                    });
-                });
-            }
-            in_line.with_cell(|cell, _| cell.waiting.fetch_sub(1, Ordering::AcqRel));
-            in_line
-                .lines
-                .done(in_line.key, in_line.overflowed, self.line);
-        }
     }
 }

@@ -12,13 +12,15 @@
 //!   retry-after.
 //!
 //! This is the continuous token bucket, rounded to the nanosecond, updated with a single
-//! compare-and-swap: no lock and no background refill task. The functions here are pure apart
-//! from that one atomic; time always comes in as an argument.
+//! compare-and-swap: no lock and no background refill task. Each operation is written once, on
+//! the [`Tat`] trait, and serves both the single limiters (one [`Bucket`]) and the keyed ones (a
+//! word per key, [`InShape`]). Nothing here reads a clock: time always comes in as an argument.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use super::word;
 use crate::clock::Nanos;
 use crate::error::{ConfigError, Refused};
 
@@ -132,12 +134,12 @@ impl Params {
 }
 
 #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-/// A reservation taken by [`reserve`]: when it may run and what it took.
+/// A reservation taken by [`Tat::reserve`]: when it may run and what it took.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reservation {
     /// The instant the request may run (never before the `now` it was taken at).
     pub ready: Nanos,
-    /// The tokens it took, to hand back with [`give_back`] if it is cancelled. Kept in tokens,
+    /// The tokens it took, to hand back with [`Tat::give_back`] if it is cancelled. Kept in tokens,
     /// not nanoseconds, so that a give-back after a reshape is right in the new shape.
     pub taken: u64,
 }
@@ -172,53 +174,118 @@ fn book(current: Nanos, params: Params, cost: u64, now: Nanos) -> (Nanos, Nanos)
     (next, next.saturating_sub(params.tolerance).max(now))
 }
 
-/// Takes `cost` tokens if they are there now; otherwise says when they would be.
-#[inline]
-pub(crate) fn try_acquire(
-    tat: &AtomicU64,
-    params: Params,
-    cost: u64,
-    now: Nanos,
-) -> Result<(), Refused> {
-    let mut current = tat.load(Ordering::Acquire);
-    loop {
-        let next = take(current, params, cost, now)?;
-        match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => return Ok(()),
-            Err(actual) => current = actual,
+/// Where a bucket's TAT lives, and the shape it is expressed in.
+///
+/// Every GCRA operation (decide, reserve, give back, read) is written once, as a provided method
+/// here, over [`update`](Tat::update): one compare-and-swap of one word. A single limiter's
+/// [`Bucket`] keeps its shape beside the word (behind an epoch, so it can change live); a keyed
+/// limiter's cell is a bare word whose shape the map holds under the same lock ([`InShape`]).
+pub(crate) trait Tat {
+    /// Applies `step` to the TAT in its own shape, atomically (`step` may run more than once).
+    fn update<R, E>(
+        &self,
+        step: impl FnMut(Nanos, Params) -> Result<(Nanos, R), E>,
+    ) -> Result<R, E>;
+
+    /// The TAT as it stands, and its shape.
+    fn read(&self) -> (Nanos, Params);
+
+    /// Takes `cost` tokens if they are there now; otherwise says when they would be.
+    #[inline]
+    fn try_acquire(&self, cost: u64, now: Nanos) -> Result<(), Refused> {
+        self.update(|tat, params| take(tat, params, cost, now).map(|next| (next, ())))
+    }
+
+    /// Takes `cost` tokens unconditionally, going into debt if needed, and says when the
+    /// request may run. Reservations are served in the order they are taken, and a request
+    /// larger than the capacity is fine: it drains the full bucket and waits for the rest.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
+    fn reserve(&self, cost: u64, now: Nanos) -> Reservation {
+        let booked = self.update(|tat, params| {
+            let (next, ready) = book(tat, params, cost, now);
+            Ok::<_, std::convert::Infallible>((next, Reservation { ready, taken: cost }))
+        });
+        match booked {
+            Ok(reservation) => reservation,
+            Err(never) => match never {},
         }
     }
-}
 
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-/// Takes `cost` tokens unconditionally, going into debt if needed, and returns when the request
-/// may run. Reservations are served in the order they are taken, and a request larger than the
-/// capacity is fine: it drains the full bucket and waits for the rest.
-pub(crate) fn reserve(tat: &AtomicU64, params: Params, cost: u64, now: Nanos) -> Reservation {
-    let previous = tat
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-            Some(book(current, params, cost, now).0)
-        })
-        .unwrap_or_else(|current| current);
-    Reservation {
-        ready: book(previous, params, cost, now).1,
-        taken: cost,
+    /// Returns the `tokens` a cancelled reservation (or a rolled-back admission) took, in the
+    /// bucket's current shape.
+    ///
+    /// The bucket ends as if the reservation had never been made *at the instant it was made*:
+    /// tokens that would have overflowed a full bucket stay lost, and everything that accrued
+    /// since is kept.
+    fn give_back(&self, tokens: u64) {
+        let _ = self.update(|tat, params| {
+            Ok::<_, std::convert::Infallible>((
+                tat.saturating_sub(tokens.saturating_mul(params.interval)),
+                (),
+            ))
+        });
+    }
+
+    /// Whole tokens available at `now` (0 while in debt).
+    fn available(&self, now: Nanos) -> u64 {
+        let (tat, params) = self.read();
+        available(tat, params, now)
+    }
+
+    /// The refusal for `cost` queued behind `ahead` tokens of waiters (see
+    /// [`refusal_behind`](fn@refusal_behind)).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only fair lines have waiters
+    fn refusal_behind(&self, ahead: u64, cost: u64, now: Nanos) -> Refused {
+        let (tat, params) = self.read();
+        refusal_behind(tat, params, ahead, cost, now)
     }
 }
 
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-/// Returns the `tokens` a cancelled reservation (or a rolled-back admission) took, in the
-/// bucket's current shape.
-///
-/// The bucket ends as if the reservation had never been made *at the instant it was made*:
-/// tokens that would have overflowed a full bucket stay lost, and everything that accrued since
-/// is kept.
-pub(crate) fn give_back(tat: &AtomicU64, tokens: u64, params: Params) {
-    let amount = tokens.saturating_mul(params.interval);
-    // The closure never returns None, so fetch_update cannot fail.
-    let _ = tat.fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-        Some(current.saturating_sub(amount))
-    });
+/// The refusal for `cost` queued behind `ahead` tokens of waiters that have not claimed yet, in
+/// a bucket at `tat`: its retry-after counts everyone in front of it.
+pub(crate) fn refusal_behind(
+    tat: Nanos,
+    params: Params,
+    ahead: u64,
+    cost: u64,
+    now: Nanos,
+) -> Refused {
+    if cost.saturating_mul(params.interval) > params.tolerance {
+        return Refused::ExceedsCapacity {
+            cost,
+            capacity: params.capacity(),
+        };
+    }
+    let due = tat
+        .max(now)
+        .saturating_add(ahead.saturating_add(cost).saturating_mul(params.interval))
+        .saturating_sub(params.tolerance);
+    Refused::RetryAfter {
+        retry_after: Duration::from_nanos(due.saturating_sub(now)),
+    }
+}
+
+/// A TAT in a bare word, in a shape held elsewhere: a keyed limiter's cell, whose shape is read
+/// under the lock of the map's shard, so the two always belong together.
+pub(crate) struct InShape<'a> {
+    /// The word holding the TAT.
+    pub word: &'a AtomicU64,
+    /// The shape it is expressed in.
+    pub params: Params,
+}
+
+impl Tat for InShape<'_> {
+    #[inline]
+    fn update<R, E>(
+        &self,
+        mut step: impl FnMut(Nanos, Params) -> Result<(Nanos, R), E>,
+    ) -> Result<R, E> {
+        word::update(self.word, |tat| step(tat, self.params))
+    }
+
+    fn read(&self) -> (Nanos, Params) {
+        (self.word.load(Ordering::Acquire), self.params)
+    }
 }
 
 /// Whole tokens available at `now` (0 while in debt).
@@ -275,6 +342,25 @@ fn unpack(word: u64) -> (u64, Nanos) {
     (word >> 62, word & TAT_MASK)
 }
 
+impl Tat for Bucket {
+    #[inline]
+    fn update<R, E>(
+        &self,
+        mut step: impl FnMut(Nanos, Params) -> Result<(Nanos, R), E>,
+    ) -> Result<R, E> {
+        word::update(&self.word, |current| {
+            let (epoch, tat) = unpack(current);
+            let (next, out) = step(tat, self.shape(epoch))?;
+            Ok((pack(epoch, next), out))
+        })
+    }
+
+    fn read(&self) -> (Nanos, Params) {
+        let (epoch, tat) = unpack(self.word.load(Ordering::Acquire));
+        (tat, self.shape(epoch))
+    }
+}
+
 impl Bucket {
     /// A bucket of the given shape holding `initial` tokens at `now`.
     pub fn new(params: Params, initial: u64, now: Nanos) -> Self {
@@ -302,76 +388,9 @@ impl Bucket {
         }
     }
 
-    /// Applies `step` to the TAT in its own shape, atomically.
-    #[inline]
-    fn update<R>(
-        &self,
-        mut step: impl FnMut(Nanos, Params) -> Result<(Nanos, R), Refused>,
-    ) -> Result<R, Refused> {
-        let mut word = self.word.load(Ordering::Acquire);
-        loop {
-            let (epoch, tat) = unpack(word);
-            let (next, out) = step(tat, self.shape(epoch))?;
-            match self.word.compare_exchange_weak(
-                word,
-                pack(epoch, next),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => return Ok(out),
-                Err(actual) => word = actual,
-            }
-        }
-    }
-
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // read by the fair line's estimates
-    /// The current shape.
-    #[inline]
-    pub fn params(&self) -> Params {
-        self.shape(unpack(self.word.load(Ordering::Acquire)).0)
-    }
-
-    /// See [`try_acquire`](fn@try_acquire).
-    #[inline]
-    pub fn try_acquire(&self, cost: u64, now: Nanos) -> Result<(), Refused> {
-        self.update(|tat, params| take(tat, params, cost, now).map(|next| (next, ())))
-    }
-
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-    /// See [`reserve`](fn@reserve).
-    pub fn reserve(&self, cost: u64, now: Nanos) -> Reservation {
-        self.update(|tat, params| {
-            let (next, ready) = book(tat, params, cost, now);
-            Ok((next, Reservation { ready, taken: cost }))
-        })
-        .unwrap_or(Reservation {
-            ready: now,
-            taken: 0,
-        })
-    }
-
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-    /// Gives back `tokens`, in whatever shape the bucket is in now (see
-    /// [`give_back`](fn@give_back)).
-    pub fn give_back(&self, tokens: u64) {
-        let _ = self.update(|tat, params| {
-            Ok((
-                tat.saturating_sub(tokens.saturating_mul(params.interval)),
-                (),
-            ))
-        });
-    }
-
-    /// Whole tokens available at `now`.
-    pub fn available(&self, now: Nanos) -> u64 {
-        let (epoch, tat) = unpack(self.word.load(Ordering::Acquire));
-        available(tat, self.shape(epoch), now)
-    }
-
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
-    /// The TAT as it stands (for the fair queue's "when would this be ready" estimates).
-    pub fn tat(&self) -> Nanos {
-        unpack(self.word.load(Ordering::Acquire)).1
+    #[cfg(test)]
+    fn params(&self) -> Params {
+        self.read().1
     }
 
     /// Changes the shape, keeping the bucket's fill (see [`convert`]).
@@ -394,12 +413,10 @@ impl Bucket {
             .store(new.tolerance, Ordering::Release);
         // Only a reshape changes the epoch, and reshapes are serialized: every word seen here is
         // in the old shape.
-        let _ = self
-            .word
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |word| {
-                let (_, tat) = unpack(word);
-                Some(pack(next, convert(tat, old, new, now)))
-            });
+        word::apply(&self.word, |current| {
+            let (_, tat) = unpack(current);
+            (pack(next, convert(tat, old, new, now)), ())
+        });
     }
 }
 
@@ -420,11 +437,12 @@ mod tests {
     fn reserve_and_give_back_restore_the_bucket() {
         let params = Params::new(10 * MS, 10);
         let tat = AtomicU64::new(params.tat_holding(0, 0));
-        let r = reserve(&tat, params, 3, 0);
+        let bucket = InShape { word: &tat, params };
+        let r = bucket.reserve(3, 0);
         assert_eq!(r.ready, 30 * MS);
         assert_eq!(r.taken, 3, "reservations count tokens");
-        give_back(&tat, r.taken, params);
-        assert_eq!(available(tat.load(Ordering::Relaxed), params, 100 * MS), 10);
+        bucket.give_back(r.taken);
+        assert_eq!(bucket.available(100 * MS), 10);
         assert_eq!(tat.load(Ordering::Relaxed), 100 * MS);
     }
 

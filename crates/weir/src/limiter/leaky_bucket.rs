@@ -39,7 +39,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::gcra::{Bucket, Params, check_shape};
+use super::gcra::{Bucket, Params, Tat, check_shape};
 use crate::clock::{Clock, SystemClock, duration_to_nanos};
 use crate::error::{ConfigError, Refused, check_nonzero};
 
@@ -109,7 +109,7 @@ pub struct LeakyBucket<C: Clock = SystemClock> {
     fair: AtomicBool,
     config: Mutex<LeakyBucketConfig>,
     #[cfg(feature = "tokio")]
-    queue: super::fair_queue::FairQueue,
+    line: super::fair_line::FairLine,
 }
 
 impl LeakyBucket<SystemClock> {
@@ -130,7 +130,7 @@ impl<C: Clock> LeakyBucket<C> {
             fair: AtomicBool::new(config.fair),
             config: Mutex::new(config),
             #[cfg(feature = "tokio")]
-            queue: Default::default(),
+            line: Default::default(),
         })
     }
 
@@ -143,32 +143,12 @@ impl<C: Clock> LeakyBucket<C> {
     pub fn try_acquire(&self, cost: u64) -> Result<(), Refused> {
         let now = self.clock.now();
         #[cfg(feature = "tokio")]
-        if self.queue.len() > 0 && self.fair.load(Ordering::Relaxed) {
-            return Err(self.refusal_behind_queue(cost, now));
+        if self.line.len() > 0 && self.fair.load(Ordering::Relaxed) {
+            return Err(self
+                .bucket
+                .refusal_behind(self.line.unclaimed_cost(), cost, now));
         }
         self.bucket.try_acquire(cost, now)
-    }
-
-    /// The refusal for a request that would have to queue behind the current waiters.
-    #[cfg(feature = "tokio")]
-    fn refusal_behind_queue(&self, cost: u64, now: crate::clock::Nanos) -> Refused {
-        let params = self.bucket.params();
-        if cost.saturating_mul(params.interval) > params.tolerance {
-            return Refused::ExceedsCapacity {
-                cost,
-                capacity: params.capacity(),
-            };
-        }
-        let ahead = self.queue.unclaimed_cost().saturating_add(cost);
-        let due = self
-            .bucket
-            .tat()
-            .max(now)
-            .saturating_add(ahead.saturating_mul(params.interval))
-            .saturating_sub(params.tolerance);
-        Refused::RetryAfter {
-            retry_after: Duration::from_nanos(due.saturating_sub(now)),
-        }
     }
 
     /// Waits until `cost` tokens can be taken, and takes them.
@@ -187,54 +167,20 @@ impl<C: Clock> LeakyBucket<C> {
 
     #[cfg(feature = "tokio")]
     async fn acquire_in_line(&self, cost: u64) -> super::Admitted {
-        use super::fair_queue::Turn;
-
         let start = self.clock.now();
-        if self.queue.len() == 0 && self.bucket.try_acquire(cost, start).is_ok() {
+        if self.line.len() == 0 && self.bucket.try_acquire(cost, start).is_ok() {
             return super::Admitted::AT_ONCE;
         }
-        let ticket = self.queue.join(cost);
-        let mut place = PlaceInLine {
-            bucket: self,
-            ticket: ticket.number,
-            admitted: false,
-        };
-        let mut slept = false;
-        loop {
-            let now = self.clock.now();
-            match self
-                .queue
-                .turn(ticket.number, |cost| self.bucket.reserve(cost, now))
-            {
-                Turn::NotYet => {
-                    // Waiting behind others is being held back too.
-                    slept = true;
-                    ticket.wake.notified().await;
-                }
-                Turn::Claimed { ready, claim } => {
-                    if ready > now {
-                        slept = true;
-                        let wait = Duration::from_nanos(ready - now);
-                        if tokio::time::timeout(wait, ticket.wake.notified())
-                            .await
-                            .is_ok()
-                        {
-                            // Woken before the claim was due: it was reset. Look again.
-                            continue;
-                        }
-                    }
-                    if self.queue.admit(ticket.number, claim).is_some() {
-                        break;
-                    }
-                }
-            }
-        }
-        place.admitted = true;
-        if slept {
-            super::Admitted::after(Duration::from_nanos(self.clock.now().saturating_sub(start)))
-        } else {
-            super::Admitted::AT_ONCE
-        }
+        let ticket = self.line.join(cost);
+        let (_, waited) = super::fair_line::wait_in_line(
+            &self.line,
+            ticket,
+            &self.clock,
+            |cost, now| self.bucket.reserve(cost, now),
+            |taken| self.bucket.give_back(taken),
+        )
+        .await;
+        super::Admitted::after(waited)
     }
 
     /// Changes the bucket's shape while in use. The current fill is kept (capped at the new
@@ -249,7 +195,7 @@ impl<C: Clock> LeakyBucket<C> {
         let now = self.clock.now();
         let reshape = || self.bucket.reshape(config.params(), now);
         #[cfg(feature = "tokio")]
-        self.queue
+        self.line
             .with_claim_released(|taken| self.bucket.give_back(taken), reshape);
         #[cfg(not(feature = "tokio"))]
         reshape();
@@ -275,31 +221,11 @@ impl<C: Clock> LeakyBucket<C> {
     pub fn waiters(&self) -> usize {
         #[cfg(feature = "tokio")]
         {
-            self.queue.len()
+            self.line.len()
         }
         #[cfg(not(feature = "tokio"))]
         {
             0
-        }
-    }
-}
-
-/// Leaves the line, handing back any claim, if the waiting future is dropped before admission.
-#[cfg(feature = "tokio")]
-struct PlaceInLine<'a, C: Clock> {
-    bucket: &'a LeakyBucket<C>,
-    ticket: u64,
-    admitted: bool,
-}
-
-#[cfg(feature = "tokio")]
-impl<C: Clock> Drop for PlaceInLine<'_, C> {
-    fn drop(&mut self) {
-        if !self.admitted {
-            let bucket = &self.bucket.bucket;
-            self.bucket
-                .queue
-                .leave(self.ticket, |taken| bucket.give_back(taken));
         }
     }
 }

@@ -14,13 +14,14 @@
 
 pub mod concurrency;
 #[cfg(feature = "tokio")]
-pub(crate) mod fair_queue;
+pub(crate) mod fair_line;
 pub(crate) mod gcra;
 pub mod leaky_bucket;
 pub mod strict;
 pub mod token_bucket;
 #[cfg(feature = "tokio")]
-mod waiting;
+pub(crate) mod waiting;
+mod word;
 
 pub use concurrency::{Concurrency, OwnedPermit, Permit};
 pub use gcra::MAX_REFILL_NANOS;

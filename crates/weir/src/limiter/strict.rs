@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::gcra::{Params, check_shape, wide_interval_for_rate};
+use super::word;
 use crate::clock::{Clock, Nanos, SystemClock};
 use crate::error::{ConfigError, Refused, check_rate};
 
@@ -111,19 +112,9 @@ impl<C: Clock> Strict<C> {
     pub async fn acquire(&self, cost: u64) -> super::Admitted {
         let now = self.clock.now();
         let span = cost.saturating_mul(self.interval.load(Ordering::Acquire));
-        let slot = self.reserve(cost);
-        if slot <= now {
-            return super::Admitted::AT_ONCE;
-        }
-        let pending = PendingSlot {
-            next: &self.next,
-            slot,
-            span,
-        };
-        let wait = Duration::from_nanos(slot - now);
-        tokio::time::sleep(wait).await;
-        std::mem::forget(pending);
-        super::Admitted::after(wait)
+        let slot = book(&self.next, span, now);
+        let undo = || give_back(&self.next, slot, span);
+        super::Admitted::after(super::waiting::until_due(slot, now, undo).await)
     }
 
     /// Changes the rate. With `reset_reservations`, the slots already reserved are forgotten
@@ -157,55 +148,29 @@ impl<C: Clock> Strict<C> {
     }
 }
 
-/// Gives a slot back if the waiter is dropped and nobody reserved after it.
-#[cfg(feature = "tokio")]
-struct PendingSlot<'a> {
-    next: &'a AtomicU64,
-    slot: Nanos,
-    span: u64,
-}
-
-#[cfg(feature = "tokio")]
-impl Drop for PendingSlot<'_> {
-    fn drop(&mut self) {
-        give_back(self.next, self.slot, self.span);
-    }
-}
-
 // The slot arithmetic, over the next free instant, shared with the keyed limiter's cells.
 
 /// Takes the slot at `now` if it has come (the next one then starts `span` later); otherwise
 /// refused with the exact time until it does.
 #[inline]
 pub(crate) fn take(next: &AtomicU64, span: u64, now: Nanos) -> Result<(), Refused> {
-    let mut current = next.load(Ordering::Acquire);
-    loop {
+    word::update(next, |current| {
         if current > now {
             return Err(Refused::RetryAfter {
                 retry_after: Duration::from_nanos(current - now),
             });
         }
-        match next.compare_exchange_weak(
-            current,
-            now.saturating_add(span),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => return Ok(()),
-            Err(actual) => current = actual,
-        }
-    }
+        Ok((now.saturating_add(span), ()))
+    })
 }
 
 /// Reserves the next slot, `span` long; returns the instant it starts.
 #[inline]
 pub(crate) fn book(next: &AtomicU64, span: u64, now: Nanos) -> Nanos {
-    let previous = next
-        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |current| {
-            Some(current.max(now).saturating_add(span))
-        })
-        .unwrap_or_else(|current| current);
-    previous.max(now)
+    word::apply(next, |current| {
+        let slot = current.max(now);
+        (slot.saturating_add(span), slot)
+    })
 }
 
 /// Hands back the slot starting at `slot`, `span` long, if nobody reserved after it (later

@@ -24,7 +24,7 @@
 
 use std::sync::Mutex;
 
-use super::gcra::{Bucket, Params, check_shape, wide_interval_for_rate};
+use super::gcra::{Bucket, Params, Tat, check_shape, wide_interval_for_rate};
 use crate::clock::{Clock, SystemClock};
 use crate::error::{ConfigError, Refused, check_nonzero, check_rate};
 

@@ -13,17 +13,26 @@
 //!
 //! The line itself is a `BTreeMap` keyed by arrival ticket, under a mutex that only the slow
 //! path takes: leaving from the middle of the line is `O(log n)`.
+//!
+//! [`wait_in_line`] is the waiting loop, written once: a fair [`LeakyBucket`] waits in its one
+//! line with it, and a fair keyed limiter in the line of the key (the keyed limiter keeps a line
+//! per key only while the key has waiters). Both report the wait the same way: the time from
+//! joining to admission, or zero if the request never had to wait.
+//!
+//! [`LeakyBucket`]: super::LeakyBucket
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
 use super::gcra::Reservation;
-use crate::clock::Nanos;
+use super::waiting::OnCancel;
+use crate::clock::{Clock, Nanos};
 
 /// A place in line.
 pub(crate) struct Ticket {
@@ -78,20 +87,20 @@ impl Line {
 
 /// The line of waiters of one fair bucket.
 #[derive(Default)]
-pub(crate) struct FairQueue {
+pub(crate) struct FairLine {
     line: Mutex<Line>,
     len: AtomicUsize,
 }
 
-impl std::fmt::Debug for FairQueue {
+impl std::fmt::Debug for FairLine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FairQueue")
+        f.debug_struct("FairLine")
             .field("len", &self.len())
             .finish()
     }
 }
 
-impl FairQueue {
+impl FairLine {
     fn lock(&self) -> MutexGuard<'_, Line> {
         self.line
             .lock()
@@ -200,16 +209,89 @@ impl FairQueue {
         give_back: impl FnOnce(u64),
         change: impl FnOnce() -> R,
     ) -> R {
-        let mut line = self.lock();
+        let mut held = self.hold();
+        held.release_claim(give_back);
+        change()
+    }
+
+    /// Holds the line still: nobody joins, leaves or claims until the guard is dropped, which
+    /// then wakes the head. A keyed limiter holds every line of its keys while it reshapes them.
+    pub fn hold(&self) -> HeldLine<'_> {
+        HeldLine { line: self.lock() }
+    }
+}
+
+/// A line held still by [`FairLine::hold`]; wakes the head when dropped.
+pub(crate) struct HeldLine<'a> {
+    line: MutexGuard<'a, Line>,
+}
+
+impl HeldLine<'_> {
+    /// Hands the head's claim back (via `give_back`); the head claims again once woken.
+    pub fn release_claim(&mut self, give_back: impl FnOnce(u64)) {
+        let line = &mut *self.line;
         if let Some(claim) = line.claim.take() {
             give_back(claim.reservation.taken);
             if let Some(waiter) = line.waiters.get(&claim.ticket) {
                 line.unclaimed_cost = line.unclaimed_cost.saturating_add(waiter.cost);
             }
         }
-        let result = change();
-        line.wake_head();
-        result
+    }
+}
+
+impl Drop for HeldLine<'_> {
+    fn drop(&mut self) {
+        self.line.wake_head();
+    }
+}
+
+/// Waits in `line` with `ticket` (already joined) until admitted.
+///
+/// At the head it claims its cost with `claim(cost, now)` and sleeps until the claim is due; a
+/// claim reset meanwhile (the bucket was reshaped) is claimed again. If the future is dropped
+/// first, the waiter leaves the line, hands its claim (if any) back through `give_back` and
+/// passes the turn on. Returns what the admitted claim took and how long the request was held
+/// back: from joining to admission, or zero if it was admitted without sleeping.
+pub(crate) async fn wait_in_line<C: Clock>(
+    line: &FairLine,
+    ticket: Ticket,
+    clock: &C,
+    claim: impl Fn(u64, Nanos) -> Reservation,
+    give_back: impl Fn(u64),
+) -> (u64, Duration) {
+    let start = clock.now();
+    let place = OnCancel::new(|| line.leave(ticket.number, &give_back));
+    let mut held_back = false;
+    loop {
+        let now = clock.now();
+        match line.turn(ticket.number, |cost| claim(cost, now)) {
+            Turn::NotYet => {
+                held_back = true;
+                ticket.wake.notified().await;
+            }
+            Turn::Claimed { ready, claim } => {
+                if ready > now {
+                    held_back = true;
+                    let wait = Duration::from_nanos(ready - now);
+                    if tokio::time::timeout(wait, ticket.wake.notified())
+                        .await
+                        .is_ok()
+                    {
+                        // Woken before the claim was due: it was reset. Look again.
+                        continue;
+                    }
+                }
+                if let Some(taken) = line.admit(ticket.number, claim) {
+                    place.kept();
+                    let waited = if held_back {
+                        Duration::from_nanos(clock.now().saturating_sub(start))
+                    } else {
+                        Duration::ZERO
+                    };
+                    return (taken, waited);
+                }
+            }
+        }
     }
 }
 
@@ -223,7 +305,7 @@ mod tests {
 
     #[test]
     fn only_the_head_claims_and_admission_passes_the_turn() {
-        let queue = FairQueue::default();
+        let queue = FairLine::default();
         let a = queue.join(50);
         let b = queue.join(1);
         assert_eq!(queue.len(), 2);
@@ -252,7 +334,7 @@ mod tests {
 
     #[test]
     fn a_head_that_leaves_gives_back_its_claim_and_others_give_back_nothing() {
-        let queue = FairQueue::default();
+        let queue = FairLine::default();
         let a = queue.join(5);
         let b = queue.join(3);
         let c = queue.join(2);
@@ -271,7 +353,7 @@ mod tests {
 
     #[test]
     fn a_reset_claim_is_not_admitted_and_is_claimed_again() {
-        let queue = FairQueue::default();
+        let queue = FairLine::default();
         let a = queue.join(4);
         let Turn::Claimed { claim, .. } = queue.turn(a.number, |_| reservation(10, 40)) else {
             panic!("the head claims");
