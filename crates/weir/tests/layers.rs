@@ -259,3 +259,56 @@ async fn a_waiting_policy_delays_instead_of_shedding() {
     }
     assert_eq!(start.elapsed(), Duration::from_millis(200));
 }
+
+/// Serves every request the mock receives with 200 at once, noting who was served and when.
+fn answer_all(
+    mut handle: tower_test::mock::Handle<Req, Res>,
+) -> tokio::task::JoinHandle<Vec<(String, Duration)>> {
+    let start = tokio::time::Instant::now();
+    tokio::spawn(async move {
+        let mut served = Vec::new();
+        while let Some((request, respond)) = handle.next_request().await {
+            let tenant = request.headers()["tenant"].to_str().unwrap().to_owned();
+            served.push((tenant, start.elapsed()));
+            respond.send_response(Res::default());
+        }
+        served
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_waiting_for_its_turn_holds_no_permit_of_the_inner_service() {
+    // One request at a time may reach the inner service; tenant `a` has one token a second.
+    let p = policy(
+        "name = \"wait\"\non_exhausted = \"wait\"\nmax_wait = \"10s\"\ntoken_bucket = { rate = 1, burst = 1 }",
+    );
+    let (mock, handle) = tower_test::mock::pair::<Req, Res>();
+    let served = answer_all(handle);
+    let inner = tower::limit::ConcurrencyLimit::new(mock, 1);
+    let mut service = PolicyLayer::new(Arc::clone(&p), tenant).layer(inner);
+
+    send(&mut service, from("a", false)).await;
+    // `a`'s second request waits a second for its token, in the policy …
+    let waiting = {
+        let mut service = service.clone();
+        tokio::spawn(async move { send(&mut service, from("a", false)).await })
+    };
+    tokio::task::yield_now().await;
+    assert_eq!(p.stats().waiters, 1);
+    // … and meanwhile `b` gets through: the waiting request holds no permit of the inner
+    // `ConcurrencyLimit` (it would, had readiness been reserved before the policy decided).
+    send(&mut service, from("b", false)).await;
+    assert!(!waiting.is_finished());
+    waiting.await.unwrap();
+    drop(service);
+    let served = served.await.unwrap();
+    let at = |ms| Duration::from_millis(ms);
+    assert_eq!(
+        served,
+        vec![
+            ("a".into(), at(0)),
+            ("b".into(), at(0)),
+            ("a".into(), at(1_000))
+        ]
+    );
+}

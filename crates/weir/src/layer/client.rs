@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::BoxFuture;
+use super::{BoxFuture, ready_then_call};
 use crate::backpressure::Backpressure;
 use crate::backpressure::host::HostLimiter;
 use crate::clock::Clock;
@@ -140,30 +140,48 @@ where
     type Error = S::Error;
     type Future = BoxFuture<Result<S::Response, S::Error>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    /// Always ready: the call's future waits for the host limit and the backpressure throttle
+    /// first, and only then drives the inner service to readiness (see the
+    /// [module docs](super)).
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: Req) -> Self::Future {
-        // The clone is fresh; the ready one (polled above) serves this call.
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let inner = self.inner.clone();
         let target = (self.layer.target)(&request);
         let layer = self.layer.clone();
         Box::pin(async move {
             let Some((rpc, key)) = target else {
-                return inner.call(request).await;
+                return ready_then_call(inner, request).await;
             };
             if let Some(host) = &layer.host {
                 host.acquire(&rpc).await;
             }
             layer.backpressure.before_call(&rpc, &key).await;
-            let outcome = inner.call(request).await;
+            let outcome = ready_then_call(inner, request).await;
             layer.backpressure.after_call(&rpc, &key);
             if layer.busy.is_busy(&outcome) {
                 layer.backpressure.on_busy();
             }
             outcome
         })
+    }
+}
+
+impl<S, C: Clock + Clone, F, P> ThrottleService<S, C, F, P> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }

@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::BoxFuture;
+use super::{BoxFuture, ready_then_call};
 use crate::clock::Clock;
 use crate::policy::{Policy, Rejection, Request};
 
@@ -100,19 +100,21 @@ where
     type Error = S::Error;
     type Future = BoxFuture<Result<http::Response<ResBody>, S::Error>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.inner.poll_ready(cx)
+    /// Always ready: the decision needs the request, so it is made inside the call's future,
+    /// and only an admitted request drives the inner service to readiness (see the
+    /// [module docs](super)).
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
-        let fresh = self.inner.clone();
-        let mut inner = std::mem::replace(&mut self.inner, fresh);
+        let inner = self.inner.clone();
         let extracted = (self.layer.extract)(&request);
         let policy = Arc::clone(&self.layer.policy);
         Box::pin(async move {
             let Some(extracted) = extracted else {
                 policy.pass_unkeyed("");
-                return inner.call(request).await;
+                return ready_then_call(inner, request).await;
             };
             let grpc = is_grpc(&request);
             let decided = policy
@@ -125,7 +127,7 @@ where
                 .await;
             match decided {
                 Ok(admission) => {
-                    let response = inner.call(request).await;
+                    let response = ready_then_call(inner, request).await;
                     // Held until here: a dropped response future releases it too.
                     drop(admission);
                     response
@@ -133,6 +135,23 @@ where
                 Err(rejection) => Ok(shed(&rejection, grpc)),
             }
         })
+    }
+}
+
+impl<S, C: Clock + Clone, F> PolicyService<S, C, F> {
+    /// The wrapped service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The wrapped service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The wrapped service, unwrapped.
+    pub fn into_inner(self) -> S {
+        self.inner
     }
 }
 
