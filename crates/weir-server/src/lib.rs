@@ -6,8 +6,8 @@
 //! throttled" (`weir top`).
 //!
 //! - [`config`]: the TOML config and its embedded default;
-//! - [`app`]: the operations, whatever the protocol;
-//! - [`http`], [`grpc`]: the two protocols;
+//! - [`app`]: the application core, the operations whatever the protocol;
+//! - [`front_door`]: a module per protocol over it (HTTP, gRPC);
 //! - [`durable`]: API changes kept across restarts and crashes;
 //! - [`leases`]: concurrency admissions held until released or expired;
 //! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
@@ -20,13 +20,11 @@ pub mod app;
 pub mod bench;
 pub mod client;
 pub mod cluster;
-pub mod codec;
 pub mod config;
 pub mod connections;
 pub mod durable;
 pub mod error;
-pub mod grpc;
-pub mod http;
+pub mod front_door;
 pub mod leases;
 pub mod metrics;
 pub mod serve;

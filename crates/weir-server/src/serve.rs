@@ -14,7 +14,7 @@ use crate::app::{App, AppSettings};
 use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG};
 use crate::connections::{self, HttpLimits};
-use crate::grpc::WeirService;
+use crate::front_door::grpc::WeirService;
 use crate::proto::weir_server::WeirServer;
 
 /// Settings given on the command line; they override the config file.
@@ -218,7 +218,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
 
     let http = {
         let app = Arc::clone(&app);
-        let router = crate::http::router(Arc::clone(&app));
+        let router = crate::front_door::http::router(Arc::clone(&app));
         let limits = HttpLimits {
             header_timeout: server.header_timeout,
             max_connections: server.max_connections,

@@ -262,14 +262,17 @@ fn the_opensearch_latency_scenario_fills_the_latency_table() {
 
 /// The page-read workloads: the throttled tenant gets no more than its 5000/s (the bucket starts
 /// empty and refills 500 every 100 ms) — plus, at most, the one request each of the 500 clients
-/// has waiting in line when the second ends, admitted after it but counted by its due time.
+/// has waiting in line when the second ends, admitted after it but counted by its due time, and
+/// the requests of a client freed within its last slot (10 ms at 100/s), which may still send
+/// the request due in it: they queue behind the 500, so at most what accrues in one slot.
 #[test]
 fn the_neon_throttle_scenario_holds_the_tenant_limit() {
     let report = scenario("neon-throttle");
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3, "{report}");
     let admitted = |row: &Value| row["admitted"].as_f64().unwrap();
-    assert!(admitted(&rows[1]) <= 5000.0 + 500.0, "{report}");
+    let one_slot = 5000.0 / 100.0;
+    assert!(admitted(&rows[1]) <= 5000.0 + 500.0 + one_slot, "{report}");
     assert!(
         admitted(&rows[0]) > 0.0 && admitted(&rows[2]) > 0.0,
         "{report}"

@@ -1,0 +1,199 @@
+//! Admitting one request: the decision every front door asks for, on this node and, in
+//! cluster mode, through the shared pool.
+
+use std::time::Duration;
+
+use weir::Clock;
+use weir::SystemClock;
+use weir::policy::{Policy, RejectReason, Rejection, Request};
+
+use super::{App, MAX_KEY_BYTES};
+use crate::error::ApiError;
+use crate::leases::{Held, Hold};
+
+/// An acquisition, as either API received it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcquireInput {
+    /// The policy's name.
+    pub policy: String,
+    /// The bucket key.
+    pub key: String,
+    /// The kind (empty: none).
+    pub kind: String,
+    /// The cost (absent: 1).
+    pub cost: Option<u64>,
+    /// The longest the caller waits.
+    pub max_wait_ms: Option<u64>,
+}
+
+/// How an acquisition ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AcquireOutcome {
+    /// Admitted.
+    Admitted {
+        /// How long it waited.
+        waited: Duration,
+        /// The lease to release (concurrency policies), with its time to live.
+        lease: Option<(String, Duration)>,
+        /// Admitted only because the policy monitors.
+        would_throttle: bool,
+        /// The limit of the policy's buckets, for the RateLimit header fields.
+        limit: Option<f64>,
+        /// Which tier admitted it: `node`, or in cluster mode `shared`, `fail_open`,
+        /// `local_share`.
+        tier: &'static str,
+    },
+    /// Refused.
+    Refused {
+        /// When asking again could succeed, if known.
+        retry_after: Option<Duration>,
+        /// Why, in a sentence.
+        reason: String,
+        /// The limit of the policy's buckets.
+        limit: Option<f64>,
+    },
+}
+
+impl App {
+    /// Admits (or refuses) one request; waits if the policy says so, unless shutdown begins.
+    pub async fn acquire(&self, input: AcquireInput) -> Result<AcquireOutcome, ApiError> {
+        if input.key.is_empty() {
+            return Err(ApiError::invalid("`key` must not be empty"));
+        }
+        if input.key.len() > MAX_KEY_BYTES {
+            return Err(ApiError::invalid(format!(
+                "`key` is {} bytes long; the most is {MAX_KEY_BYTES}",
+                input.key.len()
+            )));
+        }
+        let policy = self
+            .policies
+            .get(&input.policy)
+            .ok_or_else(|| ApiError::unknown_policy(&input.policy))?;
+        // Only what the decision needs: the config itself is not copied per request.
+        let (max_cost, lease_ttl, shares) = policy.with_config(|config| {
+            let concurrency = config.concurrency.as_ref();
+            (
+                config.max_cost.unwrap_or(self.max_cost),
+                concurrency.map(|c| c.lease_ttl),
+                concurrency.is_some_and(|c| c.shared_limit > 0)
+                    && config.mode == weir::policy::Mode::Enforce,
+            )
+        });
+        let cost = input.cost.unwrap_or(1);
+        if cost == 0 || cost > max_cost {
+            return Err(ApiError::invalid(format!(
+                "`cost` must be between 1 and {max_cost} for policy `{}`, got {cost}",
+                input.policy
+            )));
+        }
+        let mut request = Request::new(&input.key).kind(&input.kind).cost(cost);
+        if let Some(ms) = input.max_wait_ms {
+            request = request.max_wait(Duration::from_millis(ms));
+        }
+        let limit = policy.limit_for(&input.kind);
+        let decided = tokio::select! {
+            decided = policy.acquire(&request) => decided,
+            () = self.shutting_down() => return Err(ApiError::shutting_down()),
+        };
+        match decided {
+            Ok(admission) => {
+                let waited = admission.waited();
+                let would_throttle = admission.would_throttle();
+                let lease = match lease_ttl {
+                    Some(ttl) if admission.applied() => {
+                        Some(self.hold(&input.policy, Hold::Node(admission), ttl))
+                    }
+                    // A rate limiter's admission is done as soon as it is answered.
+                    _ => None,
+                };
+                Ok(AcquireOutcome::Admitted {
+                    waited,
+                    lease,
+                    would_throttle,
+                    limit,
+                    tier: "node",
+                })
+            }
+            // A full node tier of a concurrency policy with a shared limit: in cluster mode,
+            // ask the bucket's owner for a shared lease.
+            Err(Rejection {
+                reason: RejectReason::Limited { retry_after: None },
+                ..
+            }) if shares && self.cluster.is_some() => {
+                Ok(self.acquire_shared(&policy, &input, limit).await)
+            }
+            Err(rejection) => Ok(AcquireOutcome::Refused {
+                retry_after: rejection.retry_after(),
+                reason: rejection.to_string(),
+                limit,
+            }),
+        }
+    }
+
+    /// The shared tier: a lease from the bucket's owner, for a request the node tier refused.
+    async fn acquire_shared(
+        &self,
+        policy: &Policy<SystemClock>,
+        input: &AcquireInput,
+        limit: Option<f64>,
+    ) -> AcquireOutcome {
+        let cluster = self.cluster.as_ref().expect("only asked in cluster mode");
+        let config = policy.config();
+        let concurrency = config
+            .concurrency
+            .as_ref()
+            .expect("only asked for concurrency policies");
+        let coordinator = cluster.coordinator(&input.policy, concurrency, config.max_keys);
+        match coordinator.acquire(&input.key).await {
+            Ok(admission) => {
+                let tier = crate::cluster::tier_name(admission.tier);
+                let lease = self.hold(
+                    &input.policy,
+                    Hold::Shared(admission, coordinator),
+                    concurrency.lease_ttl,
+                );
+                AcquireOutcome::Admitted {
+                    waited: Duration::ZERO,
+                    lease: Some(lease),
+                    would_throttle: false,
+                    limit,
+                    tier,
+                }
+            }
+            Err(refusal) => {
+                // The coordinator is shared-only; a full bucket here is full on both tiers.
+                let reason = if concurrency.node_limit > 0 && refusal.full {
+                    format!(
+                        "reached its per-node limit of {} and its shared limit of {}",
+                        concurrency.node_limit, concurrency.shared_limit
+                    )
+                } else {
+                    refusal.reason.clone()
+                };
+                AcquireOutcome::Refused {
+                    retry_after: refusal.retry_after,
+                    reason: format!(
+                        "policy `{}`: bucket `{}` {reason}",
+                        input.policy, refusal.bucket
+                    ),
+                    limit,
+                }
+            }
+        }
+    }
+
+    /// Holds an admission as a lease; returns its id and time to live.
+    fn hold(&self, policy: &str, admission: Hold, ttl: Duration) -> (String, Duration) {
+        let held = Held {
+            policy: policy.to_owned(),
+            admission,
+        };
+        let (id, _) = self.leases.insert(
+            held,
+            u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
+            self.clock.now(),
+        );
+        (id.to_string(), ttl)
+    }
+}

@@ -1,0 +1,230 @@
+//! The application core: what the server does, whatever the protocol.
+//!
+//! The front doors (`front_door::http`, `front_door::grpc`) only translate requests and answers;
+//! every check, every decision and every change of state happens here, once. A file per job:
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the [`App`] itself: settings, readiness, shutdown, adaptive signals, `/v1/cluster` |
+//! | `admission.rs` | admitting one request, on this node and through the shared pool |
+//! | `leasing.rs` | releasing, renewing and reclaiming leases |
+//! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
+//! | `throttles.rs` | who is throttled, here and across the cluster |
+//! | `auth.rs` | the admin token check |
+
+mod admission;
+mod auth;
+mod leasing;
+mod policy_admin;
+mod throttles;
+
+pub use admission::{AcquireInput, AcquireOutcome};
+pub use policy_admin::{TaggedPolicy, etag_of};
+pub use throttles::{DEFAULT_THROTTLE_ROWS, ThrottleQuery, ThrottleRow};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Mutex as AsyncMutex, watch};
+use weir::SystemClock;
+use weir::policy::{PolicyConfig, PolicySet};
+
+use crate::cluster::ClusterMode;
+use crate::durable::{self, Overlay};
+use crate::error::ApiError;
+use crate::leases::Leases;
+use crate::metrics::Metrics;
+
+/// The longest key accepted, in bytes.
+pub const MAX_KEY_BYTES: usize = 256;
+/// The largest request body accepted, in bytes.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+/// The server's state and operations.
+pub struct App {
+    node_id: String,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    policies: Arc<PolicySet<SystemClock>>,
+    data_dir: PathBuf,
+    /// The overlay in force; the lock also serialises admin changes.
+    overlay: AsyncMutex<Overlay>,
+    leases: Arc<Leases>,
+    admin_token: Option<String>,
+    max_cost: u64,
+    body_timeout: Duration,
+    metrics: Metrics,
+    shutdown: watch::Sender<bool>,
+    ready: AtomicBool,
+    clock: SystemClock,
+    cluster: Option<Arc<ClusterMode>>,
+}
+
+impl std::fmt::Debug for App {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("App")
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
+
+/// How to build an [`App`].
+#[derive(Debug, Clone)]
+pub struct AppSettings {
+    /// This node's name.
+    pub node_id: String,
+    /// The HTTP address (for `/v1/cluster`).
+    pub http: SocketAddr,
+    /// The gRPC address (for `/v1/cluster`).
+    pub grpc: SocketAddr,
+    /// The config file's policies.
+    pub policies: Vec<PolicyConfig>,
+    /// Where API changes are kept.
+    pub data_dir: PathBuf,
+    /// The admin token, if any.
+    pub admin_token: Option<String>,
+    /// The default most one request may cost.
+    pub max_cost: u64,
+    /// How long an HTTP request's body may take to arrive.
+    pub body_timeout: Duration,
+    /// Cluster mode, when this node is part of a cluster.
+    pub cluster: Option<Arc<ClusterMode>>,
+}
+
+/// The most a lease of a deleted policy is renewed by (the config's default `lease_ttl`).
+const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
+
+impl App {
+    /// Loads the data dir's overlay over `settings.policies` and builds every policy.
+    pub fn new(settings: AppSettings) -> anyhow::Result<Arc<Self>> {
+        let overlay = durable::load(&settings.data_dir)?;
+        // Decisions need no disk; changes do. Say so now, not at the first PUT.
+        if let Err(e) = durable::check_writable(&settings.data_dir) {
+            tracing::warn!(
+                "the data dir cannot be written ({e}): policy changes over the API will be refused until it can"
+            );
+        }
+        let configs = overlay.apply(settings.policies);
+        let policies = PolicySet::new(configs, SystemClock::new()).map_err(|problems| {
+            let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+            anyhow::anyhow!(
+                "the policies (config file and data dir together) are not valid:\n{}",
+                list.join("\n")
+            )
+        })?;
+        let policies = Arc::new(policies);
+        let leases = Arc::new(Leases::new());
+        let metrics = Metrics::new(
+            Arc::clone(&policies),
+            Arc::clone(&leases),
+            settings.cluster.clone(),
+        );
+        Ok(Arc::new(App {
+            node_id: settings.node_id,
+            http: settings.http,
+            grpc: settings.grpc,
+            policies,
+            data_dir: settings.data_dir,
+            overlay: AsyncMutex::new(overlay),
+            leases,
+            admin_token: settings.admin_token,
+            max_cost: settings.max_cost,
+            body_timeout: settings.body_timeout,
+            metrics,
+            shutdown: watch::channel(false).0,
+            ready: AtomicBool::new(false),
+            clock: SystemClock::new(),
+            cluster: settings.cluster,
+        }))
+    }
+
+    /// This node's name.
+    pub fn node_id(&self) -> &str {
+        &self.node_id
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The policies in force.
+    pub fn policies(&self) -> &PolicySet<SystemClock> {
+        &self.policies
+    }
+
+    /// Marks the server ready (listeners bound) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Release);
+    }
+
+    /// How long an HTTP request's body may take to arrive.
+    pub fn body_timeout(&self) -> Duration {
+        self.body_timeout
+    }
+
+    /// Whether the server is ready to serve.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && !*self.shutdown.borrow()
+    }
+
+    /// Starts shutting down: waiting requests are answered 503.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.send_replace(true);
+    }
+
+    /// Resolves when shutdown begins.
+    pub async fn shutting_down(&self) {
+        let mut rx = self.shutdown.subscribe();
+        let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// A downstream reported "busy" for an adaptive policy; true if limits were tightened.
+    pub fn busy(&self, policy: &str) -> Result<bool, ApiError> {
+        let found = self
+            .policies
+            .get(policy)
+            .ok_or_else(|| ApiError::unknown_policy(policy))?;
+        found.busy().ok_or_else(|| {
+            ApiError::conflict(format!(
+                "policy `{policy}` is not adaptive: only an `adaptive` policy takes busy signals"
+            ))
+        })
+    }
+
+    /// Advances every adaptive policy by `ms`.
+    pub fn tick(&self, ms: u64) {
+        for policy in self.policies.policies() {
+            policy.tick(ms);
+        }
+    }
+
+    /// Logs "policy P was throttled in the last N s" for every policy that was.
+    pub fn report(&self) {
+        for policy in self.policies.policies() {
+            if let Some(report) = policy.report() {
+                tracing::warn!(target: "weir::report", "{report}");
+            }
+        }
+    }
+
+    /// This node, as `/v1/cluster` shows it.
+    pub fn cluster(&self) -> serde_json::Value {
+        if let Some(cluster) = &self.cluster {
+            return cluster.describe();
+        }
+        serde_json::json!({
+            "members": [{
+                "id": self.node_id,
+                "http": self.http.to_string(),
+                "grpc": self.grpc.to_string(),
+                "state": "alive",
+                "version": env!("CARGO_PKG_VERSION"),
+            }],
+            "ring": { "members": 1, "mode": "single node" },
+        })
+    }
+}
