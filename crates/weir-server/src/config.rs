@@ -16,7 +16,7 @@ use weir::policy::{PolicyConfig, PolicyError};
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
 /// A whole config file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// Bootstrap settings.
@@ -171,14 +171,65 @@ pub enum ConfigProblem {
 impl ConfigFile {
     /// Parses and checks a config; returns every problem found.
     pub fn parse(text: &str) -> Result<Self, Vec<ConfigProblem>> {
-        let file: ConfigFile =
-            toml::from_str(text).map_err(|e| vec![ConfigProblem::Syntax(e.to_string())])?;
+        let file: ConfigFile = match toml::from_str(text) {
+            Ok(file) => file,
+            Err(whole) => {
+                return Err(Self::problems_one_by_one(text)
+                    .unwrap_or_else(|| vec![ConfigProblem::Syntax(whole.to_string())]));
+            }
+        };
         let problems = file.problems();
         if problems.is_empty() {
             Ok(file)
         } else {
             Err(problems)
         }
+    }
+
+    /// The problems of a file that is valid TOML but does not parse as a config: each policy
+    /// parsed on its own, so that one policy's missing limiter or unknown field neither hides
+    /// the other policies' problems nor goes without the policy's name. `None` if the TOML
+    /// itself is invalid, or nothing is wrong one by one.
+    fn problems_one_by_one(text: &str) -> Option<Vec<ConfigProblem>> {
+        let mut table: toml::Table = toml::from_str(text).ok()?;
+        let entries = match table.remove("policy") {
+            Some(toml::Value::Array(entries)) => entries,
+            Some(_) => return None,
+            None => Vec::new(),
+        };
+        let mut problems = Vec::new();
+        let mut rest = match toml::Value::Table(table).try_into::<ConfigFile>() {
+            Ok(rest) => rest,
+            Err(e) => {
+                problems.push(ConfigProblem::Syntax(e.to_string()));
+                ConfigFile::default()
+            }
+        };
+        for (index, entry) in entries.into_iter().enumerate() {
+            let name = entry
+                .get("name")
+                .and_then(|n| n.as_str())
+                .map(str::to_owned);
+            match entry.try_into::<PolicyConfig>() {
+                Ok(policy) => rest.policy.push(policy),
+                Err(e) => {
+                    let message = e.to_string();
+                    let message = message.trim_end();
+                    // The limiter's own check already names the policy.
+                    problems.push(ConfigProblem::Syntax(if message.starts_with("policy `") {
+                        message.to_owned()
+                    } else {
+                        let which = name.map_or_else(
+                            || format!("policy #{} (no name)", index + 1),
+                            |name| format!("policy `{}`", name.escape_debug()),
+                        );
+                        format!("{which}: {message}")
+                    }));
+                }
+            }
+        }
+        problems.extend(rest.problems());
+        (!problems.is_empty()).then_some(problems)
     }
 
     /// Every problem with the config (empty: none).
@@ -251,6 +302,7 @@ impl ConfigFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use weir::policy::{KeyedSpec, Limiter};
 
     #[test]
     fn the_embedded_default_is_valid_and_on_loopback() {
@@ -263,11 +315,36 @@ mod tests {
             ["getpage", "ms-host", "tables", "search", "ms-tables"]
         );
         // One per kind of limiter.
-        assert!(config.policy.iter().any(|p| p.leaky_bucket.is_some()));
-        assert!(config.policy.iter().any(|p| p.token_bucket.is_some()));
-        assert!(config.policy.iter().any(|p| p.strict.is_some()));
-        assert!(config.policy.iter().any(|p| p.concurrency.is_some()));
-        assert!(config.policy.iter().any(|p| p.adaptive.is_some()));
+        assert!(
+            config
+                .policy
+                .iter()
+                .any(|p| matches!(p.limiter, Limiter::Keyed(KeyedSpec::LeakyBucket(_))))
+        );
+        assert!(
+            config
+                .policy
+                .iter()
+                .any(|p| matches!(p.limiter, Limiter::Keyed(KeyedSpec::TokenBucket(_))))
+        );
+        assert!(
+            config
+                .policy
+                .iter()
+                .any(|p| matches!(p.limiter, Limiter::Keyed(KeyedSpec::Strict(_))))
+        );
+        assert!(
+            config
+                .policy
+                .iter()
+                .any(|p| matches!(p.limiter, Limiter::Keyed(KeyedSpec::Concurrency(_))))
+        );
+        assert!(
+            config
+                .policy
+                .iter()
+                .any(|p| matches!(p.limiter, Limiter::Adaptive(_)))
+        );
     }
 
     #[test]

@@ -387,7 +387,8 @@ fn check_config_prints_every_problem_and_fails() {
     let bad = dir.path().join("bad.toml");
     std::fs::write(
         &bad,
-        "[[policy]]\nname = \"a\"\nstrict = { qps = 0 }\n\n[[policy]]\nname = \"b\"\n",
+        "[[policy]]\nname = \"a\"\nstrict = { qps = 0 }\n\n[[policy]]\nname = \"b\"\n\n\
+         [[policy]]\nname = \"c\"\nrate_limit = 5\nstrict = { qps = 1 }\n",
     )
     .unwrap();
     let output = weir().arg("check-config").arg(&bad).output().unwrap();
@@ -401,7 +402,13 @@ fn check_config_prints_every_problem_and_fails() {
         stdout.contains("policy `b`: `limiter` is missing"),
         "{stdout}"
     );
-    assert!(stdout.contains("2 problem(s)"), "{stdout}");
+    // A policy that does not parse (no limiter, an unknown field) hides nobody else's problems
+    // and is named.
+    assert!(
+        stdout.contains("policy `c`: unknown field `rate_limit`"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("3 problem(s)"), "{stdout}");
 
     let good = dir.path().join("good.toml");
     std::fs::write(&good, CONFIG).unwrap();

@@ -10,11 +10,12 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-/// Limiter parameters that were rejected. Every variant names the offending field.
-#[derive(Debug, Clone, PartialEq, Error)]
+/// Limiter parameters that were rejected. Every variant names the offending field; the text
+/// is "`field` problem", and [`field`](Self::field) and [`problem`](Self::problem) give the two
+/// apart, so a caller naming the field by its own path (`token_bucket.rate`) need not parse it.
+#[derive(Debug, Clone, PartialEq)]
 pub enum ConfigError {
     /// A rate was zero, negative, NaN or infinite.
-    #[error("`{field}` must be a finite number greater than zero, got {value}")]
     NotPositive {
         /// The field, e.g. `rate` or `qps`.
         field: &'static str,
@@ -22,7 +23,6 @@ pub enum ConfigError {
         value: f64,
     },
     /// A rate was above what a nanosecond clock can space out (one token per nanosecond).
-    #[error("`{field}` must be at most {max} per second, got {value}")]
     TooFast {
         /// The field, e.g. `rate`.
         field: &'static str,
@@ -33,9 +33,6 @@ pub enum ConfigError {
     },
     /// A rate so low that one token's spacing is beyond what Weir represents
     /// ([`MAX_REFILL_NANOS`](crate::limiter::MAX_REFILL_NANOS), about 36.5 years).
-    #[error(
-        "`{field}` must be at least {min:e} per second (one token every 36.5 years at most), got {value:e}"
-    )]
     TooSlow {
         /// The field, e.g. `rate`, `qps` or `refill_interval`.
         field: &'static str,
@@ -46,9 +43,6 @@ pub enum ConfigError {
     },
     /// A bucket that would take longer than [`MAX_REFILL_NANOS`](crate::limiter::MAX_REFILL_NANOS) to refill
     /// from empty: its arithmetic would not fit in nanoseconds.
-    #[error(
-        "`{field}` is too large for the rate: refilling {capacity} tokens at {rate:e} per second takes {years:.1} years; at most 36.5 years is represented, so `{field}` can be at most {max} at this rate"
-    )]
     TooLong {
         /// The capacity field, e.g. `burst` or `max`.
         field: &'static str,
@@ -62,13 +56,11 @@ pub enum ConfigError {
         max: u64,
     },
     /// A count or a duration that must be at least one unit was zero.
-    #[error("`{field}` must be greater than zero")]
     Zero {
         /// The field, e.g. `burst`, `refill_amount` or `refill_interval`.
         field: &'static str,
     },
     /// The leaky bucket would start with more tokens than it can hold.
-    #[error("`initial` ({initial}) must not exceed `max` ({max})")]
     InitialAboveMax {
         /// The `initial` given.
         initial: u64,
@@ -103,6 +95,34 @@ impl ConfigError {
         }
     }
 
+    /// What is wrong with the field, without its name.
+    pub fn problem(&self) -> String {
+        match self {
+            ConfigError::NotPositive { value, .. } => {
+                format!("must be a finite number greater than zero, got {value}")
+            }
+            ConfigError::TooFast { value, max, .. } => {
+                format!("must be at most {max} per second, got {value}")
+            }
+            ConfigError::TooSlow { value, min, .. } => format!(
+                "must be at least {min:e} per second (one token every 36.5 years at most), got {value:e}"
+            ),
+            ConfigError::TooLong {
+                field,
+                capacity,
+                rate,
+                years,
+                max,
+            } => format!(
+                "is too large for the rate: refilling {capacity} tokens at {rate:e} per second takes {years:.1} years; at most 36.5 years is represented, so `{field}` can be at most {max} at this rate"
+            ),
+            ConfigError::Zero { .. } => "must be greater than zero".to_owned(),
+            ConfigError::InitialAboveMax { initial, max } => {
+                format!("({initial}) must not exceed `max` ({max})")
+            }
+        }
+    }
+
     /// The name of the field at fault.
     pub fn field(&self) -> &'static str {
         match self {
@@ -115,6 +135,14 @@ impl ConfigError {
         }
     }
 }
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "`{}` {}", self.field(), self.problem())
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// Why a non-blocking acquire did not admit the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]

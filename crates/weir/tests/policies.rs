@@ -83,17 +83,6 @@ fn the_design_examples_parse_from_toml_and_json() {
 fn validation_names_the_policy_and_the_field() {
     let cases = [
         (
-            r#"name = "p""#,
-            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
-        ),
-        (
-            r#"
-            name = "p"
-            strict = { qps = 1 }
-            token_bucket = { rate = 1 }"#,
-            "policy `p`: `limiter` is ambiguous: give exactly one limiter table, not token_bucket and strict",
-        ),
-        (
             r#"
             name = "p"
             token_bucket = { rate = 0 }"#,
@@ -127,6 +116,31 @@ fn validation_names_the_policy_and_the_field() {
     ];
     for (text, expected) in cases {
         assert_eq!(policy(text).validate().unwrap_err().to_string(), expected);
+    }
+    // A policy holds exactly one limiter: none, or two, does not even parse.
+    let structural = [
+        (
+            r#"name = "p""#,
+            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
+        ),
+        (
+            r#"
+            name = "p"
+            strict = { qps = 1 }
+            token_bucket = { rate = 1 }"#,
+            "policy `p`: `limiter` is ambiguous: give exactly one limiter table, not token_bucket and strict",
+        ),
+    ];
+    for (text, expected) in structural {
+        let error = toml::from_str::<PolicyConfig>(text)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{error}");
+        let json = serde_json::to_string(&toml::from_str::<toml::Value>(text).unwrap()).unwrap();
+        let error = serde_json::from_str::<PolicyConfig>(&json)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains(expected), "{error}");
     }
     let hostile = PolicyConfig {
         name: "a\u{1b}[2J".to_owned(),

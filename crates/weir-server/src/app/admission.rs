@@ -72,7 +72,7 @@ impl App {
             .ok_or_else(|| ApiError::unknown_policy(&input.policy))?;
         // Only what the decision needs: the config itself is not copied per request.
         let (max_cost, lease_ttl, shares) = policy.with_config(|config| {
-            let concurrency = config.concurrency.as_ref();
+            let concurrency = config.concurrency();
             (
                 config.max_cost.unwrap_or(self.max_cost),
                 concurrency.map(|c| c.lease_ttl),
@@ -118,7 +118,7 @@ impl App {
             // A full node tier of a concurrency policy with a shared limit: in cluster mode,
             // ask the bucket's owner for a shared lease.
             Err(Rejection {
-                reason: RejectReason::Limited { retry_after: None },
+                reason: RejectReason::InFlightFull,
                 ..
             }) if shares && self.cluster.is_some() => {
                 Ok(self.acquire_shared(&policy, &input, limit).await)
@@ -141,8 +141,7 @@ impl App {
         let cluster = self.cluster.as_ref().expect("only asked in cluster mode");
         let config = policy.config();
         let concurrency = config
-            .concurrency
-            .as_ref()
+            .concurrency()
             .expect("only asked for concurrency policies");
         let coordinator = cluster.coordinator(&input.policy, concurrency, config.max_keys);
         match coordinator.acquire(&input.key).await {

@@ -42,7 +42,7 @@ impl App {
         let most = self
             .policies
             .get(&policy)
-            .and_then(|p| p.config().concurrency.map(|c| c.lease_ttl))
+            .and_then(|p| p.with_config(|c| c.concurrency().map(|c| c.lease_ttl)))
             .unwrap_or(DEFAULT_LEASE_TTL);
         let ttl = ttl_ms.map_or(most, |ms| Duration::from_millis(ms).min(most));
         let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);

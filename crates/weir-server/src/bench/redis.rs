@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
 use redis::aio::MultiplexedConnection;
-use weir::policy::PolicyConfig;
+use weir::policy::{KeyedSpec, Limiter, PolicyConfig};
 
 /// A token bucket: `KEYS[1]` a hash {tokens, at}; `ARGV` rate/s, burst, cost. 1 if admitted.
 const TOKEN_BUCKET: &str = r"
@@ -67,7 +67,7 @@ pub enum RedisLimiter {
 impl RedisLimiter {
     /// The script for `policy`'s limiter; only token buckets and concurrency limits have one.
     pub fn of(policy: &PolicyConfig) -> anyhow::Result<Self> {
-        if let Some(bucket) = &policy.token_bucket {
+        if let Limiter::Keyed(KeyedSpec::TokenBucket(bucket)) = &policy.limiter {
             return Ok(RedisLimiter::TokenBucket {
                 rate: bucket.rate,
                 burst: bucket
@@ -75,7 +75,7 @@ impl RedisLimiter {
                     .unwrap_or_else(|| bucket.rate.ceil().max(1.0) as u64),
             });
         }
-        if let Some(concurrency) = &policy.concurrency {
+        if let Some(concurrency) = policy.concurrency() {
             return Ok(RedisLimiter::Lease {
                 limit: concurrency.node_limit,
                 ttl_ms: concurrency.lease_ttl.as_millis() as u64,

@@ -87,7 +87,14 @@ pub struct RunSettings {
 /// The rate per second `policy` gives each key of `kind`: `None` for in-flight limits,
 /// adaptive policies, kinds it does not apply to or does not limit.
 pub fn configured_rate(policy: &weir::policy::PolicyConfig, kind: &str) -> Option<f64> {
-    if policy.concurrency.is_some() || policy.adaptive.is_some() {
+    if !matches!(
+        &policy.limiter,
+        weir::policy::Limiter::Keyed(
+            weir::policy::KeyedSpec::TokenBucket(_)
+                | weir::policy::KeyedSpec::LeakyBucket(_)
+                | weir::policy::KeyedSpec::Strict(_)
+        )
+    ) {
         return None;
     }
     weir::policy::Policy::new(policy.clone(), weir::SystemClock::new())

@@ -79,27 +79,25 @@ impl<C: Clock + Clone> Policy<C> {
             return Ok(self.admit(state, None, Duration::ZERO, Outcome::WouldThrottle));
         }
         state.stats.decided(Outcome::Rejected, Duration::ZERO);
-        Err(self.rejection(RejectReason::Limited {
-            retry_after: Some(wait),
-        }))
+        Err(self.rejection(RejectReason::Limited { retry_after: wait }))
     }
 
     /// A downstream said "busy": an adaptive policy tightens its hottest keys. Returns whether
     /// limits were tightened, or `None` if the policy is not adaptive.
     pub fn busy(&self) -> Option<bool> {
-        self.state.load().adaptive.as_ref().map(|a| a.on_busy())
+        self.state.load().adaptive().map(|a| a.on_busy())
     }
 
     /// `ms` milliseconds have passed: an adaptive policy may relax a level. Call it every second
     /// (a server runs one task for all its policies).
     pub fn tick(&self, ms: u64) {
-        if let Some(adaptive) = &self.state.load().adaptive {
+        if let Some(adaptive) = self.state.load().adaptive() {
             adaptive.tick(ms);
         }
     }
 
     /// The adaptive controller's counters, for an adaptive policy.
     pub fn backpressure_stats(&self) -> Option<BackpressureStats> {
-        self.state.load().adaptive.as_ref().map(|a| a.stats())
+        self.state.load().adaptive().map(|a| a.stats())
     }
 }

@@ -88,7 +88,7 @@ impl<C: Clock + Clone> Policy<C> {
         };
         state.stats.start();
         self.check_cost(&state, request)?;
-        if let Some(adaptive) = &state.adaptive {
+        if let Some(adaptive) = state.adaptive() {
             return self.try_adaptive(&state, adaptive, request);
         }
         let Some(limiter) = buckets else {
@@ -121,7 +121,7 @@ impl<C: Clock + Clone> Policy<C> {
         };
         state.stats.start();
         self.check_cost(&state, request)?;
-        if let Some(adaptive) = &state.adaptive {
+        if let Some(adaptive) = state.adaptive() {
             return self
                 .wait_adaptive(&state, adaptive, request, max_wait)
                 .await;
@@ -230,12 +230,12 @@ impl<C: Clock + Clone> Policy<C> {
                 RejectReason::ExceedsCapacity { cost, capacity },
                 Duration::ZERO,
             ),
-            KeyedRefusal::Limited(refused) => (
-                RejectReason::Limited {
-                    retry_after: refused.retry_after(),
-                },
-                Duration::ZERO,
-            ),
+            KeyedRefusal::Limited(crate::Refused::RetryAfter { retry_after }) => {
+                (RejectReason::Limited { retry_after }, Duration::ZERO)
+            }
+            KeyedRefusal::Limited(crate::Refused::NoPermit) => {
+                (RejectReason::InFlightFull, Duration::ZERO)
+            }
             KeyedRefusal::KeysExhausted => (
                 RejectReason::KeysExhausted {
                     max_keys: state.config.max_keys,

@@ -150,50 +150,186 @@ pub struct ConcurrencySpec {
 }
 
 /// One policy, as written in a config file or sent to the API.
+///
+/// It has exactly one [`Limiter`]. The wire form names it by one of five tables
+/// (`token_bucket`, `leaky_bucket`, `strict`, `concurrency`, `adaptive`); parsing refuses none
+/// or two, so a parsed policy cannot hold an illegal combination.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
 pub struct PolicyConfig {
     /// The policy's name (over HTTP it comes from the URL).
-    #[serde(default)]
     pub name: String,
     /// The kinds the policy applies to; empty = every kind.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kinds: Vec<String>,
     /// Enforce, or only record (default `enforce`).
-    #[serde(default)]
     pub mode: Mode,
     /// Wait or reject when exhausted (default `wait`).
-    #[serde(default)]
     pub on_exhausted: OnExhausted,
     /// The longest a request waits (default 5 s).
-    #[serde(default = "default_max_wait", with = "humantime_serde")]
     pub max_wait: Duration,
     /// The most keys tracked at once (default 100 000).
-    #[serde(default = "default_max_keys")]
     pub max_keys: usize,
     /// New keys beyond `max_keys`, when nothing is idle: `shared` (default) or `reject`.
-    #[serde(default)]
     pub overflow: Overflow,
     /// The largest cost one request may ask for (default: no limit beyond the limiter's own).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_cost: Option<u64>,
+    /// The policy's one limiter.
+    pub limiter: Limiter,
+}
+
+/// A policy's one limiter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Limiter {
+    /// A bucket per key.
+    Keyed(KeyedSpec),
+    /// Adaptive backpressure (`adaptive`): keys are (kind = RPC type, key = table), limited only
+    /// when a downstream reports "busy". In a policy the controller is always on;
+    /// `mode = "monitor"` makes it a dry run.
+    Adaptive(AdaptiveConfig),
+}
+
+/// The limiter of a policy that keeps a bucket per key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyedSpec {
+    /// `token_bucket`.
+    TokenBucket(TokenBucketSpec),
+    /// `leaky_bucket`.
+    LeakyBucket(LeakyBucketSpec),
+    /// `strict`.
+    Strict(StrictSpec),
+    /// `concurrency`.
+    Concurrency(ConcurrencySpec),
+}
+
+impl TryFrom<RawPolicyConfig> for PolicyConfig {
+    type Error = PolicyError;
+
+    fn try_from(raw: RawPolicyConfig) -> Result<Self, PolicyError> {
+        let mut tables: Vec<Limiter> = [
+            raw.token_bucket
+                .map(|s| Limiter::Keyed(KeyedSpec::TokenBucket(s))),
+            raw.leaky_bucket
+                .map(|s| Limiter::Keyed(KeyedSpec::LeakyBucket(s))),
+            raw.strict.map(|s| Limiter::Keyed(KeyedSpec::Strict(s))),
+            raw.concurrency
+                .map(|s| Limiter::Keyed(KeyedSpec::Concurrency(s))),
+            raw.adaptive.map(Limiter::Adaptive),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        let limiter = match tables.len() {
+            1 => tables.remove(0),
+            0 => {
+                return Err(PolicyError::new(
+                    &raw.name,
+                    "limiter",
+                    "is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
+                ));
+            }
+            _ => {
+                return Err(PolicyError::new(
+                    &raw.name,
+                    "limiter",
+                    format!(
+                        "is ambiguous: give exactly one limiter table, not {}",
+                        tables
+                            .iter()
+                            .map(Limiter::table)
+                            .collect::<Vec<_>>()
+                            .join(" and ")
+                    ),
+                ));
+            }
+        };
+        Ok(PolicyConfig {
+            name: raw.name,
+            kinds: raw.kinds,
+            mode: raw.mode,
+            on_exhausted: raw.on_exhausted,
+            max_wait: raw.max_wait,
+            max_keys: raw.max_keys,
+            overflow: raw.overflow,
+            max_cost: raw.max_cost,
+            limiter,
+        })
+    }
+}
+
+impl From<PolicyConfig> for RawPolicyConfig {
+    fn from(config: PolicyConfig) -> Self {
+        let mut raw = RawPolicyConfig {
+            name: config.name,
+            kinds: config.kinds,
+            mode: config.mode,
+            on_exhausted: config.on_exhausted,
+            max_wait: config.max_wait,
+            max_keys: config.max_keys,
+            overflow: config.overflow,
+            max_cost: config.max_cost,
+            token_bucket: None,
+            leaky_bucket: None,
+            strict: None,
+            concurrency: None,
+            adaptive: None,
+        };
+        match config.limiter {
+            Limiter::Keyed(KeyedSpec::TokenBucket(s)) => raw.token_bucket = Some(s),
+            Limiter::Keyed(KeyedSpec::LeakyBucket(s)) => raw.leaky_bucket = Some(s),
+            Limiter::Keyed(KeyedSpec::Strict(s)) => raw.strict = Some(s),
+            Limiter::Keyed(KeyedSpec::Concurrency(s)) => raw.concurrency = Some(s),
+            Limiter::Adaptive(a) => raw.adaptive = Some(a),
+        }
+        raw
+    }
+}
+
+/// The wire form of a [`PolicyConfig`]: the limiter as five optional tables, of which exactly
+/// one must be given.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPolicyConfig {
+    /// The policy's name (over HTTP it comes from the URL).
+    #[serde(default)]
+    name: String,
+    /// The kinds the policy applies to; empty = every kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    kinds: Vec<String>,
+    /// Enforce, or only record (default `enforce`).
+    #[serde(default)]
+    mode: Mode,
+    /// Wait or reject when exhausted (default `wait`).
+    #[serde(default)]
+    on_exhausted: OnExhausted,
+    /// The longest a request waits (default 5 s).
+    #[serde(default = "default_max_wait", with = "humantime_serde")]
+    max_wait: Duration,
+    /// The most keys tracked at once (default 100 000).
+    #[serde(default = "default_max_keys")]
+    max_keys: usize,
+    /// New keys beyond `max_keys`, when nothing is idle: `shared` (default) or `reject`.
+    #[serde(default)]
+    overflow: Overflow,
+    /// The largest cost one request may ask for (default: no limit beyond the limiter's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_cost: Option<u64>,
     /// A token bucket per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub token_bucket: Option<TokenBucketSpec>,
+    token_bucket: Option<TokenBucketSpec>,
     /// A leaky bucket per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub leaky_bucket: Option<LeakyBucketSpec>,
+    leaky_bucket: Option<LeakyBucketSpec>,
     /// A strict limiter per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub strict: Option<StrictSpec>,
+    strict: Option<StrictSpec>,
     /// A concurrency limit per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub concurrency: Option<ConcurrencySpec>,
+    concurrency: Option<ConcurrencySpec>,
     /// Adaptive backpressure: keys are (kind = RPC type, key = table), limited only when a
     /// downstream reports "busy". In a policy the controller is always on; `mode = "monitor"`
     /// makes it a dry run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub adaptive: Option<AdaptiveConfig>,
+    adaptive: Option<AdaptiveConfig>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -212,60 +348,52 @@ fn default_lease_ttl() -> Duration {
     Duration::from_secs(30)
 }
 
-/// The one limiter table of a policy.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum LimiterSpec<'a> {
-    /// `token_bucket`.
-    TokenBucket(&'a TokenBucketSpec),
-    /// `leaky_bucket`.
-    LeakyBucket(&'a LeakyBucketSpec),
-    /// `strict`.
-    Strict(&'a StrictSpec),
-    /// `concurrency`.
-    Concurrency(&'a ConcurrencySpec),
-    /// `adaptive`.
-    Adaptive(&'a AdaptiveConfig),
-}
-
-/// Adaptive policies have no per-kind overrides.
-static NO_OVERRIDES: Overrides = BTreeMap::new();
-
-impl LimiterSpec<'_> {
+impl Limiter {
     /// The table's name in config.
     pub fn table(&self) -> &'static str {
         match self {
-            LimiterSpec::TokenBucket(_) => "token_bucket",
-            LimiterSpec::LeakyBucket(_) => "leaky_bucket",
-            LimiterSpec::Strict(_) => "strict",
-            LimiterSpec::Concurrency(_) => "concurrency",
-            LimiterSpec::Adaptive(_) => "adaptive",
+            Limiter::Keyed(spec) => spec.table(),
+            Limiter::Adaptive(_) => "adaptive",
+        }
+    }
+}
+
+impl KeyedSpec {
+    /// The table's name in config.
+    pub fn table(&self) -> &'static str {
+        match self {
+            KeyedSpec::TokenBucket(_) => "token_bucket",
+            KeyedSpec::LeakyBucket(_) => "leaky_bucket",
+            KeyedSpec::Strict(_) => "strict",
+            KeyedSpec::Concurrency(_) => "concurrency",
         }
     }
 
-    pub(crate) fn overrides(&self) -> &Overrides {
+    /// Per-kind values of the limiter's main number.
+    pub fn overrides(&self) -> &Overrides {
         match self {
-            LimiterSpec::TokenBucket(s) => &s.overrides,
-            LimiterSpec::LeakyBucket(s) => &s.overrides,
-            LimiterSpec::Strict(s) => &s.overrides,
-            LimiterSpec::Concurrency(s) => &s.overrides,
-            LimiterSpec::Adaptive(_) => &NO_OVERRIDES,
+            KeyedSpec::TokenBucket(s) => &s.overrides,
+            KeyedSpec::LeakyBucket(s) => &s.overrides,
+            KeyedSpec::Strict(s) => &s.overrides,
+            KeyedSpec::Concurrency(s) => &s.overrides,
         }
     }
 
     fn per_core(&self) -> bool {
         match self {
-            LimiterSpec::TokenBucket(s) => s.per_core,
-            LimiterSpec::LeakyBucket(s) => s.per_core,
-            LimiterSpec::Strict(s) => s.per_core,
-            LimiterSpec::Concurrency(s) => s.per_core,
-            LimiterSpec::Adaptive(_) => false,
+            KeyedSpec::TokenBucket(s) => s.per_core,
+            KeyedSpec::LeakyBucket(s) => s.per_core,
+            KeyedSpec::Strict(s) => s.per_core,
+            KeyedSpec::Concurrency(s) => s.per_core,
         }
     }
 }
 
 /// A policy config that does not hold together. Names the policy and the field.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("policy `{policy}`: `{field}` {problem}")]
+///
+/// Shown as ``policy `NAME`: `FIELD` PROBLEM``; a policy without a name yet (the body of an API
+/// call, named by its URL) is shown as ```FIELD` PROBLEM``.
+#[derive(Debug, Clone, PartialEq)]
 pub struct PolicyError {
     /// The policy's name.
     pub policy: String,
@@ -274,6 +402,17 @@ pub struct PolicyError {
     /// What is wrong with it.
     pub problem: String,
 }
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.policy.is_empty() {
+            write!(f, "policy `{}`: ", self.policy)?;
+        }
+        write!(f, "`{}` {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for PolicyError {}
 
 impl PolicyError {
     fn new(policy: &str, field: impl Into<String>, problem: impl Into<String>) -> Self {
@@ -291,13 +430,7 @@ impl PolicyError {
     }
 
     fn from_limiter(policy: &str, table: &str, err: &ConfigError) -> Self {
-        let message = err.to_string();
-        // ConfigError's text starts with the quoted field; keep only what follows it.
-        let problem = message
-            .split_once("` ")
-            .map_or(message.as_str(), |(_, rest)| rest)
-            .to_owned();
-        PolicyError::new(policy, format!("{table}.{}", err.field()), problem)
+        PolicyError::new(policy, format!("{table}.{}", err.field()), err.problem())
     }
 
     /// An adaptive table's problem, named as `adaptive.FIELD` of `policy`.
@@ -318,36 +451,19 @@ pub enum KindLimit {
 }
 
 impl PolicyConfig {
-    /// The policy's one limiter table.
-    pub fn limiter(&self) -> Result<LimiterSpec<'_>, PolicyError> {
-        let tables: Vec<LimiterSpec<'_>> = [
-            self.token_bucket.as_ref().map(LimiterSpec::TokenBucket),
-            self.leaky_bucket.as_ref().map(LimiterSpec::LeakyBucket),
-            self.strict.as_ref().map(LimiterSpec::Strict),
-            self.concurrency.as_ref().map(LimiterSpec::Concurrency),
-            self.adaptive.as_ref().map(LimiterSpec::Adaptive),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        match tables.as_slice() {
-            [one] => Ok(*one),
-            [] => Err(PolicyError::new(
-                &self.name,
-                "limiter",
-                "is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
-            )),
-            many => Err(PolicyError::new(
-                &self.name,
-                "limiter",
-                format!(
-                    "is ambiguous: give exactly one limiter table, not {}",
-                    many.iter()
-                        .map(LimiterSpec::table)
-                        .collect::<Vec<_>>()
-                        .join(" and ")
-                ),
-            )),
+    /// The policy's per-key limiter, unless it is adaptive.
+    pub fn keyed(&self) -> Option<&KeyedSpec> {
+        match &self.limiter {
+            Limiter::Keyed(spec) => Some(spec),
+            Limiter::Adaptive(_) => None,
+        }
+    }
+
+    /// The policy's concurrency limiter, if that is what it has.
+    pub fn concurrency(&self) -> Option<&ConcurrencySpec> {
+        match &self.limiter {
+            Limiter::Keyed(KeyedSpec::Concurrency(spec)) => Some(spec),
+            _ => None,
         }
     }
 
@@ -397,14 +513,13 @@ impl PolicyConfig {
         if self.max_cost == Some(0) {
             errors.push(PolicyError::new(name, "max_cost", "must be at least 1"));
         }
-        match self.limiter() {
-            Err(e) => errors.push(e),
-            Ok(LimiterSpec::Adaptive(adaptive)) => {
+        match &self.limiter {
+            Limiter::Adaptive(adaptive) => {
                 if let Err(e) = adaptive.validate() {
                     errors.push(PolicyError::from_adaptive(name, e));
                 }
             }
-            Ok(spec) => {
+            Limiter::Keyed(spec) => {
                 if let Err(e) = self.shape_for(spec, 1.0) {
                     errors.push(e);
                 }
@@ -423,10 +538,7 @@ impl PolicyConfig {
                             format!("must be -1 (default), 0 (unlimited) or > 0, got {value}"),
                         ));
                     } else if value.fract() != 0.0
-                        && matches!(
-                            spec,
-                            LimiterSpec::LeakyBucket(_) | LimiterSpec::Concurrency(_)
-                        )
+                        && matches!(spec, KeyedSpec::LeakyBucket(_) | KeyedSpec::Concurrency(_))
                     {
                         errors.push(PolicyError::new(
                             name,
@@ -448,9 +560,16 @@ impl PolicyConfig {
         (!errors.is_empty()).then_some(errors)
     }
 
-    /// The shape of the default buckets, with `cores` applied where `per_core` is set.
+    /// The shape of the default buckets, with `cores` applied where `per_core` is set. An
+    /// adaptive policy has none: its keys are limited one by one.
     pub fn default_shape(&self, cores: usize) -> Result<Shape, PolicyError> {
-        let spec = self.limiter()?;
+        let Some(spec) = self.keyed() else {
+            return Err(PolicyError::new(
+                &self.name,
+                "adaptive",
+                "has no bucket shape: its keys are limited one by one",
+            ));
+        };
         self.shape_for(spec, core_factor(spec, cores))
     }
 
@@ -460,7 +579,10 @@ impl PolicyConfig {
         if !self.applies_to(kind) {
             return Ok(None);
         }
-        let spec = self.limiter()?;
+        let Some(spec) = self.keyed() else {
+            // An adaptive policy's controller decides per key; there are no per-kind buckets.
+            return Ok(Some(KindLimit::Default));
+        };
         match spec.overrides().get(kind) {
             None => Ok(Some(KindLimit::Default)),
             Some(&-1.0) => Ok(Some(KindLimit::Default)),
@@ -488,12 +610,12 @@ impl PolicyConfig {
     }
 
     /// The default shape scaled by `factor` (1 = as configured).
-    fn shape_for(&self, spec: LimiterSpec<'_>, factor: f64) -> Result<Shape, PolicyError> {
+    fn shape_for(&self, spec: &KeyedSpec, factor: f64) -> Result<Shape, PolicyError> {
         let name = &self.name;
         let table = spec.table();
         let limiter_err = |e: ConfigError| PolicyError::from_limiter(name, table, &e);
         match spec {
-            LimiterSpec::TokenBucket(s) => {
+            KeyedSpec::TokenBucket(s) => {
                 let rate = s.rate * factor;
                 let burst = scale_count(
                     s.burst.unwrap_or_else(|| s.rate.ceil().max(1.0) as u64),
@@ -508,7 +630,7 @@ impl PolicyConfig {
                     fair: false,
                 })
             }
-            LimiterSpec::LeakyBucket(s) => {
+            KeyedSpec::LeakyBucket(s) => {
                 let config = LeakyBucketConfig {
                     initial: scale_count(s.initial, factor),
                     refill_interval: s.refill_interval,
@@ -525,7 +647,7 @@ impl PolicyConfig {
                     fair: config.fair,
                 })
             }
-            LimiterSpec::Strict(s) => {
+            KeyedSpec::Strict(s) => {
                 let config = StrictConfig {
                     qps: s.qps * factor,
                 };
@@ -534,12 +656,7 @@ impl PolicyConfig {
                     interval: Params::interval_for_rate(config.qps),
                 })
             }
-            LimiterSpec::Adaptive(_) => Err(PolicyError::new(
-                name,
-                "adaptive",
-                "has no bucket shape: its keys are limited one by one",
-            )),
-            LimiterSpec::Concurrency(s) => {
+            KeyedSpec::Concurrency(s) => {
                 if s.lease_ttl.is_zero() {
                     return Err(PolicyError::new(
                         name,
@@ -558,27 +675,26 @@ impl PolicyConfig {
     /// numbers tied to it scaled alike.
     fn shape_with_value(
         &self,
-        spec: LimiterSpec<'_>,
+        spec: &KeyedSpec,
         value: f64,
         factor: f64,
     ) -> Result<Shape, PolicyError> {
         let main = match spec {
-            LimiterSpec::TokenBucket(s) => s.rate,
-            LimiterSpec::LeakyBucket(s) => s.refill_amount as f64,
-            LimiterSpec::Strict(s) => s.qps,
-            LimiterSpec::Concurrency(_) => {
+            KeyedSpec::TokenBucket(s) => s.rate,
+            KeyedSpec::LeakyBucket(s) => s.refill_amount as f64,
+            KeyedSpec::Strict(s) => s.qps,
+            KeyedSpec::Concurrency(_) => {
                 // A concurrency override is the limit itself, not a ratio of a limit that may
                 // be 0.
                 let limit = scale_count(value.round() as u64, factor);
                 return Ok(Shape::Concurrency { limit });
             }
-            LimiterSpec::Adaptive(_) => 1.0,
         };
         self.shape_for(spec, factor * value / main)
     }
 }
 
-fn core_factor(spec: LimiterSpec<'_>, cores: usize) -> f64 {
+fn core_factor(spec: &KeyedSpec, cores: usize) -> f64 {
     if spec.per_core() {
         cores.max(1) as f64
     } else {

@@ -59,7 +59,7 @@ impl<C: Clock + Clone> Policy<C> {
     /// The keys this policy is holding back, most requests per second first, at most `limit`.
     pub fn throttled_keys(&self, limit: usize) -> Vec<ThrottledRow> {
         let state = self.state.load();
-        if let Some(adaptive) = &state.adaptive {
+        if let Some(adaptive) = state.adaptive() {
             let mut rows: Vec<ThrottledRow> = adaptive
                 .throttled()
                 .into_iter()

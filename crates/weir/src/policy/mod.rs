@@ -57,7 +57,7 @@ pub mod throttled;
 pub use admission::Admission;
 pub use held_back::ThrottledRow;
 pub use request::{RejectReason, Rejection, Request};
-use state::{KindBuckets, PolicyState, build_state};
+use state::{PolicyState, build_state};
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -65,8 +65,8 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 pub use config::{
-    ConcurrencySpec, KindLimit, LeakyBucketSpec, LimiterSpec, Mode, OnExhausted, OnUnavailable,
-    PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
+    ConcurrencySpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
+    OnUnavailable, PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
 };
 pub use set::{Admissions, PolicySet};
 use stats::{PolicyStats, StatsSnapshot};
@@ -194,8 +194,7 @@ impl<C: Clock + Clone> Policy<C> {
     pub fn limit(&self) -> Option<f64> {
         let state = self.state.load();
         state
-            .default
-            .as_ref()
+            .default_buckets()
             .map(|d| PolicyConfig::limit_of(&d.shape()))
     }
 
@@ -211,12 +210,6 @@ impl<C: Clock + Clone> Policy<C> {
     /// Drops idle buckets now (the policy also does this by itself at its key cap).
     pub fn sweep(&self) -> usize {
         let state = self.state.load();
-        let mut dropped = state.default.as_ref().map_or(0, |d| d.sweep());
-        for buckets in state.kinds.values() {
-            if let KindBuckets::Own(limiter) = buckets {
-                dropped += limiter.sweep();
-            }
-        }
-        dropped
+        state.keyed_limiters().map(|limiter| limiter.sweep()).sum()
     }
 }

@@ -60,11 +60,14 @@ pub struct Rejection {
 /// The reason behind a [`Rejection`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RejectReason {
-    /// The bucket is exhausted; it could admit after `retry_after` where that is known.
+    /// A rate limiter's bucket is exhausted; it could admit after `retry_after`.
     Limited {
-        /// When asking again could succeed (rate limiters), `None` for concurrency limits.
-        retry_after: Option<Duration>,
+        /// When asking again could succeed.
+        retry_after: Duration,
     },
+    /// Every in-flight permit of the key is taken: only a release makes room, so there is no
+    /// time to give.
+    InFlightFull,
     /// The request waited `max_wait` without getting its turn.
     WaitedTooLong {
         /// The policy's `max_wait`.
@@ -97,8 +100,9 @@ impl Rejection {
     /// When asking again could succeed, where the limiter knows.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.reason {
-            RejectReason::Limited { retry_after } => retry_after,
-            RejectReason::WaitedTooLong { .. }
+            RejectReason::Limited { retry_after } => Some(retry_after),
+            RejectReason::InFlightFull
+            | RejectReason::WaitedTooLong { .. }
             | RejectReason::KeysExhausted { .. }
             | RejectReason::ExceedsCapacity { .. }
             | RejectReason::CostTooLarge { .. } => None,
@@ -110,12 +114,10 @@ impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "policy `{}`: ", self.policy)?;
         match self.reason {
-            RejectReason::Limited {
-                retry_after: Some(after),
-            } => write!(f, "rate limited; retry after {after:?}"),
-            RejectReason::Limited { retry_after: None } => {
-                write!(f, "concurrency limit reached")
+            RejectReason::Limited { retry_after } => {
+                write!(f, "rate limited; retry after {retry_after:?}")
             }
+            RejectReason::InFlightFull => write!(f, "concurrency limit reached"),
             RejectReason::WaitedTooLong { max_wait } => {
                 write!(f, "still limited after waiting the maximum of {max_wait:?}")
             }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::config::{self, KindLimit, LimiterSpec, PolicyConfig, PolicyError};
+use super::config::{self, KindLimit, Limiter, PolicyConfig, PolicyError};
 use super::stats::PolicyStats;
 use super::throttled::ThrottledKeys;
 use crate::backpressure::Backpressure;
@@ -19,15 +19,23 @@ pub(super) enum KindBuckets<C: Clock + Clone> {
     Own(Arc<KeyedLimiter<C>>),
 }
 
+/// What decides a policy's requests.
+#[derive(Debug)]
+pub(super) enum Engine<C: Clock + Clone> {
+    /// A bucket per key: the default buckets, and the kinds overridden to their own (or none).
+    Keyed {
+        default: Arc<KeyedLimiter<C>>,
+        kinds: HashMap<String, KindBuckets<C>>,
+    },
+    /// The controller of an adaptive policy.
+    Adaptive(Arc<Backpressure<C>>),
+}
+
 /// Everything a reconfiguration replaces, swapped in one atomic step.
 #[derive(Debug)]
 pub(super) struct PolicyState<C: Clock + Clone> {
     pub(super) config: PolicyConfig,
-    /// The default buckets (`None` for an adaptive policy).
-    pub(super) default: Option<Arc<KeyedLimiter<C>>>,
-    pub(super) kinds: HashMap<String, KindBuckets<C>>,
-    /// The controller of an adaptive policy.
-    pub(super) adaptive: Option<Arc<Backpressure<C>>>,
+    pub(super) engine: Engine<C>,
     pub(super) stats: Arc<PolicyStats>,
     pub(super) throttled: Arc<ThrottledKeys>,
 }
@@ -40,28 +48,57 @@ impl<C: Clock + Clone> PolicyState<C> {
         if !self.config.applies_to(kind) {
             return None;
         }
-        match self.kinds.get(kind) {
-            None => Some(self.default.as_ref()),
+        let Engine::Keyed { default, kinds } = &self.engine else {
+            return Some(None);
+        };
+        match kinds.get(kind) {
+            None => Some(Some(default)),
             Some(KindBuckets::Unlimited) => Some(None),
             Some(KindBuckets::Own(limiter)) => Some(Some(limiter)),
         }
     }
 
+    /// The adaptive controller, if that is the engine.
+    #[inline]
+    pub(super) fn adaptive(&self) -> Option<&Arc<Backpressure<C>>> {
+        match &self.engine {
+            Engine::Adaptive(controller) => Some(controller),
+            Engine::Keyed { .. } => None,
+        }
+    }
+
+    /// The default buckets, if the engine keeps buckets per key.
+    pub(super) fn default_buckets(&self) -> Option<&Arc<KeyedLimiter<C>>> {
+        match &self.engine {
+            Engine::Keyed { default, .. } => Some(default),
+            Engine::Adaptive(_) => None,
+        }
+    }
+
+    /// Every keyed limiter: the default and each kind's own.
+    pub(super) fn keyed_limiters(&self) -> impl Iterator<Item = &Arc<KeyedLimiter<C>>> {
+        let (default, kinds) = match &self.engine {
+            Engine::Keyed { default, kinds } => (Some(default), Some(kinds)),
+            Engine::Adaptive(_) => (None, None),
+        };
+        let own = kinds.into_iter().flat_map(|kinds| {
+            kinds.values().filter_map(|buckets| match buckets {
+                KindBuckets::Own(limiter) => Some(limiter),
+                KindBuckets::Unlimited => None,
+            })
+        });
+        default.into_iter().chain(own)
+    }
+
     pub(super) fn counters(&self) -> StoreCounters {
-        let mut total = self
-            .default
-            .as_ref()
-            .map(|d| d.counters())
-            .unwrap_or_default();
-        for buckets in self.kinds.values() {
-            if let KindBuckets::Own(limiter) = buckets {
-                let c = limiter.counters();
+        self.keyed_limiters()
+            .map(|limiter| limiter.counters())
+            .fold(StoreCounters::default(), |mut total, c| {
                 total.keys += c.keys;
                 total.evictions += c.evictions;
                 total.overflow_hits += c.overflow_hits;
-            }
-        }
-        total
+                total
+            })
     }
 }
 
@@ -75,30 +112,31 @@ pub(super) fn build_state<C: Clock + Clone>(
     stats: Arc<PolicyStats>,
     throttled: Arc<ThrottledKeys>,
 ) -> Result<PolicyState<C>, PolicyError> {
-    if let LimiterSpec::Adaptive(adaptive) = config.limiter()? {
-        // In a policy the controller is on; monitor mode makes it a dry run.
-        let settings = crate::backpressure::AdaptiveConfig {
-            enabled: true,
-            dry_run: adaptive.dry_run || config.mode == config::Mode::Monitor,
-            ..adaptive.clone()
-        };
-        let invalid = |e| PolicyError::from_adaptive(&config.name, e);
-        let controller = match old.and_then(|s| s.adaptive.as_ref()) {
-            Some(existing) => {
-                existing.reconfigure(settings).map_err(invalid)?;
-                Arc::clone(existing)
-            }
-            None => Arc::new(Backpressure::new(settings, clock.clone()).map_err(invalid)?),
-        };
-        return Ok(PolicyState {
-            config: config.clone(),
-            default: None,
-            kinds: HashMap::new(),
-            adaptive: Some(controller),
-            stats,
-            throttled,
-        });
-    }
+    let spec = match &config.limiter {
+        Limiter::Keyed(spec) => spec,
+        Limiter::Adaptive(adaptive) => {
+            // In a policy the controller is on; monitor mode makes it a dry run.
+            let settings = crate::backpressure::AdaptiveConfig {
+                enabled: true,
+                dry_run: adaptive.dry_run || config.mode == config::Mode::Monitor,
+                ..adaptive.clone()
+            };
+            let invalid = |e| PolicyError::from_adaptive(&config.name, e);
+            let controller = match old.and_then(|s| s.adaptive()) {
+                Some(existing) => {
+                    existing.reconfigure(settings).map_err(invalid)?;
+                    Arc::clone(existing)
+                }
+                None => Arc::new(Backpressure::new(settings, clock.clone()).map_err(invalid)?),
+            };
+            return Ok(PolicyState {
+                config: config.clone(),
+                engine: Engine::Adaptive(controller),
+                stats,
+                throttled,
+            });
+        }
+    };
     let reuse = |existing: Option<&Arc<KeyedLimiter<C>>>, shape: Shape| {
         if let Some(limiter) = existing {
             if limiter.reshape(shape) {
@@ -114,11 +152,14 @@ pub(super) fn build_state<C: Clock + Clone>(
         ))
     };
     let default = reuse(
-        old.and_then(|s| s.default.as_ref()),
+        old.and_then(|s| s.default_buckets()),
         config.default_shape(cores)?,
     );
+    let old_kinds = match old.map(|s| &s.engine) {
+        Some(Engine::Keyed { kinds, .. }) => Some(kinds),
+        _ => None,
+    };
     let mut kinds = HashMap::new();
-    let spec = config.limiter()?;
     for kind in spec.overrides().keys() {
         match config.kind_limit(kind, cores)? {
             None | Some(KindLimit::Default) => {}
@@ -126,7 +167,7 @@ pub(super) fn build_state<C: Clock + Clone>(
                 kinds.insert(kind.clone(), KindBuckets::Unlimited);
             }
             Some(KindLimit::Own(shape)) => {
-                let existing = old.and_then(|s| match s.kinds.get(kind) {
+                let existing = old_kinds.and_then(|k| match k.get(kind) {
                     Some(KindBuckets::Own(limiter)) => Some(limiter),
                     _ => None,
                 });
@@ -136,9 +177,7 @@ pub(super) fn build_state<C: Clock + Clone>(
     }
     Ok(PolicyState {
         config: config.clone(),
-        default: Some(default),
-        kinds,
-        adaptive: None,
+        engine: Engine::Keyed { default, kinds },
         stats,
         throttled,
     })
