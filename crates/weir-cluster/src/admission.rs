@@ -102,14 +102,83 @@ impl ClusterAdmission {
 pub struct ClusterRefusal {
     /// The bucket.
     pub bucket: String,
-    /// "reached its per-node limit of N", "reached its shared limit of M", both, or "could not
-    /// check its shared limit of M".
-    pub reason: String,
-    /// Whether the limits were reached (rather than the shared one could not be checked).
-    pub full: bool,
+    /// Why, typed; its text is the sentence a 429 carries.
+    pub reason: RefusalReason,
     /// When the request could succeed, if that is known (the owner is settling into the
     /// bucket and said when it will grant).
     pub retry_after: Option<Duration>,
+}
+
+/// Why the two tiers refused a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefusalReason {
+    /// The limits were reached: the node tier's (if it has one) and the shared pool's.
+    Full {
+        /// The per-node limit (0: no node tier).
+        node_limit: u64,
+        /// The shared limit (0: no shared pool).
+        shared_limit: u64,
+    },
+    /// The shared limit could not be checked, and the policy refuses then (`closed`).
+    Unchecked {
+        /// The shared limit.
+        shared_limit: u64,
+        /// What the owner answered, if it answered (it is settling into the bucket, or does
+        /// not hear from a majority).
+        owner_said: Option<String>,
+    },
+    /// The shared limit could not be checked, and this node's share of it (`local_share`) is
+    /// in use.
+    ShareInUse {
+        /// The shared limit.
+        shared_limit: u64,
+        /// This node's share of it.
+        share: u64,
+    },
+}
+
+impl RefusalReason {
+    /// Whether the limits were reached (rather than the shared one could not be checked).
+    pub fn is_full(&self) -> bool {
+        matches!(self, RefusalReason::Full { .. })
+    }
+}
+
+impl std::fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            RefusalReason::Full {
+                node_limit: n,
+                shared_limit: m,
+            } => match (n > 0, m > 0) {
+                (true, true) => {
+                    write!(
+                        f,
+                        "reached its per-node limit of {n} and its shared limit of {m}"
+                    )
+                }
+                (true, false) => write!(f, "reached its per-node limit of {n}"),
+                (false, _) => write!(f, "reached its shared limit of {m}"),
+            },
+            RefusalReason::Unchecked {
+                shared_limit,
+                ref owner_said,
+            } => {
+                write!(f, "could not check its shared limit of {shared_limit}")?;
+                match owner_said {
+                    Some(said) => write!(f, ": {said}"),
+                    None => Ok(()),
+                }
+            }
+            RefusalReason::ShareInUse {
+                shared_limit,
+                share,
+            } => write!(
+                f,
+                "could not check its shared limit of {shared_limit}, and this node's share of it ({share}) is in use"
+            ),
+        }
+    }
 }
 
 /// A shared lease this coordinator holds: where it lives now.
@@ -217,23 +286,18 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         }
     }
 
-    fn refusal(&self, bucket: &str, reason: String, full: bool) -> ClusterRefusal {
+    fn refusal(&self, bucket: &str, reason: RefusalReason) -> ClusterRefusal {
         ClusterRefusal {
             bucket: bucket.to_owned(),
             reason,
-            full,
             retry_after: None,
         }
     }
 
-    fn full_reason(&self) -> String {
-        let (n, m) = (self.config.node_limit, self.config.shared_limit);
-        match (n > 0, m > 0) {
-            (true, true) => {
-                format!("reached its per-node limit of {n} and its shared limit of {m}")
-            }
-            (true, false) => format!("reached its per-node limit of {n}"),
-            (false, _) => format!("reached its shared limit of {m}"),
+    fn full(&self) -> RefusalReason {
+        RefusalReason::Full {
+            node_limit: self.config.node_limit,
+            shared_limit: self.config.shared_limit,
         }
     }
 
@@ -248,7 +312,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             }
         }
         if self.config.shared_limit == 0 {
-            return Err(self.refusal(bucket, self.full_reason(), true));
+            return Err(self.refusal(bucket, self.full()));
         }
         // A grant that comes back after the ring moved the bucket is returned and asked for
         // again of the new owner: the handoff of that change may already have run without it,
@@ -291,7 +355,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         hold: Holding::Lease(handle),
                     });
                 }
-                Ok(Grant::Full) => return Err(self.refusal(bucket, self.full_reason(), true)),
+                Ok(Grant::Full) => return Err(self.refusal(bucket, self.full())),
                 Err(error @ TransportError::Settling { wait, .. }) => {
                     return self.fenced_out(bucket, &error, Some(wait));
                 }
@@ -356,11 +420,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             retry_after: wait.map(Duration::from_nanos),
             ..self.refusal(
                 bucket,
-                format!(
-                    "could not check its shared limit of {}: {error}",
-                    self.config.shared_limit
-                ),
-                false,
+                RefusalReason::Unchecked {
+                    shared_limit: self.config.shared_limit,
+                    owner_said: Some(error.to_string()),
+                },
             )
         })
     }
@@ -383,8 +446,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             }
             OnUnavailable::Closed => Err(self.refusal(
                 bucket,
-                format!("could not check its shared limit of {m}"),
-                false,
+                RefusalReason::Unchecked {
+                    shared_limit: m,
+                    owner_said: None,
+                },
             )),
             OnUnavailable::LocalShare => {
                 let share = ceil_div(m, members as u64);
@@ -403,10 +468,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     }
                     Err(_) => Err(self.refusal(
                         bucket,
-                        format!(
-                            "could not check its shared limit of {m}, and this node's share of it ({share}) is in use"
-                        ),
-                        false,
+                        RefusalReason::ShareInUse {
+                            shared_limit: m,
+                            share,
+                        },
                     )),
                 }
             }

@@ -107,7 +107,7 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
     assert_eq!(n2_pool.in_use(&bucket, 0), 2, "granted on n2, over gRPC");
     let refused = n1.acquire(&bucket).await.unwrap_err();
     assert_eq!(
-        refused.reason,
+        refused.reason.to_string(),
         "reached its per-node limit of 1 and its shared limit of 2"
     );
     n1.release(first).await;

@@ -241,14 +241,17 @@ fn a_partition_fails_open_or_closed_and_the_ceiling_returns_after_the_repair() {
         let mut held = fill(&open).await;
         assert_eq!(held.len(), SHARED_LIMIT as usize);
         let refused = open.acquire(BUCKET).await.unwrap_err();
-        assert_eq!(refused.reason, "reached its shared limit of 4");
+        assert_eq!(refused.reason.to_string(), "reached its shared limit of 4");
 
         turmoil::partition("c1", owner);
         let failed_open = open.acquire(BUCKET).await.expect("fails open");
         assert_eq!(failed_open.tier, Tier::FailOpen);
         assert_eq!(open.counters.fail_open.load(Ordering::Relaxed), 1);
         let refused = closed.acquire(BUCKET).await.unwrap_err();
-        assert_eq!(refused.reason, "could not check its shared limit of 4");
+        assert_eq!(
+            refused.reason.to_string(),
+            "could not check its shared limit of 4"
+        );
 
         turmoil::repair("c1", owner);
         // The partition broke the connection; until the channel has reconnected, calls still
@@ -267,7 +270,7 @@ fn a_partition_fails_open_or_closed_and_the_ceiling_returns_after_the_repair() {
             }
         }
         let refused = answered.expect("the owner answers again after the repair");
-        assert_eq!(refused.reason, "reached its shared limit of 4");
+        assert_eq!(refused.reason.to_string(), "reached its shared limit of 4");
         open.release(held.pop().unwrap()).await;
         // The release is on its way; the next acquire takes the freed lease once it landed.
         let mut again = open.acquire(BUCKET).await;
@@ -456,7 +459,10 @@ fn a_stopped_owner_neither_has_its_permits_regranted_nor_grants_after_it_resumes
         c1.rehome().await;
         let refused = c1.acquire(BUCKET).await.unwrap_err();
         assert!(
-            refused.reason.contains("took it over too recently"),
+            refused
+                .reason
+                .to_string()
+                .contains("took it over too recently"),
             "{}",
             refused.reason
         );
@@ -476,7 +482,10 @@ fn a_stopped_owner_neither_has_its_permits_regranted_nor_grants_after_it_resumes
         turmoil::release("c1", stopped_id);
         let refused = own.acquire(BUCKET).await.unwrap_err();
         assert!(
-            refused.reason.contains("took it over too recently"),
+            refused
+                .reason
+                .to_string()
+                .contains("took it over too recently"),
             "the resumed owner granted over the new owner's {} leases: {}",
             c1_held.len(),
             refused.reason

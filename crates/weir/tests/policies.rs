@@ -168,7 +168,7 @@ fn validation_names_the_policy_and_the_field() {
         1,
     )
     .unwrap_err();
-    let messages: Vec<_> = problems.iter().map(|p| p.to_string()).collect();
+    let messages: Vec<_> = problems.problems.iter().map(|p| p.to_string()).collect();
     assert_eq!(messages.len(), 2, "{messages:?}");
     assert!(messages[0].starts_with("policy `a`: `strict.qps`"));
     assert_eq!(

@@ -6,6 +6,7 @@ use std::time::Duration;
 use weir::Clock;
 use weir::SystemClock;
 use weir::policy::{Policy, RejectReason, Rejection, Request};
+use weir_cluster::admission::RefusalReason;
 
 use super::{App, MAX_KEY_BYTES};
 use crate::error::ApiError;
@@ -161,14 +162,14 @@ impl App {
                 }
             }
             Err(refusal) => {
-                // The coordinator is shared-only; a full bucket here is full on both tiers.
-                let reason = if concurrency.node_limit > 0 && refusal.full {
-                    format!(
-                        "reached its per-node limit of {} and its shared limit of {}",
-                        concurrency.node_limit, concurrency.shared_limit
-                    )
-                } else {
-                    refusal.reason.clone()
+                // The coordinator is shared-only (the policy's own keyed limiter is the node
+                // tier, and it was full too): a full bucket here is full on both tiers.
+                let reason = match refusal.reason {
+                    RefusalReason::Full { shared_limit, .. } => RefusalReason::Full {
+                        node_limit: concurrency.node_limit,
+                        shared_limit,
+                    },
+                    other => other,
                 };
                 AcquireOutcome::Refused {
                     retry_after: refusal.retry_after,

@@ -108,8 +108,8 @@ impl App {
             );
         }
         let configs = overlay.apply(settings.policies);
-        let policies = PolicySet::new(configs, SystemClock::new()).map_err(|problems| {
-            let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
+        let policies = PolicySet::new(configs, SystemClock::new()).map_err(|error| {
+            let list: Vec<String> = error.problems.iter().map(|p| format!("  - {p}")).collect();
             anyhow::anyhow!(
                 "the policies (config file and data dir together) are not valid:\n{}",
                 list.join("\n")

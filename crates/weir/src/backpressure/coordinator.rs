@@ -84,6 +84,7 @@ impl Coordinator {
         false
     }
 
+    #[cfg(test)]
     /// Upgrades not yet undone.
     pub fn pending(&self) -> u32 {
         self.pending

@@ -34,6 +34,7 @@ pub struct HotKey {
 }
 
 impl HotKey {
+    #[cfg(test)]
     /// A hot key.
     pub fn new(rpc: &str, key: &str, qps: f64) -> Self {
         HotKey {
@@ -162,14 +163,10 @@ impl StateMachine {
         self.history.len()
     }
 
+    #[cfg(test)]
     /// The limit on `rpc`/`key`, if any.
     pub fn limit(&self, rpc: &str, key: &str) -> Option<f64> {
         self.limits.get(&(rpc.to_owned(), key.to_owned())).copied()
-    }
-
-    /// Every limited key with its limit.
-    pub fn limits(&self) -> impl Iterator<Item = (&Target, f64)> {
-        self.limits.iter().map(|(t, &q)| (t, q))
     }
 }
 

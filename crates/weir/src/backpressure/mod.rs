@@ -14,19 +14,22 @@
 //! before_call ◀──────────────────────────────────────── Throttler (strict limiter per key)
 //! ```
 //!
-//! - [`registry::QpsRegistry`]: per (RPC type, key) rate over a window;
-//! - [`machine::StateMachine`]: no time, no I/O — tighten the snapshot, undo a level;
-//! - [`coordinator::Coordinator`]: ticks — whether to upgrade now, whether to downgrade now;
-//! - [`throttler::Throttler`]: a strict limiter per limited key.
+//! - `QpsRegistry` (`registry.rs`): per (RPC type, key) rate over a window;
+//! - `StateMachine` (`machine.rs`): no time, no I/O — tighten the snapshot, undo a level;
+//! - `Coordinator` (`coordinator.rs`): ticks — whether to upgrade now, whether to downgrade now;
+//! - `Throttler` (`throttler.rs`): a strict limiter per limited key.
+//!
+//! The four are internal: their contracts are tested in their files and through
+//! [`Backpressure`], and may change without notice.
 //!
 //! [`host::HostLimiter`] is the other half of client-side protection: a token bucket per RPC
 //! type.
 
-pub mod coordinator;
+mod coordinator;
 pub mod host;
-pub mod machine;
-pub mod registry;
-pub mod throttler;
+mod machine;
+mod registry;
+mod throttler;
 mod waits;
 
 use std::collections::BTreeMap;

@@ -215,11 +215,13 @@ impl QpsRegistry {
         sorted.into_keys().cloned().collect()
     }
 
+    #[cfg(test)]
     /// Keys tracked, over every RPC type.
     pub fn keys(&self) -> u64 {
         self.rpcs.load().values().map(|s| s.counters().keys).sum()
     }
 
+    #[cfg(test)]
     /// Drops keys with no call in the window; returns how many.
     pub fn sweep(&self, now: Nanos) -> usize {
         self.rpcs.load().values().map(|s| s.sweep(now)).sum()

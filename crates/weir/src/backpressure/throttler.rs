@@ -138,6 +138,7 @@ impl<C: Clock + Clone> Throttler<C> {
         rows
     }
 
+    #[cfg(test)]
     /// Limited keys of `rpc`.
     pub fn count_for(&self, rpc: &str) -> usize {
         self.read().get(rpc).map_or(0, |keys| keys.len())

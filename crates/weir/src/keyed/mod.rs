@@ -4,7 +4,7 @@
 //! table. Every bucket has the same *shape* (rate and capacity, or qps, or limit); per key only
 //! the state is kept — one `u64` for a rate limiter (the GCRA theoretical arrival time, or the
 //! strict limiter's next slot), a [`Concurrency`] for an in-flight limit. The map behind it
-//! ([`store`]) bounds memory by `max_keys` and drops idle buckets itself.
+//! (`store.rs`) bounds memory by `max_keys` and drops idle buckets itself.
 //!
 //! Changing the shape keeps every bucket's state: a rate change keeps each bucket's fill, a limit
 //! change keeps what is in flight. Changing the *kind* of limiter is not a reshape: the policy
@@ -12,7 +12,7 @@
 
 #[cfg(feature = "tokio")]
 mod lines;
-pub mod store;
+pub(crate) mod store;
 
 use std::fmt::Debug;
 use std::sync::Arc;

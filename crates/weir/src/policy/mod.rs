@@ -68,7 +68,7 @@ pub use config::{
     ConcurrencySpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
     OnUnavailable, PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
 };
-pub use set::{Admissions, PolicySet};
+pub use set::{Admissions, PolicySet, PolicySetError};
 use stats::{PolicyStats, StatsSnapshot};
 use throttled::ThrottledKeys;
 

@@ -60,6 +60,25 @@ impl<C: Clock + Clone> Admissions<C> {
     }
 }
 
+/// Why a set of policies was refused: every problem of every policy, duplicate names included.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicySetError {
+    /// The problems, each naming its policy and field.
+    pub problems: Vec<PolicyError>,
+}
+
+impl std::fmt::Display for PolicySetError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} problem(s) with the policies", self.problems.len())?;
+        for problem in &self.problems {
+            write!(f, "\n  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for PolicySetError {}
+
 /// A service's named policies. Reads take no lock; changes are swapped in whole.
 pub struct PolicySet<C: Clock + Clone> {
     policies: ArcSwap<BTreeMap<String, Arc<Policy<C>>>>,
@@ -77,7 +96,7 @@ impl<C: Clock + Clone> std::fmt::Debug for PolicySet<C> {
 impl<C: Clock + Clone> PolicySet<C> {
     /// A set of `configs`. Every config is checked, and all problems are reported at once
     /// (duplicate names too); nothing is built unless all are valid.
-    pub fn new(configs: Vec<PolicyConfig>, clock: C) -> Result<Self, Vec<PolicyError>> {
+    pub fn new(configs: Vec<PolicyConfig>, clock: C) -> Result<Self, PolicySetError> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         PolicySet::with_cores(configs, clock, cores)
     }
@@ -87,7 +106,7 @@ impl<C: Clock + Clone> PolicySet<C> {
         configs: Vec<PolicyConfig>,
         clock: C,
         cores: usize,
-    ) -> Result<Self, Vec<PolicyError>> {
+    ) -> Result<Self, PolicySetError> {
         let mut problems: Vec<PolicyError> = configs.iter().flat_map(|c| c.problems()).collect();
         let mut seen = BTreeMap::new();
         for config in &configs {
@@ -100,12 +119,13 @@ impl<C: Clock + Clone> PolicySet<C> {
             }
         }
         if !problems.is_empty() {
-            return Err(problems);
+            return Err(PolicySetError { problems });
         }
         let mut policies = BTreeMap::new();
         for config in configs {
             let name = config.name.clone();
-            let policy = Policy::with_cores(config, clock.clone(), cores).map_err(|e| vec![e])?;
+            let policy = Policy::with_cores(config, clock.clone(), cores)
+                .map_err(|e| PolicySetError { problems: vec![e] })?;
             policies.insert(name, Arc::new(policy));
         }
         Ok(PolicySet {
