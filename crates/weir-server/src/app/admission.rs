@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use weir::Clock;
-use weir::SystemClock;
 use weir::policy::{Policy, RejectReason, Rejection, Request};
+use weir::{Clock, SystemClock};
 use weir_cluster::admission::RefusalReason;
 
 use super::{App, MAX_KEY_BYTES};

@@ -109,10 +109,8 @@ impl App {
         }
         let configs = overlay.apply(settings.policies);
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|error| {
-            let list: Vec<String> = error.problems.iter().map(|p| format!("  - {p}")).collect();
             anyhow::anyhow!(
-                "the policies (config file and data dir together) are not valid:\n{}",
-                list.join("\n")
+                "the policies (config file and data dir together) are not valid: {error}"
             )
         })?;
         let policies = Arc::new(policies);

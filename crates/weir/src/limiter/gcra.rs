@@ -196,19 +196,24 @@ pub(crate) trait Tat {
         self.update(|tat, params| take(tat, params, cost, now).map(|next| (next, ())))
     }
 
+    /// [`update`](Tat::update) for a step that cannot fail.
+    #[inline]
+    fn apply<R>(&self, mut step: impl FnMut(Nanos, Params) -> (Nanos, R)) -> R {
+        match self.update(|tat, params| Ok::<_, std::convert::Infallible>(step(tat, params))) {
+            Ok(out) => out,
+            Err(never) => match never {},
+        }
+    }
+
     /// Takes `cost` tokens unconditionally, going into debt if needed, and says when the
     /// request may run. Reservations are served in the order they are taken, and a request
     /// larger than the capacity is fine: it drains the full bucket and waits for the rest.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // only waiting acquires reserve
     fn reserve(&self, cost: u64, now: Nanos) -> Reservation {
-        let booked = self.update(|tat, params| {
+        self.apply(|tat, params| {
             let (next, ready) = book(tat, params, cost, now);
-            Ok::<_, std::convert::Infallible>((next, Reservation { ready, taken: cost }))
-        });
-        match booked {
-            Ok(reservation) => reservation,
-            Err(never) => match never {},
-        }
+            (next, Reservation { ready, taken: cost })
+        })
     }
 
     /// Returns the `tokens` a cancelled reservation (or a rolled-back admission) took, in the
@@ -218,11 +223,11 @@ pub(crate) trait Tat {
     /// tokens that would have overflowed a full bucket stay lost, and everything that accrued
     /// since is kept.
     fn give_back(&self, tokens: u64) {
-        let _ = self.update(|tat, params| {
-            Ok::<_, std::convert::Infallible>((
+        self.apply(|tat, params| {
+            (
                 tat.saturating_sub(tokens.saturating_mul(params.interval)),
                 (),
-            ))
+            )
         });
     }
 
