@@ -4,17 +4,20 @@
 //! every request (limits far above the loop's rate) and see the keys in the same order: a
 //! shuffled cycle over the key set, so large key sets miss the caches as they would in a
 //! server. governor's keyed limiter is its dashmap store with the standard library's SipHash,
-//! the same hasher Weir uses. A last group runs the same decision through a whole `Policy`.
+//! the same hasher Weir uses. Each side also runs on its coarse clock (Weir's `CoarseClock`,
+//! governor's `QuantaUpkeepClock`, both refreshed every millisecond), where a decision reads the
+//! time from memory. A last group runs the same decision through a whole `Policy`.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter};
-use weir::SystemClock;
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
 use weir::policy::{Policy, PolicyConfig, Request};
+use weir::{Clock, CoarseClock, SystemClock};
 
 /// Keys like a tenant id, in a fixed pseudo-random order.
 fn keys(count: usize) -> Vec<String> {
@@ -30,33 +33,46 @@ fn keys(count: usize) -> Vec<String> {
     keys
 }
 
+/// One keyed Weir limiter over `keys` on `clock`, measured as `name`.
+fn bench_weir<C: Clock>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    name: &str,
+    keys: &[String],
+    clock: C,
+) {
+    let weir = KeyedLimiter::new(
+        Shape::Gcra {
+            interval: 1,
+            capacity: 1_000_000_000,
+            initial: 1_000_000_000,
+            fair: false,
+        },
+        keys.len().max(1),
+        Overflow::Shared,
+        clock,
+    );
+    for key in keys {
+        let _ = weir.try_acquire(key, 1);
+    }
+    let mut i = 0;
+    group.bench_function(BenchmarkId::new(name, keys.len()), |b| {
+        b.iter(|| {
+            i = if i + 1 == keys.len() { 0 } else { i + 1 };
+            black_box(weir.try_acquire(black_box(&keys[i]), 1).is_ok())
+        })
+    });
+}
+
 fn keyed(c: &mut Criterion) {
+    let coarse = CoarseClock::new(CoarseClock::DEFAULT_INTERVAL).expect("a clock thread");
+    let upkeep =
+        QuantaUpkeepClock::from_interval(Duration::from_millis(1)).expect("an upkeep thread");
     let mut group = c.benchmark_group("keyed_try_acquire");
     for count in [1usize, 1_000, 1_000_000] {
         let keys = keys(count);
 
-        let weir = KeyedLimiter::new(
-            Shape::Gcra {
-                interval: 1,
-                capacity: 1_000_000_000,
-                initial: 1_000_000_000,
-                fair: false,
-            },
-            count.max(1),
-            Overflow::Shared,
-            SystemClock::new(),
-        );
-        for key in &keys {
-            let _ = weir.try_acquire(key, 1);
-        }
-        let mut i = 0;
-        group.bench_function(BenchmarkId::new("weir", count), |b| {
-            b.iter(|| {
-                i = if i + 1 == keys.len() { 0 } else { i + 1 };
-                black_box(weir.try_acquire(black_box(&keys[i]), 1).is_ok())
-            })
-        });
-        drop(weir);
+        bench_weir(&mut group, "weir", &keys, SystemClock::new());
+        bench_weir(&mut group, "weir_coarse", &keys, coarse.clone());
 
         let max = NonZeroU32::MAX;
         let governor = RateLimiter::dashmap(Quota::per_second(max).allow_burst(max));
@@ -65,6 +81,22 @@ fn keyed(c: &mut Criterion) {
         }
         let mut i = 0;
         group.bench_function(BenchmarkId::new("governor_dashmap", count), |b| {
+            b.iter(|| {
+                i = if i + 1 == keys.len() { 0 } else { i + 1 };
+                black_box(governor.check_key(black_box(&keys[i])).is_ok())
+            })
+        });
+        drop(governor);
+
+        let governor = RateLimiter::dashmap_with_clock(
+            Quota::per_second(max).allow_burst(max),
+            upkeep.clone(),
+        );
+        for key in &keys {
+            let _ = governor.check_key(key);
+        }
+        let mut i = 0;
+        group.bench_function(BenchmarkId::new("governor_dashmap_upkeep", count), |b| {
             b.iter(|| {
                 i = if i + 1 == keys.len() { 0 } else { i + 1 };
                 black_box(governor.check_key(black_box(&keys[i])).is_ok())

@@ -5,7 +5,9 @@
 //!
 //! - `clock`: what one time reading costs (`SystemClock`, `std::time::Instant`, `quanta`);
 //! - `try_acquire`: one uncontended decision — Weir's token and leaky buckets against
-//!   governor's direct limiter and the leaky-bucket crate;
+//!   governor's direct limiter and the leaky-bucket crate; then Weir's limiters on
+//!   `CoarseClock` beside governor on its `QuantaUpkeepClock` (both refreshed every
+//!   millisecond), where the time is read from memory;
 //! - `concurrency`: acquire + release of one permit against tokio's `Semaphore`.
 //!
 //! Scaling across threads is measured by the `scaling` bench, fairness under contention by
@@ -16,10 +18,11 @@ use std::num::NonZeroU32;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter};
 use weir::{
-    Clock, Concurrency, LeakyBucket, LeakyBucketConfig, Strict, StrictConfig, SystemClock,
-    TokenBucket, TokenBucketConfig,
+    Clock, CoarseClock, Concurrency, LeakyBucket, LeakyBucketConfig, Strict, StrictConfig,
+    SystemClock, TokenBucket, TokenBucketConfig,
 };
 
 /// A rate no loop on this machine reaches, so every decision admits.
@@ -29,6 +32,8 @@ fn clock(c: &mut Criterion) {
     let mut group = c.benchmark_group("clock");
     let system = SystemClock::new();
     group.bench_function("weir_system_clock", |b| b.iter(|| black_box(system.now())));
+    let coarse = CoarseClock::new(CoarseClock::DEFAULT_INTERVAL).expect("a clock thread");
+    group.bench_function("weir_coarse_clock", |b| b.iter(|| black_box(coarse.now())));
     group.bench_function("std_instant_now", |b| b.iter(|| black_box(Instant::now())));
     let quanta = quanta::Clock::new();
     group.bench_function("quanta_now", |b| b.iter(|| black_box(quanta.now())));
@@ -92,6 +97,67 @@ fn try_acquire(c: &mut Criterion) {
     group.finish();
 }
 
+/// The same decisions on a clock read from memory: Weir's `CoarseClock` and governor's
+/// `QuantaUpkeepClock`, both refreshed every millisecond.
+fn try_acquire_coarse(c: &mut Criterion) {
+    let mut group = c.benchmark_group("try_acquire_coarse");
+    let clock = CoarseClock::new(CoarseClock::DEFAULT_INTERVAL).expect("a clock thread");
+
+    let token = TokenBucket::with_clock(
+        TokenBucketConfig {
+            rate: f64::from(UNREACHABLE_RATE),
+            burst: u64::from(UNREACHABLE_RATE),
+        },
+        clock.clone(),
+    )
+    .unwrap();
+    group.bench_function("weir_token_bucket", |b| {
+        b.iter(|| black_box(token.try_acquire(black_box(1))))
+    });
+
+    for fair in [true, false] {
+        let leaky = LeakyBucket::with_clock(
+            LeakyBucketConfig {
+                initial: u64::from(UNREACHABLE_RATE),
+                refill_interval: Duration::from_secs(1),
+                refill_amount: u64::from(UNREACHABLE_RATE),
+                max: u64::from(UNREACHABLE_RATE),
+                fair,
+            },
+            clock.clone(),
+        )
+        .unwrap();
+        let name = if fair {
+            "weir_leaky_bucket_fair"
+        } else {
+            "weir_leaky_bucket_unfair"
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| black_box(leaky.try_acquire(black_box(1))))
+        });
+    }
+
+    let strict = Strict::with_clock(
+        StrictConfig {
+            qps: f64::from(UNREACHABLE_RATE),
+        },
+        clock,
+    )
+    .unwrap();
+    group.bench_function("weir_strict", |b| {
+        b.iter(|| black_box(strict.try_acquire(black_box(1))))
+    });
+
+    let max = NonZeroU32::new(UNREACHABLE_RATE).unwrap();
+    let upkeep =
+        QuantaUpkeepClock::from_interval(Duration::from_millis(1)).expect("an upkeep thread");
+    let governor = RateLimiter::direct_with_clock(Quota::per_second(max).allow_burst(max), upkeep);
+    group.bench_function("governor_direct_upkeep", |b| {
+        b.iter(|| black_box(governor.check()))
+    });
+    group.finish();
+}
+
 fn concurrency(c: &mut Criterion) {
     let mut group = c.benchmark_group("concurrency");
     let weir = Concurrency::new(1_000_000);
@@ -110,6 +176,6 @@ criterion_group! {
     config = Criterion::default()
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(2));
-    targets = clock, try_acquire, concurrency
+    targets = clock, try_acquire, try_acquire_coarse, concurrency
 }
 criterion_main!(benches);

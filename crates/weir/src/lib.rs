@@ -9,9 +9,11 @@
 //! - [`limiter`]: the four limiters — [`TokenBucket`], [`LeakyBucket`] (optionally fair),
 //!   [`Strict`] and [`Concurrency`];
 //! - [`clock`]: where they read the time from ([`SystemClock`], [`ManualClock`] for tests,
-//!   [`TokioClock`] for paused-time async tests).
+//!   [`TokioClock`] for paused-time async tests, [`CoarseClock`] where the clock read is too
+//!   dear).
 //!
-//! Nothing here opens a socket or starts a thread. Every rate limiter takes its time from a
+//! Nothing here opens a socket, and the only thread is the one a [`CoarseClock`] starts when
+//! asked for. Every rate limiter takes its time from a
 //! [`Clock`], so a test can drive it to the nanosecond. With the `tokio` feature (on by default)
 //! each limiter also has an async `acquire` that waits its turn.
 //!
@@ -40,7 +42,7 @@ pub mod policy;
 
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;
-pub use clock::{Clock, ManualClock, Nanos, SystemClock};
+pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use error::{ConfigError, Refused};
 pub use limiter::{
     Admitted, Concurrency, LeakyBucket, LeakyBucketConfig, OwnedPermit, Permit, Strict,

@@ -6,10 +6,16 @@
 //! - [`SystemClock`] — real monotonic time, the default;
 //! - [`TokioClock`] (feature `tokio`) — tokio's clock, which follows a *paused* runtime in tests
 //!   (`#[tokio::test(start_paused = true)]`), so async waiting can be tested exactly;
-//! - [`ManualClock`] — time that moves only when a test says so, for synchronous tests.
+//! - [`ManualClock`] — time that moves only when a test says so, for synchronous tests;
+//! - [`CoarseClock`] — real time read from memory, refreshed by a background thread: a third of
+//!   a decision's cost, for a bounded loss of precision (see [`coarse`]).
 //!
 //! Timestamps are plain [`Nanos`]: nanoseconds since the clock's own origin. Only differences
 //! between two readings of the same clock mean anything.
+
+pub mod coarse;
+
+pub use coarse::CoarseClock;
 
 use std::sync::Arc;
 use std::sync::OnceLock;
