@@ -21,8 +21,8 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter};
 use weir::{
-    Clock, CoarseClock, Concurrency, LeakyBucket, LeakyBucketConfig, Strict, StrictConfig,
-    SystemClock, TokenBucket, TokenBucketConfig,
+    Clock, CoarseClock, Concurrency, ConcurrencyConfig, LeakyBucket, LeakyBucketConfig, Strict,
+    StrictConfig, SystemClock, TokenBucket, TokenBucketConfig,
 };
 
 /// A rate no loop on this machine reaches, so every decision admits.
@@ -160,7 +160,7 @@ fn try_acquire_coarse(c: &mut Criterion) {
 
 fn concurrency(c: &mut Criterion) {
     let mut group = c.benchmark_group("concurrency");
-    let weir = Concurrency::new(1_000_000);
+    let weir = Concurrency::new(ConcurrencyConfig { limit: 1_000_000 });
     group.bench_function("weir_acquire_release", |b| {
         b.iter(|| drop(black_box(weir.try_acquire(black_box(1)))))
     });

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use weir::{
-    Concurrency, LeakyBucket, LeakyBucketConfig, Strict, StrictConfig, TokenBucket,
-    TokenBucketConfig,
+    Concurrency, ConcurrencyConfig, LeakyBucket, LeakyBucketConfig, Strict, StrictConfig,
+    TokenBucket, TokenBucketConfig,
 };
 
 fn ms(since: Instant) -> u128 {
@@ -89,7 +89,7 @@ async fn strict() {
 
 async fn concurrency() {
     println!("\n4. Concurrency {{ limit: 2 }} — five jobs of 300 ms each, two at a time");
-    let limiter = Arc::new(Concurrency::new(2));
+    let limiter = Arc::new(Concurrency::new(ConcurrencyConfig { limit: 2 }));
     let start = Instant::now();
     let tasks: Vec<_> = (1..=5)
         .map(|job| {

@@ -17,11 +17,16 @@
 //! [`Clock`], so a test can drive it to the nanosecond. With the `tokio` feature (on by default)
 //! each limiter also has an async `acquire` that waits its turn.
 //!
+//! Every limiter is built and changed the same way: `new(config)` (on the system clock) or
+//! `with_clock(config, clock)`, and `reconfigure(config)` while in use, keeping its state. The
+//! same config types give a [`KeyedLimiter`](keyed::KeyedLimiter) its per-key shape
+//! (`Shape::try_from(config)`).
+//!
 //! ```
-//! use weir::{Concurrency, TokenBucket, TokenBucketConfig};
+//! use weir::{Concurrency, ConcurrencyConfig, TokenBucket, TokenBucketConfig};
 //!
 //! let per_host = TokenBucket::new(TokenBucketConfig { rate: 100.0, burst: 100 })?;
-//! let in_flight = Concurrency::new(10);
+//! let in_flight = Concurrency::new(ConcurrencyConfig { limit: 10 });
 //! if per_host.try_acquire(1).is_ok() {
 //!     if let Ok(_permit) = in_flight.try_acquire(1) {
 //!         // ... call the backend; the permit is released when dropped ...
@@ -29,6 +34,8 @@
 //! }
 //! # Ok::<(), weir::ConfigError>(())
 //! ```
+
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod backpressure;
 pub mod clock;
@@ -45,6 +52,6 @@ pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use error::{ConfigError, Refused};
 pub use limiter::{
-    Admitted, Concurrency, LeakyBucket, LeakyBucketConfig, OwnedPermit, Permit, Strict,
-    StrictConfig, TokenBucket, TokenBucketConfig,
+    Admitted, Concurrency, ConcurrencyConfig, LeakyBucket, LeakyBucketConfig, OwnedPermit, Permit,
+    Strict, StrictConfig, TokenBucket, TokenBucketConfig,
 };

@@ -18,8 +18,8 @@ use std::time::Duration;
 use proptest::prelude::*;
 use weir::keyed::{KeyedLimiter, KeyedRefusal, Overflow, Shape};
 use weir::{
-    Clock, Concurrency, LeakyBucket, LeakyBucketConfig, ManualClock, Refused, Strict, StrictConfig,
-    TokenBucket, TokenBucketConfig,
+    Clock, Concurrency, ConcurrencyConfig, LeakyBucket, LeakyBucketConfig, ManualClock, Refused,
+    Strict, StrictConfig, TokenBucket, TokenBucketConfig,
 };
 
 /// The textbook token bucket, in "nanoseconds of refill" so that it is exact.
@@ -248,7 +248,7 @@ proptest! {
     fn concurrency_never_exceeds_its_limit(
         ops in prop::collection::vec((0u8..3, 1u64..4, 0u64..8), 1..200),
     ) {
-        let limiter = Concurrency::new(4);
+        let limiter = Concurrency::new(ConcurrencyConfig { limit: 4 });
         let mut held = Vec::new();
         let mut model_in_flight = 0u64;
         let mut limit = 4u64;
@@ -274,7 +274,7 @@ proptest! {
                 }
                 _ => {
                     limit = arg;
-                    limiter.set_limit(limit);
+                    limiter.reconfigure(ConcurrencyConfig { limit });
                 }
             }
             prop_assert_eq!(limiter.in_flight(), model_in_flight);

@@ -7,8 +7,8 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use weir::{
-    Concurrency, LeakyBucket, LeakyBucketConfig, ManualClock, Refused, Strict, StrictConfig,
-    TokenBucket, TokenBucketConfig, TokioClock,
+    Concurrency, ConcurrencyConfig, LeakyBucket, LeakyBucketConfig, ManualClock, Refused, Strict,
+    StrictConfig, TokenBucket, TokenBucketConfig, TokioClock,
 };
 
 const MS: u64 = 1_000_000;
@@ -150,7 +150,7 @@ fn strict_10_qps_spaces_reservations_exactly() {
 
 #[test]
 fn concurrency_limit_2() {
-    let limiter = Concurrency::new(2);
+    let limiter = Concurrency::new(ConcurrencyConfig { limit: 2 });
     let a = limiter.try_acquire(1).unwrap();
     let _b = limiter.try_acquire(1).unwrap();
     assert_eq!(limiter.try_acquire(1).unwrap_err(), Refused::NoPermit);
@@ -164,7 +164,7 @@ fn concurrency_limit_2() {
 #[test]
 fn concurrency_64_threads_racing_on_limit_10_get_exactly_10() {
     for _round in 0..20 {
-        let limiter = Arc::new(Concurrency::new(10));
+        let limiter = Arc::new(Concurrency::new(ConcurrencyConfig { limit: 10 }));
         let start = Arc::new(Barrier::new(64));
         let held = Arc::new(Barrier::new(64));
         let threads: Vec<_> = (0..64)
@@ -322,7 +322,7 @@ async fn reconfiguring_keeps_waiters_and_serves_the_head_at_the_new_rate() {
 
 #[tokio::test(start_paused = true)]
 async fn concurrency_waiters_are_served_first_come_first_served() {
-    let limiter = Arc::new(Concurrency::new(1));
+    let limiter = Arc::new(Concurrency::new(ConcurrencyConfig { limit: 1 }));
     let held = limiter.try_acquire(1).unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let mut tasks = Vec::new();

@@ -115,7 +115,7 @@ impl HostLimitsConfig {
 type Buckets<C> = HashMap<String, Option<Arc<TokenBucket<C>>>>;
 
 /// One token bucket per RPC type; see the [module docs](self).
-pub struct HostLimiter<C: Clock + Clone> {
+pub struct HostLimiter<C: Clock + Clone = crate::clock::SystemClock> {
     config: Mutex<HostLimitsConfig>,
     enabled: AtomicBool,
     buckets: ArcSwap<Buckets<C>>,

@@ -218,7 +218,7 @@ struct Control {
 }
 
 /// The controller: busy signals in, per-key limits out. See the [module docs](self).
-pub struct Backpressure<C: Clock + Clone> {
+pub struct Backpressure<C: Clock + Clone = crate::clock::SystemClock> {
     config: Mutex<AdaptiveConfig>,
     enabled: AtomicBool,
     dry_run: AtomicBool,

@@ -95,7 +95,10 @@ impl<C: Clock + Clone> Throttler<C> {
         match keys.get(key) {
             Some(strict) => {
                 // The state machine never produces an invalid rate (it is floor-bounded).
-                let _ = strict.reconfigure(config, reset);
+                let _ = strict.reconfigure(config);
+                if reset {
+                    strict.forget_reservations();
+                }
             }
             None => {
                 if let Ok(strict) = Strict::with_clock(config, self.clock.clone()) {

@@ -14,8 +14,12 @@
 //! between two readings of the same clock mean anything.
 
 pub mod coarse;
+#[cfg(feature = "tokio")]
+mod tokio_clock;
 
 pub use coarse::CoarseClock;
+#[cfg(feature = "tokio")]
+pub use tokio_clock::TokioClock;
 
 use std::sync::Arc;
 use std::sync::OnceLock;
@@ -128,57 +132,6 @@ impl Clock for ManualClock {
     }
 }
 
-/// tokio's clock: real time normally, and frozen or auto-advancing under a paused runtime.
-///
-/// Use it when a test (or a program) waits with [`acquire`](crate::TokenBucket::acquire) under
-/// `tokio::time::pause()`: the limiter then computes its waits on the same timeline that tokio's
-/// sleeps run on. All `TokioClock`s in a process share one origin.
-#[cfg(feature = "tokio")]
-#[derive(Debug, Clone, Copy)]
-pub struct TokioClock {
-    origin: tokio::time::Instant,
-}
-
-#[cfg(feature = "tokio")]
-impl TokioClock {
-    /// A clock reading tokio's time.
-    pub fn new() -> Self {
-        TokioClock {
-            origin: tokio_origin(),
-        }
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl Default for TokioClock {
-    fn default() -> Self {
-        TokioClock::new()
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl Clock for TokioClock {
-    #[inline]
-    fn now(&self) -> Nanos {
-        duration_to_nanos(tokio::time::Instant::now().saturating_duration_since(self.origin))
-    }
-}
-
-/// One origin for every `TokioClock`, taken a little in the past.
-///
-/// Paused time is per runtime, so in a test process that runs several paused runtimes, each
-/// starts from whatever `Instant` tokio hands it; backdating the origin keeps every reading
-/// positive. Readings are only compared within one runtime.
-#[cfg(feature = "tokio")]
-fn tokio_origin() -> tokio::time::Instant {
-    static ORIGIN: OnceLock<std::time::Instant> = OnceLock::new();
-    let origin = *ORIGIN.get_or_init(|| {
-        let now = std::time::Instant::now();
-        now.checked_sub(Duration::from_secs(3600)).unwrap_or(now)
-    });
-    tokio::time::Instant::from_std(origin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -209,14 +162,5 @@ mod tests {
         let second = b.now();
         assert!(second >= first);
         assert!(a.now() >= second);
-    }
-
-    #[cfg(feature = "tokio")]
-    #[tokio::test(start_paused = true)]
-    async fn tokio_clock_follows_paused_time() {
-        let clock = TokioClock::new();
-        let before = clock.now();
-        tokio::time::advance(Duration::from_millis(250)).await;
-        assert_eq!(clock.now() - before, 250_000_000);
     }
 }

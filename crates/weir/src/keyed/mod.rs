@@ -13,6 +13,8 @@
 #[cfg(feature = "tokio")]
 mod lines;
 pub(crate) mod store;
+#[cfg(feature = "tokio")]
+mod waiting;
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -20,10 +22,11 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
-use crate::error::Refused;
+use crate::error::{ConfigError, Refused};
 use crate::limiter::gcra::{self, InShape, Params, Tat};
 use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
+use crate::limiter::{ConcurrencyConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
 use store::{Cell, Found, KeysExhausted, Store};
 pub use store::{Overflow, StoreCounters};
 
@@ -70,6 +73,57 @@ impl Shape {
             }),
             Shape::Strict { interval } => Kind::Rate(RateShape::Strict { interval }),
             Shape::Concurrency { limit } => Kind::Concurrency(Limit(limit)),
+        }
+    }
+}
+
+/// A token bucket per key: full at first, refilling at `rate` up to `burst`.
+impl TryFrom<TokenBucketConfig> for Shape {
+    type Error = ConfigError;
+
+    fn try_from(config: TokenBucketConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Shape::Gcra {
+            interval: config.params().interval,
+            capacity: config.burst,
+            initial: config.burst,
+            fair: false,
+        })
+    }
+}
+
+/// A leaky bucket per key, starting with `initial`.
+impl TryFrom<LeakyBucketConfig> for Shape {
+    type Error = ConfigError;
+
+    fn try_from(config: LeakyBucketConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Shape::Gcra {
+            interval: config.params().interval,
+            capacity: config.max,
+            initial: config.initial,
+            fair: config.fair,
+        })
+    }
+}
+
+/// A strict limiter per key.
+impl TryFrom<StrictConfig> for Shape {
+    type Error = ConfigError;
+
+    fn try_from(config: StrictConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Shape::Strict {
+            interval: config.interval(),
+        })
+    }
+}
+
+/// A concurrency limit per key (every limit is valid).
+impl From<ConcurrencyConfig> for Shape {
+    fn from(config: ConcurrencyConfig) -> Self {
+        Shape::Concurrency {
+            limit: config.limit,
         }
     }
 }
@@ -183,7 +237,7 @@ impl Cell<RateShape> for RateCell {
 /// A concurrency key's cell is shared with its permits and waiters, which hold it directly.
 impl Cell<Limit> for Arc<Concurrency> {
     fn new(&Limit(limit): &Limit, _now: Nanos) -> Self {
-        Arc::new(Concurrency::new(limit))
+        Arc::new(Concurrency::new(ConcurrencyConfig { limit }))
     }
 
     fn is_idle(&self, _shape: &Limit, _now: Nanos) -> bool {
@@ -297,7 +351,7 @@ where
 
 /// One bucket per key, all of one shape. See the [module docs](self).
 #[derive(Debug)]
-pub struct KeyedLimiter<C: Clock> {
+pub struct KeyedLimiter<C: Clock = crate::clock::SystemClock> {
     buckets: Buckets,
     clock: C,
     #[cfg(feature = "tokio")]
@@ -460,7 +514,9 @@ impl<C: Clock> KeyedLimiter<C> {
                 _ => false,
             },
             (Buckets::Concurrency(store), Kind::Concurrency(limit)) => {
-                store.reshape(&limit, |_, &Limit(limit), cell| cell.set_limit(limit));
+                store.reshape(&limit, |_, &Limit(limit), cell| {
+                    cell.reconfigure(ConcurrencyConfig { limit })
+                });
                 true
             }
             _ => false,
@@ -491,95 +547,6 @@ impl<C: Clock> KeyedLimiter<C> {
             Buckets::Concurrency(store) => store.with_existing(key, false, |found| {
                 (found.cell.in_flight(), found.cell.waiters() as u64)
             }),
-        }
-    }
-
-    /// Waits up to `max_wait` for `cost` to be admitted for `key`.
-    ///
-    /// Where the wait is known in advance (a reservation on an unfair bucket or a strict
-    /// limiter), a request that could not make it within `max_wait` is refused at once with its
-    /// exact retry-after, and takes nothing. Fair buckets and concurrency limits wait in line
-    /// and are refused when `max_wait` runs out. Cancel-safe: a dropped waiter gives back
-    /// whatever it had reserved.
-    #[cfg(feature = "tokio")]
-    pub async fn acquire(
-        &self,
-        key: &str,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<KeyedAdmission, KeyedRefusal> {
-        let grant = |taken, waited| KeyedAdmission {
-            taken,
-            waited,
-            tracked: false,
-        };
-        match &self.buckets {
-            Buckets::Rate(store) => self.acquire_rate(store, key, cost, max_wait).await,
-            Buckets::Concurrency(store) => {
-                let (cell, overflowed) = store.with(key, self.clock.now(), |found| {
-                    (Arc::clone(found.cell), found.overflowed)
-                })?;
-                if let Ok(permit) = cell.try_acquire_owned(cost) {
-                    return Ok(grant(
-                        Taken::new(What::Permit(permit), overflowed),
-                        Duration::ZERO,
-                    ));
-                }
-                let start = self.clock.now();
-                match tokio::time::timeout(max_wait, cell.acquire_owned(cost)).await {
-                    Ok(permit) => Ok(grant(
-                        Taken::new(What::Permit(permit), overflowed),
-                        Duration::from_nanos(self.clock.now().saturating_sub(start)),
-                    )),
-                    Err(_) => Err(KeyedRefusal::TimedOut),
-                }
-            }
-        }
-    }
-
-    #[cfg(feature = "tokio")]
-    async fn acquire_rate(
-        &self,
-        store: &Store<RateShape, RateCell>,
-        key: &str,
-        cost: u64,
-        max_wait: Duration,
-    ) -> Result<KeyedAdmission, KeyedRefusal> {
-        let now = self.clock.now();
-        let max_wait_ns = crate::clock::duration_to_nanos(max_wait);
-        // Under the shard's lock: admit now, reserve, or (fair) join the key's line.
-        let (plan, tracked) = store.with(key, now, |found| {
-            let tracked = found.cell.tracked.load(Ordering::Relaxed);
-            (plan_wait(&found, cost, now, max_wait_ns), tracked)
-        })?;
-        let grant = |taken, waited| KeyedAdmission {
-            taken,
-            waited,
-            tracked,
-        };
-        match plan {
-            Plan::Admitted(taken) => Ok(grant(taken, Duration::ZERO)),
-            Plan::Refused(refused) => Err(KeyedRefusal::Limited(refused)),
-            Plan::Sleep { ready, taken } => {
-                // The reservation keeps the key's bucket busy (and so in the map) until it is
-                // due, so it can be found again to give it back.
-                let give_back = || {
-                    store.with_existing(key, taken.overflowed, |found| {
-                        undo(found.cell, &taken.what, found.shape)
-                    });
-                };
-                let waited = crate::limiter::waiting::until_due(ready, now, give_back).await;
-                Ok(grant(taken, waited))
-            }
-            Plan::Line { overflowed } => {
-                let in_line = self.lines.wait(store, key, overflowed, cost, &self.clock);
-                match tokio::time::timeout(max_wait, in_line).await {
-                    Ok((tokens, waited)) => {
-                        Ok(grant(Taken::new(What::Tokens(tokens), overflowed), waited))
-                    }
-                    Err(_) => Err(KeyedRefusal::TimedOut),
-                }
-            }
         }
     }
 }
@@ -641,62 +608,5 @@ fn try_rate(
                 .map(|()| Taken::new(What::Slot { slot: now, span }, found.overflowed))
                 .map_err(Decided::Refused)
         }
-    }
-}
-
-/// What a waiting acquire on a rate cell does next.
-#[cfg(feature = "tokio")]
-enum Plan {
-    Admitted(Taken),
-    Refused(Refused),
-    /// Reserved: sleep until `ready`; give it back if cancelled.
-    Sleep {
-        ready: Nanos,
-        taken: Taken,
-    },
-    /// A fair bucket: wait in the key's line (already counted in the cell's `waiting`).
-    Line {
-        overflowed: bool,
-    },
-}
-
-#[cfg(feature = "tokio")]
-fn plan_wait(found: &Found<'_, RateShape, RateCell>, cost: u64, now: Nanos, max_wait: u64) -> Plan {
-    let cell = found.cell;
-    let (ready, what) = match *found.shape {
-        RateShape::Gcra { fair: true, .. } => {
-            if let Ok(taken) = try_rate(found, cost, now) {
-                return Plan::Admitted(taken);
-            }
-            // Counted as waiting under the shard's lock: from here on the key cannot be
-            // evicted until it leaves the line.
-            cell.waiting.fetch_add(1, Ordering::AcqRel);
-            return Plan::Line {
-                overflowed: found.overflowed,
-            };
-        }
-        RateShape::Gcra { .. } => {
-            let reservation = cell.bucket(found.shape).reserve(cost, now);
-            (reservation.ready, What::Tokens(reservation.taken))
-        }
-        RateShape::Strict { interval } => {
-            let span = cost.saturating_mul(interval);
-            let slot = strict::book(&cell.value, span, now);
-            (slot, What::Slot { slot, span })
-        }
-    };
-    if ready <= now {
-        return Plan::Admitted(Taken::new(what, found.overflowed));
-    }
-    if ready - now > max_wait {
-        // It could not make it in time: take nothing, say exactly when it could.
-        undo(cell, &what, found.shape);
-        return Plan::Refused(Refused::RetryAfter {
-            retry_after: Duration::from_nanos(ready - now),
-        });
-    }
-    Plan::Sleep {
-        ready,
-        taken: Taken::new(what, found.overflowed),
     }
 }

@@ -151,38 +151,6 @@ impl<C: Clock> LeakyBucket<C> {
         self.bucket.try_acquire(cost, now)
     }
 
-    /// Waits until `cost` tokens can be taken, and takes them.
-    ///
-    /// When fair, waiters are admitted strictly in arrival order. A `cost` above `max` is
-    /// admitted once the full bucket plus what accrues covers it. Cancel-safe: a dropped waiter
-    /// leaves the line, hands back anything it had claimed and passes its turn on.
-    #[cfg(feature = "tokio")]
-    pub async fn acquire(&self, cost: u64) -> super::Admitted {
-        if self.fair.load(Ordering::Relaxed) {
-            self.acquire_in_line(cost).await
-        } else {
-            super::waiting::reserve_and_wait(&self.bucket, &self.clock, cost).await
-        }
-    }
-
-    #[cfg(feature = "tokio")]
-    async fn acquire_in_line(&self, cost: u64) -> super::Admitted {
-        let start = self.clock.now();
-        if self.line.len() == 0 && self.bucket.try_acquire(cost, start).is_ok() {
-            return super::Admitted::AT_ONCE;
-        }
-        let ticket = self.line.join(cost);
-        let (_, waited) = super::fair_line::wait_in_line(
-            &self.line,
-            ticket,
-            &self.clock,
-            |cost, now| self.bucket.reserve(cost, now),
-            |taken| self.bucket.give_back(taken),
-        )
-        .await;
-        super::Admitted::after(waited)
-    }
-
     /// Changes the bucket's shape while in use. The current fill is kept (capped at the new
     /// `max`), waiters keep their places in line, and the head is re-served under the new rate.
     /// `initial` is ignored: it only applies to a new bucket. A rejected config changes nothing.
@@ -227,6 +195,40 @@ impl<C: Clock> LeakyBucket<C> {
         {
             0
         }
+    }
+}
+
+/// Waiting (feature `tokio`).
+#[cfg(feature = "tokio")]
+impl<C: Clock> LeakyBucket<C> {
+    /// Waits until `cost` tokens can be taken, and takes them.
+    ///
+    /// When fair, waiters are admitted strictly in arrival order. A `cost` above `max` is
+    /// admitted once the full bucket plus what accrues covers it. Cancel-safe: a dropped waiter
+    /// leaves the line, hands back anything it had claimed and passes its turn on.
+    pub async fn acquire(&self, cost: u64) -> super::Admitted {
+        if self.fair.load(Ordering::Relaxed) {
+            self.acquire_in_line(cost).await
+        } else {
+            super::waiting::reserve_and_wait(&self.bucket, &self.clock, cost).await
+        }
+    }
+
+    async fn acquire_in_line(&self, cost: u64) -> super::Admitted {
+        let start = self.clock.now();
+        if self.line.len() == 0 && self.bucket.try_acquire(cost, start).is_ok() {
+            return super::Admitted::AT_ONCE;
+        }
+        let ticket = self.line.join(cost);
+        let (_, waited) = super::fair_line::wait_in_line(
+            &self.line,
+            ticket,
+            &self.clock,
+            |cost, now| self.bucket.reserve(cost, now),
+            |taken| self.bucket.give_back(taken),
+        )
+        .await;
+        super::Admitted::after(waited)
     }
 }
 

@@ -23,7 +23,7 @@ pub mod token_bucket;
 pub(crate) mod waiting;
 mod word;
 
-pub use concurrency::{Concurrency, OwnedPermit, Permit};
+pub use concurrency::{Concurrency, ConcurrencyConfig, OwnedPermit, Permit};
 pub use gcra::MAX_REFILL_NANOS;
 pub use leaky_bucket::{LeakyBucket, LeakyBucketConfig};
 pub use strict::{Strict, StrictConfig};

@@ -40,7 +40,7 @@ impl StrictConfig {
         check_shape(wide_interval_for_rate(self.qps), 1, self.qps, "qps", "qps")
     }
 
-    fn interval(&self) -> u64 {
+    pub(crate) fn interval(&self) -> u64 {
         Params::interval_for_rate(self.qps)
     }
 }
@@ -117,26 +117,25 @@ impl<C: Clock> Strict<C> {
         super::Admitted::after(super::waiting::until_due(slot, now, undo).await)
     }
 
-    /// Changes the rate. With `reset_reservations`, the slots already reserved are forgotten
-    /// and the next request runs at once: a controller relaxing a limit uses this so that the
-    /// queue built under the old, tighter limit does not hold new requests back. Requests that
-    /// already hold a slot keep it.
-    pub fn reconfigure(
-        &self,
-        config: StrictConfig,
-        reset_reservations: bool,
-    ) -> Result<(), ConfigError> {
+    /// Changes the rate while in use. Slots already reserved keep their times; a rejected
+    /// config leaves the limiter untouched.
+    pub fn reconfigure(&self, config: StrictConfig) -> Result<(), ConfigError> {
         config.validate()?;
         let mut current = self
             .config
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         self.interval.store(config.interval(), Ordering::Release);
-        if reset_reservations {
-            self.next.store(0, Ordering::Release);
-        }
         *current = config;
         Ok(())
+    }
+
+    /// Forgets the slots already reserved, so the next request runs at once. A controller
+    /// relaxing a limit calls this after [`reconfigure`](Self::reconfigure), so that the queue
+    /// built under the old, tighter limit does not hold new requests back. Requests that already
+    /// hold a slot keep it.
+    pub fn forget_reservations(&self) {
+        self.next.store(0, Ordering::Release);
     }
 
     /// The configuration in force.
@@ -220,14 +219,11 @@ mod tests {
         for i in 0..5 {
             assert_eq!(strict.reserve(1), i * 1_000 * MS);
         }
-        strict
-            .reconfigure(StrictConfig { qps: 10.0 }, true)
-            .unwrap();
+        strict.reconfigure(StrictConfig { qps: 10.0 }).unwrap();
+        strict.forget_reservations();
         assert_eq!(strict.reserve(1), 0);
         assert_eq!(strict.reserve(1), 100 * MS);
-        strict
-            .reconfigure(StrictConfig { qps: 20.0 }, false)
-            .unwrap();
+        strict.reconfigure(StrictConfig { qps: 20.0 }).unwrap();
         assert_eq!(strict.reserve(1), 200 * MS, "kept slots stay");
         assert_eq!(strict.reserve(1), 250 * MS);
     }
@@ -253,7 +249,7 @@ mod tests {
             assert!(err.to_string().contains("`qps`"), "{err}");
         }
         let (strict, _clock) = strict(10.0);
-        assert!(strict.reconfigure(StrictConfig { qps: 0.0 }, true).is_err());
+        assert!(strict.reconfigure(StrictConfig { qps: 0.0 }).is_err());
         assert_eq!(strict.config(), StrictConfig { qps: 10.0 });
     }
 

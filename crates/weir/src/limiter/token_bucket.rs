@@ -53,7 +53,7 @@ impl TokenBucketConfig {
         )
     }
 
-    fn params(&self) -> Params {
+    pub(crate) fn params(&self) -> Params {
         Params::new(Params::interval_for_rate(self.rate), self.burst)
     }
 }

@@ -20,7 +20,7 @@ use crate::keyed::{KeyedAdmission, KeyedRefusal, Taken};
 /// permits); [`Policy::rollback`] gives back what it took instead.
 #[derive(Debug)]
 #[must_use = "dropping an admission finishes the request and releases its permits"]
-pub struct Admission<C: Clock + Clone> {
+pub struct Admission<C: Clock + Clone = crate::clock::SystemClock> {
     state: Option<Arc<PolicyState<C>>>,
     taken: Option<Taken>,
     waited: Duration,

@@ -24,7 +24,6 @@ use serde::{Deserialize, Serialize};
 use crate::backpressure::AdaptiveConfig;
 use crate::error::ConfigError;
 use crate::keyed::{Overflow, Shape};
-use crate::limiter::gcra::Params;
 use crate::limiter::{LeakyBucketConfig, StrictConfig, TokenBucketConfig};
 
 /// Whether a policy enforces its decisions or only records them.
@@ -621,41 +620,20 @@ impl PolicyConfig {
                     s.burst.unwrap_or_else(|| s.rate.ceil().max(1.0) as u64),
                     factor,
                 );
-                let config = TokenBucketConfig { rate, burst };
-                config.validate().map_err(limiter_err)?;
-                Ok(Shape::Gcra {
-                    interval: Params::interval_for_rate(rate),
-                    capacity: burst,
-                    initial: burst,
-                    fair: false,
-                })
+                Shape::try_from(TokenBucketConfig { rate, burst }).map_err(limiter_err)
             }
-            KeyedSpec::LeakyBucket(s) => {
-                let config = LeakyBucketConfig {
-                    initial: scale_count(s.initial, factor),
-                    refill_interval: s.refill_interval,
-                    refill_amount: scale_count(s.refill_amount, factor),
-                    max: scale_count(s.max, factor),
-                    fair: s.fair,
-                };
-                config.validate().map_err(limiter_err)?;
-                let params = config.params();
-                Ok(Shape::Gcra {
-                    interval: params.interval,
-                    capacity: config.max,
-                    initial: config.initial,
-                    fair: config.fair,
-                })
-            }
-            KeyedSpec::Strict(s) => {
-                let config = StrictConfig {
-                    qps: s.qps * factor,
-                };
-                config.validate().map_err(limiter_err)?;
-                Ok(Shape::Strict {
-                    interval: Params::interval_for_rate(config.qps),
-                })
-            }
+            KeyedSpec::LeakyBucket(s) => Shape::try_from(LeakyBucketConfig {
+                initial: scale_count(s.initial, factor),
+                refill_interval: s.refill_interval,
+                refill_amount: scale_count(s.refill_amount, factor),
+                max: scale_count(s.max, factor),
+                fair: s.fair,
+            })
+            .map_err(limiter_err),
+            KeyedSpec::Strict(s) => Shape::try_from(StrictConfig {
+                qps: s.qps * factor,
+            })
+            .map_err(limiter_err),
             KeyedSpec::Concurrency(s) => {
                 if s.lease_ttl.is_zero() {
                     return Err(PolicyError::new(

@@ -75,7 +75,7 @@ use throttled::ThrottledKeys;
 use crate::clock::{Clock, Nanos};
 
 /// A named policy. See the [module docs](self).
-pub struct Policy<C: Clock + Clone> {
+pub struct Policy<C: Clock + Clone = crate::clock::SystemClock> {
     name: String,
     state: ArcSwap<PolicyState<C>>,
     clock: C,

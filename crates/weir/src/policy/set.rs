@@ -12,7 +12,7 @@ use crate::clock::Clock;
 /// everywhere (and releases every permit).
 #[derive(Debug)]
 #[must_use = "dropping the admissions finishes the request and releases its permits"]
-pub struct Admissions<C: Clock + Clone> {
+pub struct Admissions<C: Clock + Clone = crate::clock::SystemClock> {
     taken: Vec<(Arc<Policy<C>>, Admission<C>)>,
 }
 
@@ -80,7 +80,7 @@ impl std::fmt::Display for PolicySetError {
 impl std::error::Error for PolicySetError {}
 
 /// A service's named policies. Reads take no lock; changes are swapped in whole.
-pub struct PolicySet<C: Clock + Clone> {
+pub struct PolicySet<C: Clock + Clone = crate::clock::SystemClock> {
     policies: ArcSwap<BTreeMap<String, Arc<Policy<C>>>>,
     clock: C,
     cores: usize,
