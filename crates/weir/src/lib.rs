@@ -45,7 +45,10 @@ pub mod keyed;
 pub mod layer;
 pub mod lease;
 pub mod limiter;
+#[cfg(all(test, loom))]
+mod loom_models;
 pub mod policy;
+mod sync;
 
 #[cfg(feature = "tokio")]
 pub use clock::TokioClock;

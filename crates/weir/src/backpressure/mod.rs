@@ -28,7 +28,7 @@
 mod coordinator;
 pub mod host;
 mod machine;
-mod registry;
+pub(crate) mod registry;
 mod throttler;
 mod waits;
 

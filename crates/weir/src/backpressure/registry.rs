@@ -12,7 +12,9 @@
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -31,6 +33,12 @@ pub(crate) struct Window {
 }
 
 impl Window {
+    /// Slots `slot` nanoseconds long.
+    #[cfg(all(test, loom))]
+    pub(crate) fn of_slot(slot: Nanos) -> Self {
+        Window { slot }
+    }
+
     fn slot_of(&self, now: Nanos) -> u64 {
         now / self.slot
     }
@@ -43,21 +51,29 @@ pub(crate) struct Calls {
 }
 
 impl Calls {
-    fn record(&self, window: &Window, now: Nanos) {
+    pub(crate) fn record(&self, window: &Window, now: Nanos) {
         let current = window.slot_of(now);
         let tag = current & 0xFFFF_FFFF;
         let slot = &self.slots[(current % SLOTS) as usize];
         let _ = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |packed| {
-            Some(if packed >> 32 == tag {
-                packed + u64::from(packed & 0xFFFF_FFFF < 0xFFFF_FFFF)
+            let held = packed >> 32;
+            if held == tag {
+                Some(packed + u64::from(packed & 0xFFFF_FFFF < 0xFFFF_FFFF))
+            } else if tag.wrapping_sub(held) & 0xFFFF_FFFF < 1 << 31 {
+                // The slot still counts an older period: this call starts its new one.
+                Some(tag << 32 | 1)
             } else {
-                tag << 32 | 1
-            })
+                // A call that read the clock before another thread moved the slot on to a
+                // newer period: it belongs to a period now out of the window, and must not
+                // wipe the newer count (the loom model `a_late_call_does_not_wipe_a_newer_period`
+                // found this).
+                None
+            }
         });
     }
 
     /// Calls in the window ending now.
-    fn count(&self, window: &Window, now: Nanos) -> u64 {
+    pub(crate) fn count(&self, window: &Window, now: Nanos) -> u64 {
         let current = window.slot_of(now) & 0xFFFF_FFFF;
         self.slots
             .iter()

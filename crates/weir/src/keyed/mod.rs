@@ -18,7 +18,9 @@ mod waiting;
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crate::sync::AtomicU64;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};

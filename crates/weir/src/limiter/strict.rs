@@ -18,7 +18,9 @@
 //! ```
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::AtomicU64;
 use std::time::Duration;
 
 use super::gcra::{Params, check_shape, wide_interval_for_rate};

@@ -5,7 +5,9 @@
 //! that word, computes the next one, and swaps it in only if nobody changed it meanwhile. That
 //! loop lives here, once; the algorithms pass it the step.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
+
+use crate::sync::AtomicU64;
 
 /// Applies `step` to `word` atomically: `step` sees the current value and returns the next one
 /// and a result, or an error that leaves the word untouched. `step` may run more than once (each
