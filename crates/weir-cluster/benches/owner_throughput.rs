@@ -67,7 +67,7 @@ async fn measure<T: Transport + 'static>(transport: Arc<T>, tasks: usize, second
                     bucket: bucket.clone(),
                     limit: u64::MAX,
                     holder: "coordinator".to_owned(),
-                    ttl: 30_000_000_000,
+                    ttl: std::time::Duration::from_secs(30),
                     now: clock.now(),
                     fenced: false,
                 };

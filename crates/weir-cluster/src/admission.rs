@@ -378,7 +378,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
             holder: self.node_id.clone(),
-            ttl: u64::try_from(self.config.lease_ttl.as_nanos()).unwrap_or(u64::MAX),
+            ttl: self.config.lease_ttl,
             now: self.clock.now(),
             fenced: self.fenced(),
         };
@@ -412,12 +412,12 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         &self,
         bucket: &str,
         error: &TransportError,
-        wait: Option<Nanos>,
+        wait: Option<Duration>,
     ) -> Result<ClusterAdmission, ClusterRefusal> {
         self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
         self.counters.fenced.fetch_add(1, Ordering::Relaxed);
         Err(ClusterRefusal {
-            retry_after: wait.map(Duration::from_nanos),
+            retry_after: wait,
             ..self.refusal(
                 bucket,
                 RefusalReason::Unchecked {
@@ -508,7 +508,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     }
 
     /// Extends a shared lease by `ttl` on its owner; true if it was still live there.
-    pub async fn renew(&self, lease: SharedLease, ttl: Nanos) -> bool {
+    pub async fn renew(&self, lease: SharedLease, ttl: Duration) -> bool {
         let handle = lease.0;
         let Some(lease) = self.held_leases().get(&handle).cloned() else {
             return false;
@@ -527,7 +527,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         };
         if renewed {
             if let Some(entry) = self.held_leases().get_mut(&handle) {
-                entry.expires_at = now.saturating_add(ttl);
+                entry.expires_at = weir::clock::after(now, ttl);
             }
         }
         renewed

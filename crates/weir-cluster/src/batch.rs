@@ -13,6 +13,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use weir::Nanos;
@@ -202,7 +203,7 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         owner: &str,
         bucket: &str,
         lease: u64,
-        ttl: Nanos,
+        ttl: Duration,
         now: Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
@@ -258,7 +259,7 @@ mod tests {
             owner: &str,
             bucket: &str,
             lease: u64,
-            ttl: Nanos,
+            ttl: Duration,
             now: Nanos,
             fenced: bool,
         ) -> BoxFuture<'_, Result<bool, TransportError>> {
@@ -323,7 +324,7 @@ mod tests {
             bucket: bucket.to_owned(),
             limit: 1000,
             holder: "n2".to_owned(),
-            ttl: 1_000_000_000,
+            ttl: Duration::from_secs(1),
             now: 0,
             fenced: false,
         }

@@ -7,10 +7,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
+use weir::clock::duration_to_nanos;
 use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
@@ -58,7 +60,7 @@ impl<C: Clock> ClusterService<C> {
             bucket: request.bucket,
             limit: request.limit,
             holder: request.holder,
-            ttl: request.ttl_ns,
+            ttl: Duration::from_nanos(request.ttl_ns),
             now,
             fenced: request.fenced,
         });
@@ -79,7 +81,7 @@ impl<C: Clock> ClusterService<C> {
             },
             Err(TransportError::Settling { wait, .. }) => proto::LeaseReply {
                 outcome: Outcome::Settling as i32,
-                settles_in_ns: wait,
+                settles_in_ns: duration_to_nanos(wait),
                 ..Default::default()
             },
             Err(TransportError::NoMajority { heard, known, .. }) => proto::LeaseReply {
@@ -145,7 +147,7 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
         let renewed = self.owner.renew(
             &request.bucket,
             request.id,
-            request.ttl_ns,
+            Duration::from_nanos(request.ttl_ns),
             self.clock.now(),
             request.fenced,
         );
@@ -178,7 +180,7 @@ fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
         bucket: request.bucket,
         limit: request.limit,
         holder: request.holder,
-        ttl_ns: request.ttl,
+        ttl_ns: duration_to_nanos(request.ttl),
         fenced: request.fenced,
     }
 }
@@ -194,7 +196,7 @@ fn grant_of(reply: &proto::LeaseReply, now: Nanos, owner: &str) -> Result<Grant,
         Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
         Ok(Outcome::Settling) => Err(TransportError::Settling {
             owner: owner.to_owned(),
-            wait: reply.settles_in_ns,
+            wait: Duration::from_nanos(reply.settles_in_ns),
         }),
         Ok(Outcome::NoMajority) => Err(TransportError::NoMajority {
             owner: owner.to_owned(),
@@ -428,7 +430,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         owner: &str,
         bucket: &str,
         lease: u64,
-        ttl: Nanos,
+        ttl: Duration,
         _now: Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
@@ -439,7 +441,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
                 .renew(proto::RenewRequest {
                     bucket,
                     id: lease,
-                    ttl_ns: ttl,
+                    ttl_ns: duration_to_nanos(ttl),
                     fenced,
                 })
                 .await

@@ -382,11 +382,11 @@ mod tests {
         assert_eq!(ring.load().members(), ["a", "b"]);
         assert_eq!(seen["b"], "http://b:50051");
         assert!(matches!(
-            pool.acquire("x", 5, "b", 1_000, 0),
+            pool.acquire("x", 5, "b", std::time::Duration::from_nanos(1_000), 0),
             Grant::Granted { .. }
         ));
         assert!(matches!(
-            pool.acquire("x", 5, "a", 1_000, 0),
+            pool.acquire("x", 5, "a", std::time::Duration::from_nanos(1_000), 0),
             Grant::Granted { .. }
         ));
         let second = apply(

@@ -14,6 +14,7 @@
 //! a majority, [`TransportError::NoMajority`] (and fenced renewals fail); the caller refuses.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::pool::{Grant, SharedPool};
 use crate::quorum::Quorum;
@@ -78,7 +79,7 @@ impl Owner {
         self.fence(&request.bucket)?;
         if request.fenced {
             self.check_majority(request.now)?;
-            let margin = self.quorum.as_ref().map_or(0, |q| q.margin());
+            let margin = self.quorum.as_ref().map_or(Duration::ZERO, |q| q.margin());
             let wait = self
                 .tenure
                 .wait(
@@ -88,7 +89,7 @@ impl Owner {
                     request.now,
                 )
                 .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
-            if wait > 0 {
+            if !wait.is_zero() {
                 return Err(TransportError::Settling {
                     owner: self.node_id.clone(),
                     wait,
@@ -123,7 +124,7 @@ impl Owner {
         &self,
         bucket: &str,
         lease: u64,
-        ttl: weir::Nanos,
+        ttl: Duration,
         now: weir::Nanos,
         fenced: bool,
     ) -> bool {
@@ -157,7 +158,7 @@ mod tests {
             bucket: bucket.into(),
             limit: 5,
             holder: "coordinator".into(),
-            ttl: 1_000,
+            ttl: Duration::from_nanos(1_000),
             now: 0,
             fenced: false,
         }
@@ -209,7 +210,7 @@ mod tests {
             a.grant(&fenced(400)),
             Err(TransportError::Settling {
                 owner: "a".into(),
-                wait: 600
+                wait: Duration::from_nanos(600)
             })
         );
         assert!(
@@ -228,13 +229,13 @@ mod tests {
             DEFAULT_VNODES,
             1,
         )));
-        let quorum = Arc::new(Quorum::new("a", 3 * S, false));
+        let quorum = Arc::new(Quorum::new("a", Duration::from_secs(3), false));
         let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)))
             .with_quorum(Arc::clone(&quorum));
         let fenced = |now| LeaseRequest {
             fenced: true,
             now,
-            ttl: 10 * S,
+            ttl: Duration::from_secs(10),
             ..request("b")
         };
         let beat = |from: u64, to: u64, heard: bool| {
@@ -251,7 +252,7 @@ mod tests {
             a.grant(&fenced(13 * S)),
             Err(TransportError::Settling {
                 owner: "a".into(),
-                wait: S
+                wait: Duration::from_secs(1)
             })
         );
         beat(14, 14, true);
@@ -261,7 +262,7 @@ mod tests {
         // b and c fall silent after 14 s: past the 3 s window, a is cut off.
         beat(15, 17, false);
         assert!(
-            a.renew("b", id, 10 * S, 17 * S, true),
+            a.renew("b", id, Duration::from_secs(10), 17 * S, true),
             "still a majority at 17 s"
         );
         beat(18, 18, false);
@@ -274,10 +275,13 @@ mod tests {
             })
         );
         assert!(
-            !a.renew("b", id, 10 * S, 18 * S, true),
+            !a.renew("b", id, Duration::from_secs(10), 18 * S, true),
             "a cut-off owner lets its fenced leases run out"
         );
-        assert!(a.renew("b", id, 10 * S, 18 * S, false), "unfenced: renewed");
+        assert!(
+            a.renew("b", id, Duration::from_secs(10), 18 * S, false),
+            "unfenced: renewed"
+        );
         assert!(matches!(a.grant(&request("b")), Ok(Grant::Granted { .. })));
     }
 }

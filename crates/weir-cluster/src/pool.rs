@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use weir::Nanos;
 
@@ -70,8 +71,15 @@ impl SharedPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Grants `holder` a lease on `bucket` for `ttl` ns if fewer than `limit` are live at `now`.
-    pub fn acquire(&self, bucket: &str, limit: u64, holder: &str, ttl: Nanos, now: Nanos) -> Grant {
+    /// Grants `holder` a lease on `bucket` for `ttl` if fewer than `limit` are live at `now`.
+    pub fn acquire(
+        &self,
+        bucket: &str,
+        limit: u64,
+        holder: &str,
+        ttl: Duration,
+        now: Nanos,
+    ) -> Grant {
         let mut state = self.lock();
         let state = &mut *state;
         if !state.leases.contains_key(bucket) {
@@ -99,7 +107,7 @@ impl SharedPool {
         }
         let id = state.next_id;
         state.next_id += 1;
-        let expires_at = now.saturating_add(ttl);
+        let expires_at = weir::clock::after(now, ttl);
         leases.push(PoolLease {
             id,
             expires_at,
@@ -143,14 +151,14 @@ impl SharedPool {
     }
 
     /// Extends a live lease to `now + ttl`; `None` if it is unknown or expired.
-    pub fn renew(&self, bucket: &str, id: u64, ttl: Nanos, now: Nanos) -> Option<Nanos> {
+    pub fn renew(&self, bucket: &str, id: u64, ttl: Duration, now: Nanos) -> Option<Nanos> {
         let mut state = self.lock();
         let lease = state
             .leases
             .get_mut(bucket)?
             .iter_mut()
             .find(|l| l.id == id && l.expires_at > now)?;
-        lease.expires_at = now.saturating_add(ttl);
+        lease.expires_at = weir::clock::after(now, ttl);
         Some(lease.expires_at)
     }
 
@@ -186,7 +194,11 @@ mod tests {
 
     use super::*;
 
-    const TTL: Nanos = 1_000;
+    const TTL: Duration = Duration::from_nanos(1_000);
+
+    fn ns(n: u64) -> Duration {
+        Duration::from_nanos(n)
+    }
 
     fn granted(grant: Grant) -> u64 {
         match grant {
@@ -218,15 +230,15 @@ mod tests {
     #[test]
     fn expiry_is_inclusive_and_needs_no_sweep() {
         let pool = SharedPool::new(100);
-        granted(pool.acquire("b", 1, "a", 100, 0));
-        assert_eq!(pool.acquire("b", 1, "b", 100, 99), Grant::Full);
-        granted(pool.acquire("b", 1, "b", 100, 100));
+        granted(pool.acquire("b", 1, "a", ns(100), 0));
+        assert_eq!(pool.acquire("b", 1, "b", ns(100), 99), Grant::Full);
+        granted(pool.acquire("b", 1, "b", ns(100), 100));
     }
 
     #[test]
     fn a_sweep_drops_what_expired_and_empty_buckets() {
         let pool = SharedPool::new(100);
-        granted(pool.acquire("b", 1, "a", 100, 0));
+        granted(pool.acquire("b", 1, "a", ns(100), 0));
         assert_eq!(pool.sweep(99), 0);
         assert_eq!(pool.buckets(), 1);
         assert_eq!(pool.sweep(100), 1);
@@ -237,10 +249,10 @@ mod tests {
     #[test]
     fn renewal_extends_live_leases_only() {
         let pool = SharedPool::new(100);
-        let a = granted(pool.acquire("b", 1, "a", 100, 0));
-        assert_eq!(pool.renew("b", a, 100, 50), Some(150));
-        assert_eq!(pool.acquire("b", 1, "b", 100, 120), Grant::Full);
-        assert_eq!(pool.renew("b", a, 100, 150), None, "expired at 150");
+        let a = granted(pool.acquire("b", 1, "a", ns(100), 0));
+        assert_eq!(pool.renew("b", a, ns(100), 50), Some(150));
+        assert_eq!(pool.acquire("b", 1, "b", ns(100), 120), Grant::Full);
+        assert_eq!(pool.renew("b", a, ns(100), 150), None, "expired at 150");
     }
 
     #[test]
@@ -281,7 +293,7 @@ mod tests {
             pool.acquire("b", 2, "c", TTL, 1_000),
             Grant::Granted {
                 id: 2,
-                expires_at: 1_000 + TTL
+                expires_at: weir::clock::after(1_000, TTL)
             }
         );
     }
@@ -289,11 +301,14 @@ mod tests {
     #[test]
     fn the_number_of_buckets_is_bounded() {
         let pool = SharedPool::new(2);
-        granted(pool.acquire("b1", 1, "a", 100, 0));
-        granted(pool.acquire("b2", 1, "a", 200, 0));
-        assert_eq!(pool.acquire("b3", 1, "a", 100, 0), Grant::TooManyBuckets);
+        granted(pool.acquire("b1", 1, "a", ns(100), 0));
+        granted(pool.acquire("b2", 1, "a", ns(200), 0));
+        assert_eq!(
+            pool.acquire("b3", 1, "a", ns(100), 0),
+            Grant::TooManyBuckets
+        );
         // Once b1's lease has expired, its bucket makes room.
-        granted(pool.acquire("b3", 1, "a", 100, 100));
+        granted(pool.acquire("b3", 1, "a", ns(100), 100));
         assert_eq!(pool.buckets(), 2);
     }
 }

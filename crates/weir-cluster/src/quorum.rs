@@ -24,14 +24,16 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use std::time::Duration;
+
 use weir::Nanos;
 
 /// How long a member counts after its heartbeat last went up, by default (3 s: gossip beats
 /// every 200 ms, so a live member is heard a dozen times in it).
-pub const DEFAULT_WINDOW: Nanos = 3_000_000_000;
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(3);
 
 /// Added to the window in [`Quorum::margin`]: the time gossip may take to arrive.
-const DELIVERY_SLACK: Nanos = 1_000_000_000;
+const DELIVERY_SLACK: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default)]
 struct Heard {
@@ -49,7 +51,9 @@ struct State {
 #[derive(Debug)]
 pub struct Quorum {
     node_id: String,
-    window: Nanos,
+    /// The window in ns.
+    window_ns: u64,
+    window: Duration,
     /// The fewest members to assume (2 for a node that joins through seeds).
     least_known: usize,
     state: Mutex<State>,
@@ -74,9 +78,10 @@ impl Majority {
 impl Quorum {
     /// The quorum of node `node_id`, counting a member for `window` ns after its heartbeat went
     /// up; `joins` when it was started with seeds to join through.
-    pub fn new(node_id: &str, window: Nanos, joins: bool) -> Self {
+    pub fn new(node_id: &str, window: Duration, joins: bool) -> Self {
         Quorum {
             node_id: node_id.to_owned(),
+            window_ns: weir::clock::duration_to_nanos(window),
             window,
             least_known: if joins { 2 } else { 1 },
             state: Mutex::new(State::default()),
@@ -117,7 +122,7 @@ impl Quorum {
         let heard = 1 + state
             .others
             .values()
-            .filter(|h| now.saturating_sub(h.at) <= self.window)
+            .filter(|h| now.saturating_sub(h.at) <= self.window_ns)
             .count();
         Majority {
             heard,
@@ -127,7 +132,7 @@ impl Quorum {
 
     /// How much longer than a lease TTL a node taking over a bucket must wait: the window plus
     /// the time gossip may take to arrive.
-    pub fn margin(&self) -> Nanos {
+    pub fn margin(&self) -> Duration {
         self.window.saturating_add(DELIVERY_SLACK)
     }
 }
@@ -140,16 +145,16 @@ mod tests {
 
     #[test]
     fn a_node_alone_is_its_own_majority_unless_it_came_to_join() {
-        let alone = Quorum::new("a", 3 * S, false);
+        let alone = Quorum::new("a", Duration::from_secs(3), false);
         assert!(alone.majority(0).holds());
-        let joining = Quorum::new("a", 3 * S, true);
+        let joining = Quorum::new("a", Duration::from_secs(3), true);
         assert_eq!(joining.majority(0), Majority { heard: 1, known: 2 });
         assert!(!joining.majority(0).holds());
     }
 
     #[test]
     fn a_member_counts_for_the_window_after_its_heartbeat_went_up() {
-        let q = Quorum::new("a", 3 * S, false);
+        let q = Quorum::new("a", Duration::from_secs(3), false);
         q.observe([("a", 7), ("b", 10), ("c", 10)], 0);
         assert_eq!(q.majority(0), Majority { heard: 3, known: 3 });
         // c keeps beating, b goes silent (but is still known).
@@ -170,7 +175,7 @@ mod tests {
 
     #[test]
     fn two_halves_of_four_are_neither_a_majority() {
-        let q = Quorum::new("a", 3 * S, false);
+        let q = Quorum::new("a", Duration::from_secs(3), false);
         q.observe([("b", 1), ("c", 1), ("d", 1)], 0);
         q.observe([("b", 2), ("c", 1), ("d", 1)], 2 * S);
         assert_eq!(q.majority(4 * S), Majority { heard: 2, known: 4 });
@@ -183,10 +188,10 @@ mod tests {
     #[test]
     fn no_look_for_a_while_is_no_majority() {
         // The poller stopped (a pause): the check at grant time sees how old the news is.
-        let q = Quorum::new("a", 3 * S, false);
+        let q = Quorum::new("a", Duration::from_secs(3), false);
         q.observe([("b", 1), ("c", 1)], 0);
         assert!(q.majority(3 * S).holds());
         assert!(!q.majority(12 * S).holds());
-        assert_eq!(q.margin(), 4 * S);
+        assert_eq!(q.margin(), Duration::from_secs(4));
     }
 }

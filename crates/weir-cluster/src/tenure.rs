@@ -28,6 +28,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use weir::Nanos;
 
 use crate::ring::{Ring, SharedRing};
@@ -38,7 +40,7 @@ const RINGS_KEPT: usize = 64;
 /// When a pause has ended: more than this between two beats, by default (2 s). Shorter than
 /// the failure detector needs to declare a node departed (several seconds), so a pause long
 /// enough for the others to move this node's buckets is always seen.
-pub const DEFAULT_PAUSE_AFTER: Nanos = 2_000_000_000;
+pub const DEFAULT_PAUSE_AFTER: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
 struct Seen {
@@ -63,17 +65,18 @@ struct State {
 #[derive(Debug)]
 pub struct Tenure {
     node_id: String,
-    pause_after: Nanos,
+    /// `pause_after` in ns.
+    pause_after_ns: u64,
     state: Mutex<State>,
 }
 
 impl Tenure {
     /// The tenure of node `node_id`, which counts a gap of more than `pause_after` ns between
     /// two beats as a pause.
-    pub fn new(node_id: &str, pause_after: Nanos) -> Self {
+    pub fn new(node_id: &str, pause_after: Duration) -> Self {
         Tenure {
             node_id: node_id.to_owned(),
-            pause_after,
+            pause_after_ns: weir::clock::duration_to_nanos(pause_after),
             state: Mutex::new(State::default()),
         }
     }
@@ -87,7 +90,7 @@ impl Tenure {
     pub fn observe(&self, ring: &SharedRing, now: Nanos) {
         let mut state = self.lock();
         if let Some(last) = state.last_beat {
-            if now.saturating_sub(last) > self.pause_after {
+            if now.saturating_sub(last) > self.pause_after_ns {
                 state.awake_since = Some(now);
             }
         }
@@ -124,7 +127,7 @@ impl Tenure {
         if let Some(last) = state.last_beat {
             // A pause noticed here rather than by the next beat: after a resume, a request can
             // run before the ticker does.
-            if now.saturating_sub(last) > self.pause_after {
+            if now.saturating_sub(last) > self.pause_after_ns {
                 state.awake_since = Some(now);
                 state.last_beat = Some(now);
             }
@@ -140,11 +143,17 @@ impl Tenure {
         Some(since?.max(state.awake_since.unwrap_or(now)))
     }
 
-    /// How long until this node may grant `bucket` leases of `ttl` ns: zero if it has held the
+    /// How long until this node may grant `bucket` leases of `ttl`: zero if it has held the
     /// bucket for `ttl` already; `None` if it does not own it.
-    pub fn wait(&self, bucket: &str, ttl: Nanos, ring: &SharedRing, now: Nanos) -> Option<Nanos> {
+    pub fn wait(
+        &self,
+        bucket: &str,
+        ttl: Duration,
+        ring: &SharedRing,
+        now: Nanos,
+    ) -> Option<Duration> {
         let since = self.held_since(bucket, ring, now)?;
-        Some(since.saturating_add(ttl).saturating_sub(now))
+        Some(weir::clock::between(now, weir::clock::after(since, ttl)))
     }
 }
 
@@ -185,31 +194,52 @@ mod tests {
     #[test]
     fn a_node_vouches_for_nothing_before_it_started() {
         let shared = SharedRing::new(ring(&["a", "b"]));
-        let tenure = Tenure::new("a", 2 * S);
+        let tenure = Tenure::new("a", Duration::from_secs(2));
         let mine = bucket_moving(&["a", "b"], "a", &["a", "b"], "a");
         beat(&tenure, &shared, 100, 100);
-        assert_eq!(tenure.wait(&mine, 20 * S, &shared, 100 * S), Some(20 * S));
+        assert_eq!(
+            tenure.wait(&mine, Duration::from_secs(20), &shared, 100 * S),
+            Some(Duration::from_secs(20))
+        );
         beat(&tenure, &shared, 101, 119);
-        assert_eq!(tenure.wait(&mine, 20 * S, &shared, 119 * S), Some(S));
+        assert_eq!(
+            tenure.wait(&mine, Duration::from_secs(20), &shared, 119 * S),
+            Some(Duration::from_secs(1))
+        );
         beat(&tenure, &shared, 120, 120);
-        assert_eq!(tenure.wait(&mine, 20 * S, &shared, 120 * S), Some(0));
+        assert_eq!(
+            tenure.wait(&mine, Duration::from_secs(20), &shared, 120 * S),
+            Some(Duration::ZERO)
+        );
         let theirs = bucket_moving(&["a", "b"], "b", &["a", "b"], "b");
-        assert_eq!(tenure.wait(&theirs, 20 * S, &shared, 120 * S), None);
+        assert_eq!(
+            tenure.wait(&theirs, Duration::from_secs(20), &shared, 120 * S),
+            None
+        );
     }
 
     #[test]
     fn a_bucket_that_moves_here_waits_one_ttl_and_the_others_do_not() {
         let shared = SharedRing::new(ring(&["a", "b", "c"]));
-        let tenure = Tenure::new("a", 2 * S);
+        let tenure = Tenure::new("a", Duration::from_secs(2));
         let moved = bucket_moving(&["a", "b", "c"], "b", &["a", "c"], "a");
         let kept = bucket_moving(&["a", "b", "c"], "a", &["a", "c"], "a");
         beat(&tenure, &shared, 0, 29);
         shared.publish(ring(&["a", "c"]));
         beat(&tenure, &shared, 30, 40);
-        assert_eq!(tenure.wait(&kept, 20 * S, &shared, 40 * S), Some(0));
-        assert_eq!(tenure.wait(&moved, 20 * S, &shared, 40 * S), Some(10 * S));
+        assert_eq!(
+            tenure.wait(&kept, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            tenure.wait(&moved, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::from_secs(10))
+        );
         beat(&tenure, &shared, 41, 50);
-        assert_eq!(tenure.wait(&moved, 20 * S, &shared, 50 * S), Some(0));
+        assert_eq!(
+            tenure.wait(&moved, Duration::from_secs(20), &shared, 50 * S),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]
@@ -219,26 +249,35 @@ mod tests {
         // d joins and leaves between two beats: the node saw only the last ring, so it
         // vouches for nothing before it.
         let shared = SharedRing::new(ring(&["a", "b"]));
-        let tenure = Tenure::new("a", 2 * S);
+        let tenure = Tenure::new("a", Duration::from_secs(2));
         beat(&tenure, &shared, 0, 30);
         shared.publish(ring(&["a", "b", "d"]));
         shared.publish(ring(&["a", "b"]));
         beat(&tenure, &shared, 31, 40);
-        assert_eq!(tenure.wait(&stolen, 20 * S, &shared, 40 * S), Some(11 * S));
         assert_eq!(
-            tenure.wait(&untouched, 20 * S, &shared, 40 * S),
-            Some(11 * S)
+            tenure.wait(&stolen, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::from_secs(11))
+        );
+        assert_eq!(
+            tenure.wait(&untouched, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::from_secs(11))
         );
         // Seen one by one, only the bucket d held restarts.
         let shared = SharedRing::new(ring(&["a", "b"]));
-        let tenure = Tenure::new("a", 2 * S);
+        let tenure = Tenure::new("a", Duration::from_secs(2));
         beat(&tenure, &shared, 0, 30);
         shared.publish(ring(&["a", "b", "d"]));
         beat(&tenure, &shared, 31, 31);
         shared.publish(ring(&["a", "b"]));
         beat(&tenure, &shared, 32, 40);
-        assert_eq!(tenure.wait(&stolen, 20 * S, &shared, 40 * S), Some(12 * S));
-        assert_eq!(tenure.wait(&untouched, 20 * S, &shared, 40 * S), Some(0));
+        assert_eq!(
+            tenure.wait(&stolen, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::from_secs(12))
+        );
+        assert_eq!(
+            tenure.wait(&untouched, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::ZERO)
+        );
     }
 
     #[test]
@@ -246,16 +285,25 @@ mod tests {
         let shared = SharedRing::new(ring(&["a"]));
         let mine = bucket_moving(&["a"], "a", &["a"], "a");
         for ticker_first in [true, false] {
-            let tenure = Tenure::new("a", 2 * S);
+            let tenure = Tenure::new("a", Duration::from_secs(2));
             beat(&tenure, &shared, 0, 30);
-            assert_eq!(tenure.wait(&mine, 20 * S, &shared, 30 * S), Some(0));
+            assert_eq!(
+                tenure.wait(&mine, Duration::from_secs(20), &shared, 30 * S),
+                Some(Duration::ZERO)
+            );
             // Stopped from 30 s to 42 s.
             if ticker_first {
                 tenure.observe(&shared, 42 * S);
             }
-            assert_eq!(tenure.wait(&mine, 20 * S, &shared, 42 * S), Some(20 * S));
+            assert_eq!(
+                tenure.wait(&mine, Duration::from_secs(20), &shared, 42 * S),
+                Some(Duration::from_secs(20))
+            );
             beat(&tenure, &shared, 43, 62);
-            assert_eq!(tenure.wait(&mine, 20 * S, &shared, 62 * S), Some(0));
+            assert_eq!(
+                tenure.wait(&mine, Duration::from_secs(20), &shared, 62 * S),
+                Some(Duration::ZERO)
+            );
         }
     }
 
@@ -263,14 +311,17 @@ mod tests {
     fn beats_within_pause_after_are_no_pause() {
         let shared = SharedRing::new(ring(&["a"]));
         let mine = bucket_moving(&["a"], "a", &["a"], "a");
-        let tenure = Tenure::new("a", 2 * S);
+        let tenure = Tenure::new("a", Duration::from_secs(2));
         for t in 0..=20 {
             tenure.observe(&shared, t * 2 * S);
         }
-        assert_eq!(tenure.wait(&mine, 20 * S, &shared, 40 * S), Some(0));
         assert_eq!(
-            tenure.wait(&mine, 20 * S, &shared, 42 * S + 1),
-            Some(20 * S),
+            tenure.wait(&mine, Duration::from_secs(20), &shared, 40 * S),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            tenure.wait(&mine, Duration::from_secs(20), &shared, 42 * S + 1),
+            Some(Duration::from_secs(20)),
             "one nanosecond more is a pause"
         );
     }

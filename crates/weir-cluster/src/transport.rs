@@ -12,6 +12,8 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 
+use std::time::Duration;
+
 use weir::Nanos;
 
 use crate::owner::Owner;
@@ -30,7 +32,7 @@ pub struct LeaseRequest {
     /// The node asking (it holds the lease).
     pub holder: String,
     /// How long the lease lives unless renewed.
-    pub ttl: Nanos,
+    pub ttl: Duration,
     /// The time on the caller's clock (the simulation shares one clock).
     pub now: Nanos,
     /// The caller's policy must never exceed its ceiling (`on_unavailable = "closed"`): grant
@@ -51,13 +53,13 @@ pub enum TransportError {
     /// leases granted before it took over may still be live (see [`Tenure`](crate::tenure)).
     #[error(
         "its owner `{owner}` took it over too recently: leases granted before may still be live (it grants in {} ms)",
-        wait.div_ceil(1_000_000)
+        wait.as_nanos().div_ceil(1_000_000)
     )]
     Settling {
         /// The owner.
         owner: String,
-        /// How long until it grants, in ns.
-        wait: Nanos,
+        /// How long until it grants.
+        wait: Duration,
     },
     /// The request is fenced and the owner does not hear from a majority of the cluster: it may
     /// be cut off, with the bucket granted on the other side (see [`Quorum`](crate::quorum)).
@@ -107,7 +109,7 @@ pub trait Transport: Send + Sync {
         owner: &str,
         bucket: &str,
         lease: u64,
-        ttl: Nanos,
+        ttl: Duration,
         now: Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>>;
@@ -234,7 +236,7 @@ impl Transport for InMemory {
         owner: &str,
         bucket: &str,
         lease: u64,
-        ttl: Nanos,
+        ttl: Duration,
         now: Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {

@@ -28,7 +28,7 @@ fn lease_request(bucket: &str, limit: u64) -> weir_cluster::transport::LeaseRequ
         bucket: bucket.to_owned(),
         limit,
         holder: "n1".to_owned(),
-        ttl: 30_000_000_000,
+        ttl: std::time::Duration::from_secs(30),
         now: weir::Clock::now(&SystemClock::new()),
         fenced: false,
     }
@@ -162,7 +162,7 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
         bucket: bucket.to_owned(),
         limit: 2,
         holder: "n1".to_owned(),
-        ttl: 30_000_000_000,
+        ttl: std::time::Duration::from_secs(30),
         now,
         fenced: false,
     };
@@ -198,7 +198,11 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
     match &answers[4] {
         Err(TransportError::Settling { owner, wait }) => {
             assert_eq!(owner, "n2");
-            assert!(*wait > 29_000_000_000 && *wait <= 30_000_000_000, "{wait}");
+            assert!(
+                *wait > std::time::Duration::from_secs(29)
+                    && *wait <= std::time::Duration::from_secs(30),
+                "{wait:?}"
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -22,7 +22,6 @@ const BUCKET: &str = "analytics:group:analytics";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 const SHARED_LIMIT: u64 = 4;
 const TTL: Duration = Duration::from_secs(10);
-const S: Nanos = 1_000_000_000;
 
 fn ring(ids: &[&str]) -> Ring {
     Ring::new(
@@ -88,7 +87,7 @@ impl Transport for Side {
         owner: &str,
         bucket: &str,
         lease: u64,
-        ttl: Nanos,
+        ttl: std::time::Duration,
         now: Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
@@ -120,7 +119,11 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
         .iter()
         .map(|&id| {
             let ring = Arc::new(SharedRing::new(ring(&NODES)));
-            let quorum = Arc::new(Quorum::new(id, 3 * S, id != "n1"));
+            let quorum = Arc::new(Quorum::new(
+                id,
+                std::time::Duration::from_secs(3),
+                id != "n1",
+            ));
             let mut owner = Owner::new(id, Arc::clone(&ring), Arc::new(SharedPool::new(100)));
             if with_quorum {
                 owner = owner.with_quorum(Arc::clone(&quorum));
@@ -157,7 +160,7 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
         })
         .collect();
     let owner_id = ring(&NODES).owner_of(BUCKET).unwrap().to_owned();
-    let ttl = TTL.as_nanos() as Nanos;
+    let ttl = TTL;
     let partition_at = 60;
     let mut most_after = 0;
     let mut granted_after = 0;
@@ -198,7 +201,7 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
             for (admission, until) in node.held.drain(..) {
                 let lease = admission.shared().expect("a shared lease");
                 if node.coordinator.renew(lease, ttl).await {
-                    kept.push((admission, now + ttl));
+                    kept.push((admission, weir::clock::after(now, ttl)));
                 } else if until > now {
                     kept.push((admission, until));
                 }
@@ -213,7 +216,7 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
                 if second > partition_at && node.id != owner_id {
                     granted_after += 1;
                 }
-                node.held.push((admission, now + ttl));
+                node.held.push((admission, weir::clock::after(now, ttl)));
                 assert!(node.held.len() <= 100, "never refused");
             }
         }

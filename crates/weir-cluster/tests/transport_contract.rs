@@ -18,7 +18,7 @@ use weir_cluster::pool::{Grant, SharedPool};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::{InMemory, LeaseRequest, Transport, TransportError};
 
-const TTL: u64 = 30_000_000_000;
+const TTL: Duration = Duration::from_secs(30);
 
 /// The callee, `n2`, owning some buckets of a two-node ring.
 struct Callee {
@@ -106,7 +106,7 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
     match transport.acquire("n2", fenced).await {
         Err(TransportError::Settling { owner, wait }) => {
             assert_eq!(owner, "n2");
-            assert!(wait > 0 && wait <= TTL, "{wait}");
+            assert!(!wait.is_zero() && wait <= TTL, "{wait:?}");
         }
         other => panic!("{other:?}"),
     }
@@ -128,7 +128,7 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
         Ok(Grant::Granted { .. })
     ));
     // An adopted lease counts against the limit.
-    let expires_at = SystemClock::new().now() + TTL;
+    let expires_at = weir::clock::after(SystemClock::new().now(), TTL);
     transport
         .adopt("n2", mine, "n1", expires_at)
         .await

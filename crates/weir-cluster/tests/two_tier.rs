@@ -442,7 +442,11 @@ async fn renewing_a_shared_lease_extends_it_on_its_owner() {
     let admission = coordinator.acquire(BUCKET).await.unwrap();
     let shared = admission.shared().expect("a shared lease");
     c.advance(Duration::from_secs(20));
-    assert!(coordinator.renew(shared, 30_000_000_000).await);
+    assert!(
+        coordinator
+            .renew(shared, std::time::Duration::from_secs(30))
+            .await
+    );
     // Past the original 30 s, the renewed lease is still live on the owner.
     c.advance(Duration::from_secs(15));
     assert_eq!(c.pools[owner].sweep(weir::Clock::now(&c.clock)), 0);
@@ -450,7 +454,11 @@ async fn renewing_a_shared_lease_extends_it_on_its_owner() {
     // Once it has expired there, renewing says so.
     c.advance(Duration::from_secs(60));
     c.pools[owner].sweep(weir::Clock::now(&c.clock));
-    assert!(!coordinator.renew(shared, 30_000_000_000).await);
+    assert!(
+        !coordinator
+            .renew(shared, std::time::Duration::from_secs(30))
+            .await
+    );
     assert_eq!(
         coordinator.acquire(BUCKET).await.unwrap().tier,
         Tier::Shared,
@@ -506,7 +514,7 @@ impl Transport for RingChangesInFlight {
         owner: &str,
         bucket: &str,
         lease: u64,
-        ttl: weir::Nanos,
+        ttl: std::time::Duration,
         now: weir::Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {

@@ -2,12 +2,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use weir::SystemClock;
 use weir::lease::{LeaseId, LeaseTracker};
 use weir::policy::Admission;
+use weir::{Nanos, SystemClock};
 
 /// What a lease holds: the admission (its permit is released when it is dropped).
 #[derive(Debug)]
@@ -93,8 +94,8 @@ impl Leases {
         self.tracker.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Holds `held` for `ttl` ns from `now`.
-    pub fn insert(&self, mut held: Held, ttl: u64, now: u64) -> (LeaseId, u64) {
+    /// Holds `held` for `ttl` from `now`.
+    pub fn insert(&self, mut held: Held, ttl: Duration, now: Nanos) -> (LeaseId, Nanos) {
         loop {
             let id = self.draw_id();
             match self.lock().insert(id, held, ttl, now) {
@@ -118,7 +119,7 @@ impl Leases {
     }
 
     /// Renews a live lease to `now + ttl`; its new expiry, or `None` if unknown or expired.
-    pub fn renew(&self, id: LeaseId, ttl: u64, now: u64) -> Option<u64> {
+    pub fn renew(&self, id: LeaseId, ttl: Duration, now: Nanos) -> Option<Nanos> {
         self.lock().renew(id, ttl, now)
     }
 

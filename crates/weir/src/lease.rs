@@ -13,7 +13,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::str::FromStr;
 
-use crate::clock::Nanos;
+use std::time::Duration;
+
+use crate::clock::{Nanos, after};
 
 /// A lease's id: 128 bits the caller draws at random.
 ///
@@ -84,11 +86,11 @@ impl<T> LeaseTracker<T> {
 
     /// Holds `value` under `id` until `now + ttl`; returns its expiry. An id a live lease
     /// already has is refused, and `value` comes back in the error: draw another id.
-    pub fn insert(&mut self, id: LeaseId, value: T, ttl: Nanos, now: Nanos) -> Result<Nanos, T> {
+    pub fn insert(&mut self, id: LeaseId, value: T, ttl: Duration, now: Nanos) -> Result<Nanos, T> {
         if self.leases.contains_key(&id) {
             return Err(value);
         }
-        let expires_at = now.saturating_add(ttl);
+        let expires_at = after(now, ttl);
         self.leases.insert(id, Lease { value, expires_at });
         self.by_expiry.insert((expires_at, id));
         Ok(expires_at)
@@ -104,13 +106,13 @@ impl<T> LeaseTracker<T> {
 
     /// Extends a live lease to `now + ttl`; `None` if it is unknown or already expired (a lease
     /// whose expiry is `now` has expired).
-    pub fn renew(&mut self, id: LeaseId, ttl: Nanos, now: Nanos) -> Option<Nanos> {
+    pub fn renew(&mut self, id: LeaseId, ttl: Duration, now: Nanos) -> Option<Nanos> {
         let lease = self.leases.get_mut(&id)?;
         if lease.expires_at <= now {
             return None;
         }
         self.by_expiry.remove(&(lease.expires_at, id));
-        lease.expires_at = now.saturating_add(ttl);
+        lease.expires_at = after(now, ttl);
         self.by_expiry.insert((lease.expires_at, id));
         Some(lease.expires_at)
     }
@@ -169,9 +171,11 @@ mod tests {
     fn release_is_once_and_unknown_ids_are_none() {
         let mut tracker = LeaseTracker::new();
         let a = id(1);
-        tracker.insert(a, "a", 100, 0).unwrap();
+        tracker
+            .insert(a, "a", Duration::from_nanos(100), 0)
+            .unwrap();
         assert_eq!(
-            tracker.insert(a, "again", 100, 0),
+            tracker.insert(a, "again", Duration::from_nanos(100), 0),
             Err("again"),
             "ids are unique"
         );
@@ -185,14 +189,22 @@ mod tests {
     fn expiry_is_inclusive_and_renewal_moves_it() {
         let mut tracker = LeaseTracker::new();
         let a = id(1);
-        let expires = tracker.insert(a, "a", 100, 0).unwrap();
-        tracker.insert(id(2), "b", 200, 0).unwrap();
+        let expires = tracker
+            .insert(a, "a", Duration::from_nanos(100), 0)
+            .unwrap();
+        tracker
+            .insert(id(2), "b", Duration::from_nanos(200), 0)
+            .unwrap();
         assert_eq!(expires, 100);
         assert!(tracker.expire(99).is_empty());
-        assert_eq!(tracker.renew(a, 100, 99), Some(199));
+        assert_eq!(tracker.renew(a, Duration::from_nanos(100), 99), Some(199));
         assert_eq!(tracker.expire(100), Vec::<&str>::new(), "renewed past 100");
         assert_eq!(tracker.expire(199), vec!["a"]);
-        assert_eq!(tracker.renew(a, 100, 199), None, "already reclaimed");
+        assert_eq!(
+            tracker.renew(a, Duration::from_nanos(100), 199),
+            None,
+            "already reclaimed"
+        );
         assert_eq!(tracker.expire(200), vec!["b"]);
     }
 
@@ -200,8 +212,10 @@ mod tests {
     fn an_expired_lease_cannot_be_renewed_even_before_the_sweep() {
         let mut tracker = LeaseTracker::new();
         let a = id(1);
-        tracker.insert(a, "a", 100, 0).unwrap();
-        assert_eq!(tracker.renew(a, 100, 100), None);
+        tracker
+            .insert(a, "a", Duration::from_nanos(100), 0)
+            .unwrap();
+        assert_eq!(tracker.renew(a, Duration::from_nanos(100), 100), None);
         assert_eq!(tracker.expire(100), vec!["a"]);
     }
 }

@@ -188,11 +188,7 @@ impl App {
             policy: policy.to_owned(),
             admission,
         };
-        let (id, _) = self.leases.insert(
-            held,
-            u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
-            self.clock.now(),
-        );
+        let (id, _) = self.leases.insert(held, ttl, self.clock.now());
         (id.to_string(), ttl)
     }
 }

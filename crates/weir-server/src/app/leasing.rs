@@ -45,16 +45,15 @@ impl App {
             .and_then(|p| p.with_config(|c| c.concurrency().map(|c| c.lease_ttl)))
             .unwrap_or(DEFAULT_LEASE_TTL);
         let ttl = ttl_ms.map_or(most, |ms| Duration::from_millis(ms).min(most));
-        let ttl_ns = u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX);
         if let Some((coordinator, shared)) = self.leases.shared_of(id) {
-            if !coordinator.renew(shared, ttl_ns).await {
+            if !coordinator.renew(shared, ttl).await {
                 self.leases.release(id);
                 return Err(ApiError::unknown_lease());
             }
         }
         let now = self.clock.now();
         self.leases
-            .renew(id, ttl_ns, now)
+            .renew(id, ttl, now)
             .map(|expires| Duration::from_nanos(expires - now))
             .ok_or_else(ApiError::unknown_lease)
     }

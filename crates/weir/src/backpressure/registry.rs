@@ -29,13 +29,14 @@ const SLOTS: u64 = 3;
 /// The window's shape: the length of a slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Window {
-    slot: Nanos,
+    /// The slot's length in ns.
+    slot: u64,
 }
 
 impl Window {
     /// Slots `slot` nanoseconds long.
     #[cfg(all(test, loom))]
-    pub(crate) fn of_slot(slot: Nanos) -> Self {
+    pub(crate) fn of_slot(slot: u64) -> Self {
         Window { slot }
     }
 
@@ -136,7 +137,7 @@ impl Ord for Ranked {
 
 impl QpsRegistry {
     /// A registry measuring over `window_ns`, keeping at most `max_keys` keys per RPC type.
-    pub fn new(window_ns: Nanos, max_keys: usize) -> Self {
+    pub fn new(window_ns: u64, max_keys: usize) -> Self {
         QpsRegistry {
             window: Window {
                 slot: (window_ns / SLOTS).max(1),

@@ -11,7 +11,10 @@
 //!   a decision's cost, for a bounded loss of precision (see [`coarse`]).
 //!
 //! Timestamps are plain [`Nanos`]: nanoseconds since the clock's own origin. Only differences
-//! between two readings of the same clock mean anything.
+//! between two readings of the same clock mean anything. `Nanos` is only ever an *instant*: every
+//! length of time in Weir's API is a [`Duration`] (a lease's TTL, a window, a wait), and inside
+//! the limiters a length kept as a nanosecond count is a `u64` named for what it measures
+//! (`interval`, `span`, `window_ns`), never a `Nanos`.
 
 pub mod coarse;
 #[cfg(feature = "tokio")]
@@ -26,7 +29,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// A point in time: nanoseconds since a clock's origin.
+/// An instant: nanoseconds since a clock's origin. Never a length of time (that is a
+/// [`Duration`]).
 pub type Nanos = u64;
 
 /// A source of monotonic time for limiters.
@@ -45,8 +49,18 @@ impl<C: Clock> Clock for Arc<C> {
 }
 
 /// Converts a duration to nanoseconds, saturating at `u64::MAX` (about 584 years).
-pub(crate) fn duration_to_nanos(d: Duration) -> u64 {
+pub fn duration_to_nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The instant `by` after `at` (saturating at the end of a clock's time).
+pub fn after(at: Nanos, by: Duration) -> Nanos {
+    at.saturating_add(duration_to_nanos(by))
+}
+
+/// The time from `earlier` to `later`; zero if `later` is not later.
+pub fn between(earlier: Nanos, later: Nanos) -> Duration {
+    Duration::from_nanos(later.saturating_sub(earlier))
 }
 
 /// Real monotonic time.

@@ -62,7 +62,7 @@ pub(crate) struct Found<'a, S, C> {
 pub(crate) struct KeysExhausted;
 
 /// After a sweep that freed nothing, new keys go straight to overflow for this long.
-const FRUITLESS_SWEEP_BACKOFF: Nanos = 100_000_000;
+const FRUITLESS_SWEEP_BACKOFF_NS: u64 = 100_000_000;
 
 #[derive(Debug)]
 #[repr(align(128))] // one shard per cache line pair: shards never false-share
@@ -253,7 +253,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
     /// At the cap: sweeps, unless a recent sweep found nothing to drop. True if there is room.
     fn make_room(&self, now: Nanos) -> bool {
         let last = self.fruitless_sweep_at.load(Ordering::Acquire);
-        if last != 0 && now.saturating_sub(last) < FRUITLESS_SWEEP_BACKOFF {
+        if last != 0 && now.saturating_sub(last) < FRUITLESS_SWEEP_BACKOFF_NS {
             return false;
         }
         let room = self.sweep(now) > 0
@@ -417,7 +417,12 @@ mod tests {
         touch(&store, "new", 5, false);
         assert!(touch(&store, "third", 6, false));
         // ...but it is after the back-off.
-        assert!(!touch(&store, "third", 6 + FRUITLESS_SWEEP_BACKOFF, false));
+        assert!(!touch(
+            &store,
+            "third",
+            6 + FRUITLESS_SWEEP_BACKOFF_NS,
+            false
+        ));
     }
 
     #[test]
@@ -430,10 +435,10 @@ mod tests {
         assert_eq!(store.sweep(2), 0);
         assert_eq!(store.with("other", 3, |_| ()), Err(KeysExhausted));
         held.fetch_sub(1, Ordering::Relaxed);
-        assert_eq!(store.sweep(FRUITLESS_SWEEP_BACKOFF * 2), 1);
+        assert_eq!(store.sweep(FRUITLESS_SWEEP_BACKOFF_NS * 2), 1);
         assert!(
             store
-                .with("other", FRUITLESS_SWEEP_BACKOFF * 2, |_| ())
+                .with("other", FRUITLESS_SWEEP_BACKOFF_NS * 2, |_| ())
                 .is_ok()
         );
     }

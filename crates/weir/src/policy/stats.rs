@@ -26,10 +26,8 @@ pub struct WaitHistogram {
 impl WaitHistogram {
     /// Records one wait.
     pub fn record(&self, waited: Duration) {
-        self.sum_ns.fetch_add(
-            u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
+        self.sum_ns
+            .fetch_add(crate::clock::duration_to_nanos(waited), Ordering::Relaxed);
         let seconds = waited.as_secs_f64();
         let bucket = WAIT_BUCKETS
             .iter()

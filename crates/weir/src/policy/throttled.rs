@@ -13,14 +13,15 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
-use crate::clock::Nanos;
+use crate::clock::{Nanos, duration_to_nanos};
 
 /// How many keys the table keeps by default.
 pub const DEFAULT_CAPACITY: usize = 100;
 /// The default window: a key leaves the table after this long without being throttled, and
 /// rates are measured over it.
-pub const DEFAULT_WINDOW: Nanos = 10_000_000_000;
+pub const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
 
 /// One row: a key being held back.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,7 +51,7 @@ struct Entry {
 }
 
 impl Entry {
-    fn roll(&mut self, now: Nanos, window: Nanos) {
+    fn roll(&mut self, now: Nanos, window: u64) {
         let elapsed = now.saturating_sub(self.window_start);
         if elapsed >= 2 * window {
             self.previous = 0;
@@ -65,7 +66,7 @@ impl Entry {
 
     /// Requests per second over the last `window` (or since the key is followed, if that is
     /// shorter, but never less than a second), weighting the previous bucket by how much of it still falls inside.
-    fn rate(&self, now: Nanos, window: Nanos) -> f64 {
+    fn rate(&self, now: Nanos, window: u64) -> f64 {
         let into_current = now.saturating_sub(self.window_start).min(window) as f64 / window as f64;
         let requests = self.previous as f64 * (1.0 - into_current) + self.current as f64;
         // At least a second (or the window, if shorter), so that two requests a few
@@ -82,7 +83,8 @@ impl Entry {
 pub struct ThrottledKeys {
     entries: Mutex<HashMap<Box<str>, Entry>>,
     capacity: usize,
-    window: Nanos,
+    /// The window in ns.
+    window: u64,
 }
 
 impl Default for ThrottledKeys {
@@ -101,12 +103,12 @@ pub struct Changes {
 }
 
 impl ThrottledKeys {
-    /// A table of at most `capacity` keys, forgetting a key after `window` ns without throttling.
-    pub fn new(capacity: usize, window: Nanos) -> Self {
+    /// A table of at most `capacity` keys, forgetting a key after `window` without throttling.
+    pub fn new(capacity: usize, window: Duration) -> Self {
         ThrottledKeys {
             entries: Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
-            window: window.max(1),
+            window: duration_to_nanos(window).max(1),
         }
     }
 
@@ -227,7 +229,7 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded_and_keeps_the_most_recently_throttled() {
-        let table = ThrottledKeys::new(2, 10 * S);
+        let table = ThrottledKeys::new(2, Duration::from_secs(10));
         assert!(table.throttled("a", "k", S).added);
         table.throttled("b", "k", 2 * S);
         let changes = table.throttled("c", "k", 3 * S);
@@ -243,7 +245,7 @@ mod tests {
 
     #[test]
     fn quiet_keys_leave_after_a_window() {
-        let table = ThrottledKeys::new(10, 10 * S);
+        let table = ThrottledKeys::new(10, Duration::from_secs(10));
         table.throttled("a", "k", 0);
         let (rows, changes) = table.rows(10 * S, 10);
         assert!(rows.is_empty());
@@ -252,7 +254,7 @@ mod tests {
 
     #[test]
     fn rates_count_admitted_and_throttled_requests_over_the_window() {
-        let table = ThrottledKeys::new(10, 10 * S);
+        let table = ThrottledKeys::new(10, Duration::from_secs(10));
         table.throttled("hot", "scan", 0);
         for i in 1..99 {
             table.admitted("hot", i * S / 10);
