@@ -30,8 +30,5 @@ pub mod metrics;
 pub mod serve;
 pub mod top;
 
-/// The gRPC types and services generated from `proto/weir/v1/weir.proto`.
-#[allow(missing_docs, clippy::all, clippy::pedantic)]
-pub mod proto {
-    tonic::include_proto!("weir.v1");
-}
+/// The gRPC types and services (from the `weir-api` crate).
+pub use weir_api::grpc as proto;

@@ -1,5 +1,6 @@
 //! The HTTP API (axum): JSON in and out, `{error, detail}` on every error.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,9 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
 use weir::policy::PolicyConfig;
+use weir_api::http::{
+    AcquireBody, Admission, BusyBody, Refusal, ReleaseBody, Released, RenewBody, Renewed, Tightened,
+};
 
 use crate::app::{AcquireInput, AcquireOutcome, App, MAX_BODY_BYTES, ThrottleQuery};
 use crate::error::ApiError;
@@ -200,17 +204,6 @@ impl FromRequestParts<Arc<App>> for Admin {
     }
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AcquireBody {
-    policy: String,
-    key: String,
-    #[serde(default)]
-    kind: String,
-    cost: Option<u64>,
-    max_wait_ms: Option<u64>,
-}
-
 /// `RateLimit-Policy` (and, when refused, `RateLimit`) per the IETF draft: the quota is the
 /// bucket's limit per one-second window; on a refusal the remaining quota is 0 and the reset is
 /// the retry-after. Remaining quota on admission is not reported: reading it would cost every
@@ -256,18 +249,15 @@ async fn acquire(
             limit,
             tier,
         } => {
-            let mut body = json!({
-                "admitted": true,
-                "waited_ms": waited.as_millis() as u64,
-                "tier": tier,
-            });
-            if let Some((lease, ttl)) = lease {
-                body["lease"] = json!(lease);
-                body["lease_ttl_ms"] = json!(ttl.as_millis() as u64);
-            }
-            if would_throttle {
-                body["would_throttle"] = json!(true);
-            }
+            let lease_ttl_ms = lease.as_ref().map(|(_, ttl)| ttl.as_millis() as u64);
+            let body = Admission {
+                admitted: true,
+                waited_ms: waited.as_millis() as u64,
+                tier: Cow::Borrowed(tier),
+                lease: lease.map(|(lease, _)| Cow::Owned(lease)),
+                lease_ttl_ms,
+                would_throttle,
+            };
             let mut response = Json(body).into_response();
             rate_limit_headers(response.headers_mut(), &policy, limit, None);
             response
@@ -277,11 +267,11 @@ async fn acquire(
             reason,
             limit,
         } => {
-            let body = json!({
-                "admitted": false,
-                "retry_after_ms": retry_after.map(|r| r.as_millis() as u64),
-                "reason": reason,
-            });
+            let body = Refusal {
+                admitted: false,
+                retry_after_ms: retry_after.map(|r| r.as_millis() as u64),
+                reason: Cow::Owned(reason),
+            };
             let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
             let headers = response.headers_mut();
             if let Some(retry) = retry_after {
@@ -299,50 +289,30 @@ async fn acquire(
     })
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ReleaseBody {
-    lease: String,
-}
-
 async fn release(
     State(app): State<Arc<App>>,
     ApiJson(body): ApiJson<ReleaseBody>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Released>, ApiError> {
     app.release(&body.lease)?;
-    Ok(Json(json!({ "released": true })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RenewBody {
-    lease: String,
-    ttl_ms: Option<u64>,
+    Ok(Json(Released { released: true }))
 }
 
 async fn renew(
     State(app): State<Arc<App>>,
     ApiJson(body): ApiJson<RenewBody>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Renewed>, ApiError> {
     let left = app.renew(&body.lease, body.ttl_ms).await?;
-    Ok(Json(json!({ "expires_in_ms": left.as_millis() as u64 })))
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BusyBody {
-    policy: String,
-    #[serde(default)]
-    #[allow(dead_code)] // accepted for the API's shape; busy signals are per policy
-    kind: String,
+    Ok(Json(Renewed {
+        expires_in_ms: left.as_millis() as u64,
+    }))
 }
 
 async fn busy(
     State(app): State<Arc<App>>,
     ApiJson(body): ApiJson<BusyBody>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Tightened>, ApiError> {
     let tightened = app.busy(&body.policy)?;
-    Ok(Json(json!({ "tightened": tightened })))
+    Ok(Json(Tightened { tightened }))
 }
 
 async fn list_policies(State(app): State<Arc<App>>) -> Json<serde_json::Value> {

@@ -1,6 +1,7 @@
 //! The front doors: one module per protocol, each over the one application core ([`App`]).
 //!
-//! A front door parses its protocol's requests into the core's inputs, calls the core, and
+//! The wire types themselves (gRPC messages, HTTP bodies) live in the `weir-api` crate, shared
+//! with clients. A front door parses its protocol's requests into the core's inputs, calls the core, and
 //! writes the core's answer back in its protocol's shape — nothing more: no check, decision or
 //! change of state is made here, so every protocol behaves alike. A new protocol is a new file
 //! here and a listener in `serve.rs`.
@@ -9,10 +10,8 @@
 //! |---|---|
 //! | `http.rs` | the HTTP API (axum): JSON in and out |
 //! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream |
-//! | `grpc_codec.rs` | the gRPC API's codec: a malformed request is the caller's fault |
 //!
 //! [`App`]: crate::app::App
 
 pub mod grpc;
-pub mod grpc_codec;
 pub mod http;

@@ -4,9 +4,9 @@
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-    // Malformed requests are INVALID_ARGUMENT, not INTERNAL: see src/front_door/grpc_codec.rs.
+    // Malformed requests are INVALID_ARGUMENT, not INTERNAL: see src/codec.rs.
     tonic_prost_build::configure()
-        .codec_path("crate::front_door::grpc_codec::WeirCodec")
+        .codec_path("crate::codec::WeirCodec")
         .compile_with_config(config, &["proto/weir/v1/weir.proto"], &["proto"])?;
     Ok(())
 }

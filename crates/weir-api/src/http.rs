@@ -1,0 +1,165 @@
+//! The HTTP API's JSON bodies: what `POST /v1/acquire`, `/v1/release`, `/v1/renew` and
+//! `/v1/busy` read and answer.
+//!
+//! The server parses requests into these and writes its answers from them; a client builds and
+//! reads the same types, so the two cannot drift apart. Answers borrow their strings (a
+//! server writes them without copying); a client reads them owned (`Admission<'static>`).
+//! `docs/configuration.md` ("HTTP API") documents each endpoint.
+
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/acquire`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireBody {
+    /// The policy's name.
+    pub policy: String,
+    /// The bucket key.
+    pub key: String,
+    /// The kind (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// The cost (absent: 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<u64>,
+    /// The longest the caller waits, in ms (absent: the policy's `max_wait`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_wait_ms: Option<u64>,
+}
+
+/// The `200` answer to an acquisition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Admission<'a> {
+    /// Always `true`.
+    pub admitted: bool,
+    /// How long it waited, in ms.
+    pub waited_ms: u64,
+    /// Which tier admitted it: `node`, or in cluster mode `shared`, `fail_open`, `local_share`.
+    pub tier: Cow<'a, str>,
+    /// The lease to release (concurrency policies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Cow<'a, str>>,
+    /// The lease's time to live, in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_ttl_ms: Option<u64>,
+    /// Admitted only because the policy monitors (`mode = "monitor"`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub would_throttle: bool,
+}
+
+/// The `429` answer to an acquisition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal<'a> {
+    /// Always `false`.
+    pub admitted: bool,
+    /// When asking again could succeed, in ms; `null` when only a release makes room.
+    pub retry_after_ms: Option<u64>,
+    /// Why, in a sentence.
+    pub reason: Cow<'a, str>,
+}
+
+/// `POST /v1/release`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseBody {
+    /// The lease an admission returned.
+    pub lease: String,
+}
+
+/// The answer to a release.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Released {
+    /// Always `true` (an unknown lease is a `404`).
+    pub released: bool,
+}
+
+/// `POST /v1/renew`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RenewBody {
+    /// The lease an admission returned.
+    pub lease: String,
+    /// The new time to live, in ms (absent, and at most: the policy's `lease_ttl`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+/// The answer to a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Renewed {
+    /// The time the lease now has left, in ms.
+    pub expires_in_ms: u64,
+}
+
+/// `POST /v1/busy`: the backend behind a policy says it is overloaded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BusyBody {
+    /// The adaptive policy.
+    pub policy: String,
+    /// Accepted for the API's shape; a busy signal applies to the whole policy.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+}
+
+/// The answer to a busy signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tightened {
+    /// Whether a limit was tightened (false within the cooldown, or with nothing to limit).
+    pub tightened: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_admission_reads_back_as_written() {
+        let written = Admission {
+            admitted: true,
+            waited_ms: 3,
+            tier: "node".into(),
+            lease: Some("l-1".into()),
+            lease_ttl_ms: Some(30_000),
+            would_throttle: false,
+        };
+        let json = serde_json::to_string(&written).unwrap();
+        assert_eq!(
+            json,
+            r#"{"admitted":true,"waited_ms":3,"tier":"node","lease":"l-1","lease_ttl_ms":30000}"#
+        );
+        let read: Admission<'static> = serde_json::from_str(&json).unwrap();
+        assert_eq!(read, written);
+    }
+
+    #[test]
+    fn a_refusal_without_a_retry_time_says_null() {
+        let json = serde_json::to_string(&Refusal {
+            admitted: false,
+            retry_after_ms: None,
+            reason: "full".into(),
+        })
+        .unwrap();
+        assert_eq!(
+            json,
+            r#"{"admitted":false,"retry_after_ms":null,"reason":"full"}"#
+        );
+    }
+
+    #[test]
+    fn an_acquire_body_refuses_unknown_fields_and_defaults_the_rest() {
+        let body: AcquireBody = serde_json::from_str(r#"{"policy":"p","key":"k"}"#).unwrap();
+        assert_eq!(body.kind, "");
+        assert_eq!(body.cost, None);
+        let error = serde_json::from_str::<AcquireBody>(r#"{"policy":"p","key":"k","kee":1}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("unknown field `kee`"), "{error}");
+    }
+}
