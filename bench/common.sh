@@ -3,7 +3,7 @@
 # WEIR_PID.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-server
+cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-cli
 WEIR_BIN="$root/target/release/weir"
 bench_dir=$(mktemp -d)
 trap 'kill "${WEIR_PID:-}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT

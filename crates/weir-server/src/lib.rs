@@ -1,6 +1,6 @@
 //! # weir-server
 //!
-//! The `weir` binary's library: everything a service written in any language needs to use
+//! The server's library: everything a service written in any language needs to use
 //! Weir over the network — an HTTP API (axum) and a gRPC API (tonic) over the same operations,
 //! policies changed live and kept durably in a data dir, Prometheus metrics, and "who is
 //! throttled" (`weir top`).
@@ -13,11 +13,11 @@
 //! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
-//! - [`top`], [`client`]: the `weir top` and `weir config` commands;
-//! - [`bench`](mod@bench): the `weir bench` load generator.
+//! - [`top`], [`client`]: the `weir top` and `weir config` commands.
+//!
+//! The `weir` binary itself is the `weir-cli` crate; `weir bench` is the `weir-bench` crate.
 
 pub mod app;
-pub mod bench;
 pub mod client;
 pub mod cluster;
 pub mod config;

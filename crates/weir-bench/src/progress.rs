@@ -226,7 +226,7 @@ impl Drop for Sampler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::report::RequestOutcome;
+    use crate::report::RequestOutcome;
 
     #[test]
     fn a_sample_has_the_seconds_rates_and_percentiles_and_starts_the_next() {

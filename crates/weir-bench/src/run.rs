@@ -1,4 +1,5 @@
-//! The targets a run can measure and the client loops that drive them.
+//! A run: what it measures ([`TargetSpec`]), its settings, and the client loops that drive a
+//! [`Target`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,6 @@ use rand::rngs::SmallRng;
 use rand_distr::{Distribution, Exp1};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 use super::keys::{KeyDistribution, KeySampler};
 use super::pacer::{self, Paced, Pacer};
@@ -17,10 +17,9 @@ use super::progress::{self, Batch, Live};
 use super::redis::RedisTarget;
 use super::report::{Report, RequestOutcome, Tally};
 use super::schedule::{Profile, Schedule};
-use crate::app::{AcquireInput, AcquireOutcome, App, AppSettings};
-use crate::config::ConfigFile;
-use crate::proto::AcquireRequest;
-use crate::proto::weir_client::WeirClient;
+use super::target::{Grpc, GrpcStream, Http, InProcess, RoundRobin, Target};
+use weir_api::http::AcquireBody;
+use weir_server::config::ConfigFile;
 
 /// The most keys a run draws from: each client keeps a counter per key.
 pub const MAX_KEYS: u64 = 1_000_000;
@@ -30,14 +29,12 @@ pub const MAX_KEYS: u64 = 1_000_000;
 pub enum TargetSpec {
     /// The library in this process, on a config's policies.
     InProcess(Box<ConfigFile>),
-    /// A server's HTTP API (`http://host:port`).
-    Http(String),
-    /// A server's gRPC API, unary calls (`http://host:port`).
-    Grpc(String),
-    /// A server's gRPC API, every client's requests over one bidirectional stream.
-    GrpcStream(String),
-    /// Several servers, asked in turn (each lease is given back where it came from).
-    RoundRobin(Vec<TargetSpec>),
+    /// Servers' HTTP APIs (`http://host:port`), asked in turn.
+    Http(Vec<String>),
+    /// Servers' gRPC APIs, unary calls (`http://host:port`), asked in turn.
+    Grpc(Vec<String>),
+    /// Servers' gRPC APIs, every client's requests over one bidirectional stream, asked in turn.
+    GrpcStream(Vec<String>),
     /// The Redis baseline: a Lua script at `url` enforcing `policy`'s limiter.
     Redis {
         /// `redis://host:port`.
@@ -102,215 +99,6 @@ pub fn configured_rate(policy: &weir::policy::PolicyConfig, kind: &str) -> Optio
         .limit_for(kind)
 }
 
-/// One connection (or handle) to the target, owned by one client.
-#[derive(Clone)]
-enum Target {
-    InProcess(Arc<App>),
-    Http(reqwest::Client, String),
-    Grpc(WeirClient<Channel>),
-    GrpcStream(WeirClient<Channel>, StreamSlot),
-    RoundRobin(Vec<Target>, usize),
-    Redis(Box<RedisTarget>),
-}
-
-/// A client's acquisition stream, opened on its first request. A clone (the one a held
-/// lease's release task takes) has none: releases go unary.
-#[derive(Default)]
-struct StreamSlot(Option<Box<OpenStream>>);
-
-struct OpenStream {
-    requests: tokio::sync::mpsc::Sender<AcquireRequest>,
-    answers: tonic::Streaming<crate::proto::AcquireResponse>,
-    next_id: u64,
-}
-
-impl Clone for StreamSlot {
-    fn clone(&self) -> Self {
-        StreamSlot(None)
-    }
-}
-
-/// A lease to give back, and which of the servers (round robin) gave it.
-struct LeaseToGiveBack {
-    server: usize,
-    id: String,
-}
-
-/// An answer: how the request ended, and the lease to give back if it holds one.
-type Answer = Result<(RequestOutcome, Option<LeaseToGiveBack>), String>;
-
-/// A gRPC answer as an outcome, its lease (if any) from server 0.
-fn grpc_answer(answer: crate::proto::AcquireResponse) -> Answer {
-    if !answer.error.is_empty() {
-        return Err(answer.error);
-    }
-    let lease = Some(answer.lease)
-        .filter(|lease| !lease.is_empty())
-        .map(|id| LeaseToGiveBack { server: 0, id });
-    match answer.admitted {
-        true => Ok((RequestOutcome::Admitted, lease)),
-        false => Ok((RequestOutcome::Throttled, None)),
-    }
-}
-
-fn grpc_request(input: AcquireInput, id: u64) -> AcquireRequest {
-    AcquireRequest {
-        policy: input.policy,
-        key: input.key,
-        kind: input.kind,
-        cost: input.cost.unwrap_or(1),
-        id,
-        ..Default::default()
-    }
-}
-
-impl Target {
-    /// Asks once; an error is one that is not a limiter's refusal, with its message.
-    async fn acquire(&mut self, input: AcquireInput) -> Answer {
-        match self {
-            Target::InProcess(app) => match app.acquire(input).await {
-                Ok(AcquireOutcome::Admitted { lease, .. }) => Ok((
-                    RequestOutcome::Admitted,
-                    lease.map(|(id, _)| LeaseToGiveBack { server: 0, id }),
-                )),
-                Ok(AcquireOutcome::Refused { .. }) => Ok((RequestOutcome::Throttled, None)),
-                Err(error) => Err(error.to_string()),
-            },
-            Target::Http(client, base) => {
-                let body = serde_json::json!({
-                    "policy": input.policy, "key": input.key, "kind": input.kind, "cost": input.cost,
-                });
-                // The key also rides in a header, so a proxy that cannot read the body (the
-                // nginx baseline's `limit_req`) can key on it.
-                let answer = client
-                    .post(format!("{base}/v1/acquire"))
-                    .header("x-weir-key", &input.key)
-                    .json(&body)
-                    .send()
-                    .await;
-                match answer {
-                    Ok(response) => {
-                        let status = response.status();
-                        let body: serde_json::Value = response.json().await.unwrap_or_default();
-                        match status.as_u16() {
-                            200..=299 => Ok((
-                                RequestOutcome::Admitted,
-                                body["lease"].as_str().map(|id| LeaseToGiveBack {
-                                    server: 0,
-                                    id: id.to_owned(),
-                                }),
-                            )),
-                            429 => Ok((RequestOutcome::Throttled, None)),
-                            _ => Err(format!("HTTP {status}: {body}")),
-                        }
-                    }
-                    Err(error) => Err(format!("{error:#}")),
-                }
-            }
-            Target::Grpc(client) => match client.acquire(grpc_request(input, 0)).await {
-                Ok(answer) => grpc_answer(answer.into_inner()),
-                Err(status) => Err(format!("gRPC {:?}: {}", status.code(), status.message())),
-            },
-            Target::GrpcStream(client, slot) => {
-                if slot.0.is_none() {
-                    let (requests, queued) = tokio::sync::mpsc::channel(16);
-                    let answers = client
-                        .acquire_stream(tokio_stream::wrappers::ReceiverStream::new(queued))
-                        .await
-                        .map_err(|status| {
-                            format!("gRPC stream {:?}: {}", status.code(), status.message())
-                        })?
-                        .into_inner();
-                    slot.0 = Some(Box::new(OpenStream {
-                        requests,
-                        answers,
-                        next_id: 0,
-                    }));
-                }
-                let stream = slot.0.as_mut().expect("opened above");
-                let id = stream.next_id;
-                stream.next_id += 1;
-                let sent = stream.requests.send(grpc_request(input, id)).await;
-                let answer = match sent {
-                    Ok(()) => stream.answers.message().await,
-                    Err(_) => Ok(None),
-                };
-                match answer {
-                    // One request in flight per client: the next answer is its answer.
-                    Ok(Some(answer)) if answer.id == id => grpc_answer(answer),
-                    Ok(Some(answer)) => {
-                        slot.0 = None;
-                        Err(format!(
-                            "gRPC stream answered {} to request {id}",
-                            answer.id
-                        ))
-                    }
-                    Ok(None) => {
-                        slot.0 = None;
-                        Err("gRPC stream closed by the server".to_owned())
-                    }
-                    Err(status) => {
-                        slot.0 = None;
-                        Err(format!(
-                            "gRPC stream {:?}: {}",
-                            status.code(),
-                            status.message()
-                        ))
-                    }
-                }
-            }
-            Target::Redis(redis) => {
-                match redis.acquire(&input.key, input.cost.unwrap_or(1)).await {
-                    Ok((true, lease)) => Ok((
-                        RequestOutcome::Admitted,
-                        lease.map(|id| LeaseToGiveBack { server: 0, id }),
-                    )),
-                    Ok((false, _)) => Ok((RequestOutcome::Throttled, None)),
-                    Err(error) => Err(format!("redis: {error}")),
-                }
-            }
-            Target::RoundRobin(targets, next) => {
-                let server = *next;
-                *next = (server + 1) % targets.len();
-                let (outcome, lease) = Box::pin(targets[server].acquire(input)).await?;
-                Ok((
-                    outcome,
-                    lease.map(|lease| LeaseToGiveBack { server, ..lease }),
-                ))
-            }
-        }
-    }
-
-    /// Gives a lease back (best effort: one that is not given back expires by its TTL).
-    async fn release(&mut self, lease: LeaseToGiveBack) {
-        match self {
-            Target::InProcess(app) => {
-                let _ = app.release(&lease.id);
-            }
-            Target::Http(client, base) => {
-                let _ = client
-                    .post(format!("{base}/v1/release"))
-                    .json(&serde_json::json!({ "lease": lease.id }))
-                    .send()
-                    .await;
-            }
-            Target::Grpc(client) | Target::GrpcStream(client, _) => {
-                let _ = client
-                    .release(crate::proto::ReleaseRequest { lease: lease.id })
-                    .await;
-            }
-            Target::Redis(redis) => {
-                let _ = redis.release(&lease.id).await;
-            }
-            Target::RoundRobin(targets, _) => {
-                if let Some(target) = targets.get_mut(lease.server) {
-                    Box::pin(target.release(LeaseToGiveBack { server: 0, ..lease })).await;
-                }
-            }
-        }
-    }
-}
-
 /// How long an admitted request holds its lease before giving it back.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum HoldTime {
@@ -351,14 +139,14 @@ impl Holds {
 /// Returns the answer and when the request was done with: after an immediate release, or as it
 /// was answered when its lease is held (handing the lease to its task is the generator's own
 /// bookkeeping, not the target's time).
-async fn ask(
-    target: &mut Target,
-    input: AcquireInput,
+async fn ask<T: Target>(
+    target: &mut T,
+    request: AcquireBody,
     holds: &mut Holds,
 ) -> (Result<RequestOutcome, String>, Instant) {
     let rng = &mut holds.rng;
     let hold = holds.hold;
-    let (outcome, lease) = match target.acquire(input).await {
+    let (outcome, lease) = match target.acquire(request).await {
         Ok(answer) => answer,
         Err(error) => return (Err(error), Instant::now()),
     };
@@ -387,72 +175,6 @@ async fn ask(
     (Ok(outcome), done)
 }
 
-/// Connects to a target; its name says what it is (`grpc`, `http×3`).
-async fn connect(spec: &TargetSpec) -> anyhow::Result<(Target, String)> {
-    Ok(match spec {
-        TargetSpec::InProcess(config) => {
-            // The app reads a data dir's overlay when it starts and writes only on API
-            // changes, which a bench makes none of: an empty dir of its own, removed at once.
-            static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let data_dir =
-                std::env::temp_dir().join(format!("weir-bench-{}-{run}", std::process::id()));
-            let app = App::new(AppSettings {
-                node_id: "bench".to_owned(),
-                http: config.server.http,
-                grpc: config.server.grpc,
-                policies: config.policy.clone(),
-                data_dir: data_dir.clone(),
-                admin_token: None,
-                max_cost: config.server.max_cost,
-                body_timeout: config.server.body_timeout,
-                cluster: None,
-            })?;
-            let _ = std::fs::remove_dir_all(&data_dir);
-            (Target::InProcess(app), "inproc".to_owned())
-        }
-        TargetSpec::Http(base) => {
-            let client = reqwest::Client::builder()
-                .build()
-                .context("building the HTTP client")?;
-            (
-                Target::Http(client, base.trim_end_matches('/').to_owned()),
-                "http".to_owned(),
-            )
-        }
-        TargetSpec::Grpc(base) | TargetSpec::GrpcStream(base) => {
-            let client = WeirClient::connect(base.clone())
-                .await
-                .with_context(|| format!("connecting to {base}"))?;
-            match spec {
-                TargetSpec::Grpc(_) => (Target::Grpc(client), "grpc".to_owned()),
-                _ => (
-                    Target::GrpcStream(client, StreamSlot::default()),
-                    "grpc-stream".to_owned(),
-                ),
-            }
-        }
-        TargetSpec::Redis { url, policy } => (
-            Target::Redis(Box::new(RedisTarget::connect(url, policy).await?)),
-            "redis".to_owned(),
-        ),
-        TargetSpec::RoundRobin(specs) => {
-            if specs.is_empty() {
-                anyhow::bail!("a round robin needs at least one server");
-            }
-            let mut targets = Vec::with_capacity(specs.len());
-            let mut name = String::new();
-            for spec in specs {
-                let (target, one) = Box::pin(connect(spec)).await?;
-                targets.push(target);
-                name = one;
-            }
-            let name = format!("{name}×{}", specs.len());
-            (Target::RoundRobin(targets, 0), name)
-        }
-    })
-}
-
 /// Runs the load and reports what it saw.
 pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     if settings.clients == 0 {
@@ -471,7 +193,60 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
         );
     }
     KeySampler::new(settings.keys, settings.distribution, 0)?;
-    let (target, name) = connect(&settings.target).await?;
+    match &settings.target {
+        TargetSpec::InProcess(config) => {
+            drive(InProcess::start(config)?, "inproc".to_owned(), settings).await
+        }
+        TargetSpec::Http(servers) => {
+            let servers = servers.iter().map(|base| Http::connect(base));
+            on_servers(servers.collect::<anyhow::Result<_>>()?, "http", settings).await
+        }
+        TargetSpec::Grpc(servers) => {
+            let mut connected = Vec::with_capacity(servers.len());
+            for base in servers {
+                connected.push(Grpc::connect(base).await?);
+            }
+            on_servers(connected, "grpc", settings).await
+        }
+        TargetSpec::GrpcStream(servers) => {
+            let mut connected = Vec::with_capacity(servers.len());
+            for base in servers {
+                connected.push(GrpcStream::connect(base).await?);
+            }
+            on_servers(connected, "grpc-stream", settings).await
+        }
+        TargetSpec::Redis { url, policy } => {
+            drive(
+                RedisTarget::connect(url, policy).await?,
+                "redis".to_owned(),
+                settings,
+            )
+            .await
+        }
+    }
+}
+
+/// One server as it is, several in turn (reported as `name×n`).
+async fn on_servers<T: Target>(
+    mut servers: Vec<T>,
+    name: &str,
+    settings: &RunSettings,
+) -> anyhow::Result<Report> {
+    if servers.len() == 1 {
+        let server = servers.pop().expect("one");
+        return drive(server, name.to_owned(), settings).await;
+    }
+    let servers = RoundRobin::new(servers)?;
+    let name = format!("{name}×{}", servers.servers());
+    drive(servers, name, settings).await
+}
+
+/// Drives the clients against `target` (each with a clone of its own) and gathers the report.
+async fn drive<T: Target>(
+    target: T,
+    name: String,
+    settings: &RunSettings,
+) -> anyhow::Result<Report> {
     let start = Instant::now() + Duration::from_millis(50);
     let open = settings.rate > 0.0;
     let schedule = Schedule::new(settings.rate.max(f64::MIN_POSITIVE), settings.profile);
@@ -501,11 +276,8 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     let sampler = progress::sample(Arc::clone(&live), settings.progress);
     let mut tasks = Vec::with_capacity(settings.clients);
     for ((client, pacer), client_start) in pacers.into_iter().enumerate().zip(starts) {
-        let mut target = target.clone();
         // Round robins start at different servers, so clients spread from the first request.
-        if let Target::RoundRobin(targets, next) = &mut target {
-            *next = client % targets.len();
-        }
+        let target = target.clone().for_client(client);
         let settings = settings.clone();
         let live = Arc::clone(&live);
         tasks.push(tokio::spawn(async move {
@@ -540,8 +312,8 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
     Ok(report)
 }
 
-fn input(settings: &RunSettings, key: u64) -> AcquireInput {
-    AcquireInput {
+fn input(settings: &RunSettings, key: u64) -> AcquireBody {
+    AcquireBody {
         policy: settings.policy.clone(),
         key: format!("key-{key}"),
         kind: settings.kind.clone(),
@@ -563,8 +335,8 @@ struct ClientClock {
 
 /// Sends request `k` at its due time; a request whose slot ended before the client was free
 /// is counted as missed and not sent.
-async fn open_loop(
-    mut target: Target,
+async fn open_loop<T: Target>(
+    mut target: T,
     settings: &RunSettings,
     mut keys: KeySampler,
     mut holds: Holds,
@@ -617,8 +389,8 @@ const BATCH: usize = 256;
 const REPORT_EVERY: Duration = Duration::from_millis(100);
 
 /// Sends requests back to back until the run ends; latency is from each send.
-async fn closed_loop(
-    mut target: Target,
+async fn closed_loop<T: Target>(
+    mut target: T,
     settings: &RunSettings,
     mut keys: KeySampler,
     mut holds: Holds,
@@ -660,7 +432,7 @@ mod tests {
     fn settings(rate: f64) -> RunSettings {
         RunSettings {
             target: TargetSpec::InProcess(Box::new(
-                ConfigFile::parse(include_str!("../default.toml")).unwrap(),
+                ConfigFile::parse(weir_server::config::DEFAULT_CONFIG).unwrap(),
             )),
             policy: "tables".to_owned(),
             kind: String::new(),

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{ScenarioSettings, one_run};
-use crate::bench::keys::KeyDistribution;
-use crate::bench::nodes::{LocalNode, Workdir};
-use crate::bench::run::{self, TargetSpec};
+use crate::keys::KeyDistribution;
+use crate::nodes::{LocalNode, Workdir};
+use crate::run::{self, TargetSpec};
 
 /// The node's policy: a fair leaky bucket per tenant, for page reads only.
 const CONFIG: &str = r#"
@@ -150,7 +150,7 @@ pub async fn neon_throttle(settings: &ScenarioSettings) -> anyhow::Result<NeonTh
     let mut rows = Vec::with_capacity(WORKLOADS.len());
     for workload in &WORKLOADS {
         let mut one = one_run(
-            TargetSpec::GrpcStream(node.grpc.clone()),
+            TargetSpec::GrpcStream(vec![node.grpc.clone()]),
             "getpage",
             workload.rate,
             settings,

@@ -5,7 +5,7 @@ mod support;
 
 use serde_json::Value;
 use support::{Server, weir};
-use weir_server::bench::nodes::LocalRedis;
+use weir_bench::nodes::LocalRedis;
 
 const CONFIG: &str = r#"
 [[policy]]

@@ -7,10 +7,10 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
-use weir_server::bench::keys::KeyDistribution;
-use weir_server::bench::run::{self, HoldTime, RunSettings, TargetSpec};
-use weir_server::bench::schedule::Profile;
-use weir_server::bench::{plot, scenario};
+use weir_bench::keys::KeyDistribution;
+use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
+use weir_bench::schedule::Profile;
+use weir_bench::{plot, scenario};
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
 use weir_server::serve::{self, Overrides};
@@ -194,10 +194,6 @@ impl BenchArgs {
                 .filter(|server| !server.is_empty())
                 .collect()
         };
-        let remote = |servers: Vec<String>, one: fn(String) -> TargetSpec| match servers.len() {
-            1 => one(servers.into_iter().next().expect("one")),
-            _ => TargetSpec::RoundRobin(servers.into_iter().map(one).collect()),
-        };
         // The policies as --config (or the embedded config) defines them: what the inproc and
         // redis targets run, and what every report compares admitted rates with.
         let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
@@ -208,9 +204,9 @@ impl BenchArgs {
             .and_then(|policy| run::configured_rate(policy, &self.kind));
         let target = match self.target.as_str() {
             "inproc" => TargetSpec::InProcess(Box::new(config)),
-            "http" => remote(servers("http://127.0.0.1:8080"), TargetSpec::Http),
-            "grpc" => remote(servers("http://127.0.0.1:50051"), TargetSpec::Grpc),
-            "grpc-stream" => remote(servers("http://127.0.0.1:50051"), TargetSpec::GrpcStream),
+            "http" => TargetSpec::Http(servers("http://127.0.0.1:8080")),
+            "grpc" => TargetSpec::Grpc(servers("http://127.0.0.1:50051")),
+            "grpc-stream" => TargetSpec::GrpcStream(servers("http://127.0.0.1:50051")),
             "redis" => {
                 let policy = config
                     .policy

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use weir_server::bench::nodes::listening;
+use weir_bench::nodes::listening;
 
 /// A running `weir serve`.
 pub struct Server {

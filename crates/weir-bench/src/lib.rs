@@ -1,4 +1,4 @@
-//! `weir bench`: an open-loop load generator against Weir itself.
+//! `weir bench`: an open-loop load generator against Weir itself (and its baselines).
 //!
 //! Modelled on pagebench: every client has a schedule, request `k` is due at a fixed time, and
 //! latency is measured from that due time, so a slow target cannot hide the queueing it causes
@@ -12,7 +12,9 @@
 //! - [`progress`]: a live line a second while a run goes, kept as a timeline;
 //! - [`plot`]: the timeline as an SVG chart;
 //! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
-//! - [`run`]: the targets (in-process, HTTP, gRPC, Redis) and the client loops;
+//! - [`run`]: a run's settings and the client loops;
+//! - [`target`]: what a run measures, a file per target (in-process, HTTP, gRPC, gRPC stream,
+//!   Redis, round robin) behind one trait;
 //! - [`redis`]: the Redis baseline's Lua scripts;
 //! - [`nodes`]: local `weir serve` processes a scenario starts and stops;
 //! - [`scenario`]: the named experiments.
@@ -27,3 +29,4 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
+pub mod target;

@@ -25,11 +25,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{ScenarioSettings, median, one_run};
-use crate::bench::nodes::{LocalRedis, Workdir, start_cluster};
-use crate::bench::report::Report;
-use crate::bench::run::{self, HoldTime, TargetSpec};
-use crate::bench::schedule::Profile;
-use crate::config::ConfigFile;
+use crate::nodes::{LocalRedis, Workdir, start_cluster};
+use crate::report::Report;
+use crate::run::{self, HoldTime, TargetSpec};
+use crate::schedule::Profile;
+use weir_server::config::ConfigFile;
 
 /// The cluster's policies.
 const CONFIG: &str = r#"
@@ -170,12 +170,7 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
     let nodes = start_cluster(&settings.binary, CONFIG, dir.path(), 3).await?;
     // The owner's tenure, plus a margin for the last ring change after gossip converged.
     tokio::time::sleep(SHARED_TENURE + Duration::from_secs(1)).await;
-    let cluster = TargetSpec::RoundRobin(
-        nodes
-            .iter()
-            .map(|node| TargetSpec::Grpc(node.grpc.clone()))
-            .collect(),
-    );
+    let cluster = TargetSpec::Grpc(nodes.iter().map(|node| node.grpc.clone()).collect());
     let redis = tokio::task::spawn_blocking(LocalRedis::start).await??;
     let mut configs: Vec<(&str, TargetSpec)> = CONFIGS
         .iter()
