@@ -40,69 +40,11 @@ fn clock(c: &mut Criterion) {
     group.finish();
 }
 
-fn try_acquire(c: &mut Criterion) {
-    let mut group = c.benchmark_group("try_acquire");
-
-    let token = TokenBucket::new(TokenBucketConfig {
-        rate: f64::from(UNREACHABLE_RATE),
-        burst: u64::from(UNREACHABLE_RATE),
-    })
-    .unwrap();
-    group.bench_function("weir_token_bucket", |b| {
-        b.iter(|| black_box(token.try_acquire(black_box(1))))
-    });
-
-    for fair in [true, false] {
-        let leaky = LeakyBucket::new(LeakyBucketConfig {
-            initial: u64::from(UNREACHABLE_RATE),
-            refill_interval: Duration::from_secs(1),
-            refill_amount: u64::from(UNREACHABLE_RATE),
-            max: u64::from(UNREACHABLE_RATE),
-            fair,
-        })
-        .unwrap();
-        let name = if fair {
-            "weir_leaky_bucket_fair"
-        } else {
-            "weir_leaky_bucket_unfair"
-        };
-        group.bench_function(name, |b| {
-            b.iter(|| black_box(leaky.try_acquire(black_box(1))))
-        });
-    }
-
-    let strict = Strict::new(StrictConfig {
-        qps: f64::from(UNREACHABLE_RATE),
-    })
-    .unwrap();
-    group.bench_function("weir_strict", |b| {
-        b.iter(|| black_box(strict.try_acquire(black_box(1))))
-    });
-
-    let max = NonZeroU32::new(UNREACHABLE_RATE).unwrap();
-    let governor = RateLimiter::direct(Quota::per_second(max).allow_burst(max));
-    group.bench_function("governor_direct", |b| {
-        b.iter(|| black_box(governor.check()))
-    });
-
-    let leaky_crate = leaky_bucket::RateLimiter::builder()
-        .initial(UNREACHABLE_RATE as usize)
-        .refill(UNREACHABLE_RATE as usize)
-        .interval(Duration::from_secs(1))
-        .max(UNREACHABLE_RATE as usize)
-        .build();
-    group.bench_function("leaky_bucket_crate", |b| {
-        b.iter(|| black_box(leaky_crate.try_acquire(black_box(1))))
-    });
-    group.finish();
-}
-
-/// The same decisions on a clock read from memory: Weir's `CoarseClock` and governor's
-/// `QuantaUpkeepClock`, both refreshed every millisecond.
-fn try_acquire_coarse(c: &mut Criterion) {
-    let mut group = c.benchmark_group("try_acquire_coarse");
-    let clock = CoarseClock::new(CoarseClock::DEFAULT_INTERVAL).expect("a clock thread");
-
+/// Weir's four rate limiters on `clock`, each deciding on a limit the loop never reaches.
+fn weir_limiters<C: Clock + Clone>(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    clock: C,
+) {
     let token = TokenBucket::with_clock(
         TokenBucketConfig {
             rate: f64::from(UNREACHABLE_RATE),
@@ -147,6 +89,38 @@ fn try_acquire_coarse(c: &mut Criterion) {
     group.bench_function("weir_strict", |b| {
         b.iter(|| black_box(strict.try_acquire(black_box(1))))
     });
+}
+
+fn try_acquire(c: &mut Criterion) {
+    let mut group = c.benchmark_group("try_acquire");
+    weir_limiters(&mut group, SystemClock::new());
+
+    let max = NonZeroU32::new(UNREACHABLE_RATE).unwrap();
+    let governor = RateLimiter::direct(Quota::per_second(max).allow_burst(max));
+    group.bench_function("governor_direct", |b| {
+        b.iter(|| black_box(governor.check()))
+    });
+
+    let leaky_crate = leaky_bucket::RateLimiter::builder()
+        .initial(UNREACHABLE_RATE as usize)
+        .refill(UNREACHABLE_RATE as usize)
+        .interval(Duration::from_secs(1))
+        .max(UNREACHABLE_RATE as usize)
+        .build();
+    group.bench_function("leaky_bucket_crate", |b| {
+        b.iter(|| black_box(leaky_crate.try_acquire(black_box(1))))
+    });
+    group.finish();
+}
+
+/// The same decisions on a clock read from memory: Weir's `CoarseClock` and governor's
+/// `QuantaUpkeepClock`, both refreshed every millisecond.
+fn try_acquire_coarse(c: &mut Criterion) {
+    let mut group = c.benchmark_group("try_acquire_coarse");
+    weir_limiters(
+        &mut group,
+        CoarseClock::new(CoarseClock::DEFAULT_INTERVAL).expect("a clock thread"),
+    );
 
     let max = NonZeroU32::new(UNREACHABLE_RATE).unwrap();
     let upkeep =
