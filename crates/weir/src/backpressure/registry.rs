@@ -56,21 +56,26 @@ impl Calls {
         let current = window.slot_of(now);
         let tag = current & 0xFFFF_FFFF;
         let slot = &self.slots[(current % SLOTS) as usize];
-        let _ = slot.fetch_update(Ordering::AcqRel, Ordering::Acquire, |packed| {
+        let mut packed = slot.load(Ordering::Acquire);
+        loop {
             let held = packed >> 32;
-            if held == tag {
-                Some(packed + u64::from(packed & 0xFFFF_FFFF < 0xFFFF_FFFF))
+            let next = if held == tag {
+                packed + u64::from(packed & 0xFFFF_FFFF < 0xFFFF_FFFF)
             } else if tag.wrapping_sub(held) & 0xFFFF_FFFF < 1 << 31 {
                 // The slot still counts an older period: this call starts its new one.
-                Some(tag << 32 | 1)
+                tag << 32 | 1
             } else {
                 // A call that read the clock before another thread moved the slot on to a
                 // newer period: it belongs to a period now out of the window, and must not
                 // wipe the newer count (the loom model `a_late_call_does_not_wipe_a_newer_period`
                 // found this).
-                None
+                return;
+            };
+            match slot.compare_exchange_weak(packed, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return,
+                Err(actual) => packed = actual,
             }
-        });
+        }
     }
 
     /// Calls in the window ending now.
