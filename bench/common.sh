@@ -4,7 +4,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-cli
-WEIR_BIN="$root/target/release/weir"
+# Wherever cargo builds (CARGO_TARGET_DIR, a config's build.target-dir), ask it rather than assume.
+target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" |
+  grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
+WEIR_BIN="$target_dir/release/weir"
 bench_dir=$(mktemp -d)
 trap 'kill "${WEIR_PID:-}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 

@@ -183,6 +183,10 @@ fn the_rate_accuracy_scenario_admits_no_more_than_each_rate() {
             "rate-accuracy",
             "--duration",
             "1s",
+            "--warmup",
+            "0s",
+            "--runs",
+            "2",
             "--json",
         ])
         .output()
@@ -195,6 +199,7 @@ fn the_rate_accuracy_scenario_admits_no_more_than_each_rate() {
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 9, "{report}");
+    assert_eq!(report["runs"], 2, "--runs is honoured: {report}");
     for row in rows {
         let configured = row["configured"].as_f64().unwrap();
         let admitted = row["admitted"].as_f64().unwrap();

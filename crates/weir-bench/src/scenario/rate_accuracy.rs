@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{ScenarioSettings, one_run};
+use super::{ScenarioSettings, median, one_run};
 use crate::run::{self, TargetSpec};
 use weir_server::config::ConfigFile;
 
@@ -20,9 +20,10 @@ pub struct AccuracyRow {
     pub policy: String,
     /// Its configured rate, per second.
     pub configured: f64,
-    /// The rate the generator managed to send, per second (short of the offer: it missed).
+    /// The rate the generator managed to send, per second (short of the offer: it missed);
+    /// the median over the runs.
     pub sent: f64,
-    /// Its admitted rate over the measured time, per second.
+    /// Its admitted rate over the measured time, per second; the median over the runs.
     pub admitted: f64,
     /// `admitted / configured`.
     pub ratio: f64,
@@ -31,8 +32,10 @@ pub struct AccuracyRow {
 /// `rate-accuracy`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RateAccuracy {
-    /// Measured seconds.
+    /// Measured seconds, per run.
     pub seconds: f64,
+    /// How many times the nine buckets ran.
+    pub runs: usize,
     /// One row per rate.
     pub rows: Vec<AccuracyRow>,
     /// The largest `|ratio - 1|`.
@@ -43,8 +46,8 @@ impl RateAccuracy {
     /// The report as a table.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "rate accuracy over {:.1}s, each bucket offered {OVERLOAD}× its rate\n{:>12} {:>12} {:>12} {:>12} {:>8}\n",
-            self.seconds, "policy", "configured", "sent", "admitted", "ratio"
+            "rate accuracy over {:.1}s (median of {} run(s)), each bucket offered {OVERLOAD}× its rate\n{:>12} {:>12} {:>12} {:>12} {:>8}\n",
+            self.seconds, self.runs, "policy", "configured", "sent", "admitted", "ratio"
         );
         for row in &self.rows {
             text.push_str(&format!(
@@ -76,11 +79,55 @@ fn accuracy_config() -> ConfigFile {
 }
 
 /// Offers each of [`ACCURACY_RATES`] three times its rate, in process, all at once, and
-/// compares what was admitted with what was configured.
+/// compares what was admitted with what was configured; `settings.runs` times, the median.
 pub async fn rate_accuracy(settings: &ScenarioSettings) -> anyhow::Result<RateAccuracy> {
     let config = accuracy_config();
+    let runs = settings.runs.max(1);
+    let mut sent = vec![Vec::with_capacity(runs); ACCURACY_RATES.len()];
+    let mut admitted = vec![Vec::with_capacity(runs); ACCURACY_RATES.len()];
+    for _ in 0..runs {
+        for (i, (rate, report)) in one_round(&config, settings).await?.into_iter().enumerate() {
+            if let Some(error) = report.first_error {
+                anyhow::bail!("rate-{rate}: {error}");
+            }
+            sent[i].push(report.rps);
+            admitted[i].push(report.admitted as f64 / report.seconds);
+        }
+    }
+    let rows: Vec<AccuracyRow> = ACCURACY_RATES
+        .into_iter()
+        .zip(sent.into_iter().zip(admitted))
+        .map(|(rate, (sent, admitted))| {
+            let configured = f64::from(rate);
+            let admitted = median(admitted);
+            AccuracyRow {
+                policy: format!("rate-{rate}"),
+                configured,
+                sent: median(sent),
+                admitted,
+                ratio: admitted / configured,
+            }
+        })
+        .collect();
+    let worst_deviation = rows
+        .iter()
+        .map(|row| (row.ratio - 1.0).abs())
+        .fold(0.0, f64::max);
+    Ok(RateAccuracy {
+        seconds: settings.duration.as_secs_f64(),
+        runs,
+        rows,
+        worst_deviation,
+    })
+}
+
+/// The nine buckets side by side once: each rate with its run's report.
+async fn one_round(
+    config: &ConfigFile,
+    settings: &ScenarioSettings,
+) -> anyhow::Result<Vec<(u32, crate::report::Report)>> {
     let clients = 4;
-    let runs = ACCURACY_RATES.map(|rate| {
+    let handles = ACCURACY_RATES.map(|rate| {
         let mut one = one_run(
             TargetSpec::InProcess(Box::new(config.clone())),
             &format!("rate-{rate}"),
@@ -89,34 +136,13 @@ pub async fn rate_accuracy(settings: &ScenarioSettings) -> anyhow::Result<RateAc
         );
         one.clients = clients;
         one.configured = Some(f64::from(rate));
-        let settings = one;
-        tokio::spawn(async move { run::run(&settings).await })
+        tokio::spawn(async move { run::run(&one).await })
     });
-    let mut rows = Vec::with_capacity(runs.len());
-    for (rate, handle) in ACCURACY_RATES.into_iter().zip(runs) {
-        let report = handle.await??;
-        if let Some(error) = report.first_error {
-            anyhow::bail!("rate-{rate}: {error}");
-        }
-        let configured = f64::from(rate);
-        let admitted = report.admitted as f64 / report.seconds;
-        rows.push(AccuracyRow {
-            policy: format!("rate-{rate}"),
-            configured,
-            sent: report.rps,
-            admitted,
-            ratio: admitted / configured,
-        });
+    let mut reports = Vec::with_capacity(handles.len());
+    for (rate, handle) in ACCURACY_RATES.into_iter().zip(handles) {
+        reports.push((rate, handle.await??));
     }
-    let worst_deviation = rows
-        .iter()
-        .map(|row| (row.ratio - 1.0).abs())
-        .fold(0.0, f64::max);
-    Ok(RateAccuracy {
-        seconds: settings.duration.as_secs_f64(),
-        rows,
-        worst_deviation,
-    })
+    Ok(reports)
 }
 
 #[cfg(test)]
@@ -136,6 +162,7 @@ mod tests {
     fn the_table_shows_every_row_and_the_worst_deviation() {
         let report = RateAccuracy {
             seconds: 10.0,
+            runs: 3,
             rows: vec![AccuracyRow {
                 policy: "rate-10".to_owned(),
                 configured: 10.0,
@@ -146,6 +173,7 @@ mod tests {
             worst_deviation: 0.01,
         };
         let text = report.render();
+        assert!(text.contains("(median of 3 run(s))"), "{text}");
         assert!(
             text.contains("rate-10         10.0         30.0          9.9   0.9900"),
             "{text}"
