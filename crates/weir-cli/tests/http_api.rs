@@ -321,6 +321,12 @@ async fn policies_are_read_created_replaced_and_deleted_with_etags() {
         .await
         .unwrap();
     assert_eq!(deleted.status(), StatusCode::OK);
+    assert!(
+        deleted.headers().contains_key("etag"),
+        "a delete answers the policy it deleted, with its ETag"
+    );
+    let gone: Value = deleted.json().await.unwrap();
+    assert_eq!(gone["name"], "new", "{gone}");
     let (status, _) = get(&server, "/v1/policies/new").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let again = client

@@ -106,18 +106,21 @@ impl App {
         ))
     }
 
-    /// Deletes a policy: written to the data dir, then applied.
-    pub async fn delete_policy(&self, name: &str, if_match: Option<&str>) -> Result<(), ApiError> {
+    /// Deletes a policy: written to the data dir, then applied. Returns the policy as it was,
+    /// with its tag.
+    pub async fn delete_policy(
+        &self,
+        name: &str,
+        if_match: Option<&str>,
+    ) -> Result<TaggedPolicy, ApiError> {
         let mut overlay = self.overlay.lock().await;
-        if self.policies.get(name).is_none() {
-            return Err(ApiError::unknown_policy(name));
-        }
+        let deleted = self.policy(name)?;
         self.check_if_match(name, if_match)?;
         let next = overlay.with_delete(name);
         self.persist(&next).await?;
         self.policies.remove(name);
         *overlay = next;
-        Ok(())
+        Ok(deleted)
     }
 
     async fn persist(&self, overlay: &Overlay) -> Result<(), ApiError> {

@@ -371,10 +371,13 @@ async fn delete_policy(
     _: Admin,
     Path(name): Path<String>,
     headers: HeaderMap,
-) -> Result<Json<serde_json::Value>, ApiError> {
-    app.delete_policy(&name, header_str(&headers, header::IF_MATCH))
+) -> Result<Response, ApiError> {
+    let deleted = app
+        .delete_policy(&name, header_str(&headers, header::IF_MATCH))
         .await?;
-    Ok(Json(json!({ "deleted": name })))
+    let body =
+        serde_json::to_value(&deleted.config).map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(with_etag(body, StatusCode::OK, &deleted.etag))
 }
 
 #[derive(Debug, Deserialize)]
