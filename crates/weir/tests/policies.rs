@@ -80,8 +80,29 @@ fn the_design_examples_parse_from_toml_and_json() {
 }
 
 #[test]
+fn an_adaptive_policy_shows_only_the_fields_it_honours() {
+    let json = serde_json::to_value(policy("name = \"p\"\nadaptive = {}")).unwrap();
+    let adaptive = json["adaptive"].as_object().unwrap();
+    assert!(!adaptive.contains_key("enabled"), "{json}");
+    assert!(!adaptive.contains_key("dry_run"), "{json}");
+    assert_eq!(adaptive["top_k"], 2, "{json}");
+}
+
+#[test]
 fn validation_names_the_policy_and_the_field() {
     let cases = [
+        (
+            r#"
+            name = "p"
+            adaptive = { enabled = true }"#,
+            "policy `p`: `adaptive.enabled` is not a policy field: an adaptive policy's controller is always on (delete the policy to turn it off)",
+        ),
+        (
+            r#"
+            name = "p"
+            adaptive = { dry_run = true }"#,
+            "policy `p`: `adaptive.dry_run` is not a policy field: set the policy's mode = \"monitor\" for a dry run",
+        ),
         (
             r#"
             name = "p"

@@ -48,15 +48,21 @@ use registry::QpsRegistry;
 use throttler::Throttler;
 pub use waits::WaitsByRpc;
 
+fn is_false(value: &bool) -> bool {
+    !*value
+}
+
 /// The adaptive controller's settings (`adaptive = { … }` in a policy).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveConfig {
-    /// The global switch (default off: adaptive backpressure is opt-in).
-    #[serde(default)]
+    /// The global switch (default off: adaptive backpressure is opt-in). Not a policy field: a
+    /// policy's controller is always on.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub enabled: bool,
-    /// Decide and record, but never make a call wait.
-    #[serde(default)]
+    /// Decide and record, but never make a call wait. Not a policy field: a policy in
+    /// `mode = "monitor"` is a dry run.
+    #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
     /// Keys limited per RPC type per upgrade (default 2).
     #[serde(default = "default_top_k")]

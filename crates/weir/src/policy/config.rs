@@ -517,6 +517,22 @@ impl PolicyConfig {
                 if let Err(e) = adaptive.validate() {
                     errors.push(PolicyError::from_adaptive(name, e));
                 }
+                // The controller's own switches mean nothing in a policy: refused by name
+                // rather than accepted and ignored.
+                if adaptive.enabled {
+                    errors.push(PolicyError::new(
+                        name,
+                        "adaptive.enabled",
+                        "is not a policy field: an adaptive policy's controller is always on (delete the policy to turn it off)",
+                    ));
+                }
+                if adaptive.dry_run {
+                    errors.push(PolicyError::new(
+                        name,
+                        "adaptive.dry_run",
+                        "is not a policy field: set the policy's mode = \"monitor\" for a dry run",
+                    ));
+                }
             }
             Limiter::Keyed(spec) => {
                 if let Err(e) = self.shape_for(spec, 1.0) {

@@ -115,10 +115,11 @@ pub(super) fn build_state<C: Clock + Clone>(
     let spec = match &config.limiter {
         Limiter::Keyed(spec) => spec,
         Limiter::Adaptive(adaptive) => {
-            // In a policy the controller is on; monitor mode makes it a dry run.
+            // In a policy the controller is on; monitor mode makes it a dry run (validation
+            // refuses the controller's own switches in a policy).
             let settings = crate::backpressure::AdaptiveConfig {
                 enabled: true,
-                dry_run: adaptive.dry_run || config.mode == config::Mode::Monitor,
+                dry_run: config.mode == config::Mode::Monitor,
                 ..adaptive.clone()
             };
             let invalid = |e| PolicyError::from_adaptive(&config.name, e);
