@@ -401,18 +401,49 @@ fn check_config(file: &PathBuf) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn read_policy(file: &PathBuf) -> anyhow::Result<serde_json::Value> {
+/// The policy `name` as `weir config set` reads it from `file`: one policy's fields (JSON or
+/// TOML), or a config file's shape (`[[policy]]` tables), from which the one named `name` is
+/// taken.
+fn read_policy(name: &str, file: &PathBuf) -> anyhow::Result<serde_json::Value> {
     let text = if file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin())?
     } else {
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
     };
-    if let Ok(json) = serde_json::from_str(&text) {
-        return Ok(json);
-    }
-    let toml: toml::Value = toml::from_str(&text)
-        .with_context(|| format!("{} is neither JSON nor TOML", file.display()))?;
-    Ok(serde_json::to_value(toml)?)
+    let value = match serde_json::from_str(&text) {
+        Ok(json) => json,
+        Err(_) => {
+            let toml: toml::Value = toml::from_str(&text)
+                .with_context(|| format!("{} is neither JSON nor TOML", file.display()))?;
+            serde_json::to_value(toml)?
+        }
+    };
+    policy_named(name, value).with_context(|| format!("in {}", file.display()))
+}
+
+/// `value` itself if it is one policy; the entry named `name` if it is a config file's shape.
+fn policy_named(name: &str, value: serde_json::Value) -> anyhow::Result<serde_json::Value> {
+    let Some(policies) = value.get("policy").and_then(|p| p.as_array()) else {
+        return Ok(value);
+    };
+    let names: Vec<&str> = policies
+        .iter()
+        .filter_map(|p| p.get("name").and_then(|n| n.as_str()))
+        .collect();
+    policies
+        .iter()
+        .find(|p| p.get("name").and_then(|n| n.as_str()) == Some(name))
+        .cloned()
+        .with_context(|| {
+            format!(
+                "no [[policy]] named {name:?} (the file has {})",
+                if names.is_empty() {
+                    "none with a name".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )
+        })
 }
 
 async fn config(action: ConfigAction, client: Client) -> anyhow::Result<()> {
@@ -423,7 +454,7 @@ async fn config(action: ConfigAction, client: Client) -> anyhow::Result<()> {
         ConfigAction::Get { name: None } => client.get("/v1/policies").await?,
         ConfigAction::Set { name, file } => {
             client
-                .put(&format!("/v1/policies/{name}"), &read_policy(&file)?)
+                .put(&format!("/v1/policies/{name}"), &read_policy(&name, &file)?)
                 .await?
         }
         ConfigAction::Delete { name } => client.delete(&format!("/v1/policies/{name}")).await?,
@@ -509,5 +540,27 @@ fn main() -> ExitCode {
             eprintln!("error: {error:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_set_takes_one_policy_or_picks_it_from_a_config_file() {
+        let one = serde_json::json!({"name": "p", "strict": {"qps": 5}});
+        assert_eq!(policy_named("p", one.clone()).unwrap(), one);
+        let file: toml::Value = toml::from_str(
+            "[server]\nhttp = \"127.0.0.1:8080\"\n[[policy]]\nname = \"a\"\nstrict = { qps = 1 }\n[[policy]]\nname = \"p\"\nstrict = { qps = 5 }\n",
+        )
+        .unwrap();
+        let file = serde_json::to_value(file).unwrap();
+        assert_eq!(
+            policy_named("p", file.clone()).unwrap(),
+            serde_json::json!({"name": "p", "strict": {"qps": 5}})
+        );
+        let missing = policy_named("z", file).unwrap_err().to_string();
+        assert_eq!(missing, "no [[policy]] named \"z\" (the file has a, p)");
     }
 }
