@@ -388,6 +388,15 @@ fn check_config(file: &PathBuf) -> anyhow::Result<ExitCode> {
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     match ConfigFile::parse(&text) {
         Ok(config) => {
+            // What `weir serve` would refuse at start is a problem too: the same loading (the
+            // environment's token and secret included) and the same exposure check.
+            let loaded = serve::load_config(Some(file), &Overrides::default())
+                .and_then(|loaded| serve::check_exposure(&loaded));
+            if let Err(error) = loaded {
+                println!("{}: {error:#}", file.display());
+                println!("1 problem(s)");
+                return Ok(ExitCode::FAILURE);
+            }
             println!("{}: ok ({} policies)", file.display(), config.policy.len());
             Ok(ExitCode::SUCCESS)
         }

@@ -415,6 +415,26 @@ fn check_config_prints_every_problem_and_fails() {
     let output = weir().arg("check-config").arg(&good).output().unwrap();
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).contains("ok (2 policies)"));
+
+    // What the server would refuse at start, the check refuses too.
+    let public = dir.path().join("public.toml");
+    std::fs::write(&public, "[server]\nhttp = \"0.0.0.0:8080\"\n").unwrap();
+    let output = weir()
+        .arg("check-config")
+        .arg(&public)
+        .env_remove("WEIR_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("without an admin token"), "{stdout}");
+    let output = weir()
+        .arg("check-config")
+        .arg(&public)
+        .env("WEIR_ADMIN_TOKEN", "a-token-of-twenty-chars")
+        .output()
+        .unwrap();
+    assert!(output.status.success());
 }
 
 #[tokio::test]

@@ -99,8 +99,10 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
 const MIN_PUBLIC_TOKEN_CHARS: usize = 16;
 
 /// Refuses an address beyond loopback without an admin token of at least
-/// [`MIN_PUBLIC_TOKEN_CHARS`] characters.
-fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
+/// [`MIN_PUBLIC_TOKEN_CHARS`] characters, and a cluster node beyond loopback without a cluster
+/// secret. `weir serve` calls it before binding anything; `weir check-config` calls it too, so a
+/// file that passes the check is one the server starts with.
+pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     let token_chars = config
         .server
         .admin_token
