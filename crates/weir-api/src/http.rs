@@ -111,6 +111,62 @@ pub struct Tightened {
     pub tightened: bool,
 }
 
+/// `GET /v1/cluster`: the same shape alone and in a cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterView {
+    /// `"single node"`, or `"cluster"` (joined by gossip).
+    pub mode: String,
+    /// The live members, this node included.
+    pub members: Vec<ClusterMember>,
+    /// The ring the members form.
+    pub ring: RingSummary,
+    /// What this node's shared tier did (all 0 on a single node).
+    pub counters: ClusterCounters,
+}
+
+/// A member in [`ClusterView`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterMember {
+    /// Its node id.
+    pub id: String,
+    /// Its gRPC address.
+    pub grpc: String,
+    /// `"alive"` (members that are not are not listed).
+    pub state: String,
+    /// The cluster protocol version it speaks.
+    pub protocol: u32,
+    /// Whether it may own buckets.
+    pub owner: bool,
+}
+
+/// The ring in [`ClusterView`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RingSummary {
+    /// Members on the ring.
+    pub members: usize,
+    /// Virtual nodes per member.
+    pub vnodes: u32,
+}
+
+/// This node's shared-tier counters in [`ClusterView`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterCounters {
+    /// Leases granted by owners.
+    pub shared: u64,
+    /// Admissions because the owner could not be asked (`on_unavailable = "open"`).
+    pub fail_open: u64,
+    /// Admissions within the local share (`on_unavailable = "local_share"`).
+    pub local_share: u64,
+    /// Times an owner could not be asked.
+    pub unavailable: u64,
+    /// Leases handed over to a bucket's new owner.
+    pub handed_off: u64,
+    /// Grants returned because the ring moved their bucket on the way.
+    pub raced: u64,
+    /// Buckets this node holds leases of as their owner.
+    pub buckets_owned: u64,
+}
+
 fn is_false(value: &bool) -> bool {
     !*value
 }

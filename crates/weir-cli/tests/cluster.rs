@@ -3,6 +3,7 @@
 mod support;
 
 use std::time::{Duration, Instant};
+use weir_api::http::ClusterView;
 
 use serde_json::{Value, json};
 use support::Server;
@@ -58,14 +59,20 @@ async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
     nodes
 }
 
-async fn members(server: &Server) -> usize {
-    let body: Value = reqwest::get(server.url("/v1/cluster"))
+/// `/v1/cluster`, read with the API's own type: the shape is the one documented.
+async fn view(server: &Server) -> ClusterView {
+    reqwest::get(server.url("/v1/cluster"))
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
-    body["members"].as_array().map_or(0, Vec::len)
+        .unwrap()
+}
+
+async fn members(server: &Server) -> usize {
+    let view = view(server).await;
+    assert_eq!(view.mode, "cluster");
+    view.members.len()
 }
 
 /// Polls (bounded) until every server sees `count` members.
@@ -197,13 +204,7 @@ const PAUSE_TTL: Duration = Duration::from_secs(30);
 
 /// `buckets_owned` in `/v1/cluster`: how many buckets `server` owns leases of.
 async fn buckets_owned(server: &Server) -> u64 {
-    let body: Value = reqwest::get(server.url("/v1/cluster"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    body["counters"]["buckets_owned"].as_u64().unwrap_or(0)
+    view(server).await.counters.buckets_owned
 }
 
 /// A holder stopped with SIGSTOP is declared departed by the others' failure detectors, but it

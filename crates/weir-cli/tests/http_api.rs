@@ -429,6 +429,10 @@ async fn health_readiness_cluster_and_metrics() {
     let (status, cluster) = get(&server, "/v1/cluster").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(cluster["members"][0]["id"], "local");
+    // One shape alone and in a cluster (the cluster test reads the same fields).
+    assert_eq!(cluster["mode"], "single node", "{cluster}");
+    assert_eq!(cluster["counters"]["buckets_owned"], 0, "{cluster}");
+    assert_eq!(cluster["ring"]["members"], 1, "{cluster}");
     post(
         &server,
         "/v1/acquire",

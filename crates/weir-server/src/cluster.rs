@@ -13,11 +13,11 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use weir::policy::ConcurrencySpec;
 use weir::{Clock, SystemClock};
+use weir_api::http::{ClusterMember, ClusterView, RingSummary};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::{ClusterService, GrpcTransport, GuardedCluster};
@@ -308,35 +308,37 @@ impl ClusterMode {
     }
 
     /// Members, ring and counters, for `/v1/cluster`.
-    pub fn describe(&self) -> serde_json::Value {
-        let members: Vec<serde_json::Value> = self
+    pub fn describe(&self) -> ClusterView {
+        let members = self
             .members
             .borrow()
             .iter()
-            .map(|m| {
-                json!({
-                    "id": m.id,
-                    "grpc": m.grpc,
-                    "state": "alive",
-                    "protocol": m.protocol,
-                    "owner": m.owner,
-                })
+            .map(|m| ClusterMember {
+                id: m.id.clone(),
+                grpc: m.grpc.clone(),
+                state: "alive".to_owned(),
+                protocol: m.protocol,
+                owner: m.owner,
             })
             .collect();
         let counters = self.counters();
-        json!({
-            "members": members,
-            "ring": { "members": self.ring.load().members().len(), "vnodes": DEFAULT_VNODES },
-            "counters": {
-                "shared": counters.shared,
-                "fail_open": counters.fail_open,
-                "local_share": counters.local_share,
-                "unavailable": counters.unavailable,
-                "handed_off": counters.handed_off,
-                "raced": counters.raced,
-                "buckets_owned": counters.buckets_owned,
+        ClusterView {
+            mode: "cluster".to_owned(),
+            members,
+            ring: RingSummary {
+                members: self.ring.load().members().len(),
+                vnodes: DEFAULT_VNODES,
             },
-        })
+            counters: weir_api::http::ClusterCounters {
+                shared: counters.shared,
+                fail_open: counters.fail_open,
+                local_share: counters.local_share,
+                unavailable: counters.unavailable,
+                handed_off: counters.handed_off,
+                raced: counters.raced,
+                buckets_owned: counters.buckets_owned,
+            },
+        }
     }
 
     /// Leaves the cluster.

@@ -206,7 +206,6 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     }
     let app = App::new(AppSettings {
         node_id: server.node_id.clone(),
-        http: http_addr,
         grpc: grpc_addr,
         policies: config.policy.clone(),
         data_dir: server.data_dir.clone(),

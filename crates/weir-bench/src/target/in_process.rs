@@ -25,7 +25,6 @@ impl InProcess {
             std::env::temp_dir().join(format!("weir-bench-{}-{run}", std::process::id()));
         let app = App::new(AppSettings {
             node_id: "bench".to_owned(),
-            http: config.server.http,
             grpc: config.server.grpc,
             policies: config.policy.clone(),
             data_dir: data_dir.clone(),

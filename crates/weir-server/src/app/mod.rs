@@ -27,6 +27,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
+use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::SystemClock;
@@ -46,7 +47,6 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// The server's state and operations.
 pub struct App {
     node_id: String,
-    http: SocketAddr,
     grpc: SocketAddr,
     policies: Arc<PolicySet<SystemClock>>,
     data_dir: PathBuf,
@@ -76,8 +76,6 @@ impl std::fmt::Debug for App {
 pub struct AppSettings {
     /// This node's name.
     pub node_id: String,
-    /// The HTTP address (for `/v1/cluster`).
-    pub http: SocketAddr,
     /// The gRPC address (for `/v1/cluster`).
     pub grpc: SocketAddr,
     /// The config file's policies.
@@ -122,7 +120,6 @@ impl App {
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
-            http: settings.http,
             grpc: settings.grpc,
             policies,
             data_dir: settings.data_dir,
@@ -210,19 +207,24 @@ impl App {
     }
 
     /// This node, as `/v1/cluster` shows it.
-    pub fn cluster(&self) -> serde_json::Value {
+    pub fn cluster(&self) -> ClusterView {
         if let Some(cluster) = &self.cluster {
             return cluster.describe();
         }
-        serde_json::json!({
-            "members": [{
-                "id": self.node_id,
-                "http": self.http.to_string(),
-                "grpc": self.grpc.to_string(),
-                "state": "alive",
-                "version": env!("CARGO_PKG_VERSION"),
+        ClusterView {
+            mode: "single node".to_owned(),
+            members: vec![ClusterMember {
+                id: self.node_id.clone(),
+                grpc: self.grpc.to_string(),
+                state: "alive".to_owned(),
+                protocol: crate::cluster::PROTOCOL,
+                owner: true,
             }],
-            "ring": { "members": 1, "mode": "single node" },
-        })
+            ring: RingSummary {
+                members: 1,
+                vnodes: weir_cluster::ring::DEFAULT_VNODES,
+            },
+            counters: ClusterCounters::default(),
+        }
     }
 }

@@ -419,7 +419,7 @@ async fn throttles(
     Ok(Json(json!({ "rows": rows })))
 }
 
-async fn cluster(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+async fn cluster(State(app): State<Arc<App>>) -> Json<weir_api::http::ClusterView> {
     Json(app.cluster())
 }
 
