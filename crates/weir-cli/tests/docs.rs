@@ -1,0 +1,145 @@
+//! The docs, run: what `README.md` and `docs/configuration.md` show is read from the Markdown
+//! itself and checked against a real `weir serve`, so editing a doc edits its test.
+//!
+//! - every `toml` block passes `weir check-config`, and each of its policies is applied with
+//!   `weir config set` (a `PUT`);
+//! - every `curl` line of the README's first walk-through runs against a server on the
+//!   embedded default config, and a line whose comment shows an answer (`{"admitted":true,...}
+//!   200`) must print that answer's start and that status; the `weir` commands beside them run
+//!   against the same server.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use support::{Server, weir};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The fenced blocks of `doc` whose info string is `lang`, each with the line it starts on.
+fn blocks(doc: &str, lang: &str) -> Vec<(usize, String)> {
+    let text = std::fs::read_to_string(repo().join(doc)).unwrap();
+    let mut found = Vec::new();
+    let mut current: Option<(usize, String)> = None;
+    for (n, line) in text.lines().enumerate() {
+        match (&mut current, line.trim_start().strip_prefix("```")) {
+            (None, Some(info)) if info.trim() == lang => current = Some((n + 1, String::new())),
+            (Some(_), Some(_)) => found.extend(current.take()),
+            (Some((_, body)), None) => {
+                body.push_str(line);
+                body.push('\n');
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The commands of a shell block: continuation lines joined, each with its trailing comment.
+fn commands(block: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut pending = String::new();
+    for line in block.lines() {
+        let (code, comment) = match line.find(" # ") {
+            Some(at) => (&line[..at], line[at + 3..].trim()),
+            None => (line, ""),
+        };
+        let code = code.trim_end();
+        if let Some(head) = code.strip_suffix('\\') {
+            pending.push_str(head);
+            pending.push(' ');
+            continue;
+        }
+        pending.push_str(code.trim_start());
+        out.push((std::mem::take(&mut pending), comment.to_owned()));
+    }
+    out
+}
+
+#[test]
+fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        weir_server::config::DEFAULT_CONFIG,
+        &dir.path().join("data"),
+    );
+    let mut checked = 0;
+    for doc in ["README.md", "docs/configuration.md"] {
+        for (line, block) in blocks(doc, "toml") {
+            let file = dir.path().join(format!("block-{checked}.toml"));
+            std::fs::write(&file, &block).unwrap();
+            let output = weir().arg("check-config").arg(&file).output().unwrap();
+            assert!(
+                output.status.success(),
+                "{doc}:{line}: {}",
+                String::from_utf8_lossy(&output.stdout)
+            );
+            let config: toml::Table = toml::from_str(&block).unwrap();
+            let policies = config.get("policy").and_then(|p| p.as_array());
+            for policy in policies.into_iter().flatten() {
+                let name = policy["name"].as_str().unwrap();
+                let output = weir()
+                    .args(["config", "set", name])
+                    .arg(&file)
+                    .args(["--server", &server.http])
+                    .output()
+                    .unwrap();
+                assert!(
+                    output.status.success(),
+                    "{doc}:{line}: config set {name}: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(checked >= 1, "no toml block found: the docs moved");
+}
+
+#[test]
+fn the_readme_walk_through_prints_what_its_comments_say() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        weir_server::config::DEFAULT_CONFIG,
+        &dir.path().join("data"),
+    );
+    let address = server.http.trim_start_matches("http://").to_owned();
+    let walk_through = blocks("README.md", "sh")
+        .into_iter()
+        .find(|(_, block)| block.contains("curl"))
+        .expect("the README's walk-through");
+    let mut ran = 0;
+    for (command, comment) in commands(&walk_through.1) {
+        let mut command = command
+            .replace("localhost:8080", &address)
+            .replace("cargo run --release --", env!("CARGO_BIN_EXE_weir"));
+        if command.starts_with(env!("CARGO_BIN_EXE_weir")) {
+            command.push_str(&format!(" --server {}", server.http));
+        }
+        let output = Command::new("sh").arg("-c").arg(&command).output().unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{command}: {stdout}");
+        assert!(!stdout.trim().is_empty(), "{command} printed nothing");
+        // A comment that shows an answer: `{json...} STATUS`.
+        if let Some((json, status)) = comment
+            .rsplit_once(' ')
+            .filter(|(json, status)| json.starts_with('{') && status.parse::<u16>().is_ok())
+        {
+            let start = json.trim_end_matches("...}").trim_end_matches(",...}");
+            let start = start.split("...").next().unwrap();
+            let printed = stdout.trim_end();
+            assert!(
+                printed.starts_with(start) && printed.ends_with(&format!(" {status}")),
+                "{command}\n  the README says: {comment}\n  it printed: {printed}"
+            );
+        }
+        ran += 1;
+    }
+    assert!(
+        ran >= 5,
+        "the walk-through has fewer commands than it did: {ran}"
+    );
+}
