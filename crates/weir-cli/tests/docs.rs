@@ -6,10 +6,13 @@
 //! - every `curl` line of the README's first walk-through runs against a server on the
 //!   embedded default config, and a line whose comment shows an answer (`{"admitted":true,...}
 //!   200`) must print that answer's start and that status; the `weir` commands beside them run
-//!   against the same server.
+//!   against the same server;
+//! - the command-line synopsis in `docs/configuration.md` names exactly the flags each command's
+//!   `--help` lists, both ways.
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -142,4 +145,68 @@ fn the_readme_walk_through_prints_what_its_comments_say() {
         ran >= 5,
         "the walk-through has fewer commands than it did: {ran}"
     );
+}
+
+/// The `--flags` in `text`.
+fn flags(text: &str) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    for (at, _) in text.match_indices("--") {
+        let name: String = text[at + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+            .collect();
+        if !name.is_empty() && name != "help" && name != "version" {
+            found.insert(format!("--{name}"));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_documented_synopsis_and_help_name_the_same_flags() {
+    let (_, synopsis) = blocks("docs/configuration.md", "")
+        .into_iter()
+        .find(|(_, block)| block.starts_with("weir serve"))
+        .expect("the command-line synopsis in docs/configuration.md");
+    // Each command's lines: a line starting with `weir` and the indented lines after it.
+    let mut documented: Vec<(String, String)> = Vec::new();
+    for line in synopsis.lines() {
+        match line.strip_prefix("weir ") {
+            Some(rest) => {
+                let command: Vec<&str> = rest
+                    .split_whitespace()
+                    .take_while(|word| word.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                    .collect();
+                documented.push((command.join(" "), rest.to_owned()));
+            }
+            None => documented
+                .last_mut()
+                .expect("a command first")
+                .1
+                .push_str(line),
+        }
+    }
+    let mut compared = 0;
+    for (command, usage) in documented {
+        // `config get [NAME] | set NAME FILE | delete NAME`: the flags are the subcommands'.
+        let command = if command == "config get" {
+            command
+        } else {
+            command.replace(" scenario rate-accuracy", " scenario")
+        };
+        let help = weir()
+            .args(command.split_whitespace())
+            .arg("--help")
+            .output()
+            .unwrap();
+        assert!(help.status.success(), "weir {command} --help");
+        let help = flags(&String::from_utf8_lossy(&help.stdout));
+        assert_eq!(
+            flags(&usage),
+            help,
+            "`weir {command}`: docs/configuration.md's synopsis and --help differ"
+        );
+        compared += 1;
+    }
+    assert!(compared >= 6, "the synopsis lost commands: {compared}");
 }
