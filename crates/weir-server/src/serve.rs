@@ -98,9 +98,10 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
 /// The fewest characters an admin token must have to guard an address beyond loopback.
 const MIN_PUBLIC_TOKEN_CHARS: usize = 16;
 
-/// Refuses an address beyond loopback without an admin token of at least 16 characters, and a cluster node beyond loopback without a cluster
-/// secret. `weir serve` calls it before binding anything; `weir check-config` calls it too, so a
-/// file that passes the check is one the server starts with.
+/// Refuses an address beyond loopback without an admin token of at least 16 characters, and a
+/// cluster node beyond loopback without a cluster secret. `weir serve` calls it before binding
+/// anything; `weir check-config` calls it too, so a file that passes the check is one the server
+/// starts with.
 pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     let token_chars = config
         .server
