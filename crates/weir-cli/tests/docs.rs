@@ -7,6 +7,8 @@
 //!   embedded default config, and a line whose comment shows an answer (`{"admitted":true,...}
 //!   200`) must print that answer's start and that status; the `weir` commands beside them run
 //!   against the same server;
+//! - every `weir bench` line of the README runs (for a second, scenarios once) and a `--json`
+//!   run reports requests answered without errors;
 //! - the command-line synopsis in `docs/configuration.md` names exactly the flags each command's
 //!   `--help` lists, both ways.
 
@@ -209,4 +211,74 @@ fn the_documented_synopsis_and_help_name_the_same_flags() {
         compared += 1;
     }
     assert!(compared >= 6, "the synopsis lost commands: {compared}");
+}
+
+#[test]
+fn every_bench_example_in_the_readme_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        weir_server::config::DEFAULT_CONFIG,
+        &dir.path().join("data"),
+    );
+    let examples: Vec<String> = blocks("README.md", "sh")
+        .into_iter()
+        .flat_map(|(_, block)| commands(&block))
+        .map(|(command, _)| command)
+        .filter(|command| command.starts_with("cargo run --release -- bench"))
+        .collect();
+    assert!(examples.len() >= 5, "the README's bench examples moved");
+    let runs: Vec<_> = examples
+        .into_iter()
+        .map(|example| {
+            let mut args: Vec<String> = example
+                .split_whitespace()
+                .skip(4)
+                .map(|arg| match arg {
+                    "http://127.0.0.1:8080" => server.http.clone(),
+                    "run.svg" => dir.path().join("run.svg").display().to_string(),
+                    "10s" => "1s".to_owned(),
+                    other => other.to_owned(),
+                })
+                .collect();
+            if args.contains(&"scenario".to_owned()) {
+                args.extend(
+                    ["--duration", "1s", "--warmup", "0s", "--runs", "1"].map(String::from),
+                );
+            } else {
+                if !args.contains(&"--duration".to_owned()) {
+                    args.extend(["--duration", "1s"].map(String::from));
+                }
+                args.extend(["--warmup", "0s"].map(String::from));
+                if args.contains(&"grpc".to_owned()) && !args.contains(&"--server".to_owned()) {
+                    args.extend(["--server".to_owned(), server.grpc.clone()]);
+                }
+            }
+            let child = weir()
+                .args(&args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            (example, args, child)
+        })
+        .collect();
+    for (example, args, child) in runs {
+        let output = child.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{example}\n  ran as: weir {}\n  {}",
+            args.join(" "),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if args.contains(&"--json".to_owned()) && !args.contains(&"scenario".to_owned()) {
+            let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+            let answered =
+                report["admitted"].as_u64().unwrap() + report["throttled"].as_u64().unwrap();
+            assert!(answered > 0 && report["errors"] == 0, "{example}: {report}");
+        }
+    }
+    assert!(
+        dir.path().join("run.svg").exists(),
+        "the --plot example drew nothing"
+    );
 }
