@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use tonic::transport::Channel;
 use weir::policy::ConcurrencySpec;
 use weir::{Clock, SystemClock};
-use weir_api::http::{ClusterMember, ClusterView, RingSummary};
+use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::{ClusterService, GrpcTransport, GuardedCluster};
@@ -57,27 +57,6 @@ impl std::fmt::Debug for ClusterMode {
             .field("node_id", &self.node_id)
             .finish()
     }
-}
-
-/// What two-tier admission did on this node.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClusterCounters {
-    /// Shared leases granted by owners.
-    pub shared: u64,
-    /// Fail-opens (`on_unavailable = "open"`).
-    pub fail_open: u64,
-    /// Admissions within this node's local share.
-    pub local_share: u64,
-    /// Times an owner could not be asked.
-    pub unavailable: u64,
-    /// Leases handed over to a bucket's new owner after a ring change.
-    pub handed_off: u64,
-    /// Grants returned because the ring moved their bucket while they were on the way.
-    pub raced: u64,
-    /// Live members seen.
-    pub members: u64,
-    /// Buckets whose shared pool this node owns and tracks.
-    pub buckets_owned: u64,
 }
 
 /// The tier string an API answer carries.
@@ -240,11 +219,15 @@ impl ClusterMode {
         tokio::spawn(async move { coordinator.release(admission).await });
     }
 
-    /// What two-tier admission did on this node, over every policy.
+    /// Live members seen, this node included.
+    pub fn members(&self) -> usize {
+        self.members.borrow().len()
+    }
+
+    /// What two-tier admission did on this node, over every policy, and the buckets it owns.
     pub fn counters(&self) -> ClusterCounters {
         use std::sync::atomic::Ordering::Relaxed;
         let mut counters = ClusterCounters {
-            members: self.members.borrow().len() as u64,
             buckets_owned: self.pool.buckets() as u64,
             ..ClusterCounters::default()
         };
@@ -321,7 +304,6 @@ impl ClusterMode {
                 owner: m.owner,
             })
             .collect();
-        let counters = self.counters();
         ClusterView {
             mode: "cluster".to_owned(),
             members,
@@ -329,15 +311,7 @@ impl ClusterMode {
                 members: self.ring.load().members().len(),
                 vnodes: DEFAULT_VNODES,
             },
-            counters: weir_api::http::ClusterCounters {
-                shared: counters.shared,
-                fail_open: counters.fail_open,
-                local_share: counters.local_share,
-                unavailable: counters.unavailable,
-                handed_off: counters.handed_off,
-                raced: counters.raced,
-                buckets_owned: counters.buckets_owned,
-            },
+            counters: self.counters(),
         }
     }
 

@@ -433,7 +433,7 @@ impl Collector for ClusterCollector {
             "weir_cluster_members",
             "Live members seen by this node",
             MetricType::Gauge,
-            ConstGauge::new(c.members as i64),
+            ConstGauge::new(self.cluster.members() as i64),
         )?;
         single(
             &mut encoder,
