@@ -13,8 +13,6 @@
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::atomic::Ordering;
-
-use crate::sync::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -23,6 +21,7 @@ use super::machine::HotKey;
 use crate::clock::Nanos;
 use crate::keyed::Overflow;
 use crate::keyed::store::{Cell, Store};
+use crate::sync::AtomicU64;
 
 const SLOTS: u64 = 3;
 

@@ -19,8 +19,6 @@ mod waiting;
 use std::fmt::Debug;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
-use crate::sync::AtomicU64;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
@@ -29,6 +27,7 @@ use crate::limiter::gcra::{self, InShape, Params, Tat};
 use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
 use crate::limiter::{ConcurrencyConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
+use crate::sync::AtomicU64;
 use store::{Cell, Found, KeysExhausted, Store};
 pub use store::{Overflow, StoreCounters};
 

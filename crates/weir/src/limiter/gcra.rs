@@ -18,13 +18,12 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-
-use crate::sync::AtomicU64;
 use std::time::Duration;
 
 use super::word;
 use crate::clock::Nanos;
 use crate::error::{ConfigError, Refused};
+use crate::sync::AtomicU64;
 
 /// The longest any bucket may take to refill from empty: 2^60 ns, about 36.5 years.
 ///

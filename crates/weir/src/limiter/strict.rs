@@ -19,14 +19,13 @@
 
 use std::sync::Mutex;
 use std::sync::atomic::Ordering;
-
-use crate::sync::AtomicU64;
 use std::time::Duration;
 
 use super::gcra::{Params, check_shape, wide_interval_for_rate};
 use super::word;
 use crate::clock::{Clock, Nanos, SystemClock};
 use crate::error::{ConfigError, Refused, check_rate};
+use crate::sync::AtomicU64;
 
 /// The parameter of a [`Strict`] limiter.
 #[derive(Debug, Clone, Copy, PartialEq)]
