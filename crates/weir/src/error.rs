@@ -60,6 +60,15 @@ pub enum ConfigError {
         /// The field, e.g. `burst`, `refill_amount` or `refill_interval`.
         field: &'static str,
     },
+    /// A value outside the range the limiter accepts.
+    OutOfRange {
+        /// The field, e.g. `limit` or `window`.
+        field: &'static str,
+        /// What is accepted, e.g. "between 1 and 4294967295".
+        allowed: &'static str,
+        /// The value given, as the user wrote it.
+        got: String,
+    },
     /// The leaky bucket would start with more tokens than it can hold.
     InitialAboveMax {
         /// The `initial` given.
@@ -91,6 +100,9 @@ impl ConfigError {
                 max,
             },
             ConfigError::Zero { .. } => ConfigError::Zero { field },
+            ConfigError::OutOfRange { allowed, got, .. } => {
+                ConfigError::OutOfRange { field, allowed, got }
+            }
             other @ ConfigError::InitialAboveMax { .. } => other,
         }
     }
@@ -117,6 +129,7 @@ impl ConfigError {
                 "is too large for the rate: refilling {capacity} tokens at {rate:e} per second takes {years:.1} years; at most 36.5 years is represented, so `{field}` can be at most {max} at this rate"
             ),
             ConfigError::Zero { .. } => "must be greater than zero".to_owned(),
+            ConfigError::OutOfRange { allowed, got, .. } => format!("must be {allowed}, got {got}"),
             ConfigError::InitialAboveMax { initial, max } => {
                 format!("({initial}) must not exceed `max` ({max})")
             }
@@ -130,7 +143,8 @@ impl ConfigError {
             | ConfigError::TooFast { field, .. }
             | ConfigError::TooSlow { field, .. }
             | ConfigError::TooLong { field, .. }
-            | ConfigError::Zero { field } => field,
+            | ConfigError::Zero { field }
+            | ConfigError::OutOfRange { field, .. } => field,
             ConfigError::InitialAboveMax { .. } => "initial",
         }
     }

@@ -903,3 +903,75 @@ async fn behind_a_fair_line_a_request_larger_than_the_bucket_is_told_so() {
     ));
     assert!(waiter.await.unwrap());
 }
+
+#[test]
+fn a_fixed_window_policy_counts_hits_per_calendar_window_and_reports_its_quota() {
+    // Instant 0 of the manual clock is the Unix epoch: minutes start at multiples of 60 s.
+    let clock = ManualClock::new(30_000 * MS); // 30 s into the first minute
+    let policy = on(
+        &clock,
+        r#"
+        name = "per-number"
+        on_exhausted = "reject"
+        fixed_window = { limit = 2, window = "1m" }
+        "#,
+    );
+    let request = Request::new("+15551234");
+    assert!(policy.try_acquire(&request).is_ok());
+    let quota = policy.quota("", "+15551234").expect("keyed");
+    assert_eq!(quota.remaining, 1);
+    assert_eq!(quota.reset_after, Duration::from_secs(30));
+    assert!(policy.try_acquire(&request).is_ok());
+    let refused = policy.try_acquire(&request).unwrap_err();
+    assert_eq!(refused.retry_after(), Some(Duration::from_secs(30)));
+    // Another key has its own window; the next minute starts afresh.
+    assert!(policy.try_acquire(&Request::new("+15559999")).is_ok());
+    clock.advance(Duration::from_secs(30));
+    assert!(policy.try_acquire(&request).is_ok());
+    assert_eq!(policy.quota("", "+15551234").unwrap().remaining, 1);
+    assert_eq!(policy.limit(), Some(2.0 / 60.0));
+}
+
+#[test]
+fn a_fixed_window_refuses_to_wait_by_name() {
+    let config: Result<PolicyConfig, _> = toml::from_str(
+        r#"
+        name = "w"
+        fixed_window = { limit = 2, window = "1s" }
+        "#,
+    );
+    let error = Policy::new(config.unwrap(), ManualClock::new(0)).unwrap_err();
+    assert_eq!(error.field, "on_exhausted");
+    assert!(error.problem.contains("reject"), "{error}");
+}
+
+#[test]
+fn a_fixed_window_keeps_its_hits_across_a_new_limit_and_restarts_on_a_new_length() {
+    let clock = ManualClock::new(0);
+    let policy = on(
+        &clock,
+        r#"
+        name = "w"
+        on_exhausted = "reject"
+        fixed_window = { limit = 3, window = "1m" }
+        "#,
+    );
+    let request = Request::new("k");
+    for _ in 0..3 {
+        let _admitted = policy.try_acquire(&request).unwrap();
+    }
+    policy
+        .reconfigure(policy_text(r#"fixed_window = { limit = 4, window = "1m" }"#))
+        .unwrap();
+    assert_eq!(policy.quota("", "k").unwrap().remaining, 1);
+    policy
+        .reconfigure(policy_text(r#"fixed_window = { limit = 4, window = "1h" }"#))
+        .unwrap();
+    assert_eq!(policy.quota("", "k").unwrap().remaining, 4);
+}
+
+fn policy_text(table: &str) -> PolicyConfig {
+    policy(&format!(
+        "name = \"w\"\non_exhausted = \"reject\"\n{table}\n"
+    ))
+}

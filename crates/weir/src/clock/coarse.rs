@@ -100,6 +100,10 @@ impl Clock for CoarseClock {
     fn now(&self) -> Nanos {
         RECENT.load(Ordering::Relaxed)
     }
+
+    fn unix_offset(&self) -> Nanos {
+        SystemClock::new().unix_offset()
+    }
 }
 
 #[cfg(test)]

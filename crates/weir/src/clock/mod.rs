@@ -40,11 +40,25 @@ pub type Nanos = u64;
 pub trait Clock: Send + Sync + 'static {
     /// The current time in nanoseconds since this clock's origin.
     fn now(&self) -> Nanos;
+
+    /// The Unix time, in nanoseconds, of this clock's instant 0: `now() + unix_offset()` is
+    /// the time of day. Windows aligned to the calendar (a one-minute fixed window starts on
+    /// the minute, as every server counting the same keys expects) need it; nothing else does.
+    ///
+    /// The default, 0, says the clock's instants already are Unix times: a [`ManualClock`]
+    /// in a test starts wherever the test puts it.
+    fn unix_offset(&self) -> Nanos {
+        0
+    }
 }
 
 impl<C: Clock> Clock for Arc<C> {
     fn now(&self) -> Nanos {
         (**self).now()
+    }
+
+    fn unix_offset(&self) -> Nanos {
+        (**self).unix_offset()
     }
 }
 
@@ -80,12 +94,7 @@ pub struct SystemClock {
 impl SystemClock {
     /// A clock reading real monotonic time.
     pub fn new() -> Self {
-        static ORIGIN: OnceLock<(quanta::Clock, u64)> = OnceLock::new();
-        let (clock, origin) = ORIGIN.get_or_init(|| {
-            let clock = quanta::Clock::new();
-            let origin = clock.raw();
-            (clock, origin)
-        });
+        let (clock, origin, _) = system_origin();
         SystemClock {
             clock: clock.clone(),
             origin: *origin,
@@ -106,6 +115,25 @@ impl Clock for SystemClock {
         // measurable share of a ~10 ns decision.
         self.clock.delta_as_nanos(self.origin, self.clock.raw())
     }
+
+    fn unix_offset(&self) -> Nanos {
+        system_origin().2
+    }
+}
+
+/// The process-wide origin of [`SystemClock`] (and [`CoarseClock`]): the counter, its reading
+/// at instant 0, and the Unix time of instant 0 (read once: the wall clock may be stepped
+/// later, the monotonic one may not).
+fn system_origin() -> &'static (quanta::Clock, u64, Nanos) {
+    static ORIGIN: OnceLock<(quanta::Clock, u64, Nanos)> = OnceLock::new();
+    ORIGIN.get_or_init(|| {
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
+        let unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, duration_to_nanos);
+        (clock, origin, unix)
+    })
 }
 
 /// Time that moves only when told to: for exact, synchronous tests.

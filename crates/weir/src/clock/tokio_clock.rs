@@ -9,7 +9,9 @@ use super::{Clock, Nanos, duration_to_nanos};
 ///
 /// Use it when a test (or a program) waits with [`acquire`](crate::TokenBucket::acquire) under
 /// `tokio::time::pause()`: the limiter then computes its waits on the same timeline that tokio's
-/// sleeps run on. All `TokioClock`s in a process share one origin.
+/// sleeps run on. All `TokioClock`s in a process share one origin. A paused runtime has no time
+/// of day, so its [`unix_offset`](Clock::unix_offset) stays 0: calendar windows count from that
+/// origin.
 #[derive(Debug, Clone, Copy)]
 pub struct TokioClock {
     origin: tokio::time::Instant,

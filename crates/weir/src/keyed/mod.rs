@@ -26,6 +26,7 @@ use crate::error::{ConfigError, Refused};
 use crate::limiter::gcra::{self, InShape, Params, Tat};
 use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
+use crate::limiter::fixed_window::{FixedWindowConfig, Quota, Window};
 use crate::limiter::{ConcurrencyConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
 use crate::sync::AtomicU64;
 use store::{Cell, Found, KeysExhausted, Store};
@@ -55,11 +56,20 @@ pub enum Shape {
         /// Permits per key.
         limit: u64,
     },
+    /// At most `limit` hits per calendar-aligned window ([`fixed_window`]). A fixed window
+    /// has no place to queue: a waiting acquire decides at once.
+    FixedWindow {
+        /// A window's length in nanoseconds.
+        window: u64,
+        /// Hits per window.
+        limit: u64,
+    },
 }
 
 impl Shape {
-    /// The shape as one of the two kinds of map: rate cells or in-flight permits.
-    fn kind(self) -> Kind {
+    /// The shape as one of the two kinds of map: rate cells or in-flight permits. Calendar
+    /// windows start at `unix_offset` before the clock's instant 0.
+    fn kind(self, unix_offset: Nanos) -> Kind {
         match self {
             Shape::Gcra {
                 interval,
@@ -74,7 +84,26 @@ impl Shape {
             }),
             Shape::Strict { interval } => Kind::Rate(RateShape::Strict { interval }),
             Shape::Concurrency { limit } => Kind::Concurrency(Limit(limit)),
+            Shape::FixedWindow { window, limit } => Kind::Rate(RateShape::FixedWindow(Window {
+                length: window.max(1),
+                limit,
+                unix_offset,
+            })),
         }
+    }
+}
+
+/// A fixed window per key.
+impl TryFrom<FixedWindowConfig> for Shape {
+    type Error = ConfigError;
+
+    fn try_from(config: FixedWindowConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let window = Window::from(config);
+        Ok(Shape::FixedWindow {
+            window: window.length,
+            limit: window.limit,
+        })
     }
 }
 
@@ -151,15 +180,30 @@ enum RateShape {
     Strict {
         interval: u64,
     },
+    FixedWindow(Window),
 }
 
 impl RateShape {
+    /// The shape as a GCRA bucket's. Only buckets and strict limiters are asked; a fixed window
+    /// answers as a bucket of one hit per window would.
     fn params(&self) -> Params {
         match *self {
             RateShape::Gcra {
                 interval, capacity, ..
             } => Params::new(interval, capacity),
             RateShape::Strict { interval } => Params::new(interval, 1),
+            RateShape::FixedWindow(window) => Params::new(window.length, 1),
+        }
+    }
+
+    /// What a key whose cell holds `value` has left at `now`.
+    fn quota(&self, value: u64, now: Nanos) -> Quota {
+        match *self {
+            RateShape::FixedWindow(window) => window.quota(value, now),
+            RateShape::Gcra { .. } | RateShape::Strict { .. } => Quota {
+                remaining: gcra::available(value, self.params(), now),
+                reset_after: Duration::from_nanos(value.saturating_sub(now)),
+            },
         }
     }
 }
@@ -179,6 +223,10 @@ impl From<RateShape> for Shape {
                 fair,
             },
             RateShape::Strict { interval } => Shape::Strict { interval },
+            RateShape::FixedWindow(window) => Shape::FixedWindow {
+                window: window.length,
+                limit: window.limit,
+            },
         }
     }
 }
@@ -219,7 +267,8 @@ impl Cell<RateShape> for RateCell {
     fn new(shape: &RateShape, now: Nanos) -> Self {
         let value = match *shape {
             RateShape::Gcra { initial, .. } => shape.params().tat_holding(initial, now),
-            RateShape::Strict { .. } => 0,
+            // Window 0, no hits: empty whatever the time.
+            RateShape::Strict { .. } | RateShape::FixedWindow(_) => 0,
         };
         RateCell {
             value: AtomicU64::new(value),
@@ -228,10 +277,16 @@ impl Cell<RateShape> for RateCell {
         }
     }
 
-    fn is_idle(&self, _shape: &RateShape, now: Nanos) -> bool {
+    fn is_idle(&self, shape: &RateShape, now: Nanos) -> bool {
         // A GCRA bucket whose TAT has passed is full; a strict limiter whose next slot has
-        // passed banks nothing. Either way a fresh cell would be no looser.
-        self.waiting.load(Ordering::Acquire) == 0 && self.value.load(Ordering::Acquire) <= now
+        // passed banks nothing; a window with no hits holds nothing. Either way a fresh cell
+        // would be no looser.
+        let value = self.value.load(Ordering::Acquire);
+        self.waiting.load(Ordering::Acquire) == 0
+            && match shape {
+                RateShape::FixedWindow(window) => window.is_empty(value, now),
+                RateShape::Gcra { .. } | RateShape::Strict { .. } => value <= now,
+            }
     }
 }
 
@@ -262,6 +317,8 @@ enum What {
     Tokens(u64),
     /// A strict slot starting at `slot`, `span` nanoseconds long.
     Slot { slot: Nanos, span: u64 },
+    /// Hits counted in the window of `at`.
+    Hits { cost: u64, at: Nanos },
     /// In-flight permits, released when dropped.
     Permit(#[allow(dead_code)] OwnedPermit),
     /// Nothing.
@@ -355,6 +412,8 @@ where
 pub struct KeyedLimiter<C: Clock = crate::clock::SystemClock> {
     buckets: Buckets,
     clock: C,
+    /// The clock's [`unix_offset`](Clock::unix_offset), read once: where calendar windows start.
+    unix_offset: Nanos,
     #[cfg(feature = "tokio")]
     lines: lines::Lines,
 }
@@ -374,7 +433,8 @@ impl<C: Clock> KeyedLimiter<C> {
     /// A keyed limiter of `shape`, tracking at most `max_keys` keys.
     pub fn new(shape: Shape, max_keys: usize, overflow: Overflow, clock: C) -> Self {
         let now = clock.now();
-        let buckets = match shape.kind() {
+        let unix_offset = clock.unix_offset();
+        let buckets = match shape.kind(unix_offset) {
             Kind::Rate(shape) => Buckets::Rate(Store::new(shape, max_keys, overflow, now)),
             Kind::Concurrency(limit) => {
                 Buckets::Concurrency(Store::new(limit, max_keys, overflow, now))
@@ -383,6 +443,7 @@ impl<C: Clock> KeyedLimiter<C> {
         KeyedLimiter {
             buckets,
             clock,
+            unix_offset,
             #[cfg(feature = "tokio")]
             lines: Default::default(),
         }
@@ -486,7 +547,7 @@ impl<C: Clock> KeyedLimiter<C> {
     /// nothing) if `shape` is of another kind of limiter.
     pub fn reshape(&self, shape: Shape) -> bool {
         let now = self.clock.now();
-        match (&self.buckets, shape.kind()) {
+        match (&self.buckets, shape.kind(self.unix_offset)) {
             (Buckets::Rate(store), Kind::Rate(new)) => match (store.shape(), new) {
                 (RateShape::Gcra { .. }, RateShape::Gcra { .. }) => {
                     let convert = || {
@@ -510,6 +571,18 @@ impl<C: Clock> KeyedLimiter<C> {
                 // spacing.
                 (RateShape::Strict { .. }, RateShape::Strict { .. }) => {
                     store.reshape(&new, |_, _, _| {});
+                    true
+                }
+                // A new limit keeps the window's hits; a new length starts a new window.
+                (RateShape::FixedWindow(_), RateShape::FixedWindow(_)) => {
+                    store.reshape(&new, |old, new, cell| {
+                        if let (RateShape::FixedWindow(old), RateShape::FixedWindow(new)) =
+                            (old, new)
+                            && old.length != new.length
+                        {
+                            cell.value.store(0, Ordering::Release);
+                        }
+                    });
                     true
                 }
                 _ => false,
@@ -537,6 +610,35 @@ impl<C: Clock> KeyedLimiter<C> {
     /// Keys tracked, evictions and overflow hits so far.
     pub fn counters(&self) -> StoreCounters {
         self.buckets.map().counters()
+    }
+
+    /// What `key` has left now: for a rate key, what it may still spend and how long until it
+    /// is whole again; for a concurrency key, the permits free (and no time). A key not tracked
+    /// has its whole shape.
+    pub fn quota(&self, key: &str) -> Quota {
+        let now = self.clock.now();
+        match &self.buckets {
+            Buckets::Rate(store) => store
+                .with_existing(key, false, |found| {
+                    found
+                        .shape
+                        .quota(found.cell.value.load(Ordering::Acquire), now)
+                })
+                .unwrap_or_else(|| {
+                    let shape = store.shape();
+                    shape.quota(RateCell::new(&shape, now).value.into_inner(), now)
+                }),
+            Buckets::Concurrency(store) => {
+                let Limit(limit) = store.shape();
+                let in_flight = store
+                    .with_existing(key, false, |found| found.cell.in_flight())
+                    .unwrap_or(0);
+                Quota {
+                    remaining: limit.saturating_sub(in_flight),
+                    reset_after: Duration::ZERO,
+                }
+            }
+        }
     }
 
     /// Permits in flight and requests waiting for `key`, if it is tracked.
@@ -577,6 +679,11 @@ fn undo(cell: &RateCell, what: &What, shape: &RateShape) {
     match *what {
         What::Tokens(tokens) => cell.bucket(shape).give_back(tokens),
         What::Slot { slot, span } => strict::give_back(&cell.value, slot, span),
+        What::Hits { cost, at } => {
+            if let RateShape::FixedWindow(window) = shape {
+                window.give_back(&cell.value, cost, at);
+            }
+        }
         What::Permit(_) | What::Nothing => {}
     }
 }
@@ -609,5 +716,9 @@ fn try_rate(
                 .map(|()| Taken::new(What::Slot { slot: now, span }, found.overflowed))
                 .map_err(Decided::Refused)
         }
+        RateShape::FixedWindow(window) => window
+            .hit(&cell.value, cost, now)
+            .map(|_| Taken::new(What::Hits { cost, at: now }, found.overflowed))
+            .map_err(Decided::Refused),
     }
 }

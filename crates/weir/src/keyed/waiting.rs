@@ -142,6 +142,13 @@ fn plan_wait(found: &Found<'_, RateShape, RateCell>, cost: u64, now: Nanos, max_
             let slot = strict::book(&cell.value, span, now);
             (slot, What::Slot { slot, span })
         }
+        // No place to queue: decide at once.
+        RateShape::FixedWindow(window) => {
+            return match window.hit(&cell.value, cost, now) {
+                Ok(_) => Plan::Admitted(Taken::new(What::Hits { cost, at: now }, found.overflowed)),
+                Err(refused) => Plan::Refused(refused),
+            };
+        }
     };
     if ready <= now {
         return Plan::Admitted(Taken::new(what, found.overflowed));

@@ -7,6 +7,9 @@
 //! | [`Strict`] | *when* may this request run? | exactly `1/qps` apart, no burst |
 //! | [`Concurrency`] | may one more run at the same time? | in-flight permits, released on drop |
 //!
+//! A fifth, the fixed window ([`fixed_window`]), exists only per key, for parity with servers
+//! that count hits per calendar window.
+//!
 //! Every limiter has a non-blocking `try_acquire`, which either admits or says why not (and,
 //! where it can be known, exactly how long until it could admit), and with the `tokio` feature
 //! an async `acquire` that waits. Each can be reconfigured while in use without losing its state
@@ -15,6 +18,7 @@
 pub mod concurrency;
 #[cfg(feature = "tokio")]
 pub(crate) mod fair_line;
+pub mod fixed_window;
 pub(crate) mod gcra;
 pub mod leaky_bucket;
 pub mod strict;
@@ -24,6 +28,7 @@ pub(crate) mod waiting;
 mod word;
 
 pub use concurrency::{Concurrency, ConcurrencyConfig, OwnedPermit, Permit};
+pub use fixed_window::{FixedWindowConfig, Quota};
 pub use gcra::MAX_REFILL_NANOS;
 pub use leaky_bucket::{LeakyBucket, LeakyBucketConfig};
 pub use strict::{Strict, StrictConfig};

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::backpressure::AdaptiveConfig;
 use crate::error::ConfigError;
 use crate::keyed::{Overflow, Shape};
-use crate::limiter::{LeakyBucketConfig, StrictConfig, TokenBucketConfig};
+use crate::limiter::{FixedWindowConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
 
 /// Whether a policy enforces its decisions or only records them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -121,6 +121,26 @@ pub struct StrictSpec {
     pub overrides: Overrides,
 }
 
+/// `fixed_window = { limit, window, per_core?, overrides? }`: at most `limit` hits per window,
+/// windows aligned to the Unix epoch. Every hit counts, refused ones too (as the reference
+/// Envoy rate limit server counts them). A fixed window never queues: the policy must say
+/// `on_exhausted = "reject"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FixedWindowSpec {
+    /// Hits per window.
+    pub limit: u64,
+    /// A window's length (at least 1 ms).
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// Multiply `limit` by the number of cores.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub per_core: bool,
+    /// Per-kind limits.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub overrides: Overrides,
+}
+
 /// `concurrency = { node_limit, shared_limit?, lease_ttl?, on_unavailable?, per_core?, overrides? }`.
 ///
 /// The core enforces `node_limit`; `shared_limit`, `lease_ttl` and `on_unavailable` configure the
@@ -150,8 +170,9 @@ pub struct ConcurrencySpec {
 
 /// One policy, as written in a config file or sent to the API.
 ///
-/// It has exactly one [`Limiter`]. The wire form names it by one of five tables
-/// (`token_bucket`, `leaky_bucket`, `strict`, `concurrency`, `adaptive`); parsing refuses none
+/// It has exactly one [`Limiter`]. The wire form names it by one of six tables
+/// (`token_bucket`, `leaky_bucket`, `strict`, `fixed_window`, `concurrency`, `adaptive`);
+/// parsing refuses none
 /// or two, so a parsed policy cannot hold an illegal combination.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
@@ -198,6 +219,8 @@ pub enum KeyedSpec {
     Strict(StrictSpec),
     /// `concurrency`.
     Concurrency(ConcurrencySpec),
+    /// `fixed_window`.
+    FixedWindow(FixedWindowSpec),
 }
 
 impl TryFrom<RawPolicyConfig> for PolicyConfig {
@@ -210,6 +233,8 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
             raw.leaky_bucket
                 .map(|s| Limiter::Keyed(KeyedSpec::LeakyBucket(s))),
             raw.strict.map(|s| Limiter::Keyed(KeyedSpec::Strict(s))),
+            raw.fixed_window
+                .map(|s| Limiter::Keyed(KeyedSpec::FixedWindow(s))),
             raw.concurrency
                 .map(|s| Limiter::Keyed(KeyedSpec::Concurrency(s))),
             raw.adaptive.map(Limiter::Adaptive),
@@ -223,7 +248,7 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
                 return Err(PolicyError::new(
                     &raw.name,
                     "limiter",
-                    "is missing: give exactly one of token_bucket, leaky_bucket, strict, concurrency, adaptive",
+                    "is missing: give exactly one of token_bucket, leaky_bucket, strict, fixed_window, concurrency, adaptive",
                 ));
             }
             _ => {
@@ -269,6 +294,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             token_bucket: None,
             leaky_bucket: None,
             strict: None,
+            fixed_window: None,
             concurrency: None,
             adaptive: None,
         };
@@ -276,6 +302,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             Limiter::Keyed(KeyedSpec::TokenBucket(s)) => raw.token_bucket = Some(s),
             Limiter::Keyed(KeyedSpec::LeakyBucket(s)) => raw.leaky_bucket = Some(s),
             Limiter::Keyed(KeyedSpec::Strict(s)) => raw.strict = Some(s),
+            Limiter::Keyed(KeyedSpec::FixedWindow(s)) => raw.fixed_window = Some(s),
             Limiter::Keyed(KeyedSpec::Concurrency(s)) => raw.concurrency = Some(s),
             Limiter::Adaptive(a) => raw.adaptive = Some(a),
         }
@@ -321,6 +348,9 @@ struct RawPolicyConfig {
     /// A strict limiter per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     strict: Option<StrictSpec>,
+    /// A fixed window per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    fixed_window: Option<FixedWindowSpec>,
     /// A concurrency limit per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     concurrency: Option<ConcurrencySpec>,
@@ -364,6 +394,7 @@ impl KeyedSpec {
             KeyedSpec::TokenBucket(_) => "token_bucket",
             KeyedSpec::LeakyBucket(_) => "leaky_bucket",
             KeyedSpec::Strict(_) => "strict",
+            KeyedSpec::FixedWindow(_) => "fixed_window",
             KeyedSpec::Concurrency(_) => "concurrency",
         }
     }
@@ -374,6 +405,7 @@ impl KeyedSpec {
             KeyedSpec::TokenBucket(s) => &s.overrides,
             KeyedSpec::LeakyBucket(s) => &s.overrides,
             KeyedSpec::Strict(s) => &s.overrides,
+            KeyedSpec::FixedWindow(s) => &s.overrides,
             KeyedSpec::Concurrency(s) => &s.overrides,
         }
     }
@@ -383,6 +415,7 @@ impl KeyedSpec {
             KeyedSpec::TokenBucket(s) => s.per_core,
             KeyedSpec::LeakyBucket(s) => s.per_core,
             KeyedSpec::Strict(s) => s.per_core,
+            KeyedSpec::FixedWindow(s) => s.per_core,
             KeyedSpec::Concurrency(s) => s.per_core,
         }
     }
@@ -512,6 +545,15 @@ impl PolicyConfig {
         if self.max_cost == Some(0) {
             errors.push(PolicyError::new(name, "max_cost", "must be at least 1"));
         }
+        if matches!(self.limiter, Limiter::Keyed(KeyedSpec::FixedWindow(_)))
+            && self.on_exhausted == OnExhausted::Wait
+        {
+            errors.push(PolicyError::new(
+                name,
+                "on_exhausted",
+                "must be `reject` with a fixed_window: a window has no place to queue (a token_bucket or leaky_bucket can wait)",
+            ));
+        }
         match &self.limiter {
             Limiter::Adaptive(adaptive) => {
                 if let Err(e) = adaptive.validate() {
@@ -553,7 +595,12 @@ impl PolicyConfig {
                             format!("must be -1 (default), 0 (unlimited) or > 0, got {value}"),
                         ));
                     } else if value.fract() != 0.0
-                        && matches!(spec, KeyedSpec::LeakyBucket(_) | KeyedSpec::Concurrency(_))
+                        && matches!(
+                            spec,
+                            KeyedSpec::LeakyBucket(_)
+                                | KeyedSpec::Concurrency(_)
+                                | KeyedSpec::FixedWindow(_)
+                        )
                     {
                         errors.push(PolicyError::new(
                             name,
@@ -621,6 +668,7 @@ impl PolicyConfig {
         match *shape {
             Shape::Gcra { interval, .. } | Shape::Strict { interval } => 1e9 / interval as f64,
             Shape::Concurrency { limit } => limit as f64,
+            Shape::FixedWindow { window, limit } => limit as f64 * 1e9 / window as f64,
         }
     }
 
@@ -650,6 +698,11 @@ impl PolicyConfig {
                 qps: s.qps * factor,
             })
             .map_err(limiter_err),
+            KeyedSpec::FixedWindow(s) => Shape::try_from(FixedWindowConfig {
+                limit: scale_count(s.limit, factor),
+                window: s.window,
+            })
+            .map_err(limiter_err),
             KeyedSpec::Concurrency(s) => {
                 if s.lease_ttl.is_zero() {
                     return Err(PolicyError::new(
@@ -677,6 +730,7 @@ impl PolicyConfig {
             KeyedSpec::TokenBucket(s) => s.rate,
             KeyedSpec::LeakyBucket(s) => s.refill_amount as f64,
             KeyedSpec::Strict(s) => s.qps,
+            KeyedSpec::FixedWindow(s) => s.limit as f64,
             KeyedSpec::Concurrency(_) => {
                 // A concurrency override is the limit itself, not a ratio of a limit that may
                 // be 0.

@@ -65,7 +65,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 pub use config::{
-    ConcurrencySpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
+    ConcurrencySpec, FixedWindowSpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
     OnUnavailable, PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
 };
 pub use set::{Admissions, PolicySet, PolicySetError};
@@ -73,6 +73,7 @@ use stats::{PolicyStats, StatsSnapshot};
 use throttled::ThrottledKeys;
 
 use crate::clock::{Clock, Nanos};
+use crate::limiter::Quota;
 
 /// A named policy. See the [module docs](self).
 pub struct Policy<C: Clock + Clone = crate::clock::SystemClock> {
@@ -205,6 +206,18 @@ impl<C: Clock + Clone> Policy<C> {
             .buckets(kind)
             .flatten()
             .map(|limiter| PolicyConfig::limit_of(&limiter.shape()))
+    }
+
+    /// What `key` of `kind` has left now (see [`KeyedLimiter::quota`]): `None` if the policy
+    /// does not apply to `kind`, leaves it unlimited, or is adaptive.
+    ///
+    /// [`KeyedLimiter::quota`]: crate::keyed::KeyedLimiter::quota
+    pub fn quota(&self, kind: &str, key: &str) -> Option<Quota> {
+        let state = self.state.load();
+        if state.adaptive().is_some() {
+            return None;
+        }
+        state.buckets(kind).flatten().map(|limiter| limiter.quota(key))
     }
 
     /// Drops idle buckets now (the policy also does this by itself at its key cap).
