@@ -4,7 +4,10 @@
 //! it (`weir bench`, `weir top`, tests):
 //!
 //! - [`grpc`]: the messages and services generated from `proto/weir/v1/weir.proto`;
-//! - [`codec`]: their codec, which answers a request that does not decode `INVALID_ARGUMENT`;
+//! - [`envoy`]: Envoy's rate limit service v3 (`ShouldRateLimit`), from trimmed copies of
+//!   Envoy's own `.proto` files;
+//! - [`codec`]: the codec of both, which answers a request that does not decode
+//!   `INVALID_ARGUMENT`;
 //! - [`http`]: the HTTP API's JSON bodies, in and out.
 
 pub mod codec;
@@ -14,4 +17,51 @@ pub mod http;
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod grpc {
     tonic::include_proto!("weir.v1");
+}
+
+/// Envoy's rate limit service v3, as Envoy, Istio, Envoy Gateway, Contour and Emissary call it.
+/// The packages mirror Envoy's, so the gRPC path is
+/// `/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod envoy {
+    /// `envoy.service.ratelimit.v3`: the service and its request and response.
+    pub mod service {
+        /// The rate limit service.
+        pub mod ratelimit {
+            /// Version 3.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+    }
+    /// `envoy.extensions.common.ratelimit.v3`: the descriptor.
+    pub mod extensions {
+        /// Common extension messages.
+        pub mod common {
+            /// Rate limit messages.
+            pub mod ratelimit {
+                /// Version 3.
+                pub mod v3 {
+                    tonic::include_proto!("envoy.extensions.common.ratelimit.v3");
+                }
+            }
+        }
+    }
+    /// `envoy.config.core.v3`: the header value.
+    pub mod config {
+        /// Core messages.
+        pub mod core {
+            /// Version 3.
+            pub mod v3 {
+                tonic::include_proto!("envoy.config.core.v3");
+            }
+        }
+    }
+    /// `envoy.type.v3`: the override's unit.
+    pub mod r#type {
+        /// Version 3.
+        pub mod v3 {
+            tonic::include_proto!("envoy.r#type.v3");
+        }
+    }
 }
