@@ -11,6 +11,7 @@
 //! - [`durable`]: API changes kept across restarts and crashes;
 //! - [`leases`]: concurrency admissions held until released or expired;
 //! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
+//! - [`rls`]: Envoy's rate limit service, its YAML rules counted by Weir policies;
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
 //! - [`top`], [`client`]: the `weir top` and `weir config` commands.
@@ -27,6 +28,7 @@ pub mod error;
 pub mod front_door;
 pub mod leases;
 pub mod metrics;
+pub mod rls;
 pub mod serve;
 pub mod top;
 

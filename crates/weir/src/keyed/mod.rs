@@ -200,10 +200,15 @@ impl RateShape {
     fn quota(&self, value: u64, now: Nanos) -> Quota {
         match *self {
             RateShape::FixedWindow(window) => window.quota(value, now),
-            RateShape::Gcra { .. } | RateShape::Strict { .. } => Quota {
-                remaining: gcra::available(value, self.params(), now),
-                reset_after: Duration::from_nanos(value.saturating_sub(now)),
-            },
+            RateShape::Gcra { .. } | RateShape::Strict { .. } => {
+                let params = self.params();
+                let remaining = gcra::available(value, params, now);
+                Quota {
+                    used: params.capacity() - remaining,
+                    remaining,
+                    reset_after: Duration::from_nanos(value.saturating_sub(now)),
+                }
+            }
         }
     }
 }
@@ -634,6 +639,7 @@ impl<C: Clock> KeyedLimiter<C> {
                     .with_existing(key, false, |found| found.cell.in_flight())
                     .unwrap_or(0);
                 Quota {
+                    used: in_flight,
                     remaining: limit.saturating_sub(in_flight),
                     reset_after: Duration::ZERO,
                 }

@@ -74,6 +74,9 @@ const HITS: u64 = u32::MAX as u64;
 /// What a window says after a hit, or when asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Quota {
+    /// What the key has spent: the window's hits (refused ones included, so it may exceed the
+    /// limit), a bucket's tokens in use, a concurrency key's permits in flight.
+    pub used: u64,
     /// What the key may still spend before it is refused.
     pub remaining: u64,
     /// How long until the key is whole again: the window's end for a fixed window, the time
@@ -113,6 +116,7 @@ impl Window {
         let reset_after = Duration::from_nanos(left);
         if after <= self.limit {
             Ok(Quota {
+                used: after,
                 remaining: self.limit - after,
                 reset_after,
             })
@@ -137,8 +141,10 @@ impl Window {
     /// What the key has left now.
     pub(crate) fn quota(&self, word: u64, now: Nanos) -> Quota {
         let (number, left) = self.at(now);
+        let used = Window::hits(word, number);
         Quota {
-            remaining: self.limit.saturating_sub(Window::hits(word, number)),
+            used,
+            remaining: self.limit.saturating_sub(used),
             reset_after: Duration::from_nanos(left),
         }
     }
