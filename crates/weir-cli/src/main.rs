@@ -13,6 +13,8 @@ use weir_bench::schedule::Profile;
 use weir_bench::{plot, scenario};
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
+use weir_server::rls::RulesConfig;
+use weir_server::rls::decision::policies_of;
 use weir_server::serve::{self, Overrides};
 use weir_server::top::{self, TopOptions};
 
@@ -49,6 +51,10 @@ enum Command {
         /// Cluster mode: a node's gossip address to join through (repeatable).
         #[arg(long)]
         join: Vec<String>,
+        /// Envoy's rate limit service: the reference server's YAML rules (a file, or a
+        /// directory of .yaml/.yml files).
+        #[arg(long, value_name = "PATH")]
+        rls_config: Option<PathBuf>,
         /// Log level or filter (else RUST_LOG, else `info`).
         #[arg(long)]
         log: Option<String>,
@@ -87,10 +93,13 @@ enum Command {
     },
     /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
     Bench(BenchArgs),
-    /// Checks a config file and prints every problem.
+    /// Checks a config file (and the RLS rules it names) and prints every problem.
     CheckConfig {
         /// The TOML config file.
         file: PathBuf,
+        /// RLS rules to check with it, as `serve --rls-config` takes them.
+        #[arg(long, value_name = "PATH")]
+        rls_config: Option<PathBuf>,
     },
 }
 
@@ -383,21 +392,50 @@ fn init_logs(level: Option<&str>) {
         .init();
 }
 
-fn check_config(file: &PathBuf) -> anyhow::Result<ExitCode> {
+fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     match ConfigFile::parse(&text) {
         Ok(config) => {
             // What `weir serve` would refuse at start is a problem too: the same loading (the
             // environment's token and secret included) and the same exposure check.
-            let loaded = serve::load_config(Some(file), &Overrides::default())
-                .and_then(|loaded| serve::check_exposure(&loaded));
-            if let Err(error) = loaded {
-                println!("{}: {error:#}", file.display());
-                println!("1 problem(s)");
-                return Ok(ExitCode::FAILURE);
-            }
-            println!("{}: ok ({} policies)", file.display(), config.policy.len());
+            let overrides = Overrides {
+                rls_config,
+                ..Overrides::default()
+            };
+            let loaded = serve::load_config(Some(file), &overrides);
+            let loaded = match loaded.and_then(|l| serve::check_exposure(&l).map(|()| l)) {
+                Ok(loaded) => loaded,
+                Err(error) => {
+                    println!("{}: {error:#}", file.display());
+                    println!("1 problem(s)");
+                    return Ok(ExitCode::FAILURE);
+                }
+            };
+            let rules = match &loaded.rls.config {
+                None => String::new(),
+                Some(path) => match RulesConfig::load(path) {
+                    Ok(rules) => {
+                        let count: usize = policies_of(&rules, &loaded.rls.settings()).len();
+                        format!(
+                            ", {} RLS domain(s), {count} counted rule(s)",
+                            rules.domains.len()
+                        )
+                    }
+                    Err(errors) => {
+                        for error in &errors {
+                            println!("{error}");
+                        }
+                        println!("{} problem(s)", errors.len());
+                        return Ok(ExitCode::FAILURE);
+                    }
+                },
+            };
+            println!(
+                "{}: ok ({} policies{rules})",
+                file.display(),
+                config.policy.len()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Err(problems) => {
@@ -475,7 +513,7 @@ async fn config(action: ConfigAction, client: Client) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::CheckConfig { file } => check_config(&file),
+        Command::CheckConfig { file, rls_config } => check_config(&file, rls_config),
         command => {
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -497,6 +535,7 @@ fn main() -> ExitCode {
                         node_id,
                         gossip,
                         join,
+                        rls_config,
                         log,
                     } => {
                         init_logs(log.as_deref());
@@ -507,6 +546,7 @@ fn main() -> ExitCode {
                             node_id,
                             gossip,
                             join,
+                            rls_config,
                         };
                         let config = serve::load_config(config.as_ref(), &overrides)?;
                         serve::serve(config).await.map(|()| ExitCode::SUCCESS)

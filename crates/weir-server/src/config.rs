@@ -1,4 +1,5 @@
-//! The server's configuration: the `[server]` table and the `[[policy]]` list, from TOML.
+//! The server's configuration: the `[server]` table, the `[[policy]]` list and the `[rls]`
+//! table (Envoy's rate limit service), from TOML.
 //!
 //! `weir serve` with no `--config` runs on the embedded default (`default.toml`). Bootstrap
 //! settings given as flags (addresses, node id, data dir) override the file. Policies changed
@@ -25,6 +26,62 @@ pub struct ConfigFile {
     /// The policies.
     #[serde(default)]
     pub policy: Vec<PolicyConfig>,
+    /// Envoy's rate limit service.
+    #[serde(default, skip_serializing_if = "RlsTable::is_default")]
+    pub rls: RlsTable,
+}
+
+/// The `[rls]` table: Envoy's rate limit service on the gRPC port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RlsTable {
+    /// The reference server's YAML rules: a file, or a directory of `.yaml`/`.yml` files
+    /// (also `--rls-config`). Absent: the service is not offered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<PathBuf>,
+    /// Keys each rule tracks at once (default 100 000); past it, idle keys are dropped, and
+    /// if none is idle new keys share one counter.
+    #[serde(default = "default_rls_max_keys")]
+    pub max_keys: usize,
+    /// The share of a limit past which hits count as "near limit" (default 0.8).
+    #[serde(default = "default_near_limit_ratio")]
+    pub near_limit_ratio: f64,
+    /// Answer the RateLimit header fields for Envoy to add to responses (default false).
+    #[serde(default)]
+    pub response_headers: bool,
+}
+
+fn default_rls_max_keys() -> usize {
+    crate::rls::RlsSettings::default().max_keys
+}
+fn default_near_limit_ratio() -> f64 {
+    crate::rls::RlsSettings::default().near_limit_ratio
+}
+
+impl Default for RlsTable {
+    fn default() -> Self {
+        RlsTable {
+            config: None,
+            max_keys: default_rls_max_keys(),
+            near_limit_ratio: default_near_limit_ratio(),
+            response_headers: false,
+        }
+    }
+}
+
+impl RlsTable {
+    fn is_default(&self) -> bool {
+        *self == RlsTable::default()
+    }
+
+    /// The service's settings.
+    pub fn settings(&self) -> crate::rls::RlsSettings {
+        crate::rls::RlsSettings {
+            max_keys: self.max_keys,
+            near_limit_ratio: self.near_limit_ratio,
+            response_headers: self.response_headers,
+        }
+    }
 }
 
 /// The `[server]` table.
@@ -166,6 +223,17 @@ pub enum ConfigProblem {
         /// What is wrong with it.
         problem: String,
     },
+    /// An `[rls]` setting that does not hold together.
+    #[error("`rls.{field}` {problem}")]
+    Rls {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A mistake in the RLS rules files.
+    #[error("{0}")]
+    Rule(#[from] crate::rls::RuleError),
 }
 
 impl ConfigFile {
@@ -284,8 +352,31 @@ impl ConfigFile {
                 problem: "needs `server.gossip`: a node joins a cluster by gossiping".into(),
             });
         }
+        if self.rls.max_keys == 0 {
+            problems.push(ConfigProblem::Rls {
+                field: "max_keys",
+                problem: "must be at least 1".into(),
+            });
+        }
+        let ratio = self.rls.near_limit_ratio;
+        if !(ratio > 0.0 && ratio <= 1.0) {
+            problems.push(ConfigProblem::Rls {
+                field: "near_limit_ratio",
+                problem: format!("must be greater than 0 and at most 1, got {ratio}"),
+            });
+        }
         let mut names = std::collections::BTreeSet::new();
         for policy in &self.policy {
+            if policy.name.starts_with(crate::rls::POLICY_PREFIX) {
+                problems.push(ConfigProblem::Policy(PolicyError {
+                    policy: policy.name.clone(),
+                    field: "name".into(),
+                    problem: format!(
+                        "must not start with `{}`: that prefix names the policies of RLS rules",
+                        crate::rls::POLICY_PREFIX
+                    ),
+                }));
+            }
             problems.extend(policy.problems().into_iter().map(ConfigProblem::Policy));
             if !names.insert(policy.name.as_str()) {
                 problems.push(ConfigProblem::Policy(PolicyError {

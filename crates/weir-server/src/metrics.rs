@@ -21,6 +21,7 @@ use weir::policy::stats::WAIT_BUCKETS;
 
 use crate::cluster::ClusterMode;
 use crate::leases::Leases;
+use crate::rls::Rls;
 
 /// Labels of the API's own request metrics.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -62,6 +63,7 @@ impl Metrics {
         policies: Arc<PolicySet<SystemClock>>,
         leases: Arc<Leases>,
         cluster: Option<Arc<ClusterMode>>,
+        rls: Option<Arc<Rls>>,
     ) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<EndpointLabels, Counter>::default();
@@ -81,6 +83,9 @@ impl Metrics {
         registry.register_collector(Box::new(PolicyCollector { policies, leases }));
         if let Some(cluster) = cluster {
             registry.register_collector(Box::new(ClusterCollector { cluster }));
+        }
+        if let Some(rls) = rls {
+            registry.register_collector(Box::new(RlsCollector { rls }));
         }
         Metrics {
             registry,
@@ -442,5 +447,83 @@ impl Collector for ClusterCollector {
             MetricType::Gauge,
             ConstGauge::new(c.buckets_owned as i64),
         )
+    }
+}
+
+/// Envoy rate limit rules' counters, read at scrape time.
+#[derive(Debug)]
+struct RlsCollector {
+    rls: Arc<Rls>,
+}
+
+/// `{domain, rule}`: the rule's path, or the name its metrics ask for (`detailed_metric`,
+/// `value_to_metric`). Limits sent with requests count under `rule="override"`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    domain: String,
+    rule: String,
+}
+
+impl Collector for RlsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let mut rows: Vec<(RuleLabels, [u64; 5])> = Vec::new();
+        for (domain, path, counts) in self.rls.counts() {
+            rows.push((
+                RuleLabels {
+                    domain: domain.to_owned(),
+                    rule: path.to_owned(),
+                },
+                counts.rule.read(),
+            ));
+            let named = counts.named.lock().unwrap_or_else(|p| p.into_inner());
+            for (name, counts) in named.iter() {
+                rows.push((
+                    RuleLabels {
+                        domain: domain.to_owned(),
+                        rule: name.clone(),
+                    },
+                    counts.read(),
+                ));
+            }
+        }
+        for (domain, counts) in self.rls.override_counts() {
+            let read = counts.read();
+            if read[0] > 0 {
+                rows.push((
+                    RuleLabels {
+                        domain: domain.to_owned(),
+                        rule: "override".to_owned(),
+                    },
+                    read,
+                ));
+            }
+        }
+        let families = [
+            (
+                "weir_rls_hits",
+                "Hits asked of an RLS rule (hits_addend summed)",
+            ),
+            ("weir_rls_over_limit", "Hits past an RLS rule's limit"),
+            (
+                "weir_rls_near_limit",
+                "Hits between an RLS rule's near-limit mark (`[rls] near_limit_ratio`) and its limit",
+            ),
+            ("weir_rls_within_limit", "Hits within an RLS rule's limit"),
+            (
+                "weir_rls_shadow_mode",
+                "Hits past the limit of an RLS rule in shadow mode, answered OK",
+            ),
+        ];
+        for (i, (name, help)) in families.into_iter().enumerate() {
+            family(
+                &mut encoder,
+                name,
+                help,
+                MetricType::Counter,
+                rows.iter()
+                    .map(|(labels, read)| (labels.clone(), ConstCounter::new(read[i]))),
+            )?;
+        }
+        Ok(())
     }
 }

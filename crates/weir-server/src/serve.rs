@@ -15,7 +15,10 @@ use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG};
 use crate::connections::{self, HttpLimits};
 use crate::front_door::grpc::WeirService;
+use crate::front_door::rls::RlsService;
 use crate::proto::weir_server::WeirServer;
+use crate::rls::RulesConfig;
+use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 /// Settings given on the command line; they override the config file.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +35,8 @@ pub struct Overrides {
     pub gossip: Option<SocketAddr>,
     /// `--join` (repeatable).
     pub join: Vec<String>,
+    /// `--rls-config`: the RLS rules (a YAML file or a directory of them).
+    pub rls_config: Option<PathBuf>,
 }
 
 /// Loads the config (the file, or the embedded default) and applies the overrides,
@@ -68,6 +73,10 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     if !overrides.join.is_empty() {
         server.join = overrides.join.clone();
     }
+    if let Some(rules) = &overrides.rls_config {
+        config.rls.config = Some(rules.clone());
+    }
+    let server = &mut config.server;
     if !server.join.is_empty() && server.gossip.is_none() {
         anyhow::bail!("--join needs --gossip ADDR: a node joins a cluster by gossiping");
     }
@@ -93,6 +102,21 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
         server.admin_token = None;
     }
     Ok(config)
+}
+
+/// The RLS rules `[rls] config` names, if any, with every mistake in them listed.
+pub fn load_rules(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>> {
+    let Some(path) = &config.rls.config else {
+        return Ok(None);
+    };
+    RulesConfig::load(path).map(Some).map_err(|errors| {
+        let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
+        anyhow::anyhow!(
+            "the RLS rules in {} are not valid:\n{}",
+            path.display(),
+            list.join("\n")
+        )
+    })
 }
 
 /// The fewest characters an admin token must have to guard an address beyond loopback.
@@ -204,6 +228,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     if let Some(cluster) = &cluster {
         tokio::spawn(Arc::clone(cluster).follow());
     }
+    let rls = load_rules(&config)?.map(|rules| (rules, config.rls.settings()));
     let app = App::new(AppSettings {
         node_id: server.node_id.clone(),
         grpc: grpc_addr,
@@ -213,6 +238,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         max_cost: server.max_cost,
         body_timeout: server.body_timeout,
         cluster: cluster.clone(),
+        rls,
     })?;
 
     let background = spawn_background(&app, server.lease_sweep, server.report_interval);
@@ -231,17 +257,36 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
             .await
         })
     };
+    // grpc.health.v1 as proxies and orchestrators probe it: the server ("") and each service
+    // SERVING while this node serves, NOT_SERVING from the stop signal on.
+    let (health, health_service) = tonic_health::server::health_reporter();
+    let mut served = vec![<WeirServer<WeirService> as tonic::server::NamedService>::NAME];
+    if app.rls().is_some() {
+        served.push(<RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME);
+    }
+    for name in &served {
+        health
+            .set_service_status(*name, tonic_health::ServingStatus::Serving)
+            .await;
+    }
     let grpc = {
         let app = Arc::clone(&app);
         let incoming = without_nagle(grpc_listener);
         let owner_service = cluster.as_ref().map(|c| c.service());
+        // Offered only with rules: a proxy pointed at a node without them sees UNIMPLEMENTED
+        // (an error it counts and reports), not a silent "OK" for everything.
+        let rls_service = app
+            .rls()
+            .map(|_| RateLimitServiceServer::new(RlsService::new(Arc::clone(&app))));
         tokio::spawn(async move {
             tonic::transport::Server::builder()
                 // A peer that stops answering pings is dropped, not kept for ever.
                 .http2_keepalive_interval(Some(Duration::from_secs(30)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+                .add_service(health_service)
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
                 .add_optional_service(owner_service)
+                .add_optional_service(rls_service)
                 .serve_with_incoming_shutdown(incoming, async move { app.shutting_down().await })
                 .await
         })
@@ -260,6 +305,11 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     termination.recv().await;
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
     app.set_ready(false);
+    for name in std::iter::once("").chain(served) {
+        health
+            .set_service_status(name, tonic_health::ServingStatus::NotServing)
+            .await;
+    }
     app.begin_shutdown();
     let drained = tokio::time::timeout(Duration::from_secs(10), async {
         let _ = http.await;

@@ -87,7 +87,10 @@ fn five_marketing_messages_a_day_then_over_limit() {
     assert_eq!(sixth.statuses[1].code, Code::Ok);
     assert_eq!(sixth.statuses[1].limit_remaining, 94);
     // Another number has its own five; tomorrow the first has five again.
-    let other = [descriptor(&[("message_type", "marketing"), ("to_number", "5551")])];
+    let other = [descriptor(&[
+        ("message_type", "marketing"),
+        ("to_number", "5551"),
+    ])];
     let answer = rls.should_rate_limit("messaging", &other, 0).unwrap();
     assert_eq!(answer.statuses[0].limit_remaining, 4);
     clock.advance(Duration::from_secs(23 * 3600));
@@ -144,7 +147,12 @@ descriptors:
         assert_eq!(answer.statuses[0].current_limit, None);
     }
     let other = [descriptor(&[("client", "web")])];
-    assert_eq!(rls.should_rate_limit("internal", &other, 0).unwrap().overall, Code::Ok);
+    assert_eq!(
+        rls.should_rate_limit("internal", &other, 0)
+            .unwrap()
+            .overall,
+        Code::Ok
+    );
     let second = rls.should_rate_limit("internal", &other, 0).unwrap();
     assert_eq!(second.overall, Code::Ok, "shadow mode never refuses");
     assert_eq!(second.statuses[0].limit_remaining, 0);
@@ -190,11 +198,19 @@ descriptors:
     }
     // Without the replacing descriptor, the login limit applies.
     let alone = [descriptor(&[("path", "/login")])];
-    assert_eq!(rls.should_rate_limit("api", &alone, 0).unwrap().overall, Code::Ok);
+    assert_eq!(
+        rls.should_rate_limit("api", &alone, 0).unwrap().overall,
+        Code::Ok
+    );
     let answer = rls.should_rate_limit("api", &alone, 0).unwrap();
     assert_eq!(answer.overall, Code::OverLimit);
     assert_eq!(
-        answer.statuses[0].current_limit.as_ref().unwrap().name.as_deref(),
+        answer.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .name
+            .as_deref(),
         Some("login")
     );
 }
@@ -261,7 +277,9 @@ descriptors:
         &clock,
     );
     let tenant = descriptor(&[("tenant", "a")]);
-    let answer = rls.should_rate_limit("bytes", &[tenant.clone()], 4).unwrap();
+    let answer = rls
+        .should_rate_limit("bytes", &[tenant.clone()], 4)
+        .unwrap();
     assert_eq!(answer.statuses[0].limit_remaining, 6);
     // A descriptor's own addend wins; 0 only looks.
     let look = Descriptor {
@@ -271,9 +289,13 @@ descriptors:
     let answer = rls.should_rate_limit("bytes", &[look], 4).unwrap();
     assert_eq!(answer.statuses[0].limit_remaining, 6);
     // Over the limit by a partial request: it is counted, as the reference server counts it.
-    let answer = rls.should_rate_limit("bytes", &[tenant.clone()], 7).unwrap();
+    let answer = rls
+        .should_rate_limit("bytes", &[tenant.clone()], 7)
+        .unwrap();
     assert_eq!(answer.overall, Code::OverLimit);
-    let answer = rls.should_rate_limit("bytes", &[tenant.clone()], 1).unwrap();
+    let answer = rls
+        .should_rate_limit("bytes", &[tenant.clone()], 1)
+        .unwrap();
     assert_eq!(answer.overall, Code::OverLimit);
     // More than a window can ever hold is a mistake, not a refusal.
     let error = rls.should_rate_limit("bytes", &[tenant], 11).unwrap_err();
@@ -353,11 +375,18 @@ fn a_limit_sent_with_the_request_counts_instead_of_the_rule() {
         hits: None,
     }];
     let codes: Vec<Code> = (0..3)
-        .map(|_| rls.should_rate_limit("messaging", &with_limit, 0).unwrap().overall)
+        .map(|_| {
+            rls.should_rate_limit("messaging", &with_limit, 0)
+                .unwrap()
+                .overall
+        })
         .collect();
     assert_eq!(codes, [Code::Ok, Code::Ok, Code::OverLimit]);
     let answer = rls.should_rate_limit("messaging", &with_limit, 0).unwrap();
-    assert_eq!(answer.statuses[0].current_limit.as_ref().unwrap().unit, Unit::Hour);
+    assert_eq!(
+        answer.statuses[0].current_limit.as_ref().unwrap().unit,
+        Unit::Hour
+    );
     let no_unit = [Descriptor {
         limit: Some((2, None)),
         ..with_limit[0].clone()
@@ -389,7 +418,8 @@ fn malformed_requests_are_named_and_count_nothing() {
     );
     let no_key = descriptor(&[("to_number", "1"), ("", "x")]);
     assert_eq!(
-        rls.should_rate_limit("messaging", &[no_key], 0).unwrap_err(),
+        rls.should_rate_limit("messaging", &[no_key], 0)
+            .unwrap_err(),
         RequestError::EmptyKey { index: 0, entry: 1 }
     );
     // The good descriptor sent beside the bad ones was not counted.
@@ -459,11 +489,12 @@ fn mistakes_in_rules_are_named_by_file_line_and_rule() {
         negative[0].starts_with("rls/app.yaml:6:") && negative[0].contains("-5"),
         "{negative:?}"
     );
-    let twice = problems(
-        "domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n",
-    );
+    let twice =
+        problems("domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v\n");
     assert!(
-        twice[0].starts_with("rls/app.yaml:5:") && twice[0].contains("rule `d.k_v`") && twice[0].contains("twice"),
+        twice[0].starts_with("rls/app.yaml:5:")
+            && twice[0].contains("rule `d.k_v`")
+            && twice[0].contains("twice"),
         "{twice:?}"
     );
     // Every mistake at once, and unknown fields by name.
@@ -484,5 +515,8 @@ fn two_files_may_not_define_one_domain() {
         (Path::new("b.yaml"), "domain: d\n"),
     ])
     .unwrap_err();
-    assert!(error[0].to_string().contains("already defined in a.yaml"), "{error:?}");
+    assert!(
+        error[0].to_string().contains("already defined in a.yaml"),
+        "{error:?}"
+    );
 }

@@ -100,9 +100,11 @@ impl ConfigError {
                 max,
             },
             ConfigError::Zero { .. } => ConfigError::Zero { field },
-            ConfigError::OutOfRange { allowed, got, .. } => {
-                ConfigError::OutOfRange { field, allowed, got }
-            }
+            ConfigError::OutOfRange { allowed, got, .. } => ConfigError::OutOfRange {
+                field,
+                allowed,
+                got,
+            },
             other @ ConfigError::InitialAboveMax { .. } => other,
         }
     }

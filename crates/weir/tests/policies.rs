@@ -961,11 +961,15 @@ fn a_fixed_window_keeps_its_hits_across_a_new_limit_and_restarts_on_a_new_length
         let _admitted = policy.try_acquire(&request).unwrap();
     }
     policy
-        .reconfigure(policy_text(r#"fixed_window = { limit = 4, window = "1m" }"#))
+        .reconfigure(policy_text(
+            r#"fixed_window = { limit = 4, window = "1m" }"#,
+        ))
         .unwrap();
     assert_eq!(policy.quota("", "k").unwrap().remaining, 1);
     policy
-        .reconfigure(policy_text(r#"fixed_window = { limit = 4, window = "1h" }"#))
+        .reconfigure(policy_text(
+            r#"fixed_window = { limit = 4, window = "1h" }"#,
+        ))
         .unwrap();
     assert_eq!(policy.quota("", "k").unwrap().remaining, 4);
 }

@@ -32,6 +32,7 @@ impl InProcess {
             max_cost: config.server.max_cost,
             body_timeout: config.server.body_timeout,
             cluster: None,
+            rls: None,
         })?;
         let _ = std::fs::remove_dir_all(&data_dir);
         Ok(InProcess(app))

@@ -38,6 +38,7 @@ use crate::durable::{self, Overlay};
 use crate::error::ApiError;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
+use crate::rls::{Rls, RlsSettings, RulesConfig};
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -61,6 +62,7 @@ pub struct App {
     ready: AtomicBool,
     clock: SystemClock,
     cluster: Option<Arc<ClusterMode>>,
+    rls: Option<Arc<Rls>>,
 }
 
 impl std::fmt::Debug for App {
@@ -90,6 +92,8 @@ pub struct AppSettings {
     pub body_timeout: Duration,
     /// Cluster mode, when this node is part of a cluster.
     pub cluster: Option<Arc<ClusterMode>>,
+    /// Envoy's rate limit service: its rules and settings, when it is offered.
+    pub rls: Option<(RulesConfig, RlsSettings)>,
 }
 
 /// The most a lease of a deleted policy is renewed by (the config's default `lease_ttl`).
@@ -105,18 +109,32 @@ impl App {
                 "the data dir cannot be written ({e}): policy changes over the API will be refused until it can"
             );
         }
-        let configs = overlay.apply(settings.policies);
+        let mut configs = overlay.apply(settings.policies);
+        // The rules' policies come from their YAML alone: the API cannot change them, so no
+        // overlay applies.
+        if let Some((rules, rls_settings)) = &settings.rls {
+            configs.extend(crate::rls::decision::policies_of(rules, rls_settings));
+        }
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|error| {
             anyhow::anyhow!(
                 "the policies (config file and data dir together) are not valid: {error}"
             )
         })?;
+        let rls = settings.rls.map(|(rules, rls_settings)| {
+            Arc::new(Rls::new(
+                &rules,
+                rls_settings,
+                &policies,
+                SystemClock::new(),
+            ))
+        });
         let policies = Arc::new(policies);
         let leases = Arc::new(Leases::new());
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
+            rls.clone(),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -133,6 +151,7 @@ impl App {
             ready: AtomicBool::new(false),
             clock: SystemClock::new(),
             cluster: settings.cluster,
+            rls,
         }))
     }
 
@@ -144,6 +163,11 @@ impl App {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// Envoy's rate limit service, when it is offered.
+    pub fn rls(&self) -> Option<&Arc<Rls>> {
+        self.rls.as_ref()
     }
 
     /// The policies in force.

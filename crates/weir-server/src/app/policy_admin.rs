@@ -88,6 +88,7 @@ impl App {
         if let Err(e) = config.validate() {
             return Err(ApiError::invalid(e.to_string()));
         }
+        refuse_rule_policy(name)?;
         let mut overlay = self.overlay.lock().await;
         self.check_if_match(name, if_match)?;
         let next = overlay.with_upsert(config.clone());
@@ -115,6 +116,7 @@ impl App {
     ) -> Result<TaggedPolicy, ApiError> {
         let mut overlay = self.overlay.lock().await;
         let deleted = self.policy(name)?;
+        refuse_rule_policy(name)?;
         self.check_if_match(name, if_match)?;
         let next = overlay.with_delete(name);
         self.persist(&next).await?;
@@ -131,4 +133,16 @@ impl App {
             .map_err(|e| ApiError::internal(format!("writing the data dir: {e}")))?
             .map_err(|e| ApiError::internal(e.to_string()))
     }
+}
+
+/// The policies of RLS rules are their YAML's: changing one over the API would be undone at
+/// the next start, so it is refused, and the prefix is kept for them.
+fn refuse_rule_policy(name: &str) -> Result<(), ApiError> {
+    if name.starts_with(crate::rls::POLICY_PREFIX) {
+        return Err(ApiError::conflict(format!(
+            "policy `{name}` counts for an RLS rule: change the rule in its YAML file (`[rls] config`), not over the API; the `{}` prefix is kept for such policies",
+            crate::rls::POLICY_PREFIX
+        )));
+    }
+    Ok(())
 }

@@ -10,8 +10,10 @@
 //! |---|---|
 //! | `http.rs` | the HTTP API (axum): JSON in and out |
 //! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream |
+//! | `rls.rs` | Envoy's rate limit service (tonic), on the same gRPC listener |
 //!
 //! [`App`]: crate::app::App
 
 pub mod grpc;
 pub mod http;
+pub mod rls;

@@ -435,8 +435,7 @@ fn parse_file(file: &Path, text: &str, errors: &mut Vec<RuleError>) -> Option<Do
         return None;
     }
     let before = errors.len();
-    let algorithm =
-        parse_algorithm(file, &parsed.weir_algorithm, None, errors).unwrap_or_default();
+    let algorithm = parse_algorithm(file, &parsed.weir_algorithm, None, errors).unwrap_or_default();
     let mut context = Context {
         file,
         algorithm,

@@ -16,8 +16,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
-use weir::policy::{KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request};
 use weir::policy::{FixedWindowSpec, TokenBucketSpec};
+use weir::policy::{
+    KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request,
+};
 use weir::{Clock, FixedWindowConfig, SystemClock};
 
 use super::config::{Algorithm, Limit, RulesConfig, Unit};
@@ -343,7 +345,11 @@ enum Plan {
     /// A rule with a rate.
     Rule(Matched),
     /// A limit sent with the request.
-    Override { per_unit: u32, unit: Unit, key: String },
+    Override {
+        per_unit: u32,
+        unit: Unit,
+        key: String,
+    },
 }
 
 impl<C: Clock + Clone> Rls<C> {
@@ -643,7 +649,9 @@ impl<C: Clock + Clone> Rls<C> {
         let limit = u64::from(per_unit);
         let over = quota.used > limit || (limit == 0 && hits > 0);
         let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
-        overrides.counts.record(hits, quota.used, limit, near, false);
+        overrides
+            .counts
+            .record(hits, quota.used, limit, near, false);
         Status {
             code: if over { Code::OverLimit } else { Code::Ok },
             current_limit: Some(CurrentLimit {

@@ -108,9 +108,7 @@ impl Window {
     pub(crate) fn hit(&self, word: &AtomicU64, cost: u64, now: Nanos) -> Result<Quota, Refused> {
         let (number, left) = self.at(now);
         let after = word::apply(word, |current| {
-            let after = Window::hits(current, number)
-                .saturating_add(cost)
-                .min(HITS);
+            let after = Window::hits(current, number).saturating_add(cost).min(HITS);
             ((number & HITS) << 32 | after, after)
         });
         let reset_after = Duration::from_nanos(left);
@@ -258,6 +256,12 @@ mod tests {
             limit: 1,
             window: Duration::from_micros(10),
         };
-        assert!(window.validate().unwrap_err().to_string().contains("window"));
+        assert!(
+            window
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("window")
+        );
     }
 }

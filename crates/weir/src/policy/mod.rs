@@ -65,8 +65,8 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 pub use config::{
-    ConcurrencySpec, FixedWindowSpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
-    OnUnavailable, PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
+    ConcurrencySpec, FixedWindowSpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode,
+    OnExhausted, OnUnavailable, PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
 };
 pub use set::{Admissions, PolicySet, PolicySetError};
 use stats::{PolicyStats, StatsSnapshot};
@@ -217,7 +217,10 @@ impl<C: Clock + Clone> Policy<C> {
         if state.adaptive().is_some() {
             return None;
         }
-        state.buckets(kind).flatten().map(|limiter| limiter.quota(key))
+        state
+            .buckets(kind)
+            .flatten()
+            .map(|limiter| limiter.quota(key))
     }
 
     /// Drops idle buckets now (the policy also does this by itself at its key cap).

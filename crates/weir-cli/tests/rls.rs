@@ -1,0 +1,287 @@
+//! Envoy's rate limit service on a real `weir serve`: the protocol over gRPC, the rules as
+//! read-only policies, `/v1/throttles`, `/metrics`, bad input, health, and bad rules at start
+//! and in `check-config`.
+
+mod support;
+
+use support::{Server, weir};
+use tonic::Code;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
+use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code as RlsCode;
+use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+const RULES: &str = r#"
+domain: messaging
+descriptors:
+  - key: message_type
+    value: marketing
+    descriptors:
+      - key: to_number
+        rate_limit:
+          unit: day
+          requests_per_unit: 5
+  - key: to_number
+    rate_limit:
+      unit: day
+      requests_per_unit: 100
+"#;
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(key, value)| Entry {
+                key: (*key).to_owned(),
+                value: (*value).to_owned(),
+            })
+            .collect(),
+        limit: None,
+        hits_addend: None,
+    }
+}
+
+fn marketing(number: &str) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "messaging".to_owned(),
+        descriptors: vec![
+            descriptor(&[("message_type", "marketing"), ("to_number", number)]),
+            descriptor(&[("to_number", number)]),
+        ],
+        hits_addend: 0,
+    }
+}
+
+fn start(dir: &tempfile::TempDir, extra: &str) -> Server {
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).unwrap();
+    let config = format!("[rls]\nconfig = {:?}\n{extra}", rules.display().to_string());
+    Server::start(&config, &dir.path().join("data"))
+}
+
+#[tokio::test]
+async fn envoy_rate_limit_service_answers_from_the_reference_yaml() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir, "response_headers = true\n");
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    for remaining in [4u32, 3, 2, 1, 0] {
+        let answer = client
+            .should_rate_limit(marketing("2061234567"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.overall_code, RlsCode::Ok as i32);
+        let status = &answer.statuses[0];
+        assert_eq!(status.limit_remaining, remaining);
+        let limit = status.current_limit.as_ref().unwrap();
+        assert_eq!((limit.requests_per_unit, limit.unit), (5, 4)); // 4 = DAY
+        let reset = status.duration_until_reset.as_ref().unwrap().seconds;
+        assert!((1..=86_400).contains(&reset), "{reset}");
+        let headers: Vec<(&str, &str)> = answer
+            .response_headers_to_add
+            .iter()
+            .map(|h| (h.key.as_str(), h.value.as_str()))
+            .collect();
+        assert_eq!(headers[1], ("RateLimit-Remaining", &*remaining.to_string()));
+    }
+    let sixth = client
+        .should_rate_limit(marketing("2061234567"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(sixth.overall_code, RlsCode::OverLimit as i32);
+    assert_eq!(sixth.statuses[0].code, RlsCode::OverLimit as i32);
+    assert_eq!(sixth.statuses[1].limit_remaining, 94);
+
+    // The rules are policies: listed, read-only, and their held-back keys shown.
+    let policy = "rls:messaging.message_type_marketing.to_number";
+    let listed = reqwest::get(server.url(&format!("/v1/policies/{policy}")))
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    let body: serde_json::Value = listed.json().await.unwrap();
+    assert_eq!(body["fixed_window"]["limit"], 5);
+    assert_eq!(body["fixed_window"]["window"], "1day");
+    let put = reqwest::Client::new()
+        .put(server.url(&format!("/v1/policies/{policy}")))
+        .json(&serde_json::json!({"on_exhausted": "reject", "fixed_window": {"limit": 50, "window": "1d"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), 409);
+    assert!(put.text().await.unwrap().contains("YAML"));
+    let throttles: serde_json::Value = reqwest::get(server.url("/v1/throttles"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let rows = throttles["rows"].as_array().unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r["policy"] == policy
+                && r["key"] == "message_type=marketing, to_number=2061234567"),
+        "{throttles}"
+    );
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"weir_rls_hits_total{domain="messaging",rule="messaging.message_type_marketing.to_number"} 6"#,
+        r#"weir_rls_over_limit_total{domain="messaging",rule="messaging.message_type_marketing.to_number"} 1"#,
+        r#"weir_rls_within_limit_total{domain="messaging",rule="messaging.to_number"} 6"#,
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} missing from:\n{metrics}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn malformed_requests_are_invalid_argument_and_leave_the_port_healthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir, "");
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let bad = [
+        RateLimitRequest {
+            domain: "messaging".into(),
+            descriptors: vec![descriptor(&[])],
+            hits_addend: 0,
+        },
+        RateLimitRequest {
+            domain: String::new(),
+            descriptors: vec![descriptor(&[("to_number", "1")])],
+            hits_addend: 0,
+        },
+        RateLimitRequest {
+            domain: "messaging".into(),
+            descriptors: vec![descriptor(&[("to_number", "1")])],
+            hits_addend: 101,
+        },
+    ];
+    for round in 0..200 {
+        let request = bad[round % bad.len()].clone();
+        let status = client.should_rate_limit(request).await.unwrap_err();
+        assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
+        assert!(!status.message().is_empty());
+    }
+    let status = client.should_rate_limit(bad[2].clone()).await.unwrap_err();
+    assert!(
+        status.message().contains("101 hits") && status.message().contains("100 per DAY"),
+        "{status:?}"
+    );
+    let channel = tonic::transport::Endpoint::from_shared(server.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = HealthClient::new(channel);
+    for service in [
+        "",
+        "envoy.service.ratelimit.v3.RateLimitService",
+        "weir.v1.Weir",
+    ] {
+        let answer = health
+            .check(HealthCheckRequest {
+                service: service.to_owned(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.status, ServingStatus::Serving as i32, "{service}");
+    }
+    // Nothing of the bad requests was counted.
+    let answer = client
+        .should_rate_limit(RateLimitRequest {
+            domain: "messaging".into(),
+            descriptors: vec![descriptor(&[("to_number", "1")])],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.statuses[0].limit_remaining, 99);
+}
+
+#[tokio::test]
+async fn a_node_without_rules_does_not_offer_the_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start("", &dir.path().join("data"));
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let status = client.should_rate_limit(marketing("1")).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+}
+
+#[test]
+fn bad_rules_stop_the_start_and_check_config_names_each_mistake() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n  - key: a\n",
+    )
+    .unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, "").unwrap();
+    let checked = weir()
+        .arg("check-config")
+        .arg(&config)
+        .arg("--rls-config")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(!checked.status.success());
+    assert!(
+        out.contains("rules.yaml:4:") && out.contains("fortnight"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rules.yaml:5:") && out.contains("twice"),
+        "{out}"
+    );
+    assert!(out.contains("2 problem(s)"), "{out}");
+
+    let served = weir()
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .arg("--rls-config")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    assert!(!served.status.success());
+    let err = String::from_utf8_lossy(&served.stderr);
+    assert!(
+        err.contains("rules.yaml:4:") && err.contains("fortnight"),
+        "{err}"
+    );
+
+    std::fs::write(&rules, RULES).unwrap();
+    let checked = weir()
+        .arg("check-config")
+        .arg(&config)
+        .arg("--rls-config")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{out}");
+    assert!(out.contains("1 RLS domain(s), 2 counted rule(s)"), "{out}");
+}
