@@ -17,7 +17,9 @@ use super::progress::{self, Batch, Live};
 use super::redis::RedisTarget;
 use super::report::{Report, RequestOutcome, Tally};
 use super::schedule::{Profile, Schedule};
-use super::target::{Grpc, GrpcStream, Http, InProcess, RoundRobin, Target};
+use super::target::{
+    Grpc, GrpcStream, Http, InProcess, RedisFixedWindow, Rls, RlsLoad, RoundRobin, Target,
+};
 use weir_api::http::AcquireBody;
 use weir_server::config::ConfigFile;
 
@@ -35,6 +37,23 @@ pub enum TargetSpec {
     Grpc(Vec<String>),
     /// Servers' gRPC APIs, every client's requests over one bidirectional stream, asked in turn.
     GrpcStream(Vec<String>),
+    /// Envoy's rate limit service on servers' gRPC ports, asked in turn.
+    Rls {
+        /// `http://host:port`.
+        servers: Vec<String>,
+        /// The domain and descriptors every request asks.
+        load: RlsLoad,
+    },
+    /// The reference rate limit server's Redis data path (`INCRBY` + `EXPIRE` per descriptor,
+    /// pipelined), deciding by the same rules.
+    RedisFixedWindow {
+        /// `redis://host:port`.
+        url: String,
+        /// The rules.
+        rules: Box<weir_server::rls::RulesConfig>,
+        /// The domain and descriptors every request asks.
+        load: RlsLoad,
+    },
     /// The Redis baseline: a Lua script at `url` enforcing `policy`'s limiter.
     Redis {
         /// `redis://host:port`.
@@ -214,6 +233,21 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
                 connected.push(GrpcStream::connect(base).await?);
             }
             on_servers(connected, "grpc-stream", settings).await
+        }
+        TargetSpec::Rls { servers, load } => {
+            let mut connected = Vec::with_capacity(servers.len());
+            for base in servers {
+                connected.push(Rls::connect(base, load.clone()).await?);
+            }
+            on_servers(connected, "rls", settings).await
+        }
+        TargetSpec::RedisFixedWindow { url, rules, load } => {
+            drive(
+                RedisFixedWindow::connect(url, rules, load.clone()).await?,
+                "redis-rls".to_owned(),
+                settings,
+            )
+            .await
         }
         TargetSpec::Redis { url, policy } => {
             drive(

@@ -10,6 +10,7 @@ use tracing_subscriber::EnvFilter;
 use weir_bench::keys::KeyDistribution;
 use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_bench::schedule::Profile;
+use weir_bench::target::RlsLoad;
 use weir_bench::{plot, scenario};
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
@@ -111,10 +112,25 @@ struct BenchArgs {
     #[command(subcommand)]
     scenario: Option<ScenarioCommand>,
     /// What to measure: `inproc` (the library, on --config's policies), `http`, `grpc`
-    /// (unary calls), `grpc-stream` (each client's requests over one stream), or `redis` (the
-    /// baseline: --config's --policy as a Lua script in the Redis at --server).
+    /// (unary calls), `grpc-stream` (each client's requests over one stream), `redis` (the
+    /// baseline: --config's --policy as a Lua script in the Redis at --server), `rls` (Envoy's
+    /// rate limit service: --domain and --descriptor), or `redis-rls` (the reference rate limit
+    /// server's Redis calls for the same descriptors, by --rls-config's rules).
     #[arg(long, default_value = "inproc")]
     target: String,
+    /// RLS targets: the domain every request names.
+    #[arg(long, default_value = "")]
+    domain: String,
+    /// RLS targets: one descriptor, `key=value,key=value`; `{key}` in a value is the request's
+    /// key (repeatable: one descriptor each).
+    #[arg(long)]
+    descriptor: Vec<String>,
+    /// RLS targets: a file of descriptors, one per line as --descriptor takes them.
+    #[arg(long, value_name = "PATH")]
+    descriptors_file: Option<PathBuf>,
+    /// The redis-rls target: the reference server's YAML rules it decides by.
+    #[arg(long, value_name = "PATH")]
+    rls_config: Option<PathBuf>,
     /// The server (remote targets); several, comma-separated, are asked in turn.
     #[arg(long)]
     server: Option<String>,
@@ -216,6 +232,43 @@ impl BenchArgs {
             "http" => TargetSpec::Http(servers("http://127.0.0.1:8080")),
             "grpc" => TargetSpec::Grpc(servers("http://127.0.0.1:50051")),
             "grpc-stream" => TargetSpec::GrpcStream(servers("http://127.0.0.1:50051")),
+            "rls" | "redis-rls" => {
+                let mut descriptors = self.descriptor.clone();
+                if let Some(file) = &self.descriptors_file {
+                    let text = std::fs::read_to_string(file)
+                        .with_context(|| format!("reading {}", file.display()))?;
+                    descriptors.extend(
+                        text.lines()
+                            .map(str::trim)
+                            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                            .map(str::to_owned),
+                    );
+                }
+                let load = RlsLoad::parse(&self.domain, &descriptors)?;
+                if self.target == "rls" {
+                    TargetSpec::Rls {
+                        servers: servers("http://127.0.0.1:50051"),
+                        load,
+                    }
+                } else {
+                    let path = self
+                        .rls_config
+                        .as_ref()
+                        .context("--target redis-rls needs --rls-config (the rules it decides by)")?;
+                    let rules = RulesConfig::load(path).map_err(|errors| {
+                        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+                        anyhow::anyhow!("{}", list.join("\n"))
+                    })?;
+                    TargetSpec::RedisFixedWindow {
+                        url: self
+                            .server
+                            .clone()
+                            .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
+                        rules: Box::new(rules),
+                        load,
+                    }
+                }
+            }
             "redis" => {
                 let policy = config
                     .policy
@@ -231,7 +284,7 @@ impl BenchArgs {
                 }
             }
             other => anyhow::bail!(
-                "--target must be inproc, http, grpc, grpc-stream or redis, not {other:?}"
+                "--target must be inproc, http, grpc, grpc-stream, redis, rls or redis-rls, not {other:?}"
             ),
         };
         let profile = match self.burst.as_deref() {

@@ -13,6 +13,7 @@
 //! | `grpc.rs` | a server's gRPC API, unary calls |
 //! | `grpc_stream.rs` | a server's gRPC API, one bidirectional stream per client |
 //! | `redis.rs` | the Redis baseline: a Lua script enforcing the policy's limiter |
+//! | `rls.rs` | Envoy's rate limit service (`ShouldRateLimit`), and the reference server's Redis data path |
 //! | `round_robin.rs` | several servers of one kind, asked in turn |
 
 mod grpc;
@@ -20,6 +21,7 @@ mod grpc_stream;
 mod http;
 mod in_process;
 mod redis;
+mod rls;
 mod round_robin;
 
 use std::future::Future;
@@ -30,6 +32,7 @@ pub use grpc::Grpc;
 pub use grpc_stream::GrpcStream;
 pub use http::Http;
 pub use in_process::InProcess;
+pub use rls::{RedisFixedWindow, Rls, RlsLoad};
 pub use round_robin::RoundRobin;
 
 use crate::report::RequestOutcome;
