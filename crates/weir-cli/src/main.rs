@@ -251,10 +251,9 @@ impl BenchArgs {
                         load,
                     }
                 } else {
-                    let path = self
-                        .rls_config
-                        .as_ref()
-                        .context("--target redis-rls needs --rls-config (the rules it decides by)")?;
+                    let path = self.rls_config.as_ref().context(
+                        "--target redis-rls needs --rls-config (the rules it decides by)",
+                    )?;
                     let rules = RulesConfig::load(path).map_err(|errors| {
                         let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
                         anyhow::anyhow!("{}", list.join("\n"))

@@ -3,6 +3,8 @@
 //!
 //! - every `toml` block passes `weir check-config`, and each of its policies is applied with
 //!   `weir config set` (a `PUT`);
+//! - every rules file the Envoy guide shows (`yaml` blocks starting `domain:`, and
+//!   `docs/envoy/ratelimit.yaml`) passes `weir check-config --rls-config`;
 //! - every `curl` line of the README's first walk-through runs against a server on the
 //!   embedded default config, and a line whose comment shows an answer (`{"admitted":true,...}
 //!   200`) must print that answer's start and that status; the `weir` commands beside them run
@@ -72,11 +74,17 @@ fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
         &dir.path().join("data"),
     );
     let mut checked = 0;
-    for doc in ["README.md", "docs/configuration.md"] {
+    for doc in ["README.md", "docs/configuration.md", "docs/envoy.md"] {
         for (line, block) in blocks(doc, "toml") {
             let file = dir.path().join(format!("block-{checked}.toml"));
             std::fs::write(&file, &block).unwrap();
-            let output = weir().arg("check-config").arg(&file).output().unwrap();
+            // Paths in the docs' examples are the repository's.
+            let output = weir()
+                .arg("check-config")
+                .arg(&file)
+                .current_dir(repo())
+                .output()
+                .unwrap();
             assert!(
                 output.status.success(),
                 "{doc}:{line}: {}",
@@ -102,6 +110,39 @@ fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
         }
     }
     assert!(checked >= 1, "no toml block found: the docs moved");
+}
+
+#[test]
+fn every_rules_file_in_the_docs_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("empty.toml");
+    std::fs::write(&config, "").unwrap();
+    let mut files: Vec<(String, PathBuf)> = vec![(
+        "docs/envoy/ratelimit.yaml".to_owned(),
+        repo().join("docs/envoy/ratelimit.yaml"),
+    )];
+    for (n, (line, block)) in blocks("docs/envoy.md", "yaml").into_iter().enumerate() {
+        if block.starts_with("domain:") {
+            let file = dir.path().join(format!("rules-{n}.yaml"));
+            std::fs::write(&file, &block).unwrap();
+            files.push((format!("docs/envoy.md:{line}"), file));
+        }
+    }
+    assert!(files.len() >= 3, "the rules examples moved");
+    for (place, file) in files {
+        let output = weir()
+            .arg("check-config")
+            .arg(&config)
+            .arg("--rls-config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{place}: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+    }
 }
 
 #[test]
@@ -216,9 +257,12 @@ fn the_documented_synopsis_and_help_name_the_same_flags() {
 #[test]
 fn every_bench_example_in_the_readme_runs() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
+    let rules = repo().join("docs/envoy/ratelimit.yaml");
+    let server = Server::start_full(
         weir_server::config::DEFAULT_CONFIG,
         &dir.path().join("data"),
+        &[],
+        &["--rls-config", &rules.display().to_string()],
     );
     let examples: Vec<String> = blocks("README.md", "sh")
         .into_iter()
@@ -249,7 +293,10 @@ fn every_bench_example_in_the_readme_runs() {
                     args.extend(["--duration", "1s"].map(String::from));
                 }
                 args.extend(["--warmup", "0s"].map(String::from));
-                if args.contains(&"grpc".to_owned()) && !args.contains(&"--server".to_owned()) {
+                let on_grpc = ["grpc", "rls"]
+                    .iter()
+                    .any(|t| args.contains(&(*t).to_owned()));
+                if on_grpc && !args.contains(&"--server".to_owned()) {
                     args.extend(["--server".to_owned(), server.grpc.clone()]);
                 }
             }

@@ -13,9 +13,9 @@ use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use weir_api::http::AcquireBody;
+use weir_server::rls::RulesConfig;
 use weir_server::rls::config::Limit;
 use weir_server::rls::rules::{Lookup, Tree};
-use weir_server::rls::RulesConfig;
 
 use super::{Answer, Target};
 use crate::report::RequestOutcome;
@@ -188,7 +188,10 @@ impl Target for RedisFixedWindow {
             Ok(counts) => counts,
             Err(error) => return Err(format!("redis: {error}")),
         };
-        let over = counts.iter().zip(&limits).any(|(count, limit)| count > limit);
+        let over = counts
+            .iter()
+            .zip(&limits)
+            .any(|(count, limit)| count > limit);
         Ok((
             if over {
                 RequestOutcome::Throttled
