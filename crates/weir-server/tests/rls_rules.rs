@@ -520,3 +520,107 @@ fn two_files_may_not_define_one_domain() {
         "{error:?}"
     );
 }
+
+#[test]
+fn metrics_name_values_only_where_a_rule_asks() {
+    let clock = ManualClock::new(MIDNIGHT);
+    let rls = service(
+        r#"
+domain: m
+descriptors:
+  - key: route
+    value: /api/*
+    value_to_metric: true
+    descriptors:
+      - key: method
+        rate_limit: { unit: second, requests_per_unit: 100 }
+  - key: user
+    detailed_metric: true
+    rate_limit: { unit: second, requests_per_unit: 100 }
+  - key: tenant
+    rate_limit: { unit: second, requests_per_unit: 100 }
+"#,
+        &clock,
+    );
+    for entries in [
+        &[("route", "/api/users"), ("method", "GET")][..],
+        &[("user", "alice")][..],
+        &[("tenant", "t1")][..],
+        &[("tenant", "t2")][..],
+    ] {
+        rls.should_rate_limit("m", &[descriptor(entries)], 0)
+            .unwrap();
+    }
+    let names = |path: &str| -> Vec<String> {
+        let (_, _, counts) = rls.counts().find(|(_, p, _)| *p == path).unwrap();
+        let mut names: Vec<String> = counts.named.lock().unwrap().keys().cloned().collect();
+        names.sort();
+        names
+    };
+    // The pattern's value goes into the name; the bare key below it stays bare.
+    assert_eq!(
+        names("m.route_/api/*.method"),
+        ["m.route_/api/users.method"]
+    );
+    assert_eq!(names("m.user"), ["m.user_alice"]);
+    // A rule that does not ask keeps one name however many values it sees.
+    assert!(names("m.tenant").is_empty());
+    let (_, _, tenant) = rls.counts().find(|(_, p, _)| *p == "m.tenant").unwrap();
+    assert_eq!(tenant.rule.read()[0], 2);
+}
+
+#[test]
+fn a_directory_of_rules_loads_every_yaml_file_in_name_order() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.yml"), "domain: b\n").unwrap();
+    std::fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "not rules").unwrap();
+    let config = RulesConfig::load(dir.path()).unwrap();
+    let domains: Vec<&str> = config.domains.iter().map(|d| d.domain.as_str()).collect();
+    assert_eq!(domains, ["a", "b"]);
+    let empty = tempfile::tempdir().unwrap();
+    let error = RulesConfig::load(empty.path()).unwrap_err();
+    assert!(
+        error[0].to_string().contains("no .yaml or .yml file"),
+        "{error:?}"
+    );
+}
+
+#[test]
+fn unbounded_values_keep_a_rule_within_its_key_cap() {
+    let clock = ManualClock::new(MIDNIGHT);
+    let settings = RlsSettings {
+        max_keys: 100,
+        ..RlsSettings::default()
+    };
+    let config = rules(
+        r#"
+domain: ips
+descriptors:
+  - key: remote_address
+    rate_limit: { unit: second, requests_per_unit: 5 }
+"#,
+    );
+    let policies = PolicySet::new(policies_of(&config, &settings), clock.clone()).unwrap();
+    let rls = Rls::new(&config, settings, &policies, clock.clone());
+    let policy = policies.get("rls:ips.remote_address").unwrap();
+    for round in 0..20u64 {
+        for address in 0..500u64 {
+            let ip = format!("10.{round}.{}.{}", address / 256, address % 256);
+            let answer = rls
+                .should_rate_limit("ips", &[descriptor(&[("remote_address", &ip)])], 0)
+                .unwrap();
+            // Each second the first hundred addresses have windows of their own (last
+            // second's were idle and dropped); past the cap, with none idle, the rest share
+            // one window: stricter, never looser.
+            if address < 100 {
+                assert_eq!(answer.overall, Code::Ok, "round {round}, address {address}");
+            }
+        }
+        assert!(policy.stats().keys <= 100, "{:?}", policy.stats());
+        // A new second: last second's windows are idle and may go.
+        clock.advance(Duration::from_secs(1));
+    }
+    let stats = policy.stats();
+    assert!(stats.evictions > 0, "{stats:?}");
+}
