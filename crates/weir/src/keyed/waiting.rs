@@ -36,6 +36,8 @@ impl<C: Clock> KeyedLimiter<C> {
         };
         match &self.buckets {
             Buckets::Rate(store) => self.acquire_rate(store, key, cost, max_wait).await,
+            // A fixed window has no place to queue: decide at once.
+            Buckets::Window(_) => self.try_acquire(key, cost),
             Buckets::Concurrency(store) => {
                 let (cell, overflowed) = store.with(key, self.clock.now(), |found| {
                     (Arc::clone(found.cell), found.overflowed)
@@ -141,13 +143,6 @@ fn plan_wait(found: &Found<'_, RateShape, RateCell>, cost: u64, now: Nanos, max_
             let span = cost.saturating_mul(interval);
             let slot = strict::book(&cell.value, span, now);
             (slot, What::Slot { slot, span })
-        }
-        // No place to queue: decide at once.
-        RateShape::FixedWindow(window) => {
-            return match window.hit(&cell.value, cost, now) {
-                Ok(_) => Plan::Admitted(Taken::new(What::Hits { cost, at: now }, found.overflowed)),
-                Err(refused) => Plan::Refused(refused),
-            };
         }
     };
     if ready <= now {
