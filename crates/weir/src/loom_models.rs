@@ -7,8 +7,8 @@
 //! ```
 //!
 //! Each model runs the production code (a bucket's decision and reshape, the strict limiter's
-//! booking and give-back, the backpressure registry's packed slots) on loom threads and checks
-//! what must hold whatever the interleaving. The preemption bound keeps each model to seconds;
+//! booking and give-back, a fixed window's hits, the backpressure registry's packed slots) on
+//! loom threads and checks what must hold whatever the interleaving. The preemption bound keeps each model to seconds;
 //! every race below needs at most two preemptions.
 
 use loom::sync::Arc;
@@ -143,5 +143,32 @@ fn a_late_call_does_not_wipe_a_newer_period() {
             1,
             "the call of the current period was lost or the late one counted"
         );
+    });
+}
+
+#[test]
+fn a_full_window_admits_exactly_its_limit_and_counts_every_hit() {
+    use crate::limiter::fixed_window::Window as FixedWindow;
+    model(|| {
+        let window = FixedWindow {
+            length: 1_000_000_000,
+            limit: 2,
+            unix_offset: 0,
+        };
+        let word = Arc::new(AtomicU64::new(0));
+        let hitters: Vec<_> = (0..3)
+            .map(|_| {
+                let word = Arc::clone(&word);
+                thread::spawn(move || window.hit(&word, 1, NOW).is_ok())
+            })
+            .collect();
+        let admitted = hitters
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .filter(|ok| *ok)
+            .count();
+        assert_eq!(admitted, 2);
+        let quota = window.quota(word.load(std::sync::atomic::Ordering::Acquire), NOW);
+        assert_eq!(quota.used, 3, "the refused hit is counted too");
     });
 }

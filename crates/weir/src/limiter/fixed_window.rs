@@ -107,9 +107,11 @@ impl Window {
     #[inline]
     pub(crate) fn hit(&self, word: &AtomicU64, cost: u64, now: Nanos) -> Result<Quota, Refused> {
         let (number, left) = self.at(now);
+        // The word keeps at most 2³² − 1 hits; the decision sees the whole sum, so a window at
+        // the largest limit still refuses once it is full.
         let after = word::apply(word, |current| {
-            let after = Window::hits(current, number).saturating_add(cost).min(HITS);
-            ((number & HITS) << 32 | after, after)
+            let after = Window::hits(current, number).saturating_add(cost);
+            ((number & HITS) << 32 | after.min(HITS), after)
         });
         let reset_after = Duration::from_nanos(left);
         if after <= self.limit {
@@ -240,8 +242,14 @@ mod tests {
     fn the_count_saturates_instead_of_wrapping() {
         let w = window(u64::from(u32::MAX), 1);
         let word = AtomicU64::new(0);
-        assert!(w.hit(&word, u64::MAX, 0).is_ok());
+        assert!(w.hit(&word, u64::from(u32::MAX), 0).is_ok());
+        // Full at the largest limit: one more is refused, though the word cannot count it.
+        assert!(w.hit(&word, 1, 0).is_err());
         assert!(w.hit(&word, u64::MAX, 0).is_err());
+        assert_eq!(
+            w.quota(word.load(Ordering::Relaxed), 0).used,
+            u64::from(u32::MAX)
+        );
         assert!(w.is_empty(word.load(Ordering::Relaxed), SECOND));
     }
 
