@@ -93,7 +93,7 @@ enum Command {
         token: Option<String>,
     },
     /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
-    Bench(BenchArgs),
+    Bench(Box<BenchArgs>),
     /// Checks a config file (and the RLS rules it names) and prints every problem.
     CheckConfig {
         /// The TOML config file.
@@ -629,7 +629,7 @@ fn main() -> ExitCode {
                     } => config(action, Client::new(&server, token))
                         .await
                         .map(|()| ExitCode::SUCCESS),
-                    Command::Bench(args) => bench(args).await.map(|()| ExitCode::SUCCESS),
+                    Command::Bench(args) => bench(*args).await.map(|()| ExitCode::SUCCESS),
                     Command::CheckConfig { .. } => unreachable!("handled above"),
                 }
             })

@@ -278,7 +278,7 @@ descriptors:
     );
     let tenant = descriptor(&[("tenant", "a")]);
     let answer = rls
-        .should_rate_limit("bytes", &[tenant.clone()], 4)
+        .should_rate_limit("bytes", std::slice::from_ref(&tenant), 4)
         .unwrap();
     assert_eq!(answer.statuses[0].limit_remaining, 6);
     // A descriptor's own addend wins; 0 only looks.
@@ -290,11 +290,11 @@ descriptors:
     assert_eq!(answer.statuses[0].limit_remaining, 6);
     // Over the limit by a partial request: it is counted, as the reference server counts it.
     let answer = rls
-        .should_rate_limit("bytes", &[tenant.clone()], 7)
+        .should_rate_limit("bytes", std::slice::from_ref(&tenant), 7)
         .unwrap();
     assert_eq!(answer.overall, Code::OverLimit);
     let answer = rls
-        .should_rate_limit("bytes", &[tenant.clone()], 1)
+        .should_rate_limit("bytes", std::slice::from_ref(&tenant), 1)
         .unwrap();
     assert_eq!(answer.overall, Code::OverLimit);
     // More than a window can ever hold is a mistake, not a refusal.
@@ -403,7 +403,8 @@ fn malformed_requests_are_named_and_count_nothing() {
     let rls = service(MESSAGING, &clock);
     let good = descriptor(&[("to_number", "1")]);
     assert_eq!(
-        rls.should_rate_limit("", &[good.clone()], 0).unwrap_err(),
+        rls.should_rate_limit("", std::slice::from_ref(&good), 0)
+            .unwrap_err(),
         RequestError::NoDomain
     );
     assert_eq!(

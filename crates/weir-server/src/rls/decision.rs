@@ -685,8 +685,7 @@ fn header_fields(statuses: &[Status]) -> Vec<(&'static str, String)> {
     let limited = statuses.iter().filter(|s| s.current_limit.is_some());
     let chosen = limited
         .clone()
-        .filter(|s| s.code == Code::OverLimit)
-        .last()
+        .rfind(|s| s.code == Code::OverLimit)
         .or_else(|| limited.min_by_key(|s| s.limit_remaining));
     let Some(status) = chosen else {
         return Vec::new();

@@ -56,8 +56,9 @@ pub enum Shape {
         /// Permits per key.
         limit: u64,
     },
-    /// At most `limit` hits per calendar-aligned window ([`fixed_window`]). A fixed window
-    /// has no place to queue: a waiting acquire decides at once.
+    /// At most `limit` hits per calendar-aligned window
+    /// ([`fixed_window`](crate::limiter::fixed_window)). A fixed window has no place to queue:
+    /// a waiting acquire decides at once.
     FixedWindow {
         /// A window's length in nanoseconds.
         window: u64,
