@@ -16,22 +16,7 @@
 source "$(dirname "$0")/common.sh"
 seconds=${1:-10}
 
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v nginx >/dev/null || need+=(nginx-light)
-command -v jq >/dev/null || need+=(jq)
-if [ ${#need[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] || { echo "please install: ${need[*]}" >&2; exit 1; }
-  apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-
-# free_port: a loopback TCP port nobody listens on.
-free_port() {
-  while :; do
-    port=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-  done
-}
+need redis-server:redis-server nginx:nginx-light jq:jq
 
 config='
 [[policy]]

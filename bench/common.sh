@@ -1,6 +1,6 @@
 # Shared by the bench scripts: build the release binary, start a server on ephemeral loopback
-# ports with a given config, and stop it on exit. Source it; it sets WEIR_HTTP, WEIR_GRPC and
-# WEIR_PID.
+# ports with a given config, and stop it on exit; install missing tools (`need`), find a free
+# port (`free_port`). Source it; it sets WEIR_HTTP, WEIR_GRPC and WEIR_PID.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-cli
@@ -34,4 +34,24 @@ stop_weir() {
 # cpu_ticks PID: user + system clock ticks the process has used so far.
 cpu_ticks() {
   awk '{print $14 + $15}' "/proc/$1/stat"
+}
+
+# need COMMAND:PACKAGE...: installs the Debian packages of the commands that are missing (as
+# root), or says which to install.
+need() {
+  missing=()
+  for pair in "$@"; do
+    command -v "${pair%%:*}" >/dev/null || missing+=("${pair#*:}")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  [ "$(id -u)" = 0 ] || { echo "please install: ${missing[*]}" >&2; exit 1; }
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+# free_port: a loopback TCP port nobody listens on.
+free_port() {
+  while :; do
+    port=$((20000 + RANDOM % 20000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
+  done
 }

@@ -19,23 +19,9 @@
 source "$(dirname "$0")/common.sh"
 seconds=${1:-10}
 
-need=()
-command -v redis-server >/dev/null || need+=(redis-server)
-command -v nginx >/dev/null || need+=(nginx-light)
-command -v wrk >/dev/null || need+=(wrk)
-command -v jq >/dev/null || need+=(jq)
-if [ ${#need[@]} -gt 0 ]; then
-  [ "$(id -u)" = 0 ] || { echo "please install: ${need[*]}" >&2; exit 1; }
-  apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+need redis-server:redis-server nginx:nginx-light wrk:wrk jq:jq
 envoy_bin=${WEIR_ENVOY:-$(command -v envoy || true)}
 
-free_port() {
-  while :; do
-    port=$((20000 + RANDOM % 20000))
-    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
-  done
-}
 wait_port() {
   for _ in $(seq 1 200); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return
