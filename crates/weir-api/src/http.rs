@@ -165,6 +165,16 @@ pub struct ClusterCounters {
     pub raced: u64,
     /// Buckets this node holds leases of as their owner.
     pub buckets_owned: u64,
+    /// Requests of cluster-scoped rate policies sent to their bucket's owner and decided there.
+    #[serde(default)]
+    pub forwarded: u64,
+    /// Requests of cluster-scoped rate policies decided here because their owner could not
+    /// decide them (unreachable, or its ring or policies differed for a moment).
+    #[serde(default)]
+    pub forward_failed: u64,
+    /// Requests of cluster-scoped rate policies this node decided for other nodes.
+    #[serde(default)]
+    pub decided_for_others: u64,
 }
 
 fn is_false(value: &bool) -> bool {

@@ -323,3 +323,95 @@ async fn a_paused_owners_own_shared_lease_is_not_given_to_another() {
         assert_eq!(status, 429, "over the ceiling after the resume: {body}");
     }
 }
+
+const RATES: &str = r#"
+[[policy]]
+name = "per-tenant"
+scope = "cluster"
+on_exhausted = "reject"
+token_bucket = { rate = 0.01, burst = 5 }
+
+[[policy]]
+name = "per-node"
+on_exhausted = "reject"
+token_bucket = { rate = 0.01, burst = 5 }
+
+[[policy]]
+name = "queued"
+scope = "cluster"
+on_exhausted = "wait"
+max_wait = "5s"
+token_bucket = { rate = 5, burst = 1 }
+"#;
+
+async fn ask(server: &Server, policy: &str, key: &str) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/acquire"))
+        .json(&json!({"policy": policy, "key": key}))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_scoped_rate_is_one_bucket_per_key_whichever_node_is_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path(), RATES).await;
+    // Each node rebuilds its ring from the members it sees: let the last rebuild land.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // A burst of 5 per tenant: asked 5 times on each of the three nodes, the cluster-scoped
+    // policy admits 5 in all; the per-node one 5 on each.
+    let mut admitted = [0, 0];
+    let mut tiers = std::collections::BTreeSet::new();
+    for _ in 0..5 {
+        for node in &nodes {
+            for (i, policy) in ["per-tenant", "per-node"].into_iter().enumerate() {
+                let (status, body) = ask(node, policy, "tenant-a").await;
+                if status == 200 {
+                    admitted[i] += 1;
+                    tiers.insert(body["tier"].as_str().unwrap().to_owned());
+                } else {
+                    assert_eq!(status, 429, "{body}");
+                }
+            }
+        }
+    }
+    assert_eq!(admitted, [5, 15]);
+    // Two of the three nodes asked the owner; the owner decided for them.
+    assert!(
+        tiers.contains("owner") && tiers.contains("node"),
+        "{tiers:?}"
+    );
+    let mut forwarded = 0;
+    let mut decided = 0;
+    for node in &nodes {
+        let counters = view(node).await.counters;
+        assert_eq!(counters.forward_failed, 0, "{counters:?}");
+        forwarded += counters.forwarded;
+        decided += counters.decided_for_others;
+    }
+    assert_eq!((forwarded, decided), (10, 10));
+
+    // A waiting policy waits on the owner, in the bucket's one line: three requests at once
+    // through three nodes, one token now and one every 200 ms, are all admitted, in turn.
+    let started = Instant::now();
+    let (a, b, c) = tokio::join!(
+        ask(&nodes[0], "queued", "tenant-b"),
+        ask(&nodes[1], "queued", "tenant-b"),
+        ask(&nodes[2], "queued", "tenant-b"),
+    );
+    let answers = [a, b, c];
+    let mut waits: Vec<u64> = answers
+        .iter()
+        .map(|(status, body)| {
+            assert_eq!(*status, 200, "{body}");
+            body["waited_ms"].as_u64().unwrap()
+        })
+        .collect();
+    waits.sort_unstable();
+    assert_eq!(waits[0], 0);
+    assert!(waits[1] >= 150 && waits[2] >= 350, "{waits:?}");
+    assert!(started.elapsed() >= Duration::from_millis(350));
+}

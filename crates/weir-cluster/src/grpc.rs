@@ -17,6 +17,7 @@ use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
 use crate::pool::Grant;
+use crate::rates::{RateDecision, RateOwner, RateRequest};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
@@ -29,17 +30,37 @@ pub mod proto {
 use proto::cluster_client::ClusterClient;
 use proto::lease_reply::Outcome;
 
-/// An owner's side of the protocol: its pool behind the ownership fence, on its own clock.
-#[derive(Debug)]
+/// An owner's side of the protocol: its pool behind the ownership fence, on its own clock,
+/// and the decisions of the cluster-scoped rate buckets it owns.
 pub struct ClusterService<C: Clock> {
     owner: Arc<Owner>,
     clock: C,
+    rates: Option<Arc<dyn RateOwner>>,
+}
+
+impl<C: Clock> std::fmt::Debug for ClusterService<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterService")
+            .field("owner", &self.owner)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<C: Clock> ClusterService<C> {
     /// The service for `owner`, stamping leases with `clock`.
     pub fn new(owner: Arc<Owner>, clock: C) -> Self {
-        ClusterService { owner, clock }
+        ClusterService {
+            owner,
+            clock,
+            rates: None,
+        }
+    }
+
+    /// Decides forwarded requests of cluster-scoped rate policies with `rates` (without it
+    /// they are answered `UNKNOWN_POLICY`).
+    pub fn with_rates(mut self, rates: Arc<dyn RateOwner>) -> Self {
+        self.rates = Some(rates);
+        self
     }
 
     /// The tonic server for this service, refusing calls without `secret`'s token when the
@@ -128,6 +149,58 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
             self.owner.release(&lease.bucket, lease.id);
         }
         Ok(Response::new(proto::UnleaseReply {}))
+    }
+
+    async fn decide(
+        &self,
+        request: Request<proto::DecideRequest>,
+    ) -> Result<Response<proto::DecideReply>, Status> {
+        use proto::decide_reply::Outcome as Decided;
+        let request = request.into_inner();
+        let Some(rates) = &self.rates else {
+            return Ok(Response::new(proto::DecideReply {
+                outcome: Decided::UnknownPolicy as i32,
+                ..Default::default()
+            }));
+        };
+        let decision = rates
+            .decide(RateRequest {
+                policy: request.policy,
+                key: request.key,
+                kind: request.kind,
+                cost: request.cost,
+                max_wait: Duration::from_nanos(request.max_wait_ns),
+            })
+            .await;
+        let reply = match decision {
+            RateDecision::Admitted {
+                waited,
+                would_throttle,
+            } => proto::DecideReply {
+                outcome: Decided::Admitted as i32,
+                waited_ns: duration_to_nanos(waited),
+                would_throttle,
+                ..Default::default()
+            },
+            RateDecision::Refused {
+                retry_after,
+                reason,
+            } => proto::DecideReply {
+                outcome: Decided::Refused as i32,
+                retry_after_ns: retry_after.map_or(0, duration_to_nanos),
+                reason,
+                ..Default::default()
+            },
+            RateDecision::NotOwner => proto::DecideReply {
+                outcome: Decided::NotOwner as i32,
+                ..Default::default()
+            },
+            RateDecision::UnknownPolicy => proto::DecideReply {
+                outcome: Decided::UnknownPolicy as i32,
+                ..Default::default()
+            },
+        };
+        Ok(Response::new(reply))
     }
 
     async fn unlease(
@@ -309,7 +382,49 @@ impl<C: Clock> GrpcTransport<C> {
         clients.insert(owner.to_owned(), client.clone());
         Ok(client)
     }
+
+    /// Asks `owner` to decide a request of a cluster-scoped rate policy. The call is given the
+    /// request's `max_wait` and [`FORWARD_TIMEOUT`] more; past that the owner is unreachable.
+    pub async fn decide(
+        &self,
+        owner: &str,
+        request: RateRequest,
+    ) -> Result<RateDecision, TransportError> {
+        use proto::decide_reply::Outcome as Decided;
+        let unreachable = || TransportError::Unreachable(owner.to_owned());
+        let mut client = self.client(owner)?;
+        let mut call = Request::new(proto::DecideRequest {
+            policy: request.policy,
+            key: request.key,
+            kind: request.kind,
+            cost: request.cost,
+            max_wait_ns: duration_to_nanos(request.max_wait),
+        });
+        call.set_timeout(request.max_wait.saturating_add(FORWARD_TIMEOUT));
+        let reply = client
+            .decide(call)
+            .await
+            .map_err(|_| unreachable())?
+            .into_inner();
+        Ok(match Decided::try_from(reply.outcome) {
+            Ok(Decided::Admitted) => RateDecision::Admitted {
+                waited: Duration::from_nanos(reply.waited_ns),
+                would_throttle: reply.would_throttle,
+            },
+            Ok(Decided::Refused) => RateDecision::Refused {
+                retry_after: (reply.retry_after_ns > 0)
+                    .then(|| Duration::from_nanos(reply.retry_after_ns)),
+                reason: reply.reason,
+            },
+            Ok(Decided::NotOwner) => RateDecision::NotOwner,
+            Ok(Decided::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
+        })
+    }
 }
+
+/// How long a forwarded decision may take beyond its own `max_wait` before its owner counts
+/// as unreachable.
+pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(200);
 
 impl<C: Clock> Transport for GrpcTransport<C> {
     fn acquire(

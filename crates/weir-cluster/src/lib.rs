@@ -1,8 +1,9 @@
 //! # weir-cluster
 //!
 //! Cluster mode: a cluster-wide concurrency ceiling of `node_limit × N + shared_limit` per
-//! bucket. Each bucket's shared pool lives on one owner node, chosen by a consistent-hash
-//! [`ring`]; the owner keeps the pool's leases in a [`pool`].
+//! bucket, and cluster-wide rates. Each bucket's shared pool lives on one owner node, chosen by
+//! a consistent-hash [`ring`]; the owner keeps the pool's leases in a [`pool`]. A cluster-scoped
+//! rate policy's buckets have owners too, which decide every request ([`rates`]).
 //!
 //! The crate has two halves. The decision logic — [`ring`], [`pool`], [`owner`] (the ownership
 //! fence), [`tenure`], [`quorum`], [`admission`] (two tiers, handoff) — does no I/O and reads
@@ -19,6 +20,7 @@ pub mod membership;
 pub mod owner;
 pub mod pool;
 pub mod quorum;
+pub mod rates;
 pub mod ring;
 pub mod secret;
 pub mod tenure;

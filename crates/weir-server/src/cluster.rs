@@ -1,5 +1,6 @@
-//! Cluster mode in the server: gossip membership, this node's owner service, and two-tier
-//! admission for concurrency policies with a `shared_limit`.
+//! Cluster mode in the server: gossip membership, this node's owner service, two-tier
+//! admission for concurrency policies with a `shared_limit`, and the owners of cluster-scoped
+//! rate buckets (`scope = "cluster"`: the owner decides, other nodes forward to it).
 //!
 //! A concurrency policy's node tier is the policy itself (its `node_limit` per bucket on this
 //! node). When it is full and the policy has a `shared_limit`, the request asks the bucket's
@@ -10,6 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,6 +27,7 @@ use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membershi
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
+use weir_cluster::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
 use weir_cluster::secret::ClusterSecret;
 
@@ -49,6 +52,17 @@ pub struct ClusterMode {
     quorum: Arc<Quorum>,
     /// Channels to the other members' public gRPC API, by address.
     peer_channels: Mutex<HashMap<String, Channel>>,
+    /// Cluster-scoped rate decisions: sent to owners, failed over to this node, made here for
+    /// others.
+    rates: RateCounters,
+}
+
+/// What cluster-scoped rate policies did on this node.
+#[derive(Debug, Default)]
+struct RateCounters {
+    forwarded: AtomicU64,
+    forward_failed: AtomicU64,
+    decided_for_others: AtomicU64,
 }
 
 impl std::fmt::Debug for ClusterMode {
@@ -113,14 +127,58 @@ impl ClusterMode {
             secret,
             quorum,
             peer_channels: Mutex::new(HashMap::new()),
+            rates: RateCounters::default(),
         }))
     }
 
     /// This node's owner service, to add to the gRPC server (behind the secret's check when
     /// the cluster has one).
-    pub fn service(&self) -> GuardedCluster<SystemClock> {
+    pub fn service(&self, rates: Arc<dyn RateOwner>) -> GuardedCluster<SystemClock> {
         ClusterService::new(Arc::clone(&self.owner), SystemClock::new())
+            .with_rates(rates)
             .into_server(self.secret.as_ref())
+    }
+
+    /// The owner of a cluster-scoped rate bucket when it is another node; `None` when this
+    /// node decides it (it owns it, or the ring is empty).
+    pub fn rate_owner(&self, policy: &str, key: &str) -> Option<String> {
+        self.ring
+            .owner_of(&bucket_of(policy, key))
+            .filter(|owner| *owner != self.node_id)
+    }
+
+    /// Whether this node owns a cluster-scoped rate bucket (and so decides it for others).
+    pub fn owns_rate(&self, policy: &str, key: &str) -> bool {
+        self.ring.is_owner(&bucket_of(policy, key), &self.node_id)
+    }
+
+    /// Asks `owner` to decide `request`. `Err`: decide here, the owner could not (unreachable,
+    /// or not the owner or without the policy by its own ring and config); it is counted.
+    pub async fn forward(&self, owner: &str, request: RateRequest) -> Result<RateDecision, String> {
+        let decided = self.transport.inner().decide(owner, request).await;
+        match decided {
+            Ok(RateDecision::NotOwner) => {
+                Err(format!("`{owner}` does not own the bucket by its ring"))
+            }
+            Ok(RateDecision::UnknownPolicy) => {
+                Err(format!("`{owner}` has no such cluster-scoped policy"))
+            }
+            Ok(decision) => {
+                self.rates.forwarded.fetch_add(1, Ordering::Relaxed);
+                Ok(decision)
+            }
+            Err(error) => Err(error.to_string()),
+        }
+        .inspect_err(|_| {
+            self.rates.forward_failed.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// Counts a decision made here for another node.
+    pub fn decided_for_other(&self) {
+        self.rates
+            .decided_for_others
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     /// Follows membership until the process ends: each change rebuilds the ring, updates
@@ -229,6 +287,9 @@ impl ClusterMode {
         use std::sync::atomic::Ordering::Relaxed;
         let mut counters = ClusterCounters {
             buckets_owned: self.pool.buckets() as u64,
+            forwarded: self.rates.forwarded.load(Relaxed),
+            forward_failed: self.rates.forward_failed.load(Relaxed),
+            decided_for_others: self.rates.decided_for_others.load(Relaxed),
             ..ClusterCounters::default()
         };
         for (_, coordinator) in self

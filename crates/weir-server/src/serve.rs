@@ -10,7 +10,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_stream::{Stream, StreamExt};
 use weir_cluster::secret::ClusterSecret;
 
-use crate::app::{App, AppSettings};
+use crate::app::{App, AppRates, AppSettings};
 use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG};
 use crate::connections::{self, HttpLimits};
@@ -18,6 +18,7 @@ use crate::front_door::grpc::WeirService;
 use crate::front_door::rls::RlsService;
 use crate::proto::weir_server::WeirServer;
 use crate::rls::RulesConfig;
+use weir::policy::Scope;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 /// Settings given on the command line; they override the config file.
@@ -241,6 +242,14 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         rls,
     })?;
 
+    if cluster.is_none() {
+        for policy in config.policy.iter().filter(|p| p.scope == Scope::Cluster) {
+            tracing::warn!(
+                policy = %policy.name,
+                "scope = \"cluster\" without cluster mode: this node alone decides every bucket of the policy"
+            );
+        }
+    }
     let background = spawn_background(&app, server.lease_sweep, server.report_interval);
 
     let http = {
@@ -272,7 +281,9 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     let grpc = {
         let app = Arc::clone(&app);
         let incoming = without_nagle(grpc_listener);
-        let owner_service = cluster.as_ref().map(|c| c.service());
+        let owner_service = cluster
+            .as_ref()
+            .map(|c| c.service(Arc::new(AppRates(Arc::clone(&app)))));
         // Offered only with rules: a proxy pointed at a node without them sees UNIMPLEMENTED
         // (an error it counts and reports), not a silent "OK" for everything.
         let rls_service = app

@@ -92,6 +92,9 @@ impl App {
             request = request.max_wait(Duration::from_millis(ms));
         }
         let limit = policy.limit_for(&input.kind);
+        if let Some(decided) = self.forward_rate(&policy, &input, cost, limit).await {
+            return Ok(decided);
+        }
         let decided = tokio::select! {
             decided = policy.acquire(&request) => decided,
             () = self.shutting_down() => return Err(ApiError::shutting_down()),

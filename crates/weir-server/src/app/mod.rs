@@ -8,17 +8,20 @@
 //! | `mod.rs` | the [`App`] itself: settings, readiness, shutdown, adaptive signals, `/v1/cluster` |
 //! | `admission.rs` | admitting one request, on this node and through the shared pool |
 //! | `leasing.rs` | releasing, renewing and reclaiming leases |
+//! | `cluster_rates.rs` | cluster-scoped rate policies: forwarding to a bucket's owner, deciding for others |
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
 //! | `auth.rs` | the admin token check |
 
 mod admission;
 mod auth;
+mod cluster_rates;
 mod leasing;
 mod policy_admin;
 mod throttles;
 
 pub use admission::{AcquireInput, AcquireOutcome};
+pub use cluster_rates::{AppRates, OWNER_TIER};
 pub use policy_admin::{TaggedPolicy, etag_of};
 pub use throttles::{DEFAULT_THROTTLE_ROWS, ThrottleQuery, ThrottleRow};
 

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
-use weir::policy::{FixedWindowSpec, TokenBucketSpec};
+use weir::policy::{FixedWindowSpec, Scope, TokenBucketSpec};
 use weir::policy::{
     KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request,
 };
@@ -323,6 +323,7 @@ pub fn policy_of(rule: &super::rules::Rule, settings: &RlsSettings) -> Option<Po
         // Keys past the cap with none idle share one bucket: stricter, never looser.
         overflow: Overflow::Shared,
         max_cost: None,
+        scope: Scope::Node,
         limiter: Limiter::Keyed(spec),
     })
 }

@@ -48,6 +48,18 @@ pub enum OnExhausted {
     Reject,
 }
 
+/// Where a rate policy's buckets live.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// A bucket per key on each node: N nodes admit up to N times the rate (default).
+    #[default]
+    Node,
+    /// One bucket per key in the whole cluster, decided by its owner on the ring (cluster mode;
+    /// a node alone decides every bucket itself).
+    Cluster,
+}
+
 /// What a node does when the owner of a shared concurrency pool cannot be asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -193,6 +205,8 @@ pub struct PolicyConfig {
     pub overflow: Overflow,
     /// The largest cost one request may ask for (default: no limit beyond the limiter's own).
     pub max_cost: Option<u64>,
+    /// A bucket per key on each node (default), or one per key in the cluster.
+    pub scope: Scope,
     /// The policy's one limiter.
     pub limiter: Limiter,
 }
@@ -275,6 +289,7 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
             max_keys: raw.max_keys,
             overflow: raw.overflow,
             max_cost: raw.max_cost,
+            scope: raw.scope,
             limiter,
         })
     }
@@ -291,6 +306,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             max_keys: config.max_keys,
             overflow: config.overflow,
             max_cost: config.max_cost,
+            scope: config.scope,
             token_bucket: None,
             leaky_bucket: None,
             strict: None,
@@ -339,6 +355,9 @@ struct RawPolicyConfig {
     /// The largest cost one request may ask for (default: no limit beyond the limiter's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     max_cost: Option<u64>,
+    /// A bucket per key on each node (default), or one per key in the cluster.
+    #[serde(default, skip_serializing_if = "is_node_scope")]
+    scope: Scope,
     /// A token bucket per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     token_bucket: Option<TokenBucketSpec>,
@@ -361,6 +380,9 @@ struct RawPolicyConfig {
     adaptive: Option<AdaptiveConfig>,
 }
 
+fn is_node_scope(scope: &Scope) -> bool {
+    *scope == Scope::Node
+}
 fn is_false(b: &bool) -> bool {
     !*b
 }
@@ -544,6 +566,25 @@ impl PolicyConfig {
         }
         if self.max_cost == Some(0) {
             errors.push(PolicyError::new(name, "max_cost", "must be at least 1"));
+        }
+        if self.scope == Scope::Cluster
+            && matches!(
+                self.limiter,
+                Limiter::Adaptive(_) | Limiter::Keyed(KeyedSpec::Concurrency(_))
+            )
+        {
+            errors.push(PolicyError::new(
+                name,
+                "scope",
+                format!(
+                    "`cluster` is for rate limiters (token_bucket, leaky_bucket, strict, fixed_window), not `{}`: {}",
+                    self.limiter.table(),
+                    match self.limiter {
+                        Limiter::Adaptive(_) => "adaptive backpressure follows each node's own downstream",
+                        _ => "a concurrency limit is cluster-wide through its `shared_limit`",
+                    }
+                ),
+            ));
         }
         if matches!(self.limiter, Limiter::Keyed(KeyedSpec::FixedWindow(_)))
             && self.on_exhausted == OnExhausted::Wait

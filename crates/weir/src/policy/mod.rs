@@ -66,7 +66,7 @@ use arc_swap::ArcSwap;
 
 pub use config::{
     ConcurrencySpec, FixedWindowSpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode,
-    OnExhausted, OnUnavailable, PolicyConfig, PolicyError, StrictSpec, TokenBucketSpec,
+    OnExhausted, OnUnavailable, PolicyConfig, PolicyError, Scope, StrictSpec, TokenBucketSpec,
 };
 pub use set::{Admissions, PolicySet, PolicySetError};
 use stats::{PolicyStats, StatsSnapshot};

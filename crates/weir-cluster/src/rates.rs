@@ -1,0 +1,69 @@
+//! Cluster-scoped rate limits: every bucket of such a policy is decided on one node.
+//!
+//! A token bucket, a leaky bucket, a strict limiter or a fixed window is one word of state per
+//! key. Copying that word to every node would make each decision a consensus; splitting the rate
+//! between nodes would refuse what a busy node needs while an idle one sits on its share. So,
+//! as the shared pool of a concurrency policy does, each bucket has one owner on the ring
+//! ([`bucket_of`] names it there), the owner decides with the policy's own limiter, and the
+//! other nodes forward the request to it. A waiting request waits on the owner, in the
+//! bucket's own line, so fair waiting holds across the cluster.
+//!
+//! This module is the contract between the two sides: what is asked ([`RateRequest`]), what
+//! is answered ([`RateDecision`]), and the owner's side as a trait ([`RateOwner`]) that the
+//! server implements over its policies; [`crate::grpc`] carries it between nodes.
+
+use std::time::Duration;
+
+use crate::transport::BoxFuture;
+
+/// A request of a cluster-scoped rate policy, as forwarded to its bucket's owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateRequest {
+    /// The policy.
+    pub policy: String,
+    /// The bucket key.
+    pub key: String,
+    /// The request's kind.
+    pub kind: String,
+    /// Its cost.
+    pub cost: u64,
+    /// The longest it may wait on the owner (zero: decide now).
+    pub max_wait: Duration,
+}
+
+/// The owner's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateDecision {
+    /// Admitted on the owner.
+    Admitted {
+        /// How long it waited there.
+        waited: Duration,
+        /// Admitted only because the policy monitors.
+        would_throttle: bool,
+    },
+    /// Refused by the owner's bucket.
+    Refused {
+        /// When asking again could succeed, if known.
+        retry_after: Option<Duration>,
+        /// Why, in a sentence.
+        reason: String,
+    },
+    /// The callee's ring does not name it the bucket's owner (the rings differ for a moment
+    /// while membership changes).
+    NotOwner,
+    /// The callee has no such cluster-scoped policy (a config change rolling through).
+    UnknownPolicy,
+}
+
+/// The owner's side: decides forwarded requests with its own policies.
+pub trait RateOwner: Send + Sync + 'static {
+    /// Decides `request`, waiting up to its `max_wait` if its policy waits.
+    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision>;
+}
+
+/// The name of a cluster-scoped rate bucket on the ring. Apart from the shared pools' buckets
+/// (`policy` + key): a rate policy's bucket `k` and a concurrency policy's bucket `k` are two
+/// buckets, which may have two owners.
+pub fn bucket_of(policy: &str, key: &str) -> String {
+    format!("rate\u{0}{policy}\u{0}{key}")
+}

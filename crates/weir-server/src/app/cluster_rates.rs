@@ -1,0 +1,131 @@
+//! Cluster-scoped rate policies (`scope = "cluster"`): a request whose bucket another node owns
+//! is decided there; a request forwarded here for a bucket this node owns is decided with the
+//! policy itself, waiting in its line if the policy waits.
+//!
+//! When the owner cannot decide — unreachable, or its ring or policies differ from this node's
+//! for a moment while membership or config changes — this node decides on its own bucket of
+//! the key and counts it (`forward_failed` in `/v1/cluster`): the cluster then admits up to
+//! the rate once per node that decides alone, never less than one node would. A node without
+//! cluster mode decides every bucket itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::SystemClock;
+use weir::policy::{Mode, OnExhausted, Policy, Request, Scope};
+use weir_cluster::rates::{RateDecision, RateOwner, RateRequest};
+use weir_cluster::transport::BoxFuture;
+
+use super::App;
+use super::admission::{AcquireInput, AcquireOutcome};
+
+/// The tier an answer names when the bucket's owner, another node, decided.
+pub const OWNER_TIER: &str = "owner";
+
+impl App {
+    /// For a cluster-scoped policy whose bucket for `input.key` another node owns: its
+    /// decision, or `None` to decide here (this node owns it, no cluster, or the owner could
+    /// not decide).
+    pub(super) async fn forward_rate(
+        &self,
+        policy: &Policy<SystemClock>,
+        input: &AcquireInput,
+        cost: u64,
+        limit: Option<f64>,
+    ) -> Option<AcquireOutcome> {
+        let cluster = self.cluster.as_ref()?;
+        let max_wait = policy.with_config(|config| {
+            let waits = config.on_exhausted == OnExhausted::Wait && config.mode == Mode::Enforce;
+            (config.scope == Scope::Cluster).then(|| match (waits, input.max_wait_ms) {
+                (false, _) => Duration::ZERO,
+                (true, Some(ms)) => Duration::from_millis(ms).min(config.max_wait),
+                (true, None) => config.max_wait,
+            })
+        })?;
+        let owner = cluster.rate_owner(&input.policy, &input.key)?;
+        let request = RateRequest {
+            policy: input.policy.clone(),
+            key: input.key.clone(),
+            kind: input.kind.clone(),
+            cost,
+            max_wait,
+        };
+        match cluster.forward(&owner, request).await {
+            Ok(RateDecision::Admitted {
+                waited,
+                would_throttle,
+            }) => Some(AcquireOutcome::Admitted {
+                waited,
+                lease: None,
+                would_throttle,
+                limit,
+                tier: OWNER_TIER,
+            }),
+            Ok(RateDecision::Refused {
+                retry_after,
+                reason,
+            }) => Some(AcquireOutcome::Refused {
+                retry_after,
+                reason,
+                limit,
+            }),
+            Ok(RateDecision::NotOwner | RateDecision::UnknownPolicy) => None,
+            Err(why) => {
+                tracing::debug!(policy = %input.policy, %owner, "deciding here: {why}");
+                None
+            }
+        }
+    }
+
+    /// Decides a request another node forwarded: only for a cluster-scoped policy whose
+    /// bucket this node owns by its own ring.
+    async fn decide_for_other(&self, request: RateRequest) -> RateDecision {
+        let Some(cluster) = &self.cluster else {
+            return RateDecision::NotOwner;
+        };
+        if !cluster.owns_rate(&request.policy, &request.key) {
+            return RateDecision::NotOwner;
+        }
+        let Some(policy) = self
+            .policies
+            .get(&request.policy)
+            .filter(|p| p.with_config(|c| c.scope == Scope::Cluster))
+        else {
+            return RateDecision::UnknownPolicy;
+        };
+        cluster.decided_for_other();
+        let asked = Request::new(&request.key)
+            .kind(&request.kind)
+            .cost(request.cost)
+            .max_wait(request.max_wait);
+        let decided = tokio::select! {
+            decided = policy.acquire(&asked) => decided,
+            () = self.shutting_down() => {
+                return RateDecision::Refused {
+                    retry_after: None,
+                    reason: "the bucket's owner is shutting down".to_owned(),
+                };
+            }
+        };
+        match decided {
+            Ok(admission) => RateDecision::Admitted {
+                waited: admission.waited(),
+                would_throttle: admission.would_throttle(),
+            },
+            Err(rejection) => RateDecision::Refused {
+                retry_after: rejection.retry_after(),
+                reason: rejection.to_string(),
+            },
+        }
+    }
+}
+
+/// The owner's side of cluster-scoped rate policies, over an [`App`].
+#[derive(Debug, Clone)]
+pub struct AppRates(pub Arc<App>);
+
+impl RateOwner for AppRates {
+    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
+        Box::pin(self.0.decide_for_other(request))
+    }
+}
