@@ -397,6 +397,12 @@ struct TierLabel {
     tier: &'static str,
 }
 
+/// `{outcome}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
 impl Collector for ClusterCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let c = self.cluster.counters();
@@ -432,6 +438,18 @@ impl Collector for ClusterCollector {
             "Grants given back because the ring moved their bucket while they were on the way",
             MetricType::Counter,
             ConstCounter::new(c.raced),
+        )?;
+        family(
+            &mut encoder,
+            "weir_cluster_rate_decisions",
+            "Requests of cluster-scoped rate policies: forwarded (decided by the bucket's owner), forward_failed (decided here, the owner could not), decided_for_others (decided here as the owner)",
+            MetricType::Counter,
+            [
+                ("forwarded", c.forwarded),
+                ("forward_failed", c.forward_failed),
+                ("decided_for_others", c.decided_for_others),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
         )?;
         single(
             &mut encoder,
