@@ -187,6 +187,7 @@ struct BenchArgs {
 enum ScenarioCommand {
     /// Runs a named experiment, starting and stopping the nodes it needs:
     /// `rate-accuracy` (many buckets at different rates, admitted against configured),
+    /// `cluster-rate-accuracy` (cluster-scoped rates over 3 local nodes, against per-node ones),
     /// `opensearch-latency` (two-tier admission latency on a local 3-node cluster),
     /// `neon-throttle` (per-tenant page-read workloads with the node's CPU use),
     /// `doris-backpressure` (adaptive backpressure against a toy busy backend).
@@ -367,6 +368,11 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         let (text, value) = match name.as_str() {
             "rate-accuracy" => {
                 let report = scenario::rate_accuracy::rate_accuracy(&settings).await?;
+                (report.render(), serde_json::to_value(&report)?)
+            }
+            "cluster-rate-accuracy" => {
+                let report =
+                    scenario::cluster_rate_accuracy::cluster_rate_accuracy(&settings).await?;
                 (report.render(), serde_json::to_value(&report)?)
             }
             "opensearch-latency" => {

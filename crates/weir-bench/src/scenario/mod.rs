@@ -2,10 +2,12 @@
 //! needs (local `weir serve` nodes, a toy backend) and printing one table.
 //!
 //! - [`rate_accuracy`]: many buckets at different rates, admitted against configured;
+//! - [`cluster_rate_accuracy`]: cluster-scoped rates held over three local nodes;
 //! - [`opensearch_latency`]: the two tiers' admission-latency table on a local 3-node cluster;
 //! - [`neon_throttle`]: per-tenant page-read workloads against one node, with its CPU use;
 //! - [`doris_backpressure`]: adaptive backpressure against a toy busy backend.
 
+pub mod cluster_rate_accuracy;
 pub mod doris_backpressure;
 pub mod neon_throttle;
 pub mod opensearch_latency;
@@ -19,8 +21,9 @@ use super::run::{HoldTime, RunSettings, TargetSpec};
 use super::schedule::Profile;
 
 /// The scenarios' names, as `weir bench scenario NAME` takes them.
-pub const NAMES: [&str; 4] = [
+pub const NAMES: [&str; 5] = [
     "rate-accuracy",
+    "cluster-rate-accuracy",
     "opensearch-latency",
     "neon-throttle",
     "doris-backpressure",
