@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use weir::policy::Scope;
 use weir_bench::keys::KeyDistribution;
 use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_bench::schedule::Profile;
@@ -474,7 +475,8 @@ fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<E
                 None => String::new(),
                 Some(path) => match RulesConfig::load(path) {
                     Ok(rules) => {
-                        let count: usize = policies_of(&rules, &loaded.rls.settings()).len();
+                        let count: usize =
+                            policies_of(&rules, &loaded.rls.settings(), Scope::Node).len();
                         format!(
                             ", {} RLS domain(s), {count} counted rule(s)",
                             rules.domains.len()

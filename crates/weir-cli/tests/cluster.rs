@@ -415,3 +415,66 @@ async fn a_cluster_scoped_rate_is_one_bucket_per_key_whichever_node_is_asked() {
     assert!(waits[1] >= 150 && waits[2] >= 350, "{waits:?}");
     assert!(started.elapsed() >= Duration::from_millis(350));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rls_rule_counts_once_for_the_cluster() {
+    use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
+    use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(
+        &rules,
+        "domain: edge\ndescriptors:\n  - key: user\n    rate_limit: { unit: day, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    let config = format!("[rls]\nconfig = {:?}\n", rules.display().to_string());
+    let nodes = three_nodes(dir.path(), &config).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let request = || RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".to_owned(),
+                value: "alice".to_owned(),
+            }],
+            limit: None,
+            hits_addend: None,
+        }],
+        hits_addend: 0,
+    };
+    let mut oks = 0;
+    let mut remaining = Vec::new();
+    for _ in 0..3 {
+        for node in &nodes {
+            let mut client = RateLimitServiceClient::connect(node.grpc.clone())
+                .await
+                .unwrap();
+            let answer = client
+                .should_rate_limit(request())
+                .await
+                .unwrap()
+                .into_inner();
+            if answer.overall_code == Code::Ok as i32 {
+                oks += 1;
+                remaining.push(answer.statuses[0].limit_remaining);
+            }
+        }
+    }
+    // Five a day for alice in the whole cluster, counted down wherever she was asked about.
+    assert_eq!(oks, 5);
+    assert_eq!(remaining, [4, 3, 2, 1, 0]);
+    let mut forwarded = 0;
+    for node in &nodes {
+        let counters = view(node).await.counters;
+        assert_eq!(counters.forward_failed, 0, "{counters:?}");
+        forwarded += counters.forwarded;
+    }
+    assert_eq!(
+        forwarded, 6,
+        "two of the three nodes asked the owner, three times each"
+    );
+}

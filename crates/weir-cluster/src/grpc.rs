@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use weir::clock::duration_to_nanos;
+use weir::limiter::Quota;
 use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
@@ -176,21 +177,29 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
             RateDecision::Admitted {
                 waited,
                 would_throttle,
-            } => proto::DecideReply {
-                outcome: Decided::Admitted as i32,
-                waited_ns: duration_to_nanos(waited),
-                would_throttle,
-                ..Default::default()
-            },
+                quota,
+            } => with_quota(
+                proto::DecideReply {
+                    outcome: Decided::Admitted as i32,
+                    waited_ns: duration_to_nanos(waited),
+                    would_throttle,
+                    ..Default::default()
+                },
+                quota,
+            ),
             RateDecision::Refused {
                 retry_after,
                 reason,
-            } => proto::DecideReply {
-                outcome: Decided::Refused as i32,
-                retry_after_ns: retry_after.map_or(0, duration_to_nanos),
-                reason,
-                ..Default::default()
-            },
+                quota,
+            } => with_quota(
+                proto::DecideReply {
+                    outcome: Decided::Refused as i32,
+                    retry_after_ns: retry_after.map_or(0, duration_to_nanos),
+                    reason,
+                    ..Default::default()
+                },
+                quota,
+            ),
             RateDecision::NotOwner => proto::DecideReply {
                 outcome: Decided::NotOwner as i32,
                 ..Default::default()
@@ -248,6 +257,20 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
 }
 
 /// A lease request as it crosses the wire: the caller's `now` stays behind.
+/// `reply` with `quota` in it.
+fn with_quota(reply: proto::DecideReply, quota: Option<Quota>) -> proto::DecideReply {
+    match quota {
+        Some(quota) => proto::DecideReply {
+            has_quota: true,
+            used: quota.used,
+            remaining: quota.remaining,
+            reset_after_ns: duration_to_nanos(quota.reset_after),
+            ..reply
+        },
+        None => reply,
+    }
+}
+
 fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
     proto::LeaseRequest {
         bucket: request.bucket,
@@ -406,15 +429,22 @@ impl<C: Clock> GrpcTransport<C> {
             .await
             .map_err(|_| unreachable())?
             .into_inner();
+        let quota = reply.has_quota.then(|| Quota {
+            used: reply.used,
+            remaining: reply.remaining,
+            reset_after: Duration::from_nanos(reply.reset_after_ns),
+        });
         Ok(match Decided::try_from(reply.outcome) {
             Ok(Decided::Admitted) => RateDecision::Admitted {
                 waited: Duration::from_nanos(reply.waited_ns),
                 would_throttle: reply.would_throttle,
+                quota,
             },
             Ok(Decided::Refused) => RateDecision::Refused {
                 retry_after: (reply.retry_after_ns > 0)
                     .then(|| Duration::from_nanos(reply.retry_after_ns)),
                 reason: reply.reason,
+                quota,
             },
             Ok(Decided::NotOwner) => RateDecision::NotOwner,
             Ok(Decided::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,

@@ -14,6 +14,8 @@
 
 use std::time::Duration;
 
+use weir::limiter::Quota;
+
 use crate::transport::BoxFuture;
 
 /// A request of a cluster-scoped rate policy, as forwarded to its bucket's owner.
@@ -40,6 +42,8 @@ pub enum RateDecision {
         waited: Duration,
         /// Admitted only because the policy monitors.
         would_throttle: bool,
+        /// What the key has spent and left just after, if the owner could tell.
+        quota: Option<Quota>,
     },
     /// Refused by the owner's bucket.
     Refused {
@@ -47,6 +51,8 @@ pub enum RateDecision {
         retry_after: Option<Duration>,
         /// Why, in a sentence.
         reason: String,
+        /// What the key has spent and left just after, if the owner could tell.
+        quota: Option<Quota>,
     },
     /// The callee's ring does not name it the bucket's owner (the rings differ for a moment
     /// while membership changes).

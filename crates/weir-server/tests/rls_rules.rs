@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use weir::ManualClock;
-use weir::policy::PolicySet;
+use weir::policy::{PolicySet, Scope};
 use weir_server::rls::decision::{CurrentLimit, policies_of};
 use weir_server::rls::{Code, Descriptor, RequestError, Rls, RlsSettings, RulesConfig, Unit};
 
@@ -24,7 +24,8 @@ fn service(yaml: &str, clock: &ManualClock) -> Rls<ManualClock> {
 
 fn service_with(yaml: &str, clock: &ManualClock, settings: RlsSettings) -> Rls<ManualClock> {
     let config = rules(yaml);
-    let policies = PolicySet::new(policies_of(&config, &settings), clock.clone()).unwrap();
+    let policies =
+        PolicySet::new(policies_of(&config, &settings, Scope::Node), clock.clone()).unwrap();
     Rls::new(&config, settings, &policies, clock.clone())
 }
 
@@ -602,7 +603,8 @@ descriptors:
     rate_limit: { unit: second, requests_per_unit: 5 }
 "#,
     );
-    let policies = PolicySet::new(policies_of(&config, &settings), clock.clone()).unwrap();
+    let policies =
+        PolicySet::new(policies_of(&config, &settings, Scope::Node), clock.clone()).unwrap();
     let rls = Rls::new(&config, settings, &policies, clock.clone());
     let policy = policies.get("rls:ips.remote_address").unwrap();
     for round in 0..20u64 {

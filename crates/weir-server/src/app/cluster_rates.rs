@@ -54,6 +54,7 @@ impl App {
             Ok(RateDecision::Admitted {
                 waited,
                 would_throttle,
+                ..
             }) => Some(AcquireOutcome::Admitted {
                 waited,
                 lease: None,
@@ -64,6 +65,7 @@ impl App {
             Ok(RateDecision::Refused {
                 retry_after,
                 reason,
+                ..
             }) => Some(AcquireOutcome::Refused {
                 retry_after,
                 reason,
@@ -104,17 +106,22 @@ impl App {
                 return RateDecision::Refused {
                     retry_after: None,
                     reason: "the bucket's owner is shutting down".to_owned(),
+                    quota: None,
                 };
             }
         };
+        // What the key has left just after: an RLS rule's answer carries it.
+        let quota = policy.quota(&request.kind, &request.key);
         match decided {
             Ok(admission) => RateDecision::Admitted {
                 waited: admission.waited(),
                 would_throttle: admission.would_throttle(),
+                quota,
             },
             Err(rejection) => RateDecision::Refused {
                 retry_after: rejection.retry_after(),
                 reason: rejection.to_string(),
+                quota,
             },
         }
     }

@@ -34,7 +34,7 @@ use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::SystemClock;
-use weir::policy::{PolicyConfig, PolicySet};
+use weir::policy::{PolicyConfig, PolicySet, Scope};
 
 use crate::cluster::ClusterMode;
 use crate::durable::{self, Overlay};
@@ -116,7 +116,17 @@ impl App {
         // The rules' policies come from their YAML alone: the API cannot change them, so no
         // overlay applies.
         if let Some((rules, rls_settings)) = &settings.rls {
-            configs.extend(crate::rls::decision::policies_of(rules, rls_settings));
+            // In a cluster, a rule counts once for the cluster: each bucket on its owner.
+            let scope = if settings.cluster.is_some() {
+                Scope::Cluster
+            } else {
+                Scope::Node
+            };
+            configs.extend(crate::rls::decision::policies_of(
+                rules,
+                rls_settings,
+                scope,
+            ));
         }
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|error| {
             anyhow::anyhow!(
@@ -171,6 +181,11 @@ impl App {
     /// Envoy's rate limit service, when it is offered.
     pub fn rls(&self) -> Option<&Arc<Rls>> {
         self.rls.as_ref()
+    }
+
+    /// Cluster mode, when this node is part of a cluster.
+    pub fn cluster_mode(&self) -> Option<&Arc<ClusterMode>> {
+        self.cluster.as_ref()
     }
 
     /// The policies in force.

@@ -2,12 +2,13 @@
 //! [`crate::rls`], which decides.
 //!
 //! Answers never wait (Envoy gives the call 20 ms by default): a rule's policy decides at once,
-//! whatever its `on_exhausted`. A malformed request is `INVALID_ARGUMENT` with what is wrong;
+//! whatever its `on_exhausted`. In cluster mode each rule bucket is decided by its owner on the
+//! ring, so a rule counts once for the whole cluster. A malformed request is `INVALID_ARGUMENT` with what is wrong;
 //! the reference server answers such requests `UNKNOWN`, which Envoy treats alike (an error,
 //! then `failure_mode_deny` decides).
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tonic::{Request, Response, Status};
 use weir_api::envoy::config::core::v3::HeaderValue;
@@ -20,7 +21,9 @@ use weir_api::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitRespons
 use weir_api::envoy::r#type::v3::RateLimitUnit;
 
 use crate::app::App;
-use crate::rls::{Answer, Code, Descriptor, Unit};
+use crate::rls::decision::{Counted, Prepared};
+use crate::rls::{Answer, Code, Descriptor, Rls, Unit};
+use weir_cluster::rates::{RateDecision, RateRequest};
 
 /// The RLS v3 service over an [`App`] that offers it.
 #[derive(Debug, Clone)]
@@ -101,6 +104,44 @@ fn response(answer: Answer) -> RateLimitResponse {
     }
 }
 
+impl RlsService {
+    /// In cluster mode, the rule decisions whose buckets other nodes own, decided by those
+    /// owners (a descriptor after another). One that its owner could not decide is left out:
+    /// it is decided here, and counted as such in `/v1/cluster`.
+    async fn decided_by_owners(&self, rls: &Rls, prepared: &Prepared) -> Vec<(usize, Counted)> {
+        let Some(cluster) = self.app.cluster_mode() else {
+            return Vec::new();
+        };
+        let mut decided = Vec::new();
+        for (step, policy, key, hits) in rls.rule_decisions(prepared) {
+            let Some(owner) = cluster.rate_owner(&policy, &key) else {
+                continue;
+            };
+            let request = RateRequest {
+                policy,
+                key,
+                kind: String::new(),
+                cost: hits,
+                max_wait: Duration::ZERO,
+            };
+            let counted = match cluster.forward(&owner, request).await {
+                Ok(RateDecision::Admitted {
+                    would_throttle,
+                    quota,
+                    ..
+                }) => Counted {
+                    over: would_throttle,
+                    quota,
+                },
+                Ok(RateDecision::Refused { quota, .. }) => Counted { over: true, quota },
+                _ => continue,
+            };
+            decided.push((step, counted));
+        }
+        decided
+    }
+}
+
 #[tonic::async_trait]
 impl RateLimitService for RlsService {
     async fn should_rate_limit(
@@ -130,9 +171,13 @@ impl RateLimitService for RlsService {
                         hits: d.hits_addend,
                     })
                     .collect();
-                rls.should_rate_limit(&request.domain, &descriptors, request.hits_addend)
-                    .map(response)
-                    .map_err(|error| Status::invalid_argument(error.to_string()))
+                match rls.prepare(&request.domain, &descriptors, request.hits_addend) {
+                    Err(error) => Err(Status::invalid_argument(error.to_string())),
+                    Ok(prepared) => {
+                        let elsewhere = self.decided_by_owners(rls, &prepared).await;
+                        Ok(response(rls.finish(prepared, elsewhere)))
+                    }
+                }
             }
         };
         let code = match &answered {

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
+use weir::limiter::Quota;
 use weir::policy::{FixedWindowSpec, Scope, TokenBucketSpec};
 use weir::policy::{
     KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request,
@@ -282,7 +283,12 @@ pub struct Rls<C: Clock + Clone = SystemClock> {
 }
 
 /// The policy that counts for a rule with a rate, or `None` (unlimited, or a limit of 0).
-pub fn policy_of(rule: &super::rules::Rule, settings: &RlsSettings) -> Option<PolicyConfig> {
+/// In cluster mode (`scope` cluster) each of its buckets is decided by its owner on the ring.
+pub fn policy_of(
+    rule: &super::rules::Rule,
+    settings: &RlsSettings,
+    scope: Scope,
+) -> Option<PolicyConfig> {
     let Limit::Rate {
         requests_per_unit,
         unit,
@@ -323,21 +329,43 @@ pub fn policy_of(rule: &super::rules::Rule, settings: &RlsSettings) -> Option<Po
         // Keys past the cap with none idle share one bucket: stricter, never looser.
         overflow: Overflow::Shared,
         max_cost: None,
-        scope: Scope::Node,
+        scope,
         limiter: Limiter::Keyed(spec),
     })
 }
 
-/// The policies `config`'s rules count through.
-pub fn policies_of(config: &RulesConfig, settings: &RlsSettings) -> Vec<PolicyConfig> {
+/// The policies `config`'s rules count through, at `scope`.
+pub fn policies_of(
+    config: &RulesConfig,
+    settings: &RlsSettings,
+    scope: Scope,
+) -> Vec<PolicyConfig> {
     Tree::new(config)
         .rules()
         .iter()
-        .filter_map(|rule| policy_of(rule, settings))
+        .filter_map(|rule| policy_of(rule, settings, scope))
         .collect()
 }
 
+/// A request checked and matched, nothing counted yet ([`Rls::prepare`]).
+#[derive(Debug)]
+pub struct Prepared {
+    domain: String,
+    /// One per descriptor: what limits it, and its hits.
+    steps: Vec<(Plan, u64)>,
+}
+
+/// How one rule decision went, wherever it was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counted {
+    /// Over the limit (in shadow mode too: the answer is OK, the counters say so).
+    pub over: bool,
+    /// What the key has spent and left just after (`None`: not known).
+    pub quota: Option<Quota>,
+}
+
 /// What was found for one descriptor, before anything is counted.
+#[derive(Debug)]
 enum Plan {
     /// Nothing limits it.
     Free,
@@ -367,7 +395,7 @@ impl<C: Clock + Clone> Rls<C> {
             .rules()
             .iter()
             .map(|rule| Bound {
-                policy: policy_of(rule, &settings).and_then(|p| policies.get(&p.name)),
+                policy: policies.get(&rule.policy_name()),
                 counts: RuleCounts::default(),
             })
             .collect();
@@ -414,13 +442,27 @@ impl<C: Clock + Clone> Rls<C> {
         self.bound.len()
     }
 
-    /// Decides `descriptors` in `domain`, each for its own hits or else `hits_addend` (0 = 1).
+    /// Decides `descriptors` in `domain`, each for its own hits or else `hits_addend` (0 = 1),
+    /// every rule on this node. (In cluster mode the front door asks [`Rls::prepare`], has the
+    /// owners of other nodes' buckets decide, and [`Rls::finish`] counts the rest here.)
     pub fn should_rate_limit(
         &self,
         domain: &str,
         descriptors: &[Descriptor<'_>],
         hits_addend: u32,
     ) -> Result<Answer, RequestError> {
+        let prepared = self.prepare(domain, descriptors, hits_addend)?;
+        Ok(self.finish(prepared, Vec::new()))
+    }
+
+    /// Checks a whole request and finds each descriptor's rule (applying `replaces`), counting
+    /// nothing: a bad request is refused before anything is counted.
+    pub fn prepare(
+        &self,
+        domain: &str,
+        descriptors: &[Descriptor<'_>],
+        hits_addend: u32,
+    ) -> Result<Prepared, RequestError> {
         if domain.is_empty() {
             return Err(RequestError::NoDomain);
         }
@@ -429,7 +471,6 @@ impl<C: Clock + Clone> Rls<C> {
         }
         let request_hits = u64::from(hits_addend.max(1));
         let known = self.tree.has_domain(domain);
-        // First every check, then every count: a bad request counts nothing.
         let mut plans = Vec::with_capacity(descriptors.len());
         for (index, descriptor) in descriptors.iter().enumerate() {
             plans.push(self.plan(domain, known, index, descriptor, request_hits)?);
@@ -443,24 +484,67 @@ impl<C: Clock + Clone> Rls<C> {
             .flatten()
             .map(String::as_str)
             .collect();
-        let statuses: Vec<Status> = plans
+        let steps = plans
             .into_iter()
             .map(|(plan, hits)| match plan {
+                Plan::Rule(matched)
+                    if self.tree.rules()[matched.rule]
+                        .limit
+                        .name()
+                        .is_some_and(|n| replaced.contains(n)) =>
+                {
+                    (Plan::Free, hits)
+                }
+                other => (other, hits),
+            })
+            .collect();
+        Ok(Prepared {
+            domain: domain.to_owned(),
+            steps,
+        })
+    }
+
+    /// The rule decisions of `prepared` that a bucket's owner could make: (step, policy, key,
+    /// hits) for every descriptor counted by a rule's policy.
+    pub fn rule_decisions(&self, prepared: &Prepared) -> Vec<(usize, String, String, u64)> {
+        prepared
+            .steps
+            .iter()
+            .enumerate()
+            .filter_map(|(step, (plan, hits))| match plan {
+                Plan::Rule(matched) if self.bound[matched.rule].policy.is_some() => Some((
+                    step,
+                    self.tree.rules()[matched.rule].policy_name(),
+                    matched.key.clone(),
+                    *hits,
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Counts `prepared`: the steps in `decided_elsewhere` (by step) as their owners decided
+    /// them, every other one here; then the answer.
+    pub fn finish(&self, prepared: Prepared, decided_elsewhere: Vec<(usize, Counted)>) -> Answer {
+        let mut elsewhere: HashMap<usize, Counted> = decided_elsewhere.into_iter().collect();
+        let statuses: Vec<Status> = prepared
+            .steps
+            .into_iter()
+            .enumerate()
+            .map(|(step, (plan, hits))| match plan {
                 Plan::Free => Status::unlimited(0),
                 Plan::Unlimited => Status::unlimited(u32::MAX),
                 Plan::Rule(matched) => {
-                    let rule = &self.tree.rules()[matched.rule];
-                    if rule.limit.name().is_some_and(|n| replaced.contains(n)) {
-                        Status::unlimited(0)
-                    } else {
-                        self.count(&matched, hits)
-                    }
+                    let counted = elsewhere
+                        .remove(&step)
+                        .unwrap_or_else(|| self.count_here(&matched, hits));
+                    self.account(&matched, hits, counted)
                 }
                 Plan::Override {
                     per_unit,
                     unit,
                     key,
-                } => self.count_override(domain, per_unit, unit, &key, hits),
+                } => self.count_override(&prepared.domain, per_unit, unit, &key, hits),
             })
             .collect();
         let overall = if statuses.iter().any(|s| s.code == Code::OverLimit) {
@@ -473,11 +557,11 @@ impl<C: Clock + Clone> Rls<C> {
         } else {
             Vec::new()
         };
-        Ok(Answer {
+        Answer {
             overall,
             statuses,
             headers,
-        })
+        }
     }
 
     fn plan(
@@ -551,8 +635,46 @@ impl<C: Clock + Clone> Rls<C> {
         Ok((plan, hits))
     }
 
-    /// Counts `hits` for a matched rule with a rate.
-    fn count(&self, matched: &Matched, hits: u64) -> Status {
+    /// Decides `hits` for a matched rule with a rate on this node's own policy.
+    fn count_here(&self, matched: &Matched, hits: u64) -> Counted {
+        let rule = &self.tree.rules()[matched.rule];
+        let Limit::Rate {
+            requests_per_unit,
+            unit,
+            ..
+        } = &rule.limit
+        else {
+            return Counted {
+                over: false,
+                quota: None,
+            };
+        };
+        match &self.bound[matched.rule].policy {
+            Some(policy) => {
+                let decided = policy.try_acquire(&Request::new(&matched.key).cost(hits));
+                Counted {
+                    over: match &decided {
+                        Ok(admission) => admission.would_throttle(),
+                        Err(_) => true,
+                    },
+                    quota: policy.quota("", &matched.key),
+                }
+            }
+            // A limit of 0: every hit is over, none is counted.
+            None => Counted {
+                over: hits > 0,
+                quota: Some(Quota {
+                    used: hits,
+                    remaining: u64::from(*requests_per_unit),
+                    reset_after: self.window_left(*unit),
+                }),
+            },
+        }
+    }
+
+    /// The status of a rule's descriptor as decided (here or by its owner), and the rule's
+    /// counters.
+    fn account(&self, matched: &Matched, hits: u64, counted: Counted) -> Status {
         let rule = &self.tree.rules()[matched.rule];
         let bound = &self.bound[matched.rule];
         let Limit::Rate {
@@ -571,22 +693,16 @@ impl<C: Clock + Clone> Rls<C> {
             unit: *unit,
             name: name.clone(),
         });
-        let (over, used, remaining, reset_after) = match &bound.policy {
-            Some(policy) => {
-                let decided = policy.try_acquire(&Request::new(&matched.key).cost(hits));
-                let over = match &decided {
-                    Ok(admission) => admission.would_throttle(),
-                    Err(_) => true,
-                };
-                let quota = policy.quota("", &matched.key);
-                match quota {
-                    Some(q) => (over, q.used, q.remaining, q.reset_after),
-                    None => (over, 0, limit, unit.window()),
-                }
-            }
-            // A limit of 0: every hit is over, none is counted.
-            None => (hits > 0, hits, 0, self.window_left(*unit)),
-        };
+        let over = counted.over;
+        let Quota {
+            used,
+            remaining,
+            reset_after,
+        } = counted.quota.unwrap_or(Quota {
+            used: 0,
+            remaining: limit,
+            reset_after: unit.window(),
+        });
         let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
         // A window counts refused hits itself; a bucket does not take them, so they are
         // counted as landing on top of what it holds.
