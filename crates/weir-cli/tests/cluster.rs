@@ -393,6 +393,21 @@ async fn a_cluster_scoped_rate_is_one_bucket_per_key_whichever_node_is_asked() {
         decided += counters.decided_for_others;
     }
     assert_eq!((forwarded, decided), (10, 10));
+    let mut timed = 0;
+    for node in &nodes {
+        let text = reqwest::get(node.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        timed += text
+            .lines()
+            .find_map(|l| l.strip_prefix("weir_cluster_forward_duration_seconds_count "))
+            .map_or(0, |n| n.parse::<u64>().unwrap());
+        assert!(text.contains("weir_cluster_rate_decisions_total{outcome=\"forwarded\"}"));
+    }
+    assert_eq!(timed, 10, "every forwarded decision is timed");
 
     // A waiting policy waits on the owner, in the bucket's one line: three requests at once
     // through three nodes, one token now and one every 200 ms, are all admitted, in turn.

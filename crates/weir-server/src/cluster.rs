@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::sync::watch;
 use tonic::transport::Channel;
 use weir::policy::ConcurrencySpec;
@@ -58,11 +59,26 @@ pub struct ClusterMode {
 }
 
 /// What cluster-scoped rate policies did on this node.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct RateCounters {
     forwarded: AtomicU64,
     forward_failed: AtomicU64,
     decided_for_others: AtomicU64,
+    /// How long forwarded decisions took, answered or not (a waiting one's wait included).
+    forward_latency: Histogram,
+}
+
+impl Default for RateCounters {
+    fn default() -> Self {
+        RateCounters {
+            forwarded: AtomicU64::new(0),
+            forward_failed: AtomicU64::new(0),
+            decided_for_others: AtomicU64::new(0),
+            forward_latency: Histogram::new([
+                0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0,
+            ]),
+        }
+    }
 }
 
 impl std::fmt::Debug for ClusterMode {
@@ -155,7 +171,11 @@ impl ClusterMode {
     /// Asks `owner` to decide `request`. `Err`: decide here, the owner could not (unreachable,
     /// or not the owner or without the policy by its own ring and config); it is counted.
     pub async fn forward(&self, owner: &str, request: RateRequest) -> Result<RateDecision, String> {
+        let started = std::time::Instant::now();
         let decided = self.transport.inner().decide(owner, request).await;
+        self.rates
+            .forward_latency
+            .observe(started.elapsed().as_secs_f64());
         match decided {
             Ok(RateDecision::NotOwner) => {
                 Err(format!("`{owner}` does not own the bucket by its ring"))
@@ -172,6 +192,11 @@ impl ClusterMode {
         .inspect_err(|_| {
             self.rates.forward_failed.fetch_add(1, Ordering::Relaxed);
         })
+    }
+
+    /// The latency histogram of forwarded decisions, for `/metrics`.
+    pub fn forward_latency(&self) -> Histogram {
+        self.rates.forward_latency.clone()
     }
 
     /// Counts a decision made here for another node.

@@ -82,6 +82,11 @@ impl Metrics {
         );
         registry.register_collector(Box::new(PolicyCollector { policies, leases }));
         if let Some(cluster) = cluster {
+            registry.register(
+                "weir_cluster_forward_duration_seconds",
+                "Time for a cluster-scoped rate decision to come back from the bucket's owner (a waiting one's wait included)",
+                cluster.forward_latency(),
+            );
             registry.register_collector(Box::new(ClusterCollector { cluster }));
         }
         if let Some(rls) = rls {
