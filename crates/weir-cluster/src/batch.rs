@@ -1,6 +1,6 @@
-//! Batching per owner: a [`Transport`] wrapper that sends the lease requests (and releases)
-//! bound for the same owner together, so a busy coordinator makes one call per batch rather
-//! than one per request.
+//! Batching per owner: a [`Transport`] wrapper that sends the lease requests, the releases and
+//! the rate decisions that do not wait, bound for the same owner, together, so a busy node
+//! makes one call per batch rather than one per request.
 //!
 //! Gubernator gathers requests for a fixed 500 µs before it sends. Weir does not wait: a batch
 //! leaves as soon as one of the owner's [`MAX_IN_FLIGHT`] call slots is free, carrying whatever
@@ -19,6 +19,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 use weir::Nanos;
 
 use crate::pool::Grant;
+use crate::rates::{RateDecision, RateRequest};
 use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
 /// Calls in flight to one owner at a time, per kind (leases, releases).
@@ -27,11 +28,13 @@ pub const MAX_IN_FLIGHT: usize = 4;
 pub const MAX_BATCH: usize = 256;
 
 type Reply = oneshot::Sender<Result<Grant, TransportError>>;
+type Decided = oneshot::Sender<Result<RateDecision, TransportError>>;
 
 /// One owner's queues, each drained by a task of its own.
 struct Queues {
     leases: mpsc::UnboundedSender<(LeaseRequest, Reply)>,
     releases: mpsc::UnboundedSender<(String, u64)>,
+    decisions: mpsc::UnboundedSender<(RateRequest, Decided)>,
 }
 
 /// `inner`, with lease requests and releases batched per owner. Adoption and renewal are rare
@@ -82,7 +85,17 @@ impl<T: Transport + 'static> Batching<T> {
                 owner.to_owned(),
                 release_queue,
             ));
-            Queues { leases, releases }
+            let (decisions, decision_queue) = mpsc::unbounded_channel();
+            tokio::spawn(send_decisions(
+                Arc::clone(&self.inner),
+                owner.to_owned(),
+                decision_queue,
+            ));
+            Queues {
+                leases,
+                releases,
+                decisions,
+            }
         });
         f(queues)
     }
@@ -151,7 +164,50 @@ async fn send_releases<T: Transport + 'static>(
     }
 }
 
+/// Drains `queue` into batched decision calls, [`MAX_IN_FLIGHT`] at a time.
+async fn send_decisions<T: Transport + 'static>(
+    inner: Arc<T>,
+    owner: String,
+    mut queue: mpsc::UnboundedReceiver<(RateRequest, Decided)>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    while let Some((slot, batch)) = next_batch(&mut queue, &slots).await {
+        let (inner, owner) = (Arc::clone(&inner), owner.clone());
+        tokio::spawn(async move {
+            let (requests, replies): (Vec<RateRequest>, Vec<Decided>) = batch.into_iter().unzip();
+            let answers = inner.decide_batch(&owner, requests).await;
+            drop(slot);
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+        });
+    }
+}
+
 impl<T: Transport + 'static> Transport for Batching<T> {
+    /// A decision that may wait goes alone (a batch is answered in one go); the others are
+    /// batched per owner.
+    fn decide(
+        &self,
+        owner: &str,
+        request: RateRequest,
+    ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
+        if !request.max_wait.is_zero() {
+            return self.inner.decide(owner, request);
+        }
+        let (reply, answer) = oneshot::channel();
+        let queued = self.with_queues(owner, |q| q.decisions.send((request, reply)).is_ok());
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            if !queued {
+                return Err(TransportError::Unreachable(owner));
+            }
+            answer
+                .await
+                .unwrap_or(Err(TransportError::Unreachable(owner)))
+        })
+    }
+
     fn acquire(
         &self,
         owner: &str,
@@ -225,6 +281,8 @@ mod tests {
         network: InMemory,
         lease_calls: AtomicUsize,
         release_calls: AtomicUsize,
+        decision_calls: AtomicUsize,
+        single_decisions: AtomicUsize,
         gate: tokio::sync::Notify,
         gated: std::sync::atomic::AtomicBool,
     }
@@ -287,6 +345,45 @@ mod tests {
             self.release_calls.fetch_add(1, Ordering::SeqCst);
             self.network.release_batch(owner, leases)
         }
+        fn decide(
+            &self,
+            _owner: &str,
+            _request: RateRequest,
+        ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
+            self.single_decisions.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(admitted()) })
+        }
+        fn decide_batch(
+            &self,
+            _owner: &str,
+            requests: Vec<RateRequest>,
+        ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
+            self.decision_calls.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                if self.gated.load(Ordering::SeqCst) {
+                    self.gate.notified().await;
+                }
+                requests.iter().map(|_| Ok(admitted())).collect()
+            })
+        }
+    }
+
+    fn admitted() -> RateDecision {
+        RateDecision::Admitted {
+            waited: Duration::ZERO,
+            would_throttle: false,
+            quota: None,
+        }
+    }
+
+    fn decision(max_wait: Duration) -> RateRequest {
+        RateRequest {
+            policy: "p".to_owned(),
+            key: "k".to_owned(),
+            kind: String::new(),
+            cost: 1,
+            max_wait,
+        }
     }
 
     /// Lets the batching tasks run until `done` holds; fails if it never does.
@@ -313,6 +410,8 @@ mod tests {
             network,
             lease_calls: AtomicUsize::new(0),
             release_calls: AtomicUsize::new(0),
+            decision_calls: AtomicUsize::new(0),
+            single_decisions: AtomicUsize::new(0),
             gate: tokio::sync::Notify::new(),
             gated: std::sync::atomic::AtomicBool::new(false),
         });
@@ -358,6 +457,37 @@ mod tests {
         assert_eq!(pool.in_use("b0", 0) + pool.in_use("b1", 0), 100);
         assert_eq!(
             counting.lease_calls.load(Ordering::SeqCst),
+            MAX_IN_FLIGHT + 1
+        );
+    }
+
+    /// Rate decisions that do not wait batch as leases do; one that may wait goes alone.
+    #[tokio::test]
+    async fn decisions_batch_behind_busy_slots_and_a_waiting_one_goes_alone() {
+        let (counting, _) = one_owner();
+        counting.gated.store(true, Ordering::SeqCst);
+        let batching = Batching::new(Arc::clone(&counting));
+        let mut answers = Vec::new();
+        for slot in 1..=MAX_IN_FLIGHT {
+            answers.push(batching.decide("n1", decision(Duration::ZERO)));
+            until("the slot's call", || {
+                counting.decision_calls.load(Ordering::SeqCst) >= slot
+            })
+            .await;
+        }
+        for _ in 0..96 {
+            answers.push(batching.decide("n1", decision(Duration::ZERO)));
+        }
+        let waiting = batching.decide("n1", decision(Duration::from_secs(1)));
+        assert_eq!(waiting.await, Ok(admitted()));
+        assert_eq!(counting.single_decisions.load(Ordering::SeqCst), 1);
+        counting.gated.store(false, Ordering::SeqCst);
+        counting.gate.notify_waiters();
+        for answer in answers {
+            assert_eq!(answer.await, Ok(admitted()));
+        }
+        assert_eq!(
+            counting.decision_calls.load(Ordering::SeqCst),
             MAX_IN_FLIGHT + 1
         );
     }

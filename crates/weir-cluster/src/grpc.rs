@@ -120,6 +120,64 @@ impl<C: Clock> ClusterService<C> {
     }
 }
 
+impl<C: Clock> ClusterService<C> {
+    /// Decides one forwarded request with the server's [`RateOwner`].
+    async fn decide_one(&self, request: proto::DecideRequest) -> proto::DecideReply {
+        use proto::decide_reply::Outcome as Decided;
+        let Some(rates) = &self.rates else {
+            return proto::DecideReply {
+                outcome: Decided::UnknownPolicy as i32,
+                ..Default::default()
+            };
+        };
+        let decision = rates
+            .decide(RateRequest {
+                policy: request.policy,
+                key: request.key,
+                kind: request.kind,
+                cost: request.cost,
+                max_wait: Duration::from_nanos(request.max_wait_ns),
+            })
+            .await;
+        match decision {
+            RateDecision::Admitted {
+                waited,
+                would_throttle,
+                quota,
+            } => with_quota(
+                proto::DecideReply {
+                    outcome: Decided::Admitted as i32,
+                    waited_ns: duration_to_nanos(waited),
+                    would_throttle,
+                    ..Default::default()
+                },
+                quota,
+            ),
+            RateDecision::Refused {
+                retry_after,
+                reason,
+                quota,
+            } => with_quota(
+                proto::DecideReply {
+                    outcome: Decided::Refused as i32,
+                    retry_after_ns: retry_after.map_or(0, duration_to_nanos),
+                    reason,
+                    ..Default::default()
+                },
+                quota,
+            ),
+            RateDecision::NotOwner => proto::DecideReply {
+                outcome: Decided::NotOwner as i32,
+                ..Default::default()
+            },
+            RateDecision::UnknownPolicy => proto::DecideReply {
+                outcome: Decided::UnknownPolicy as i32,
+                ..Default::default()
+            },
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
     async fn lease(
@@ -156,60 +214,20 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
         &self,
         request: Request<proto::DecideRequest>,
     ) -> Result<Response<proto::DecideReply>, Status> {
-        use proto::decide_reply::Outcome as Decided;
-        let request = request.into_inner();
-        let Some(rates) = &self.rates else {
-            return Ok(Response::new(proto::DecideReply {
-                outcome: Decided::UnknownPolicy as i32,
-                ..Default::default()
-            }));
-        };
-        let decision = rates
-            .decide(RateRequest {
-                policy: request.policy,
-                key: request.key,
-                kind: request.kind,
-                cost: request.cost,
-                max_wait: Duration::from_nanos(request.max_wait_ns),
-            })
-            .await;
-        let reply = match decision {
-            RateDecision::Admitted {
-                waited,
-                would_throttle,
-                quota,
-            } => with_quota(
-                proto::DecideReply {
-                    outcome: Decided::Admitted as i32,
-                    waited_ns: duration_to_nanos(waited),
-                    would_throttle,
-                    ..Default::default()
-                },
-                quota,
-            ),
-            RateDecision::Refused {
-                retry_after,
-                reason,
-                quota,
-            } => with_quota(
-                proto::DecideReply {
-                    outcome: Decided::Refused as i32,
-                    retry_after_ns: retry_after.map_or(0, duration_to_nanos),
-                    reason,
-                    ..Default::default()
-                },
-                quota,
-            ),
-            RateDecision::NotOwner => proto::DecideReply {
-                outcome: Decided::NotOwner as i32,
-                ..Default::default()
-            },
-            RateDecision::UnknownPolicy => proto::DecideReply {
-                outcome: Decided::UnknownPolicy as i32,
-                ..Default::default()
-            },
-        };
-        Ok(Response::new(reply))
+        Ok(Response::new(self.decide_one(request.into_inner()).await))
+    }
+
+    async fn decide_batch(
+        &self,
+        request: Request<proto::DecideBatchRequest>,
+    ) -> Result<Response<proto::DecideBatchReply>, Status> {
+        let mut replies = Vec::new();
+        for mut request in request.into_inner().requests {
+            // A batch is answered in one go: nothing in it waits.
+            request.max_wait_ns = 0;
+            replies.push(self.decide_one(request).await);
+        }
+        Ok(Response::new(proto::DecideBatchReply { replies }))
     }
 
     async fn unlease(
@@ -405,58 +423,104 @@ impl<C: Clock> GrpcTransport<C> {
         clients.insert(owner.to_owned(), client.clone());
         Ok(client)
     }
-
-    /// Asks `owner` to decide a request of a cluster-scoped rate policy. The call is given the
-    /// request's `max_wait` and [`FORWARD_TIMEOUT`] more; past that the owner is unreachable.
-    pub async fn decide(
-        &self,
-        owner: &str,
-        request: RateRequest,
-    ) -> Result<RateDecision, TransportError> {
-        use proto::decide_reply::Outcome as Decided;
-        let unreachable = || TransportError::Unreachable(owner.to_owned());
-        let mut client = self.client(owner)?;
-        let mut call = Request::new(proto::DecideRequest {
-            policy: request.policy,
-            key: request.key,
-            kind: request.kind,
-            cost: request.cost,
-            max_wait_ns: duration_to_nanos(request.max_wait),
-        });
-        call.set_timeout(request.max_wait.saturating_add(FORWARD_TIMEOUT));
-        let reply = client
-            .decide(call)
-            .await
-            .map_err(|_| unreachable())?
-            .into_inner();
-        let quota = reply.has_quota.then(|| Quota {
-            used: reply.used,
-            remaining: reply.remaining,
-            reset_after: Duration::from_nanos(reply.reset_after_ns),
-        });
-        Ok(match Decided::try_from(reply.outcome) {
-            Ok(Decided::Admitted) => RateDecision::Admitted {
-                waited: Duration::from_nanos(reply.waited_ns),
-                would_throttle: reply.would_throttle,
-                quota,
-            },
-            Ok(Decided::Refused) => RateDecision::Refused {
-                retry_after: (reply.retry_after_ns > 0)
-                    .then(|| Duration::from_nanos(reply.retry_after_ns)),
-                reason: reply.reason,
-                quota,
-            },
-            Ok(Decided::NotOwner) => RateDecision::NotOwner,
-            Ok(Decided::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
-        })
-    }
 }
 
 /// How long a forwarded decision may take beyond its own `max_wait` before its owner counts
 /// as unreachable.
 pub const FORWARD_TIMEOUT: Duration = Duration::from_millis(200);
 
+/// The wire form of a forwarded request.
+fn wire_decide(request: RateRequest) -> proto::DecideRequest {
+    proto::DecideRequest {
+        policy: request.policy,
+        key: request.key,
+        kind: request.kind,
+        cost: request.cost,
+        max_wait_ns: duration_to_nanos(request.max_wait),
+    }
+}
+
+/// An owner's reply as a decision.
+fn decision_of(reply: proto::DecideReply) -> RateDecision {
+    use proto::decide_reply::Outcome as Decided;
+    let quota = reply.has_quota.then(|| Quota {
+        used: reply.used,
+        remaining: reply.remaining,
+        reset_after: Duration::from_nanos(reply.reset_after_ns),
+    });
+    match Decided::try_from(reply.outcome) {
+        Ok(Decided::Admitted) => RateDecision::Admitted {
+            waited: Duration::from_nanos(reply.waited_ns),
+            would_throttle: reply.would_throttle,
+            quota,
+        },
+        Ok(Decided::Refused) => RateDecision::Refused {
+            retry_after: (reply.retry_after_ns > 0)
+                .then(|| Duration::from_nanos(reply.retry_after_ns)),
+            reason: reply.reason,
+            quota,
+        },
+        Ok(Decided::NotOwner) => RateDecision::NotOwner,
+        Ok(Decided::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
+    }
+}
+
 impl<C: Clock> Transport for GrpcTransport<C> {
+    /// One unary call, given the request's `max_wait` and [`FORWARD_TIMEOUT`] more; past that
+    /// the owner is unreachable.
+    fn decide(
+        &self,
+        owner: &str,
+        request: RateRequest,
+    ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
+        let client = self.client(owner);
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let timeout = request.max_wait.saturating_add(FORWARD_TIMEOUT);
+            let mut call = Request::new(wire_decide(request));
+            call.set_timeout(timeout);
+            let reply = client?
+                .decide(call)
+                .await
+                .map_err(|_| TransportError::Unreachable(owner))?;
+            Ok(decision_of(reply.into_inner()))
+        })
+    }
+
+    fn decide_batch(
+        &self,
+        owner: &str,
+        requests: Vec<RateRequest>,
+    ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
+        let client = self.client(owner);
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let count = requests.len();
+            let unreachable = || vec![Err(TransportError::Unreachable(owner.clone())); count];
+            let Ok(mut client) = client else {
+                return unreachable();
+            };
+            let mut call = Request::new(proto::DecideBatchRequest {
+                requests: requests.into_iter().map(wire_decide).collect(),
+            });
+            call.set_timeout(FORWARD_TIMEOUT);
+            match client.decide_batch(call).await {
+                Ok(reply) => {
+                    let mut answers: Vec<_> = reply
+                        .into_inner()
+                        .replies
+                        .into_iter()
+                        .map(|reply| Ok(decision_of(reply)))
+                        .collect();
+                    // A short reply leaves the rest unanswered: their askers decide alone.
+                    answers.resize(count, Err(TransportError::Unreachable(owner.clone())));
+                    answers
+                }
+                Err(_) => unreachable(),
+            }
+        })
+    }
+
     fn acquire(
         &self,
         owner: &str,

@@ -18,6 +18,7 @@ use weir::Nanos;
 
 use crate::owner::Owner;
 use crate::pool::Grant;
+use crate::rates::{RateDecision, RateRequest};
 
 /// A boxed, sendable future.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -113,6 +114,36 @@ pub trait Transport: Send + Sync {
         now: Nanos,
         fenced: bool,
     ) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Asks `owner` to decide a request of a cluster-scoped rate policy ([`crate::rates`]).
+    /// A transport that does not carry decisions answers that the owner is unreachable (the
+    /// asker then decides itself).
+    fn decide(
+        &self,
+        owner: &str,
+        request: RateRequest,
+    ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
+        let _ = request;
+        let owner = owner.to_owned();
+        Box::pin(async move { Err(TransportError::Unreachable(owner)) })
+    }
+
+    /// Asks `owner` to decide several requests that do not wait; one answer per request, in
+    /// order.
+    fn decide_batch(
+        &self,
+        owner: &str,
+        requests: Vec<RateRequest>,
+    ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(self.decide(&owner, request).await);
+            }
+            answers
+        })
+    }
 
     /// Asks `owner` for several leases; one answer per request, in order.
     fn acquire_batch(

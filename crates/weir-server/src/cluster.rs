@@ -31,6 +31,7 @@ use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
 use weir_cluster::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
 use weir_cluster::secret::ClusterSecret;
+use weir_cluster::transport::Transport;
 
 /// The cluster protocol version this build speaks.
 pub const PROTOCOL: u32 = 1;
@@ -172,7 +173,7 @@ impl ClusterMode {
     /// or not the owner or without the policy by its own ring and config); it is counted.
     pub async fn forward(&self, owner: &str, request: RateRequest) -> Result<RateDecision, String> {
         let started = std::time::Instant::now();
-        let decided = self.transport.inner().decide(owner, request).await;
+        let decided = self.transport.decide(owner, request).await;
         self.rates
             .forward_latency
             .observe(started.elapsed().as_secs_f64());
