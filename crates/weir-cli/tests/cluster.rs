@@ -35,8 +35,13 @@ const SECRET: &str = "three nodes share this secret";
 
 /// Three nodes on `config`, n2 and n3 joining through n1, gossiping until each sees all three.
 async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
+    three_nodes_on(dir, [config, config, config]).await
+}
+
+/// Three nodes, each on its own config (a config change rolling through).
+async fn three_nodes_on(dir: &std::path::Path, configs: [&str; 3]) -> [Server; 3] {
     let seed = free_udp();
-    let node = |id: &str, gossip: &str, join: Option<&str>| {
+    let node = |id: &str, config: &str, gossip: &str, join: Option<&str>| {
         let mut args = vec!["--node-id", id, "--gossip", gossip];
         if let Some(seed) = join {
             args.extend(["--join", seed]);
@@ -51,9 +56,9 @@ async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
         )
     };
     let nodes = [
-        node("n1", &seed, None),
-        node("n2", &free_udp(), Some(&seed)),
-        node("n3", &free_udp(), Some(&seed)),
+        node("n1", configs[0], &seed, None),
+        node("n2", configs[1], &free_udp(), Some(&seed)),
+        node("n3", configs[2], &free_udp(), Some(&seed)),
     ];
     converge(&[&nodes[0], &nodes[1], &nodes[2]], 3).await;
     nodes
@@ -492,4 +497,78 @@ async fn an_rls_rule_counts_once_for_the_cluster() {
         forwarded, 6,
         "two of the three nodes asked the owner, three times each"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_that_disagree_on_a_policy_never_share_a_bucket_wrongly() {
+    // A change rolling through: n1 and n3 have the policy cluster-scoped (at two rates), n2
+    // still per node.
+    let cluster = |rate: u32| {
+        format!(
+            "[[policy]]\nname = \"p\"\nscope = \"cluster\"\non_exhausted = \"reject\"\ntoken_bucket = {{ rate = 0.01, burst = {rate} }}\n"
+        )
+    };
+    let per_node = "[[policy]]\nname = \"p\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 0.01, burst = 2 }\n";
+    let dir = tempfile::tempdir().unwrap();
+    let (c1, c3) = (cluster(3), cluster(4));
+    let nodes = three_nodes_on(dir.path(), [&c1, per_node, &c3]).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let counters = |node: &Server| {
+        let node = node.url("/v1/cluster");
+        async move {
+            let view: ClusterView = reqwest::get(node).await.unwrap().json().await.unwrap();
+            (view.counters.forwarded, view.counters.forward_failed)
+        }
+    };
+    // Find, through n1, a key n2 owns (n1 cannot have it decided there: n2's policy is not
+    // cluster-scoped, so n1 decides alone and counts it) and a key n3 owns (forwarded).
+    let (mut owned_by_n2, mut owned_by_n3) = (None, None);
+    for i in 0..200 {
+        let key = format!("k{i}");
+        let before = counters(&nodes[0]).await;
+        let (status, _) = ask(&nodes[0], "p", &key).await;
+        assert_eq!(status, 200);
+        let after = counters(&nodes[0]).await;
+        if after.1 > before.1 && owned_by_n2.is_none() {
+            owned_by_n2 = Some(key);
+        } else if after.0 > before.0 && owned_by_n3.is_none() {
+            owned_by_n3 = Some(key);
+        }
+        if owned_by_n2.is_some() && owned_by_n3.is_some() {
+            break;
+        }
+    }
+    let (k2, k3) = (owned_by_n2.unwrap(), owned_by_n3.unwrap());
+    // n3's key: one bucket on n3, by n3's config (a burst of 4), whoever asks; n1 already
+    // took one. n2 decides its own requests on its per-node bucket (a burst of 2).
+    let mut admitted_cluster = 0;
+    for _ in 0..3 {
+        for node in [&nodes[0], &nodes[2]] {
+            admitted_cluster += u32::from(ask(node, "p", &k3).await.0 == 200);
+        }
+    }
+    assert_eq!(
+        admitted_cluster, 3,
+        "4 in n3's bucket, one taken while finding the key"
+    );
+    let mut admitted_n2 = 0;
+    for _ in 0..4 {
+        admitted_n2 += u32::from(ask(&nodes[1], "p", &k3).await.0 == 200);
+    }
+    assert_eq!(admitted_n2, 2, "n2 decides alone, on its own bucket");
+    // n2's key, asked through n1: decided alone on n1 (its own bucket, by its config: 3), and
+    // counted as such; n2's per-node bucket is untouched by it.
+    let mut admitted_n1 = 0;
+    for _ in 0..4 {
+        admitted_n1 += u32::from(ask(&nodes[0], "p", &k2).await.0 == 200);
+    }
+    assert_eq!(
+        admitted_n1, 2,
+        "3 in n1's own bucket, one taken while finding the key"
+    );
+    assert!(
+        counters(&nodes[0]).await.1 >= 5,
+        "every such decision counted as failed over"
+    );
+    assert_eq!(ask(&nodes[1], "p", &k2).await.0, 200);
 }
