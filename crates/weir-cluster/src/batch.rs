@@ -67,6 +67,26 @@ impl<T: Transport + 'static> Batching<T> {
             .retain(|owner, _| keep(owner));
     }
 
+    /// Queues a request for `owner` with `send` (false: the queue is closed) and answers with
+    /// what its batch brings back; the owner is unreachable if nothing does.
+    fn queue<R: Send + 'static>(
+        &self,
+        owner: &str,
+        send: impl FnOnce(&Queues, oneshot::Sender<Result<R, TransportError>>) -> bool,
+    ) -> BoxFuture<'_, Result<R, TransportError>> {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.with_queues(owner, |queues| send(queues, reply));
+        let owner = owner.to_owned();
+        Box::pin(async move {
+            if !queued {
+                return Err(TransportError::Unreachable(owner));
+            }
+            answer
+                .await
+                .unwrap_or(Err(TransportError::Unreachable(owner)))
+        })
+    }
+
     /// Runs `f` on `owner`'s queues, starting its tasks on first use.
     fn with_queues<R>(&self, owner: &str, f: impl FnOnce(&Queues) -> R) -> R {
         let mut owners = self.owners.lock().unwrap_or_else(|p| p.into_inner());
@@ -195,16 +215,8 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         if !request.max_wait.is_zero() {
             return self.inner.decide(owner, request);
         }
-        let (reply, answer) = oneshot::channel();
-        let queued = self.with_queues(owner, |q| q.decisions.send((request, reply)).is_ok());
-        let owner = owner.to_owned();
-        Box::pin(async move {
-            if !queued {
-                return Err(TransportError::Unreachable(owner));
-            }
-            answer
-                .await
-                .unwrap_or(Err(TransportError::Unreachable(owner)))
+        self.queue(owner, |queues, reply| {
+            queues.decisions.send((request, reply)).is_ok()
         })
     }
 
@@ -213,16 +225,8 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         owner: &str,
         request: LeaseRequest,
     ) -> BoxFuture<'_, Result<Grant, TransportError>> {
-        let (reply, answer) = oneshot::channel();
-        let queued = self.with_queues(owner, |q| q.leases.send((request, reply)).is_ok());
-        let owner = owner.to_owned();
-        Box::pin(async move {
-            if !queued {
-                return Err(TransportError::Unreachable(owner));
-            }
-            answer
-                .await
-                .unwrap_or(Err(TransportError::Unreachable(owner)))
+        self.queue(owner, |queues, reply| {
+            queues.leases.send((request, reply)).is_ok()
         })
     }
 
