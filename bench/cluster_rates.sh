@@ -14,7 +14,9 @@ seconds=${1:-5}
 shift || true
 binaries=("$@")
 [ ${#binaries[@]} -gt 0 ] || binaries=("$WEIR_BIN")
-need jq:jq curl:curl
+need jq:jq curl:curl python3:python3
+all_pids=()
+trap 'kill "${all_pids[@]}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 
 free_udp() {
   python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -34,13 +36,14 @@ run() {
       --grpc 127.0.0.1:0 --node-id "n$i" --gossip "$gossip" "${join[@]}" --log error \
       >"$dir/out$i" 2>&1 &
     pids+=($!)
+    all_pids+=($!)
   done
   for _ in $(seq 1 200); do
     local ready=0
     for i in 1 2 3; do
       local http
       http=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$dir/out$i")
-      [ -n "$http" ] && [ "$(curl -s "http://$http/v1/cluster" | jq '.members | length')" = 3 ] &&
+      [ -n "$http" ] && [ "$(curl -s "http://$http/v1/cluster" | jq '.members | length' 2>/dev/null)" = 3 ] &&
         ready=$((ready + 1))
     done
     [ "$ready" = 3 ] && break
@@ -54,7 +57,7 @@ run() {
   for i in 1 2 3; do
     local http
     http=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$dir/out$i")
-    forwarded=$((forwarded + $(curl -s "http://$http/v1/cluster" | jq '.counters.forwarded')))
+    forwarded=$((forwarded + $(curl -s "http://$http/v1/cluster" | jq '.counters.forwarded // 0')))
   done
   kill "${pids[@]}" 2>/dev/null || true
   wait "${pids[@]}" 2>/dev/null || true

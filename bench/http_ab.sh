@@ -7,8 +7,8 @@
 # far above the load (every request goes through the whole decision), SECONDS each (default
 # 5), ROUNDS rounds (default 5). Prints each run, then per build the median requests/s and
 # server CPU per request (from /proc), and B / A for both with the rounds' spread. To build the
-# two binaries: `git worktree add /tmp/a REV && cargo build --release --manifest-path
-# /tmp/a/Cargo.toml -p weir-cli` (`-p weir-server` for revisions before the binary had a crate of
+# two binaries: `git worktree add ../rev-a REV && cargo build --release --manifest-path
+# ../rev-a/Cargo.toml -p weir-cli` (`-p weir-server` for revisions before the binary had a crate of
 # its own), and the same for the other revision.
 set -euo pipefail
 bin_a=$1 bin_b=$2 seconds=${3:-5} rounds=${4:-5}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Envoy's rate limit service (RLS v3) on Weir, beside what it replaces, in one go on one machine:
 #
-#   1. `ShouldRateLimit` on Weir's gRPC port, open loop at 2 000 and 20 000 decisions a second
+#   1. `ShouldRateLimit` on Weir's gRPC port, open loop at 2 000 and 20 000 calls a second
 #      (two descriptors a call: a per-user limit and a global one), with Weir's server CPU per
 #      decision; Weir's own gRPC `Acquire` at the same rates, for its CPU per decision;
 #   2. the reference server's data path at the same load: what it sends Redis for every call

@@ -36,7 +36,8 @@ pub struct Admission<'a> {
     pub admitted: bool,
     /// How long it waited, in ms.
     pub waited_ms: u64,
-    /// Which tier admitted it: `node`, or in cluster mode `shared`, `fail_open`, `local_share`.
+    /// Which tier admitted it: `node`, or in cluster mode `owner` (another node decided a
+    /// cluster-scoped rate), `shared`, `fail_open`, `local_share`.
     pub tier: Cow<'a, str>,
     /// The lease to release (concurrency policies).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -19,7 +19,7 @@ pub mod grpc {
     tonic::include_proto!("weir.v1");
 }
 
-/// Envoy's rate limit service v3, as Envoy, Istio, Envoy Gateway, Contour and Emissary call it.
+/// Envoy's rate limit service v3, as Envoy, Istio, Contour and Emissary call it.
 /// The packages mirror Envoy's, so the gRPC path is
 /// `/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]

@@ -274,7 +274,6 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
     }
 }
 
-/// A lease request as it crosses the wire: the caller's `now` stays behind.
 /// `reply` with `quota` in it.
 fn with_quota(reply: proto::DecideReply, quota: Option<Quota>) -> proto::DecideReply {
     match quota {
@@ -289,6 +288,7 @@ fn with_quota(reply: proto::DecideReply, quota: Option<Quota>) -> proto::DecideR
     }
 }
 
+/// A lease request as it crosses the wire: the caller's `now` stays behind.
 fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
     proto::LeaseRequest {
         bucket: request.bucket,

@@ -40,7 +40,7 @@ fn descriptor<'a>(entries: &[(&'a str, &'a str)]) -> Descriptor<'a> {
 const MESSAGING: &str = r#"
 domain: messaging
 descriptors:
-  # Only allow 5 marketing messages a day
+  # marketing messages: 5 a day per number
   - key: message_type
     value: marketing
     descriptors:
@@ -48,7 +48,7 @@ descriptors:
         rate_limit:
           unit: day
           requests_per_unit: 5
-  # Only allow 100 messages a day to any unique phone number
+  # any message: 100 a day per number
   - key: to_number
     rate_limit:
       unit: day
@@ -565,6 +565,10 @@ descriptors:
         ["m.route_/api/users.method"]
     );
     assert_eq!(names("m.user"), ["m.user_alice"]);
+    // A hit counted under its name is not counted under the path too.
+    let (_, _, user) = rls.counts().find(|(_, p, _)| *p == "m.user").unwrap();
+    assert_eq!(user.rule.read()[0], 0);
+    assert_eq!(user.named.lock().unwrap()["m.user_alice"].read()[0], 1);
     // A rule that does not ask keeps one name however many values it sees.
     assert!(names("m.tenant").is_empty());
     let (_, _, tenant) = rls.counts().find(|(_, p, _)| *p == "m.tenant").unwrap();
@@ -607,6 +611,7 @@ descriptors:
         PolicySet::new(policies_of(&config, &settings, Scope::Node), clock.clone()).unwrap();
     let rls = Rls::new(&config, settings, &policies, clock.clone());
     let policy = policies.get("rls:ips.remote_address").unwrap();
+    let mut over = 0;
     for round in 0..20u64 {
         for address in 0..500u64 {
             let ip = format!("10.{round}.{}.{}", address / 256, address % 256);
@@ -618,12 +623,24 @@ descriptors:
             // one window: stricter, never looser.
             if address < 100 {
                 assert_eq!(answer.overall, Code::Ok, "round {round}, address {address}");
+            } else if answer.overall == Code::OverLimit {
+                over += 1;
             }
         }
+        // The 400 past the cap share one window of 5: all but 5 are refused, and say so.
+        assert_eq!(over, 395, "round {round}");
+        over = 0;
         assert!(policy.stats().keys <= 100, "{:?}", policy.stats());
         // A new second: last second's windows are idle and may go.
         clock.advance(Duration::from_secs(1));
     }
     let stats = policy.stats();
     assert!(stats.evictions > 0, "{stats:?}");
+    let (_, _, counts) = rls.counts().next().unwrap();
+    // total, over, near, within, shadow: the refused past the cap are over, not within.
+    let [total, over_limit, _, within, _] = counts.rule.read();
+    assert_eq!(
+        (total, over_limit, within),
+        (10_000, 20 * 395, 10_000 - 20 * 395)
+    );
 }

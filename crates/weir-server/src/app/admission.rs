@@ -39,7 +39,8 @@ pub enum AcquireOutcome {
         would_throttle: bool,
         /// The limit of the policy's buckets, for the RateLimit header fields.
         limit: Option<f64>,
-        /// Which tier admitted it: `node`, or in cluster mode `shared`, `fail_open`,
+        /// Which tier admitted it: `node`, or in cluster mode `owner` (another node decided a
+        /// cluster-scoped rate), `shared`, `fail_open`,
         /// `local_share`.
         tier: &'static str,
     },

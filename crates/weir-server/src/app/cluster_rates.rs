@@ -100,6 +100,11 @@ impl App {
             .kind(&request.kind)
             .cost(request.cost)
             .max_wait(request.max_wait);
+        if request.max_wait.is_zero() {
+            // What an RLS rule's answer carries back, read with the decision itself.
+            let (decided, quota) = policy.try_acquire_with_quota(&asked);
+            return decision_of(decided, quota);
+        }
         let decided = tokio::select! {
             decided = policy.acquire(&asked) => decided,
             () = self.shutting_down() => {
@@ -110,20 +115,26 @@ impl App {
                 };
             }
         };
-        // What the key has left just after: an RLS rule's answer carries it.
-        let quota = policy.quota(&request.kind, &request.key);
-        match decided {
-            Ok(admission) => RateDecision::Admitted {
-                waited: admission.waited(),
-                would_throttle: admission.would_throttle(),
-                quota,
-            },
-            Err(rejection) => RateDecision::Refused {
-                retry_after: rejection.retry_after(),
-                reason: rejection.to_string(),
-                quota,
-            },
-        }
+        decision_of(decided, policy.quota(&request.kind, &request.key))
+    }
+}
+
+/// A decision made here, as the asking node reads it.
+fn decision_of(
+    decided: Result<weir::policy::Admission<SystemClock>, weir::policy::Rejection>,
+    quota: Option<weir::limiter::Quota>,
+) -> RateDecision {
+    match decided {
+        Ok(admission) => RateDecision::Admitted {
+            waited: admission.waited(),
+            would_throttle: admission.would_throttle(),
+            quota,
+        },
+        Err(rejection) => RateDecision::Refused {
+            retry_after: rejection.retry_after(),
+            reason: rejection.to_string(),
+            quota,
+        },
     }
 }
 

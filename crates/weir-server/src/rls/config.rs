@@ -471,7 +471,12 @@ impl Context<'_> {
         for node in written {
             let place = place_of(self.file, &node.key);
             let key = node.key.as_str().to_owned();
-            let value = node.value.as_ref().map(|v| v.as_str().to_owned());
+            // An empty value is no value, as the reference server reads it: any value.
+            let value = node
+                .value
+                .as_ref()
+                .map(|v| v.as_str().to_owned())
+                .filter(|v| !v.is_empty());
             let step = match &value {
                 Some(value) => format!("{key}_{value}"),
                 None => key.clone(),

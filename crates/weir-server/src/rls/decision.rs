@@ -586,7 +586,17 @@ impl<C: Clock + Clone> Rls<C> {
         if bytes > MAX_DESCRIPTOR_BYTES {
             return Err(RequestError::TooLong { index, bytes });
         }
+        // A window counts at most 2³² − 1 hits: more in one call is refused below whatever
+        // the limit (and the counters, which sum hits, cannot wrap).
         let hits = descriptor.hits.unwrap_or(request_hits);
+        if hits > u64::from(u32::MAX) {
+            return Err(RequestError::HitsAboveLimit {
+                index,
+                hits,
+                limit: u32::MAX,
+                unit: "window",
+            });
+        }
         let too_many = |limit: u32, unit: Unit| {
             (limit > 0 && hits > u64::from(limit)).then_some(RequestError::HitsAboveLimit {
                 index,
@@ -651,13 +661,14 @@ impl<C: Clock + Clone> Rls<C> {
         };
         match &self.bound[matched.rule].policy {
             Some(policy) => {
-                let decided = policy.try_acquire(&Request::new(&matched.key).cost(hits));
+                let (decided, quota) =
+                    policy.try_acquire_with_quota(&Request::new(&matched.key).cost(hits));
                 Counted {
                     over: match &decided {
                         Ok(admission) => admission.would_throttle(),
                         Err(_) => true,
                     },
-                    quota: policy.quota("", &matched.key),
+                    quota,
                 }
             }
             // A limit of 0: every hit is over, none is counted.
@@ -710,12 +721,19 @@ impl<C: Clock + Clone> Rls<C> {
             Algorithm::TokenBucket if over => used.saturating_add(hits),
             _ => used,
         };
-        bound
-            .counts
-            .rule
-            .record(hits, after, limit, near, rule.shadow_mode);
-        if let Some(counts) = bound.counts.of(matched.metric.as_deref()) {
-            counts.record(hits, after, limit, near, rule.shadow_mode);
+        // Under the name the rule asks for instead of its path, as the reference server names
+        // its stats: one series per hit, never two (a name equal to the path is the path).
+        let named = matched
+            .metric
+            .as_deref()
+            .filter(|name| *name != rule.path)
+            .and_then(|name| bound.counts.of(Some(name)));
+        match named {
+            Some(counts) => counts.record(hits, after, limit, near, rule.shadow_mode),
+            None => bound
+                .counts
+                .rule
+                .record(hits, after, limit, near, rule.shadow_mode),
         }
         let code = if over && !rule.shadow_mode {
             Code::OverLimit
@@ -761,8 +779,13 @@ impl<C: Clock + Clone> Rls<C> {
         });
         // The counter never refuses (its limit is the most a window counts); the override's
         // limit is compared here.
-        let _counted = counter.try_acquire(key, hits);
-        let quota = counter.quota(key);
+        // The quota read with the decision: past the key cap it is the shared overflow cell's.
+        let (_counted, quota) = counter.try_acquire_with_quota(key, hits);
+        let quota = quota.unwrap_or(Quota {
+            used: hits,
+            remaining: 0,
+            reset_after: unit.window(),
+        });
         let limit = u64::from(per_unit);
         let over = quota.used > limit || (limit == 0 && hits > 0);
         let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;

@@ -1,6 +1,6 @@
 //! Envoy's rate limit service (RLS v3), answered by Weir policies.
 //!
-//! Every Envoy-based proxy (Envoy's HTTP and network rate limit filters, Istio, Envoy Gateway,
+//! Every Envoy-based proxy (Envoy's HTTP and network rate limit filters, Istio,
 //! Contour, Emissary) asks one question for global rate limits: `ShouldRateLimit(domain,
 //! descriptors)`. Weir answers it on its gRPC port from the reference server's YAML rules, read
 //! unchanged. Each rule with a rate becomes a Weir policy named `rls:<domain>.<path>`, counting

@@ -8,8 +8,8 @@
 //! through, and a descriptor longer than the tree matches nothing. There is no backtracking: a
 //! value that matched exactly never falls back to its key's any-value node deeper down.
 //!
-//! Lookup allocates only the two strings an answer needs (the counter's key, and a metric
-//! name where a rule asks for values in its metrics).
+//! Lookup builds the counter's key and the names a rule's metrics may ask for as it walks; it
+//! reads the tree without locks.
 
 use std::collections::HashMap;
 

@@ -531,6 +531,68 @@ impl<C: Clock> KeyedLimiter<C> {
         }
     }
 
+    /// [`try_acquire`](Self::try_acquire), and what the key has left just after: read from
+    /// the cell the decision was made on (the shared overflow cell for a key past the cap),
+    /// under the same lock, so no other decision comes between. `None` for a concurrency key
+    /// or a refusal for want of room in the map.
+    pub fn try_acquire_with_quota(
+        &self,
+        key: &str,
+        cost: u64,
+    ) -> (Result<KeyedAdmission, KeyedRefusal>, Option<Quota>) {
+        let now = self.clock.now();
+        match &self.buckets {
+            Buckets::Window(store) => match store.with(key, now, |found| {
+                let tracked = found.cell.tracked.load(Ordering::Relaxed);
+                let decided = found
+                    .shape
+                    .hit(&found.cell.value, cost, now)
+                    .map(|_| KeyedAdmission {
+                        taken: Taken::new(What::Hits { cost, at: now }, found.overflowed),
+                        waited: Duration::ZERO,
+                        tracked,
+                    })
+                    .map_err(KeyedRefusal::Limited);
+                let quota = found
+                    .shape
+                    .quota(found.cell.value.load(Ordering::Acquire), now);
+                (decided, quota)
+            }) {
+                Ok((decided, quota)) => (decided, Some(quota)),
+                Err(full) => (Err(full.into()), None),
+            },
+            Buckets::Rate(store) => match store.with(key, now, |found| {
+                let tracked = found.cell.tracked.load(Ordering::Relaxed);
+                let decided = match try_rate(&found, cost, now) {
+                    Ok(taken) => Ok(KeyedAdmission {
+                        taken,
+                        waited: Duration::ZERO,
+                        tracked,
+                    }),
+                    Err(Decided::BehindLine) => Err(Behind::Line {
+                        tat: found.cell.value.load(Ordering::Acquire),
+                        params: found.shape.params(),
+                        overflowed: found.overflowed,
+                    }),
+                    Err(Decided::Refused(refused)) => {
+                        Err(Behind::Refused(KeyedRefusal::Limited(refused)))
+                    }
+                };
+                let quota = found
+                    .shape
+                    .quota(found.cell.value.load(Ordering::Acquire), now);
+                (decided, quota)
+            }) {
+                Ok((decided, quota)) => (
+                    decided.map_err(|behind| self.refusal(behind, key, cost, now)),
+                    Some(quota),
+                ),
+                Err(full) => (Err(full.into()), None),
+            },
+            Buckets::Concurrency(_) => (self.try_acquire(key, cost), None),
+        }
+    }
+
     /// The refusal for a request that cannot go now. Behind a fair line, its retry-after counts
     /// everyone queued ahead.
     #[cfg_attr(not(feature = "tokio"), allow(unused_variables))]

@@ -103,9 +103,17 @@ impl Window {
     }
 
     /// Counts `cost` hits now; admits them if the window's count stays within the limit. A
-    /// refused hit is counted too (see the module docs).
+    /// refused hit is counted too (see the module docs), unless it is larger than any window.
     #[inline]
     pub(crate) fn hit(&self, word: &AtomicU64, cost: u64, now: Nanos) -> Result<Quota, Refused> {
+        // No window can ever hold it: refused without being counted, and without a time to
+        // retry at.
+        if cost > self.limit {
+            return Err(Refused::ExceedsCapacity {
+                cost,
+                capacity: self.limit,
+            });
+        }
         let (number, left) = self.at(now);
         // The word keeps at most 2³² − 1 hits; the decision sees the whole sum, so a window at
         // the largest limit still refuses once it is full.

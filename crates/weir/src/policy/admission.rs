@@ -15,6 +15,7 @@ use super::{Policy, RejectReason, Rejection, Request};
 use crate::clock::Clock;
 use crate::keyed::KeyedLimiter;
 use crate::keyed::{KeyedAdmission, KeyedRefusal, Taken};
+use crate::limiter::Quota;
 
 /// An admitted request. Dropping it marks the request finished (and releases concurrency
 /// permits); [`Policy::rollback`] gives back what it took instead.
@@ -99,6 +100,33 @@ impl<C: Clock + Clone> Policy<C> {
             // Deciding now never times out: no wait to report.
             Err(refusal) => self.refused(&state, limiter, request, refusal, Duration::ZERO),
         }
+    }
+
+    /// [`try_acquire`](Self::try_acquire), and what the request's key has left just after,
+    /// read under the same lock as the decision ([`KeyedLimiter::try_acquire_with_quota`]):
+    /// `None` where the policy does not apply, leaves the kind unlimited, is adaptive, or limits
+    /// concurrency.
+    pub fn try_acquire_with_quota(
+        &self,
+        request: &Request<'_>,
+    ) -> (Result<Admission<C>, Rejection>, Option<Quota>) {
+        let state = self.state.load();
+        let Some(Some(limiter)) = state.buckets(request.kind) else {
+            return (self.try_acquire(request), None);
+        };
+        if state.adaptive().is_some() {
+            return (self.try_acquire(request), None);
+        }
+        state.stats.start();
+        if let Err(rejection) = self.check_cost(&state, request) {
+            return (Err(rejection), None);
+        }
+        let (decided, quota) = limiter.try_acquire_with_quota(request.key, request.cost);
+        let answer = match decided {
+            Ok(grant) => Ok(self.granted(&state, limiter, request, grant)),
+            Err(refusal) => self.refused(&state, limiter, request, refusal, Duration::ZERO),
+        };
+        (answer, quota)
     }
 
     /// Decides, waiting up to `max_wait` (the policy's, or the request's if shorter) if the
