@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
+use weir::SystemClock;
 use weir::policy::Scope;
 use weir_bench::keys::KeyDistribution;
 use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
@@ -475,8 +476,17 @@ fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<E
                 None => String::new(),
                 Some(path) => match RulesConfig::load(path) {
                     Ok(rules) => {
-                        let count: usize =
-                            policies_of(&rules, &loaded.rls.settings(), Scope::Node).len();
+                        // The rules' policies built as `serve` builds them: a rate a token
+                        // bucket cannot hold is found here, not at start.
+                        let policies = policies_of(&rules, &loaded.rls.settings(), Scope::Node);
+                        let count = policies.len();
+                        if let Err(error) =
+                            weir::policy::PolicySet::new(policies, SystemClock::new())
+                        {
+                            println!("{}: {error}", path.display());
+                            println!("1 problem(s)");
+                            return Ok(ExitCode::FAILURE);
+                        }
                         format!(
                             ", {} RLS domain(s), {count} counted rule(s)",
                             rules.domains.len()

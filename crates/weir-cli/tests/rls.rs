@@ -273,6 +273,26 @@ fn bad_rules_stop_the_start_and_check_config_names_each_mistake() {
         "{err}"
     );
 
+    // What only building the rules' policies finds: a token bucket faster than a nanosecond.
+    std::fs::write(
+        &rules,
+        "domain: fast\ndescriptors:\n  - key: k\n    weir_algorithm: token_bucket\n    rate_limit: { unit: second, requests_per_unit: 4000000000 }\n",
+    )
+    .unwrap();
+    let checked = weir()
+        .arg("check-config")
+        .arg(&config)
+        .arg("--rls-config")
+        .arg(&rules)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&checked.stdout);
+    assert!(!checked.status.success());
+    assert!(
+        out.contains("rls:fast.k") && out.contains("token_bucket.rate"),
+        "{out}"
+    );
+
     std::fs::write(&rules, RULES).unwrap();
     let checked = weir()
         .arg("check-config")

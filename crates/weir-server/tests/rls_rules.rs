@@ -644,3 +644,26 @@ descriptors:
         (10_000, 20 * 395, 10_000 - 20 * 395)
     );
 }
+
+#[test]
+fn two_rules_with_one_path_are_refused_wherever_they_come_from() {
+    let error = RulesConfig::parse([(
+        Path::new("a.yaml"),
+        "domain: d\ndescriptors:\n  - key: b.c\n    rate_limit: { unit: second, requests_per_unit: 1 }\n  - key: b\n    descriptors:\n      - key: c\n        rate_limit: { unit: second, requests_per_unit: 2 }\n",
+    )])
+    .unwrap_err();
+    assert_eq!(error.len(), 1, "{error:?}");
+    let text = error[0].to_string();
+    assert!(
+        text.starts_with("a.yaml:7:")
+            && text.contains("rule `d.b.c`")
+            && text.contains("a.yaml:3:"),
+        "{text}"
+    );
+    let across = RulesConfig::parse([
+        (Path::new("a.yaml"), "domain: a\ndescriptors:\n  - key: b.c\n    rate_limit: { unit: second, requests_per_unit: 1 }\n"),
+        (Path::new("ab.yaml"), "domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: { unit: second, requests_per_unit: 1 }\n"),
+    ])
+    .unwrap_err();
+    assert!(across[0].to_string().contains("rule `a.b.c`"), "{across:?}");
+}

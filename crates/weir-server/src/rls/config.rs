@@ -297,6 +297,32 @@ impl RulesConfig {
             }
             domains.push(rules);
         }
+        // A path names a rule's policy: two rules may not share one, whatever levels or
+        // domains they come from (`b.c` at the top, or `b` then `c`).
+        let mut paths: std::collections::HashMap<&str, &Place> = std::collections::HashMap::new();
+        let mut stack: Vec<&Node> = domains.iter().flat_map(|d| &d.descriptors).collect();
+        while let Some(node) = stack.pop() {
+            stack.extend(&node.children);
+            if node.limit.is_none() {
+                continue;
+            }
+            if let Some(first) = paths.insert(&node.path, &node.place) {
+                let (first, again) = if (first.file.as_path(), first.line)
+                    <= (node.place.file.as_path(), node.place.line)
+                {
+                    (first, &node.place)
+                } else {
+                    (&node.place, first)
+                };
+                errors.push(RuleError {
+                    place: again.clone(),
+                    rule: Some(node.path.clone()),
+                    problem: format!(
+                        "has the same path as the rule at {first}: two rules would count as one policy (rename a key or a domain)"
+                    ),
+                });
+            }
+        }
         if errors.is_empty() {
             Ok(RulesConfig { domains })
         } else {
