@@ -226,6 +226,21 @@ async fn a_node_without_rules_does_not_offer_the_service() {
     assert_eq!(status.code(), Code::Unimplemented);
 }
 
+/// `weir check-config CONFIG --rls-config RULES`: whether it passed, and what it printed.
+fn check_config(config: &std::path::Path, rules: &std::path::Path) -> (bool, String) {
+    let checked = weir()
+        .arg("check-config")
+        .arg(config)
+        .arg("--rls-config")
+        .arg(rules)
+        .output()
+        .unwrap();
+    (
+        checked.status.success(),
+        String::from_utf8_lossy(&checked.stdout).into_owned(),
+    )
+}
+
 #[test]
 fn bad_rules_stop_the_start_and_check_config_names_each_mistake() {
     let dir = tempfile::tempdir().unwrap();
@@ -237,15 +252,8 @@ fn bad_rules_stop_the_start_and_check_config_names_each_mistake() {
     .unwrap();
     let config = dir.path().join("weir.toml");
     std::fs::write(&config, "").unwrap();
-    let checked = weir()
-        .arg("check-config")
-        .arg(&config)
-        .arg("--rls-config")
-        .arg(&rules)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&checked.stdout);
-    assert!(!checked.status.success());
+    let (passed, out) = check_config(&config, &rules);
+    assert!(!passed);
     assert!(
         out.contains("rules.yaml:4:") && out.contains("fortnight"),
         "{out}"
@@ -279,29 +287,15 @@ fn bad_rules_stop_the_start_and_check_config_names_each_mistake() {
         "domain: fast\ndescriptors:\n  - key: k\n    weir_algorithm: token_bucket\n    rate_limit: { unit: second, requests_per_unit: 4000000000 }\n",
     )
     .unwrap();
-    let checked = weir()
-        .arg("check-config")
-        .arg(&config)
-        .arg("--rls-config")
-        .arg(&rules)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&checked.stdout);
-    assert!(!checked.status.success());
+    let (passed, out) = check_config(&config, &rules);
+    assert!(!passed);
     assert!(
         out.contains("rls:fast.k") && out.contains("token_bucket.rate"),
         "{out}"
     );
 
     std::fs::write(&rules, RULES).unwrap();
-    let checked = weir()
-        .arg("check-config")
-        .arg(&config)
-        .arg("--rls-config")
-        .arg(&rules)
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&checked.stdout);
-    assert!(checked.status.success(), "{out}");
+    let (passed, out) = check_config(&config, &rules);
+    assert!(passed, "{out}");
     assert!(out.contains("1 RLS domain(s), 2 counted rule(s)"), "{out}");
 }

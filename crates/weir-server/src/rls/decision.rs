@@ -236,8 +236,7 @@ pub struct RuleCounts {
 }
 
 impl RuleCounts {
-    fn of(&self, metric: Option<&str>) -> Option<Arc<Counts>> {
-        let metric = metric?;
+    fn of(&self, metric: &str) -> Option<Arc<Counts>> {
         let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(counts) = named.get(metric) {
             return Some(Arc::clone(counts));
@@ -727,7 +726,7 @@ impl<C: Clock + Clone> Rls<C> {
             .metric
             .as_deref()
             .filter(|name| *name != rule.path)
-            .and_then(|name| bound.counts.of(Some(name)));
+            .and_then(|name| bound.counts.of(name));
         match named {
             Some(counts) => counts.record(hits, after, limit, near, rule.shadow_mode),
             None => bound

@@ -484,24 +484,7 @@ impl<C: Clock> KeyedLimiter<C> {
         let now = self.clock.now();
         match &self.buckets {
             Buckets::Rate(store) => {
-                let decided = store.with(key, now, |found| {
-                    let tracked = found.cell.tracked.load(Ordering::Relaxed);
-                    match try_rate(&found, cost, now) {
-                        Ok(taken) => Ok(KeyedAdmission {
-                            taken,
-                            waited: Duration::ZERO,
-                            tracked,
-                        }),
-                        Err(Decided::BehindLine) => Err(Behind::Line {
-                            tat: found.cell.value.load(Ordering::Acquire),
-                            params: found.shape.params(),
-                            overflowed: found.overflowed,
-                        }),
-                        Err(Decided::Refused(refused)) => {
-                            Err(Behind::Refused(KeyedRefusal::Limited(refused)))
-                        }
-                    }
-                })?;
+                let decided = store.with(key, now, |found| admit_rate(&found, cost, now))?;
                 // The line's lock is only taken outside the shard's.
                 decided.map_err(|behind| self.refusal(behind, key, cost, now))
             }
@@ -516,18 +499,9 @@ impl<C: Clock> KeyedLimiter<C> {
                     })
                     .map_err(KeyedRefusal::Limited)
             })?,
-            Buckets::Window(store) => store.with(key, now, |found| {
-                let tracked = found.cell.tracked.load(Ordering::Relaxed);
-                found
-                    .shape
-                    .hit(&found.cell.value, cost, now)
-                    .map(|_| KeyedAdmission {
-                        taken: Taken::new(What::Hits { cost, at: now }, found.overflowed),
-                        waited: Duration::ZERO,
-                        tracked,
-                    })
-                    .map_err(KeyedRefusal::Limited)
-            })?,
+            Buckets::Window(store) => {
+                store.with(key, now, |found| hit_window(&found, cost, now))?
+            }
         }
     }
 
@@ -543,16 +517,7 @@ impl<C: Clock> KeyedLimiter<C> {
         let now = self.clock.now();
         match &self.buckets {
             Buckets::Window(store) => match store.with(key, now, |found| {
-                let tracked = found.cell.tracked.load(Ordering::Relaxed);
-                let decided = found
-                    .shape
-                    .hit(&found.cell.value, cost, now)
-                    .map(|_| KeyedAdmission {
-                        taken: Taken::new(What::Hits { cost, at: now }, found.overflowed),
-                        waited: Duration::ZERO,
-                        tracked,
-                    })
-                    .map_err(KeyedRefusal::Limited);
+                let decided = hit_window(&found, cost, now);
                 let quota = found
                     .shape
                     .quota(found.cell.value.load(Ordering::Acquire), now);
@@ -562,22 +527,7 @@ impl<C: Clock> KeyedLimiter<C> {
                 Err(full) => (Err(full.into()), None),
             },
             Buckets::Rate(store) => match store.with(key, now, |found| {
-                let tracked = found.cell.tracked.load(Ordering::Relaxed);
-                let decided = match try_rate(&found, cost, now) {
-                    Ok(taken) => Ok(KeyedAdmission {
-                        taken,
-                        waited: Duration::ZERO,
-                        tracked,
-                    }),
-                    Err(Decided::BehindLine) => Err(Behind::Line {
-                        tat: found.cell.value.load(Ordering::Acquire),
-                        params: found.shape.params(),
-                        overflowed: found.overflowed,
-                    }),
-                    Err(Decided::Refused(refused)) => {
-                        Err(Behind::Refused(KeyedRefusal::Limited(refused)))
-                    }
-                };
+                let decided = admit_rate(&found, cost, now);
                 let quota = found
                     .shape
                     .quota(found.cell.value.load(Ordering::Acquire), now);
@@ -790,6 +740,48 @@ fn undo(cell: &RateCell, what: &What, shape: &RateShape) {
         What::Slot { slot, span } => strict::give_back(&cell.value, slot, span),
         What::Permit(_) | What::Hits { .. } | What::Nothing => {}
     }
+}
+
+/// A non-blocking decision on a rate cell, as an admission or what stands behind a refusal
+/// (a fair line's retry-after is worked out outside the shard's lock).
+#[inline]
+fn admit_rate(
+    found: &Found<'_, RateShape, RateCell>,
+    cost: u64,
+    now: Nanos,
+) -> Result<KeyedAdmission, Behind> {
+    let tracked = found.cell.tracked.load(Ordering::Relaxed);
+    match try_rate(found, cost, now) {
+        Ok(taken) => Ok(KeyedAdmission {
+            taken,
+            waited: Duration::ZERO,
+            tracked,
+        }),
+        Err(Decided::BehindLine) => Err(Behind::Line {
+            tat: found.cell.value.load(Ordering::Acquire),
+            params: found.shape.params(),
+            overflowed: found.overflowed,
+        }),
+        Err(Decided::Refused(refused)) => Err(Behind::Refused(KeyedRefusal::Limited(refused))),
+    }
+}
+
+/// A decision on a fixed window's cell.
+fn hit_window(
+    found: &Found<'_, Window, RateCell>,
+    cost: u64,
+    now: Nanos,
+) -> Result<KeyedAdmission, KeyedRefusal> {
+    let tracked = found.cell.tracked.load(Ordering::Relaxed);
+    found
+        .shape
+        .hit(&found.cell.value, cost, now)
+        .map(|_| KeyedAdmission {
+            taken: Taken::new(What::Hits { cost, at: now }, found.overflowed),
+            waited: Duration::ZERO,
+            tracked,
+        })
+        .map_err(KeyedRefusal::Limited)
 }
 
 /// One non-blocking decision on a rate cell.
