@@ -81,6 +81,8 @@ pub struct Tally {
     pub latency: Histogram<u64>,
     /// The first error's message, so a run against a wrong address or policy says why.
     pub first_error: Option<String>,
+    /// When the last counted answer came back.
+    pub last_answer: Option<tokio::time::Instant>,
 }
 
 impl Tally {
@@ -92,6 +94,7 @@ impl Tally {
             sent_per_key: vec![0; keys],
             latency: new_latency_histogram(),
             first_error: None,
+            last_answer: None,
         }
     }
 
@@ -136,6 +139,7 @@ impl Tally {
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
         }
+        self.last_answer = self.last_answer.max(other.last_answer);
     }
 }
 
@@ -200,6 +204,10 @@ pub struct Report {
     pub target: String,
     /// Measured seconds (warm-up excluded).
     pub seconds: f64,
+    /// Seconds from the start of the measured time to the last counted answer: the time a
+    /// limiter had to refill in. Past `seconds` when the last requests went out late (a loaded
+    /// machine), a little short of it when a slow open-loop client's last slot came early.
+    pub span: f64,
     /// Requests sent per second.
     pub rps: f64,
     /// Requests sent.
@@ -263,6 +271,7 @@ impl Report {
         Report {
             target: target.to_owned(),
             seconds,
+            span: seconds,
             rps: tally.counts.sent as f64 / seconds,
             sent: tally.counts.sent,
             missed: tally.counts.missed,

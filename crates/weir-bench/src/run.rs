@@ -343,6 +343,11 @@ async fn drive<T: Target>(
         settings.configured,
     );
     report.timeline = sampler.finish();
+    if let Some(last) = total.last_answer {
+        report.span = last
+            .saturating_duration_since(start + settings.warmup)
+            .as_secs_f64();
+    }
     Ok(report)
 }
 
@@ -397,6 +402,7 @@ async fn open_loop<T: Target>(
         batch.record(RequestOutcome::of(&outcome), latency);
         if due >= measured_from {
             tally.record_answer(key as usize, outcome, latency);
+            tally.last_answer = Some(done);
         }
         let now = Instant::now();
         let (next, _) = schedule.skip_missed(k + 1, now - start);
@@ -450,6 +456,7 @@ async fn closed_loop<T: Target>(
         batch.record(RequestOutcome::of(&outcome), latency);
         if sent >= measured_from {
             tally.record_answer(key as usize, outcome, latency);
+            tally.last_answer = Some(done);
         }
         // Outside the timed span: adding a batch takes a lock and fills a histogram.
         if batch.latencies.len() >= BATCH || done - reported >= REPORT_EVERY {

@@ -27,6 +27,10 @@ pub struct AccuracyRow {
     pub admitted: f64,
     /// `admitted / configured`.
     pub ratio: f64,
+    /// The longest time, over the runs, from the start of the measured time to the last
+    /// answer, in seconds (a run's `span`): on a loaded machine the last requests go out late
+    /// and the bucket refills for longer than `seconds`, which bounds what it may admit.
+    pub span: f64,
 }
 
 /// `rate-accuracy`'s report.
@@ -85,6 +89,7 @@ pub async fn rate_accuracy(settings: &ScenarioSettings) -> anyhow::Result<RateAc
     let runs = settings.runs.max(1);
     let mut sent = vec![Vec::with_capacity(runs); ACCURACY_RATES.len()];
     let mut admitted = vec![Vec::with_capacity(runs); ACCURACY_RATES.len()];
+    let mut spans = vec![0.0_f64; ACCURACY_RATES.len()];
     for _ in 0..runs {
         for (i, (rate, report)) in one_round(&config, settings).await?.into_iter().enumerate() {
             if let Some(error) = report.first_error {
@@ -92,12 +97,13 @@ pub async fn rate_accuracy(settings: &ScenarioSettings) -> anyhow::Result<RateAc
             }
             sent[i].push(report.rps);
             admitted[i].push(report.admitted as f64 / report.seconds);
+            spans[i] = spans[i].max(report.span);
         }
     }
     let rows: Vec<AccuracyRow> = ACCURACY_RATES
         .into_iter()
-        .zip(sent.into_iter().zip(admitted))
-        .map(|(rate, (sent, admitted))| {
+        .zip(sent.into_iter().zip(admitted).zip(spans))
+        .map(|(rate, ((sent, admitted), span))| {
             let configured = f64::from(rate);
             let admitted = median(admitted);
             AccuracyRow {
@@ -106,6 +112,7 @@ pub async fn rate_accuracy(settings: &ScenarioSettings) -> anyhow::Result<RateAc
                 sent: median(sent),
                 admitted,
                 ratio: admitted / configured,
+                span,
             }
         })
         .collect();
@@ -169,6 +176,7 @@ mod tests {
                 sent: 30.0,
                 admitted: 9.9,
                 ratio: 0.99,
+                span: 10.0,
             }],
             worst_deviation: 0.01,
         };
