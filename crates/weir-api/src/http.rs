@@ -123,6 +123,10 @@ pub struct ClusterView {
     pub ring: RingSummary,
     /// What this node's shared tier did (all 0 on a single node).
     pub counters: ClusterCounters,
+    /// Shared units this node, as the owner of their buckets, has lent out now, by the node
+    /// holding them (itself included; a plain lease is one unit).
+    #[serde(default)]
+    pub lent: std::collections::BTreeMap<String, u64>,
 }
 
 /// A member in [`ClusterView`].
@@ -152,7 +156,7 @@ pub struct RingSummary {
 /// This node's shared-tier counters in [`ClusterView`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterCounters {
-    /// Leases granted by owners.
+    /// Admissions from the shared tier (a lease from the owner, or a unit lent to this node).
     pub shared: u64,
     /// Admissions because the owner could not be asked (`on_unavailable = "open"`).
     pub fail_open: u64,
@@ -176,6 +180,23 @@ pub struct ClusterCounters {
     /// Requests of cluster-scoped rate policies this node decided for other nodes.
     #[serde(default)]
     pub decided_for_others: u64,
+    /// Shared admissions on units lent to this node, made with no call to the owner (counted in
+    /// `shared` too).
+    #[serde(default)]
+    pub from_loan: u64,
+    /// Requests refused because the bucket's new owner was in its learning period.
+    #[serde(default)]
+    pub learning: u64,
+    /// Lent units this node gave back to their owners.
+    #[serde(default)]
+    pub given_back: u64,
+    /// Units lent to this node now, over every bucket.
+    #[serde(default)]
+    pub borrowed: u64,
+    /// As an owner: requests refused while other nodes held loans of the bucket (an upper bound
+    /// on the refusals lending caused; some of those units were in use).
+    #[serde(default)]
+    pub refused_while_lent: u64,
 }
 
 fn is_false(value: &bool) -> bool {

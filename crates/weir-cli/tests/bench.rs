@@ -240,7 +240,7 @@ fn scenario(name: &str) -> Value {
     serde_json::from_slice(&output.stdout).unwrap()
 }
 
-/// Three real nodes joined by gossip, six cells (eight with the Redis baseline beside them),
+/// Three real nodes joined by gossip, eight cells (ten with the Redis baseline beside them),
 /// nothing refused (limits far above the load).
 #[test]
 fn the_opensearch_latency_scenario_fills_the_latency_table() {
@@ -248,7 +248,7 @@ fn the_opensearch_latency_scenario_fills_the_latency_table() {
     let rows = report["rows"].as_array().unwrap();
     let with_redis = std::env::var_os("WEIR_REQUIRE_REDIS").is_some();
     assert!(
-        rows.len() == 8 || (rows.len() == 6 && !with_redis),
+        rows.len() == 10 || (rows.len() == 8 && !with_redis),
         "{report}"
     );
     for row in rows {
@@ -262,8 +262,9 @@ fn the_opensearch_latency_scenario_fills_the_latency_table() {
     let per_profile = rows.len() / 2;
     assert_eq!(rows[2]["config"], "shared-only");
     assert_eq!(rows[per_profile + 2]["profile"], "burst");
-    if rows.len() == 8 {
-        assert_eq!(rows[7]["config"], "redis-lua");
+    assert_eq!(rows[3]["config"], "shared-no-loan");
+    if rows.len() == 10 {
+        assert_eq!(rows[9]["config"], "redis-lua");
     }
 }
 

@@ -16,8 +16,8 @@ concurrency = { node_limit = 1, shared_limit = 2, lease_ttl = "10s", on_unavaila
 "#;
 
 /// Waits out the owners' tenure: a `closed` policy's owner grants once it has held a bucket for
-/// one `lease_ttl` plus the quorum's margin (4 s), plus 2 s for the last ring change after
-/// gossip converged.
+/// one loan's TTL (`lease_ttl` and 0.5 s) plus the quorum's margin (4 s), plus 1.5 s for the
+/// last ring change after gossip converged.
 async fn settle(lease_ttl: Duration) {
     tokio::time::sleep(lease_ttl + Duration::from_secs(6)).await;
 }
@@ -313,8 +313,9 @@ async fn a_paused_owners_own_shared_lease_is_not_given_to_another() {
             "{body}"
         );
         let retry = body["retry_after_ms"].as_u64().expect("says when to retry");
-        // One lease TTL (30 s) plus the quorum's margin (4 s) at most.
-        assert!(retry > 0 && retry <= 34_000, "{body}");
+        // One loan's TTL (the lease TTL, 30 s, and its margin, 0.5 s) plus the quorum's
+        // margin (4 s) at most.
+        assert!(retry > 0 && retry <= 34_500, "{body}");
     }
     nodes[owner].signal("CONT");
     converge(&nodes, 3).await;
@@ -571,4 +572,65 @@ async fn members_that_disagree_on_a_policy_never_share_a_bucket_wrongly() {
         "every such decision counted as failed over"
     );
     assert_eq!(ask(&nodes[1], "p", &k2).await.0, 200);
+}
+
+const LOAN_CONFIG: &str = r#"
+[[policy]]
+name = "search"
+on_exhausted = "reject"
+concurrency = { node_limit = 0, shared_limit = 100, lease_ttl = "10s", on_unavailable = "closed" }
+"#;
+
+/// With loans (the default `max_loan`), a node that admits and releases over and over asks the
+/// bucket's owner once or twice: every later shared admission takes a unit lent to it. The
+/// owner shows what it lent to whom, and it is what the nodes say they borrowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_node_takes_lent_units_without_asking_the_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = three_nodes(dir.path(), LOAN_CONFIG).await;
+    settle(Duration::from_secs(10)).await;
+    let client = reqwest::Client::new();
+    for server in &servers {
+        for i in 0..20 {
+            let (status, body) = acquire(server).await;
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body["tier"], "shared", "{body}");
+            // The last one stays held: a loan in use is not given back for being idle.
+            if i < 19 {
+                let released = client
+                    .post(server.url("/v1/release"))
+                    .json(&json!({"lease": body["lease"]}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(released.status(), 200);
+            }
+        }
+    }
+    let mut borrowed = 0;
+    let mut lent = 0;
+    for server in &servers {
+        let view = view(server).await;
+        assert_eq!(view.counters.shared, 20, "{view:?}");
+        assert!(
+            view.counters.from_loan >= 15,
+            "at most a few calls to the owner: {view:?}"
+        );
+        assert!(view.counters.borrowed >= 1, "{view:?}");
+        borrowed += view.counters.borrowed;
+        lent += view.lent.values().sum::<u64>();
+    }
+    assert_eq!(lent, borrowed, "the owner counts what the nodes hold");
+    let metrics = client
+        .get(servers[0].url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("weir_cluster_admissions_from_loan_total"),
+        "{metrics}"
+    );
 }

@@ -63,14 +63,13 @@ async fn measure<T: Transport + 'static>(transport: Arc<T>, tasks: usize, second
             while !stop.load(Ordering::Relaxed) {
                 let bucket = format!("bucket-{}", i % BUCKETS);
                 i += 1;
-                let request = LeaseRequest {
-                    bucket: bucket.clone(),
-                    limit: u64::MAX,
-                    holder: "coordinator".to_owned(),
-                    ttl: std::time::Duration::from_secs(30),
-                    now: clock.now(),
-                    fenced: false,
-                };
+                let request = LeaseRequest::one(
+                    &bucket,
+                    u64::MAX,
+                    "coordinator",
+                    std::time::Duration::from_secs(30),
+                    clock.now(),
+                );
                 if let Ok(Grant::Granted { id, .. }) = transport.acquire("owner", request).await {
                     let _ = transport.release("owner", &bucket, id).await;
                     done.fetch_add(1, Ordering::Relaxed);

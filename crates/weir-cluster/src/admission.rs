@@ -17,7 +17,15 @@
 //!
 //! A `closed` policy's requests are *fenced*: its owner grants only once it has held the bucket
 //! for one lease TTL (see [`tenure`](crate::tenure)), and until then the refusal says when it
-//! will (`retry_after`). The other modes are not fenced.
+//! will (`retry_after`). The other modes are not fenced; they may have a *learning period*
+//! instead (`learning_period`, at most the TTL): a new owner grants only once it has held the
+//! bucket that long, so that the handoff of the leases other nodes hold reaches it first —
+//! until then, a refusal with `retry_after` too (not a fail-open: the owner answered).
+//!
+//! With `max_loan > 1` the shared tier costs no call in steady state: the owner lends this node
+//! a block of units, which requests take and put back here, and [`TwoTier::upkeep`] renews
+//! and trims (see [`loan`]). A handoff moves a loan's units in use to the new
+//! owner whole.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,6 +36,7 @@ use weir::keyed::{KeyedLimiter, Overflow, Shape, Taken};
 use weir::policy::OnUnavailable;
 use weir::{Clock, Nanos};
 
+use crate::loan::{self, Ask, LoanBook, Moved, Owed, Unit};
 use crate::owner::Owner;
 use crate::pool::Grant;
 use crate::ring::SharedRing;
@@ -48,6 +57,13 @@ pub struct TwoTierConfig {
     pub acquire_timeout: Duration,
     /// Most buckets tracked by the node tier.
     pub max_keys: usize,
+    /// Most units a bucket's owner lends this node at once, for requests to take with no call
+    /// (1: one lease per request, asked of the owner each time).
+    pub max_loan: u64,
+    /// Unfenced policies: how long a bucket's new owner waits for the leases other nodes hold
+    /// to be handed over before it grants (zero: it grants at once; fenced policies wait a
+    /// lease TTL whatever this says).
+    pub learning_period: Duration,
 }
 
 /// Which tier admitted a request.
@@ -69,12 +85,20 @@ enum Holding {
     Permit(#[allow(dead_code)] Taken),
     /// A shared lease, by its handle in the coordinator's registry.
     Lease(u64),
+    /// A unit of a loan.
+    Unit(Unit),
     Nothing,
 }
 
 /// A shared lease held by this coordinator, to renew it (see [`ClusterAdmission::shared`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SharedLease(u64);
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SharedLease(Shared);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Shared {
+    Lease(u64),
+    Unit(Unit),
+}
 
 /// An admitted request. Hand it back to [`TwoTier::release`] when the request is done (a lost
 /// release expires with the lease's TTL).
@@ -89,8 +113,9 @@ pub struct ClusterAdmission {
 impl ClusterAdmission {
     /// The shared lease it holds, if it holds one (to [`TwoTier::renew`] it).
     pub fn shared(&self) -> Option<SharedLease> {
-        match self.hold {
-            Holding::Lease(handle) => Some(SharedLease(handle)),
+        match &self.hold {
+            Holding::Lease(handle) => Some(SharedLease(Shared::Lease(*handle))),
+            Holding::Unit(unit) => Some(SharedLease(Shared::Unit(unit.clone()))),
             Holding::Permit(_) | Holding::Nothing => None,
         }
     }
@@ -208,6 +233,12 @@ pub struct AdmissionCounters {
     /// Fenced requests refused: the owner took the bucket over too recently, or does not hear
     /// from a majority.
     pub fenced: AtomicU64,
+    /// Shared admissions on a unit lent to this node, with no call (counted in `shared` too).
+    pub from_loan: AtomicU64,
+    /// Unfenced requests refused because the bucket's owner was in its learning period.
+    pub learning: AtomicU64,
+    /// Lent units given back to their owners.
+    pub given_back: AtomicU64,
 }
 
 /// The coordinator side of two-tier admission; see the [module docs](self).
@@ -224,6 +255,8 @@ pub struct TwoTier<C: Clock + Clone, T: Transport> {
     /// The shared leases held, by handle.
     held: Mutex<HashMap<u64, HeldLease>>,
     next_handle: AtomicU64,
+    /// The units owners lent this node (with `max_loan > 1`).
+    book: Mutex<LoanBook>,
     /// What admission did.
     pub counters: AdmissionCounters,
 }
@@ -273,6 +306,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         );
         TwoTier {
             node_id: node_id.to_owned(),
+            book: Mutex::new(LoanBook::new(config.max_loan)),
             config,
             ring,
             transport,
@@ -314,6 +348,9 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         if self.config.shared_limit == 0 {
             return Err(self.refusal(bucket, self.full()));
         }
+        if self.lends() {
+            return self.acquire_lent(bucket).await;
+        }
         // A grant that comes back after the ring moved the bucket is returned and asked for
         // again of the new owner: the handoff of that change may already have run without it,
         // and the new owner would not count it. Twice in a row means the ring is churning.
@@ -322,9 +359,9 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             let Some(owner) = ring.owner_of(bucket) else {
                 return self.unavailable(bucket, ring.members().len());
             };
-            let grant = self.ask_owner(bucket, owner).await;
+            let grant = self.ask_owner(bucket, owner, Ask::ONE).await;
             match grant {
-                Ok(Grant::Granted { id, expires_at }) => {
+                Ok(Grant::Granted { id, expires_at, .. }) => {
                     // Checked and recorded under the registry's lock: `rehome` loads the ring
                     // before it takes that lock, so it either sees this lease or this check
                     // sees its ring.
@@ -355,32 +392,144 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         hold: Holding::Lease(handle),
                     });
                 }
-                Ok(Grant::Full) => return Err(self.refusal(bucket, self.full())),
-                Err(error @ TransportError::Settling { wait, .. }) => {
-                    return self.fenced_out(bucket, &error, Some(wait));
-                }
-                Err(error @ TransportError::NoMajority { .. }) => {
-                    return self.fenced_out(bucket, &error, None);
-                }
-                Ok(Grant::TooManyBuckets) | Err(_) => {
-                    return self.unavailable(bucket, ring.members().len());
-                }
+                answer => return self.not_granted(bucket, answer, ring.members().len()),
             }
         }
         let members = self.ring.load().members().len();
         self.unavailable(bucket, members)
     }
 
-    /// Asks `owner` for a lease on `bucket`: this node's own pool without a hop, else one call
-    /// bounded by the acquire timeout.
-    async fn ask_owner(&self, bucket: &str, owner: &str) -> Result<Grant, TransportError> {
+    /// Whether this policy's owners lend blocks of units (`max_loan > 1`).
+    fn lends(&self) -> bool {
+        self.config.max_loan > 1
+    }
+
+    /// The shared tier with loans: a unit lent to this node if one is free, else the loan
+    /// grown by asking the owner (see [`loan`]).
+    async fn acquire_lent(&self, bucket: &str) -> Result<ClusterAdmission, ClusterRefusal> {
+        for _ in 0..2 {
+            let ring = self.ring.load();
+            let Some(owner) = ring.owner_of(bucket) else {
+                return self.unavailable(bucket, ring.members().len());
+            };
+            let now = self.clock.now();
+            // A unit must not outlive its loan: the loan has at least a lease TTL left.
+            let hold_until = weir::clock::after(now, self.config.lease_ttl);
+            let ask = {
+                let mut book = self.book();
+                if let Some(unit) = book.take(bucket, owner, hold_until, now) {
+                    return Ok(self.lent_unit(unit, true));
+                }
+                book.ask(bucket, owner)
+            };
+            match self.ask_owner(bucket, owner, ask).await {
+                Ok(Grant::Granted {
+                    id,
+                    expires_at,
+                    units,
+                    keep,
+                }) => {
+                    // As for a lease: checked and recorded under the book's lock, which
+                    // `rehome` takes after loading the ring.
+                    let (unit, owed) = {
+                        let mut book = self.book();
+                        match self.ring.is_owner(bucket, owner) {
+                            true => {
+                                let owed = book.granted(bucket, owner, id, units, keep, expires_at);
+                                (book.take(bucket, owner, hold_until, now), owed)
+                            }
+                            false => {
+                                self.counters.raced.fetch_add(1, Ordering::Relaxed);
+                                // Only what this grant added: the loan, if it was there
+                                // before, is the handoff's to move.
+                                let owed = Owed::GiveBack {
+                                    bucket: bucket.to_owned(),
+                                    owner: owner.to_owned(),
+                                    id,
+                                    units,
+                                };
+                                (None, Some(owed))
+                            }
+                        }
+                    };
+                    if let Some(owed) = owed {
+                        self.pay(owed).await;
+                    }
+                    if let Some(unit) = unit {
+                        return Ok(self.lent_unit(unit, false));
+                    }
+                    // Taken by racing requests, or the ring moved: once more.
+                }
+                answer => return self.not_granted(bucket, answer, ring.members().len()),
+            }
+        }
+        Err(self.refusal(bucket, self.full()))
+    }
+
+    fn lent_unit(&self, unit: Unit, no_call: bool) -> ClusterAdmission {
+        self.counters.shared.fetch_add(1, Ordering::Relaxed);
+        if no_call {
+            self.counters.from_loan.fetch_add(1, Ordering::Relaxed);
+        }
+        ClusterAdmission {
+            tier: Tier::Shared,
+            hold: Holding::Unit(unit),
+        }
+    }
+
+    /// An owner's answer other than a grant: full, fenced out, or the owner could not be
+    /// asked (the policy's `on_unavailable` decides).
+    fn not_granted(
+        &self,
+        bucket: &str,
+        answer: Result<Grant, TransportError>,
+        members: usize,
+    ) -> Result<ClusterAdmission, ClusterRefusal> {
+        match answer {
+            Ok(Grant::Full) => Err(self.refusal(bucket, self.full())),
+            Err(error @ TransportError::Settling { wait, .. }) => {
+                self.fenced_out(bucket, &error, Some(wait))
+            }
+            Err(error @ TransportError::NoMajority { .. }) => self.fenced_out(bucket, &error, None),
+            Ok(Grant::Granted { .. } | Grant::TooManyBuckets) | Err(_) => {
+                self.unavailable(bucket, members)
+            }
+        }
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, LoanBook> {
+        self.book.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// How long a lease (or a loan, which must outlast the units taken from it) lives.
+    fn ttl(&self) -> Duration {
+        match self.lends() {
+            true => self.config.lease_ttl.saturating_add(loan::LOAN_MARGIN),
+            false => self.config.lease_ttl,
+        }
+    }
+
+    /// Asks `owner` for a lease on `bucket` (or for a loan to grow, or be renewed): this
+    /// node's own pool without a hop, else one call bounded by the acquire timeout.
+    async fn ask_owner(
+        &self,
+        bucket: &str,
+        owner: &str,
+        ask: Ask,
+    ) -> Result<Grant, TransportError> {
         let request = LeaseRequest {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
             holder: self.node_id.clone(),
-            ttl: self.config.lease_ttl,
+            ttl: self.ttl(),
             now: self.clock.now(),
             fenced: self.fenced(),
+            units: ask.units,
+            lend: ask.lend,
+            learning: match self.fenced() {
+                true => Duration::ZERO,
+                false => self.config.learning_period,
+            },
         };
         if owner == self.node_id {
             return self.owner.grant(&request);
@@ -406,8 +555,9 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             .ok()
     }
 
-    /// A fenced request the owner would not grant (it is settling into the bucket, or does not
-    /// hear from a majority): refused, saying why and, if known, when to come back.
+    /// A request the owner would not grant yet (it is settling into the bucket — its tenure, or
+    /// an unfenced policy's learning period — or does not hear from a majority): refused,
+    /// saying why and, if known, when to come back.
     fn fenced_out(
         &self,
         bucket: &str,
@@ -415,7 +565,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         wait: Option<Duration>,
     ) -> Result<ClusterAdmission, ClusterRefusal> {
         self.counters.unavailable.fetch_add(1, Ordering::Relaxed);
-        self.counters.fenced.fetch_add(1, Ordering::Relaxed);
+        match self.fenced() {
+            true => self.counters.fenced.fetch_add(1, Ordering::Relaxed),
+            false => self.counters.learning.fetch_add(1, Ordering::Relaxed),
+        };
         Err(ClusterRefusal {
             retry_after: wait,
             ..self.refusal(
@@ -492,11 +645,87 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         }
     }
 
-    /// Releases what `admission` holds: its node permit, or its shared lease.
+    /// Makes a call upkeep, a release or a grant owes an owner (best effort: what is not given
+    /// back expires with its loan).
+    async fn pay(&self, owed: Owed) {
+        match owed {
+            Owed::GiveBack {
+                bucket,
+                owner,
+                id,
+                units,
+            } => {
+                self.counters.given_back.fetch_add(units, Ordering::Relaxed);
+                if owner == self.node_id {
+                    self.owner.give_back(&bucket, id, units);
+                } else {
+                    let _ = self
+                        .call(self.transport.give_back(&owner, &bucket, id, units))
+                        .await;
+                }
+            }
+            Owed::Release { bucket, owner, id } => {
+                self.release_lease(&owner, &bucket, id).await;
+            }
+            Owed::Renew { bucket, owner, id } => {
+                self.renew_loan(&bucket, &owner, id).await;
+            }
+        }
+    }
+
+    /// Renews loan `id` of `bucket` on `owner`; gives back what the answer does not let this
+    /// node keep. False if the owner no longer has it (or could not be asked).
+    async fn renew_loan(&self, bucket: &str, owner: &str, id: u64) -> bool {
+        match self.ask_owner(bucket, owner, Ask::RENEW).await {
+            Ok(Grant::Granted {
+                id: renewed,
+                expires_at,
+                keep,
+                ..
+            }) if renewed == id => {
+                let owed = self.book().renewed(bucket, id, keep, expires_at);
+                if let Some(owed) = owed {
+                    Box::pin(self.pay(owed)).await;
+                }
+                true
+            }
+            Ok(_) => {
+                self.book().gone(bucket, id);
+                false
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Renews this node's loans and gives back what they may not keep, or what has been idle
+    /// for [`loan::IDLE_AFTER`]. Call it every [`loan::UPKEEP_EVERY`] (it does nothing for a
+    /// policy that does not lend).
+    pub async fn upkeep(&self) {
+        if !self.lends() {
+            return;
+        }
+        let owed = self.book().upkeep(self.clock.now(), loan::IDLE_AFTER);
+        for owed in owed {
+            self.pay(owed).await;
+        }
+    }
+
+    /// Units lent to this node: loans, units, in use.
+    pub fn lent(&self) -> loan::Totals {
+        self.book().totals()
+    }
+
+    /// Releases what `admission` holds: its node permit, its shared lease, or its lent unit.
     pub async fn release(&self, admission: ClusterAdmission) {
         match admission.hold {
             Holding::Permit(permit) => drop(permit),
             Holding::Nothing => {}
+            Holding::Unit(unit) => {
+                let owed = self.book().put_back(&unit);
+                if let Some(owed) = owed {
+                    self.pay(owed).await;
+                }
+            }
             Holding::Lease(handle) => {
                 let held = self.held_leases().remove(&handle);
                 if let Some(lease) = held {
@@ -509,7 +738,19 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
 
     /// Extends a shared lease by `ttl` on its owner; true if it was still live there.
     pub async fn renew(&self, lease: SharedLease, ttl: Duration) -> bool {
-        let handle = lease.0;
+        let handle = match lease.0 {
+            Shared::Lease(handle) => handle,
+            Shared::Unit(unit) => {
+                // The loan outlives its units by its margin; renewing it renews them all.
+                let Some(owner) = self.ring.load().owner_of(&unit.bucket).map(str::to_owned) else {
+                    return false;
+                };
+                let Some(id) = self.book().loan_id(&unit.bucket, &owner) else {
+                    return false;
+                };
+                return self.renew_loan(&unit.bucket, &owner, id).await;
+            }
+        };
         let Some(lease) = self.held_leases().get(&handle).cloned() else {
             return false;
         };
@@ -543,10 +784,54 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         before - held.len()
     }
 
-    /// After a ring change: hands every held lease whose bucket has a new owner over to it
-    /// (and releases it at the old one, best effort). Returns how many moved. A lease that
-    /// cannot be handed over stays where it is and expires there.
+    /// After a ring change: hands every loan whose bucket has a new owner over to it with its
+    /// units in use, and gives it back to the old one. Returns how many moved.
+    async fn rehome_loans(&self) -> usize {
+        let moving: Vec<Moved> = {
+            let ring = self.ring.load();
+            self.book()
+                .moved(|bucket| ring.owner_of(bucket).map(str::to_owned))
+        };
+        let mut moved = 0;
+        for m in moving {
+            let (from, old_id) = m.from.clone();
+            if m.in_use == 0 {
+                self.book().forget(&m);
+                self.release_lease(&from, &m.bucket, old_id).await;
+                continue;
+            }
+            let adopted = if m.to == self.node_id {
+                self.owner
+                    .adopt(&m.bucket, &self.node_id, m.expires_at, m.in_use, true)
+                    .ok()
+            } else {
+                self.call(self.transport.adopt(
+                    &m.to,
+                    &m.bucket,
+                    &self.node_id,
+                    m.expires_at,
+                    m.in_use,
+                    true,
+                ))
+                .await
+            };
+            let Some(id) = adopted else { continue };
+            let rehomed = self.book().rehomed(&m, id);
+            self.release_lease(&from, &m.bucket, old_id).await;
+            if rehomed {
+                moved += 1;
+            } else {
+                self.release_lease(&m.to, &m.bucket, id).await;
+            }
+        }
+        moved
+    }
+
+    /// After a ring change: hands every held lease (and loan) whose bucket has a new owner over
+    /// to it (and releases it at the old one, best effort). Returns how many moved. A lease
+    /// that cannot be handed over stays where it is and expires there.
     pub async fn rehome(&self) -> usize {
+        let loans = self.rehome_loans().await;
         let ring = self.ring.load();
         self.forget_expired();
         let moving: Vec<(u64, HeldLease, String)> = {
@@ -562,7 +847,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         for (handle, lease, new_owner) in moving {
             let adopted = if new_owner == self.node_id {
                 self.owner
-                    .adopt(&lease.bucket, &self.node_id, lease.expires_at)
+                    .adopt(&lease.bucket, &self.node_id, lease.expires_at, 1, false)
                     .ok()
             } else {
                 self.call(self.transport.adopt(
@@ -570,6 +855,8 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     &lease.bucket,
                     &self.node_id,
                     lease.expires_at,
+                    1,
+                    false,
                 ))
                 .await
             };
@@ -591,6 +878,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 self.release_lease(&new_owner, &lease.bucket, id).await;
             }
         }
+        let moved = moved + loans;
         self.counters
             .handed_off
             .fetch_add(moved as u64, Ordering::Relaxed);

@@ -153,11 +153,23 @@ async fn send_leases<T: Transport + 'static>(
         let (inner, owner, give_back) = (Arc::clone(&inner), owner.clone(), give_back.clone());
         tokio::spawn(async move {
             let (requests, replies): (Vec<LeaseRequest>, Vec<Reply>) = batch.into_iter().unzip();
-            let buckets: Vec<String> = requests.iter().map(|r| r.bucket.clone()).collect();
+            let asked: Vec<(String, bool)> = requests
+                .iter()
+                .map(|r| (r.bucket.clone(), r.lend))
+                .collect();
             let answers = inner.acquire_batch(&owner, requests).await;
             drop(slot);
-            for ((reply, bucket), answer) in replies.into_iter().zip(buckets).zip(answers) {
-                if let Err(Ok(Grant::Granted { id, .. })) = reply.send(answer) {
+            for ((reply, (bucket, lend)), answer) in replies.into_iter().zip(asked).zip(answers) {
+                let Err(Ok(Grant::Granted { id, units, .. })) = reply.send(answer) else {
+                    continue;
+                };
+                if lend {
+                    // A loan: only the units this grant added go back (none for a renewal);
+                    // its holder may use the rest.
+                    if units > 0 {
+                        let _ = inner.give_back(&owner, &bucket, id, units).await;
+                    }
+                } else {
                     let _ = give_back.send((bucket, id));
                 }
             }
@@ -254,8 +266,21 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         bucket: &str,
         holder: &str,
         expires_at: Nanos,
+        units: u64,
+        lent: bool,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.inner.adopt(owner, bucket, holder, expires_at)
+        self.inner
+            .adopt(owner, bucket, holder, expires_at, units, lent)
+    }
+
+    fn give_back(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        units: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        self.inner.give_back(owner, bucket, lease, units)
     }
 
     fn renew(
@@ -313,8 +338,11 @@ mod tests {
             bucket: &str,
             holder: &str,
             expires_at: Nanos,
+            units: u64,
+            lent: bool,
         ) -> BoxFuture<'_, Result<u64, TransportError>> {
-            self.network.adopt(owner, bucket, holder, expires_at)
+            self.network
+                .adopt(owner, bucket, holder, expires_at, units, lent)
         }
         fn renew(
             &self,
@@ -326,6 +354,15 @@ mod tests {
             fenced: bool,
         ) -> BoxFuture<'_, Result<bool, TransportError>> {
             self.network.renew(owner, bucket, lease, ttl, now, fenced)
+        }
+        fn give_back(
+            &self,
+            owner: &str,
+            bucket: &str,
+            lease: u64,
+            units: u64,
+        ) -> BoxFuture<'_, Result<(), TransportError>> {
+            self.network.give_back(owner, bucket, lease, units)
         }
         fn acquire_batch(
             &self,
@@ -423,14 +460,7 @@ mod tests {
     }
 
     fn request(bucket: &str) -> LeaseRequest {
-        LeaseRequest {
-            bucket: bucket.to_owned(),
-            limit: 1000,
-            holder: "n2".to_owned(),
-            ttl: Duration::from_secs(1),
-            now: 0,
-            fenced: false,
-        }
+        LeaseRequest::one(bucket, 1000, "n2", Duration::from_secs(1), 0)
     }
 
     /// With every call slot busy, the requests that queue meanwhile leave together: after
@@ -534,6 +564,39 @@ mod tests {
             counting.release_calls.load(Ordering::SeqCst) >= 1 && pool.in_use("b", 0) == 0
         })
         .await;
+    }
+
+    /// A loan's growth whose asker gave up is given back unit by unit: the loan, which its
+    /// holder goes on using, stays.
+    #[tokio::test]
+    async fn a_loans_growth_nobody_waits_for_gives_back_only_what_it_added() {
+        let (counting, pool) = one_owner();
+        let batching = Batching::new(Arc::clone(&counting));
+        let first = LeaseRequest {
+            units: 4,
+            lend: true,
+            ..request("b")
+        };
+        let Ok(Grant::Granted { units: 4, .. }) = batching.acquire("n1", first).await else {
+            panic!("a loan of 4");
+        };
+        counting.gated.store(true, Ordering::SeqCst);
+        let grow = LeaseRequest {
+            units: 3,
+            lend: true,
+            ..request("b")
+        };
+        let gave_up =
+            tokio::time::timeout(std::time::Duration::ZERO, batching.acquire("n1", grow)).await;
+        assert!(gave_up.is_err());
+        until("the call", || {
+            counting.lease_calls.load(Ordering::SeqCst) >= 2
+        })
+        .await;
+        counting.gated.store(false, Ordering::SeqCst);
+        counting.gate.notify_waiters();
+        until("the 3 added units given back", || pool.in_use("b", 0) == 4).await;
+        assert_eq!(counting.release_calls.load(Ordering::SeqCst), 0);
     }
 
     /// An owner forgotten (it left) and asked again later gets fresh queues and tasks.

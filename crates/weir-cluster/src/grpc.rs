@@ -75,6 +75,14 @@ impl<C: Clock> ClusterService<C> {
 }
 
 impl<C: Clock> ClusterService<C> {
+    /// Ends a lease, or gives some of a loan's units back.
+    fn unlease_one(&self, request: &proto::UnleaseRequest) {
+        match request.units {
+            0 => self.owner.release(&request.bucket, request.id),
+            units => self.owner.give_back(&request.bucket, request.id, units),
+        }
+    }
+
     /// Answers one lease request, stamping a grant with this node's clock.
     fn grant(&self, request: proto::LeaseRequest) -> proto::LeaseReply {
         let now = self.clock.now();
@@ -85,12 +93,22 @@ impl<C: Clock> ClusterService<C> {
             ttl: Duration::from_nanos(request.ttl_ns),
             now,
             fenced: request.fenced,
+            units: request.units,
+            lend: request.lend,
+            learning: Duration::from_nanos(request.learning_ns),
         });
         match grant {
-            Ok(Grant::Granted { id, expires_at }) => proto::LeaseReply {
+            Ok(Grant::Granted {
+                id,
+                expires_at,
+                units,
+                keep,
+            }) => proto::LeaseReply {
                 outcome: Outcome::Granted as i32,
                 id,
                 expires_in_ns: expires_at.saturating_sub(now),
+                units,
+                keep,
                 ..Default::default()
             },
             Ok(Grant::Full) => proto::LeaseReply {
@@ -205,7 +223,7 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
         request: Request<proto::UnleaseBatchRequest>,
     ) -> Result<Response<proto::UnleaseReply>, Status> {
         for lease in request.into_inner().leases {
-            self.owner.release(&lease.bucket, lease.id);
+            self.unlease_one(&lease);
         }
         Ok(Response::new(proto::UnleaseReply {}))
     }
@@ -234,8 +252,7 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
         &self,
         request: Request<proto::UnleaseRequest>,
     ) -> Result<Response<proto::UnleaseReply>, Status> {
-        let request = request.into_inner();
-        self.owner.release(&request.bucket, request.id);
+        self.unlease_one(&request.into_inner());
         Ok(Response::new(proto::UnleaseReply {}))
     }
 
@@ -260,10 +277,13 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
     ) -> Result<Response<proto::AdoptReply>, Status> {
         let request = request.into_inner();
         let expires_at = self.clock.now().saturating_add(request.expires_in_ns);
-        let reply = match self
-            .owner
-            .adopt(&request.bucket, &request.holder, expires_at)
-        {
+        let reply = match self.owner.adopt(
+            &request.bucket,
+            &request.holder,
+            expires_at,
+            request.units.max(1),
+            request.lent,
+        ) {
             Ok(id) => proto::AdoptReply { adopted: true, id },
             Err(_) => proto::AdoptReply {
                 adopted: false,
@@ -296,6 +316,9 @@ fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
         holder: request.holder,
         ttl_ns: duration_to_nanos(request.ttl),
         fenced: request.fenced,
+        units: request.units,
+        lend: request.lend,
+        learning_ns: duration_to_nanos(request.learning),
     }
 }
 
@@ -305,6 +328,8 @@ fn grant_of(reply: &proto::LeaseReply, now: Nanos, owner: &str) -> Result<Grant,
         Ok(Outcome::Granted) => Ok(Grant::Granted {
             id: reply.id,
             expires_at: now.saturating_add(reply.expires_in_ns),
+            units: reply.units,
+            keep: reply.keep,
         }),
         Ok(Outcome::Full) => Ok(Grant::Full),
         Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
@@ -404,6 +429,29 @@ impl<C: Clock> GrpcTransport<C> {
         let old = self.addresses.load();
         clients.retain(|node, _| addresses.get(node) == old.get(node));
         self.addresses.store(Arc::new(addresses));
+    }
+
+    /// One `Unlease` call: `units` of lease `lease` back (0: the whole lease).
+    fn unlease(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        units: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let client = self.client(owner);
+        let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
+        Box::pin(async move {
+            client?
+                .unlease(proto::UnleaseRequest {
+                    bucket,
+                    id: lease,
+                    units,
+                })
+                .await
+                .map(|_| ())
+                .map_err(|_| TransportError::Unreachable(owner))
+        })
     }
 
     fn client(&self, owner: &str) -> Result<Client, TransportError> {
@@ -579,7 +627,11 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         Box::pin(async move {
             let leases = leases
                 .into_iter()
-                .map(|(bucket, id)| proto::UnleaseRequest { bucket, id })
+                .map(|(bucket, id)| proto::UnleaseRequest {
+                    bucket,
+                    id,
+                    units: 0,
+                })
                 .collect();
             client?
                 .unlease_batch(proto::UnleaseBatchRequest { leases })
@@ -595,15 +647,17 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         bucket: &str,
         lease: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let client = self.client(owner);
-        let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
-        Box::pin(async move {
-            client?
-                .unlease(proto::UnleaseRequest { bucket, id: lease })
-                .await
-                .map(|_| ())
-                .map_err(|_| TransportError::Unreachable(owner))
-        })
+        self.unlease(owner, bucket, lease, 0)
+    }
+
+    fn give_back(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        units: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        self.unlease(owner, bucket, lease, units.max(1))
     }
 
     fn adopt(
@@ -612,6 +666,8 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         bucket: &str,
         holder: &str,
         expires_at: Nanos,
+        units: u64,
+        lent: bool,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
         let client = self.client(owner);
         let expires_in_ns = expires_at.saturating_sub(self.clock.now());
@@ -622,6 +678,8 @@ impl<C: Clock> Transport for GrpcTransport<C> {
                     bucket,
                     holder,
                     expires_in_ns,
+                    units,
+                    lent,
                 })
                 .await
                 .map_err(|_| TransportError::Unreachable(owner.clone()))?

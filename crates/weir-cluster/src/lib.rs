@@ -6,7 +6,8 @@
 //! rate policy's buckets have owners too, which decide every request ([`rates`]).
 //!
 //! The crate has two halves. The decision logic — [`ring`], [`pool`], [`owner`] (the ownership
-//! fence), [`tenure`], [`quorum`], [`admission`] (two tiers, handoff) — does no I/O and reads
+//! fence), [`tenure`], [`quorum`], [`loan`] (capacity lent to a node), [`admission`] (two
+//! tiers, handoff) — does no I/O and reads
 //! no clock of its own: time comes in as an argument or through a `Clock`, and it is tested on
 //! a manual clock. The I/O shells around it are [`transport`] (the trait, and an in-memory
 //! network), [`grpc`] (the node-to-node protocol), [`batch`] (batching per owner),
@@ -16,6 +17,7 @@
 pub mod admission;
 pub mod batch;
 pub mod grpc;
+pub mod loan;
 pub mod membership;
 pub mod owner;
 pub mod pool;

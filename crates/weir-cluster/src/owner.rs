@@ -12,6 +12,10 @@
 //! in a cluster, only while this node hears from a majority ([`Quorum`]), which adds the
 //! quorum's margin to the TTL. Before that, the answer is [`TransportError::Settling`]; without
 //! a majority, [`TransportError::NoMajority`] (and fenced renewals fail); the caller refuses.
+//!
+//! An unfenced request may carry a *learning period* instead: a shorter tenure (at most the
+//! TTL) during which a new owner lets the leases other nodes hold be re-registered (the
+//! handoff) before it grants, trading a short refusal for not granting what is already out.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -95,26 +99,38 @@ impl Owner {
                     wait,
                 });
             }
+        } else if !request.learning.is_zero() {
+            let wait = self
+                .tenure
+                .wait(&request.bucket, request.learning, &self.ring, request.now)
+                .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
+            if !wait.is_zero() {
+                return Err(TransportError::Settling {
+                    owner: self.node_id.clone(),
+                    wait,
+                });
+            }
         }
-        Ok(self.pool.acquire(
-            &request.bucket,
-            request.limit,
-            &request.holder,
-            request.ttl,
-            request.now,
-        ))
+        Ok(self.pool.lend(request))
     }
 
-    /// Takes over a lease granted by the bucket's previous owner, if this node owns the bucket
-    /// now; returns its id here.
+    /// Takes over a lease of `units` units (a loan, if `lent`) granted by the bucket's
+    /// previous owner, if this node owns the bucket now; returns its id here.
     pub fn adopt(
         &self,
         bucket: &str,
         holder: &str,
         expires_at: weir::Nanos,
+        units: u64,
+        lent: bool,
     ) -> Result<u64, TransportError> {
         self.fence(bucket)?;
-        Ok(self.pool.adopt(bucket, holder, expires_at))
+        Ok(self.pool.adopt(bucket, holder, expires_at, units, lent))
+    }
+
+    /// Takes `units` idle units of a loan back (whoever owns the bucket now, as a release).
+    pub fn give_back(&self, bucket: &str, lease: u64, units: u64) {
+        self.pool.give_back(bucket, lease, units);
     }
 
     /// Extends a live lease to `now + ttl`; false if it is unknown or expired here, or if the
@@ -154,14 +170,7 @@ mod tests {
     use crate::ring::{DEFAULT_VNODES, Member, Ring};
 
     fn request(bucket: &str) -> LeaseRequest {
-        LeaseRequest {
-            bucket: bucket.into(),
-            limit: 5,
-            holder: "coordinator".into(),
-            ttl: Duration::from_nanos(1_000),
-            now: 0,
-            fenced: false,
-        }
+        LeaseRequest::one(bucket, 5, "coordinator", Duration::from_nanos(1_000), 0)
     }
 
     #[test]

@@ -1,28 +1,49 @@
 //! The owner side of a shared pool: the leases each bucket has out.
 //!
 //! A bucket's shared permits are counted on its owner as *live leases*: a grant inserts a lease
-//! `{id, expires_at, holder}` if fewer than `limit` are live, all under one lock, so a check and
-//! its insert cannot be split by a racing grant. Because the count *is* the set of live leases,
-//! releasing twice, releasing after a sweep, or sweeping twice cannot drift it. A lease expires
-//! at `expires_at` inclusive (`expires_at == now` is expired): expired leases are pruned lazily
-//! when a bucket looks full, and by a periodic sweep; empty buckets are removed. A holder that
-//! leaves the cluster keeps its leases until they expire: it may only be paused.
+//! `{id, units, expires_at, holder}` if the live units stay within `limit`, all under one lock,
+//! so a check and its insert cannot be split by a racing grant. Because the count *is* the set
+//! of live leases, releasing twice, releasing after a sweep, or sweeping twice cannot drift it.
+//! A lease expires at `expires_at` inclusive (`expires_at == now` is expired): expired leases
+//! are pruned lazily when a bucket looks full, and by a periodic sweep; empty buckets are
+//! removed. A holder that leaves the cluster keeps its leases until they expire: it may only be
+//! paused.
+//!
+//! A *loan* is a lease of one or more units lent to a node, which hands its units out itself
+//! with no call to the owner (see [`loan`](crate::loan)); a node has at most one loan of a
+//! bucket here, which its lend requests grow. The owner counts every lent
+//! unit as used, so lending never lets the bucket exceed its limit; what it can cost is units
+//! lent and idle while another node is refused. So a loan grows by at most a quarter of what is
+//! free, down to one unit a call when the pool is nearly full, and each answer says how many
+//! idle units the holder may *keep* — a quarter of what is still free, and none for a second
+//! after a refusal while other holders had loans (a recall: they give their idle units back
+//! at their next call, at most one upkeep later).
 //!
 //! The number of buckets an owner tracks is bounded (`max_buckets`; keyed per user, the map
 //! could otherwise grow with every user that has a request in flight): beyond it a new bucket
 //! is refused, and the caller applies the policy's "unavailable" behaviour.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use weir::Nanos;
 
-/// A shared permit, as its owner records it.
+use crate::transport::LeaseRequest;
+
+/// How long a refusal while units were lent elsewhere keeps every holder's `keep` at zero: long
+/// enough for each holder's next upkeep call to hear it.
+pub const RECALL_FOR: Duration = Duration::from_secs(1);
+
+/// A shared permit (or, with more than one unit, a loan), as its owner records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolLease {
     /// Unique within this pool.
     pub id: u64,
+    /// Units it counts for (1 for a plain lease).
+    pub units: u64,
+    /// A loan: its holder's one loan of the bucket here, which its lend requests grow.
+    pub lent: bool,
     /// Expired from this instant on.
     pub expires_at: Nanos,
     /// The node holding it (empty: unknown).
@@ -34,21 +55,53 @@ pub struct PoolLease {
 pub enum Grant {
     /// Granted: the lease's id and expiry.
     Granted {
-        /// The lease id, to release or renew.
+        /// The lease id, to release or renew (a loan's id stays as it grows).
         id: u64,
         /// When it expires unless renewed.
         expires_at: Nanos,
+        /// Units added by this grant (0: a loan renewed, nothing added).
+        units: u64,
+        /// How many idle units the holder may keep rather than give back.
+        keep: u64,
     },
-    /// The bucket has `limit` live leases already.
+    /// The bucket's limit is in use (lent units included).
     Full,
     /// The owner tracks `max_buckets` buckets already and this one is new.
     TooManyBuckets,
 }
 
 #[derive(Debug, Default)]
+struct Bucket {
+    leases: Vec<PoolLease>,
+    /// Units of `leases`, expired ones included until they are pruned.
+    units: u64,
+    /// Holders keep no idle units until then (a recall).
+    recall_until: Nanos,
+}
+
+impl Bucket {
+    fn prune(&mut self, now: Nanos) -> usize {
+        let before = self.leases.len();
+        self.leases.retain(|l| l.expires_at > now);
+        self.units = self.leases.iter().map(|l| l.units).sum();
+        before - self.leases.len()
+    }
+}
+
+#[derive(Debug, Default)]
 struct Buckets {
     next_id: u64,
-    leases: HashMap<String, Vec<PoolLease>>,
+    buckets: HashMap<String, Bucket>,
+    refused_while_lent: u64,
+}
+
+/// The most a loan grows by in one grant when `free` units are free: a quarter of them, at
+/// least one while any is free.
+fn block(free: u64) -> u64 {
+    match free {
+        0 => 0,
+        free => (free / 4).max(1),
+    }
 }
 
 /// The leases of every bucket this node owns; see the [module docs](self).
@@ -71,7 +124,8 @@ impl SharedPool {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Grants `holder` a lease on `bucket` for `ttl` if fewer than `limit` are live at `now`.
+    /// Grants `holder` a one-unit lease on `bucket` for `ttl` if fewer than `limit` units are
+    /// live at `now`.
     pub fn acquire(
         &self,
         bucket: &str,
@@ -80,82 +134,161 @@ impl SharedPool {
         ttl: Duration,
         now: Nanos,
     ) -> Grant {
+        self.lend(&LeaseRequest::one(bucket, limit, holder, ttl, now))
+    }
+
+    /// Answers a lease request: a plain lease of one unit, or — `request.lend` — the holder's
+    /// loan of the bucket grown by up to `request.units` units and renewed (by zero: renewed
+    /// only; `Full` if it has none), started if it has none live. A holder has one loan per
+    /// bucket, so requests that race to start one grow the same. The units granted are at most
+    /// a quarter of what is free (at least one while any is); none free is `Full`.
+    pub fn lend(&self, request: &LeaseRequest) -> Grant {
+        let (now, ttl) = (request.now, request.ttl);
         let mut state = self.lock();
         let state = &mut *state;
-        if !state.leases.contains_key(bucket) {
-            if state.leases.len() >= self.max_buckets {
+        if !state.buckets.contains_key(&request.bucket) {
+            if state.buckets.len() >= self.max_buckets {
                 // Make room by dropping buckets whose leases have all expired.
                 state
-                    .leases
-                    .retain(|_, leases| leases.iter().any(|l| l.expires_at > now));
-                if state.leases.len() >= self.max_buckets {
+                    .buckets
+                    .retain(|_, b| b.leases.iter().any(|l| l.expires_at > now));
+                if state.buckets.len() >= self.max_buckets {
                     return Grant::TooManyBuckets;
                 }
             }
-            if limit == 0 {
+            if request.limit == 0 {
                 return Grant::Full;
             }
-            state.leases.insert(bucket.to_owned(), Vec::new());
+            state
+                .buckets
+                .insert(request.bucket.clone(), Bucket::default());
         }
-        let leases = state.leases.get_mut(bucket).expect("present");
-        if leases.len() as u64 >= limit {
+        let bucket = state.buckets.get_mut(&request.bucket).expect("present");
+        let wanted = match request.lend {
+            true => request.units,
+            false => 1,
+        };
+        if bucket.units.saturating_add(wanted) > request.limit {
             // Looks full: prune the expired before deciding.
-            leases.retain(|l| l.expires_at > now);
+            bucket.prune(now);
         }
-        if leases.len() as u64 >= limit {
+        let free = request.limit.saturating_sub(bucket.units);
+        let units = wanted.min(block(free));
+        let expires_at = weir::clock::after(now, ttl);
+        let loan = request.lend.then_some(()).and_then(|()| {
+            bucket
+                .leases
+                .iter()
+                .position(|l| l.lent && l.holder == request.holder && l.expires_at > now)
+        });
+        if units == 0 && (loan.is_none() || wanted > 0) {
+            // Loans elsewhere may hold idle units (their holders put units back without a
+            // call): recall them.
+            let lent_elsewhere = bucket
+                .leases
+                .iter()
+                .any(|l| l.lent && l.holder != request.holder && l.expires_at > now);
+            if lent_elsewhere && wanted > 0 {
+                state.refused_while_lent += 1;
+                bucket.recall_until = weir::clock::after(now, RECALL_FOR);
+            }
             return Grant::Full;
         }
+        let id = match loan {
+            Some(i) => {
+                let lease = &mut bucket.leases[i];
+                lease.units += units;
+                lease.expires_at = expires_at;
+                lease.id
+            }
+            None => {
+                let id = state.next_id;
+                state.next_id += 1;
+                bucket.leases.push(PoolLease {
+                    id,
+                    units,
+                    lent: request.lend,
+                    expires_at,
+                    holder: request.holder.clone(),
+                });
+                id
+            }
+        };
+        bucket.units += units;
+        let keep = match bucket.recall_until > now {
+            true => 0,
+            false => (free - units) / 4,
+        };
+        Grant::Granted {
+            id,
+            expires_at,
+            units,
+            keep,
+        }
+    }
+
+    /// Takes over a lease of `units` units (a loan, if `lent`) another owner granted (a handoff
+    /// after the bucket moved here): it is recorded whatever the count, because it is already
+    /// in use; it counts against the limit from now on. Returns its id here.
+    pub fn adopt(
+        &self,
+        bucket: &str,
+        holder: &str,
+        expires_at: Nanos,
+        units: u64,
+        lent: bool,
+    ) -> u64 {
+        let mut state = self.lock();
         let id = state.next_id;
         state.next_id += 1;
-        let expires_at = weir::clock::after(now, ttl);
-        leases.push(PoolLease {
+        let bucket = state.buckets.entry(bucket.to_owned()).or_default();
+        bucket.units += units;
+        bucket.leases.push(PoolLease {
             id,
+            units,
+            lent,
             expires_at,
             holder: holder.to_owned(),
         });
-        Grant::Granted { id, expires_at }
-    }
-
-    /// Takes over a lease another owner granted (a handoff after the bucket moved here): it is
-    /// recorded whatever the count, because it is already in use; it counts against the limit
-    /// from now on. Returns its id here.
-    pub fn adopt(&self, bucket: &str, holder: &str, expires_at: Nanos) -> u64 {
-        let mut state = self.lock();
-        let id = state.next_id;
-        state.next_id += 1;
-        state
-            .leases
-            .entry(bucket.to_owned())
-            .or_default()
-            .push(PoolLease {
-                id,
-                expires_at,
-                holder: holder.to_owned(),
-            });
         id
     }
 
-    /// Ends a lease. Unknown ids (released, swept, never granted) are a no-op: false.
+    /// Ends a lease, every unit of it. Unknown ids (released, swept, never granted) are a
+    /// no-op: false.
     pub fn release(&self, bucket: &str, id: u64) -> bool {
+        self.give_back(bucket, id, u64::MAX)
+    }
+
+    /// Gives `units` units of a lease back (all of them: the lease ends). Unknown ids are a
+    /// no-op: false.
+    pub fn give_back(&self, bucket: &str, id: u64, units: u64) -> bool {
         let mut state = self.lock();
-        let Some(leases) = state.leases.get_mut(bucket) else {
+        let Some(b) = state.buckets.get_mut(bucket) else {
             return false;
         };
-        let before = leases.len();
-        leases.retain(|l| l.id != id);
-        let released = leases.len() < before;
-        if leases.is_empty() {
-            state.leases.remove(bucket);
+        let Some(i) = b.leases.iter().position(|l| l.id == id) else {
+            return false;
+        };
+        let lease = &mut b.leases[i];
+        let units = units.min(lease.units);
+        lease.units -= units;
+        b.units -= units;
+        if lease.units == 0 {
+            b.leases.swap_remove(i);
         }
-        released
+        if b.leases.is_empty() {
+            state.buckets.remove(bucket);
+        }
+        true
     }
 
     /// Extends a live lease to `now + ttl`; `None` if it is unknown or expired.
     pub fn renew(&self, bucket: &str, id: u64, ttl: Duration, now: Nanos) -> Option<Nanos> {
         let mut state = self.lock();
         let lease = state
-            .leases
+            .buckets
             .get_mut(bucket)?
+            .leases
             .iter_mut()
             .find(|l| l.id == id && l.expires_at > now)?;
         lease.expires_at = weir::clock::after(now, ttl);
@@ -166,25 +299,45 @@ impl SharedPool {
     pub fn sweep(&self, now: Nanos) -> usize {
         let mut state = self.lock();
         let mut dropped = 0;
-        state.leases.retain(|_, leases| {
-            let before = leases.len();
-            leases.retain(|l| l.expires_at > now);
-            dropped += before - leases.len();
-            !leases.is_empty()
+        state.buckets.retain(|_, bucket| {
+            dropped += bucket.prune(now);
+            !bucket.leases.is_empty()
         });
         dropped
     }
 
-    /// Live leases of `bucket` at `now`.
+    /// Live units of `bucket` at `now` (lent units included, idle or not).
     pub fn in_use(&self, bucket: &str, now: Nanos) -> usize {
-        self.lock().leases.get(bucket).map_or(0, |leases| {
-            leases.iter().filter(|l| l.expires_at > now).count()
+        self.lock().buckets.get(bucket).map_or(0, |bucket| {
+            bucket
+                .leases
+                .iter()
+                .filter(|l| l.expires_at > now)
+                .map(|l| l.units as usize)
+                .sum()
         })
+    }
+
+    /// Live units by holder at `now`, over every bucket: what each node has been lent.
+    pub fn lent(&self, now: Nanos) -> BTreeMap<String, u64> {
+        let mut lent = BTreeMap::new();
+        for bucket in self.lock().buckets.values() {
+            for lease in bucket.leases.iter().filter(|l| l.expires_at > now) {
+                *lent.entry(lease.holder.clone()).or_default() += lease.units;
+            }
+        }
+        lent
+    }
+
+    /// Requests refused while other holders had loans of the bucket: an upper bound on the
+    /// refusals lending caused (some of those units were in use), counted since the start.
+    pub fn refused_while_lent(&self) -> u64 {
+        self.lock().refused_while_lent
     }
 
     /// Buckets tracked now.
     pub fn buckets(&self) -> usize {
-        self.lock().leases.len()
+        self.lock().buckets.len()
     }
 }
 
@@ -285,16 +438,112 @@ mod tests {
     #[test]
     fn adopted_leases_count_against_the_limit() {
         let pool = SharedPool::new(100);
-        pool.adopt("b", "a", 1_000);
-        pool.adopt("b", "a", 1_000);
+        pool.adopt("b", "a", 1_000, 1, false);
+        pool.adopt("b", "a", 1_000, 1, false);
         assert_eq!(pool.in_use("b", 0), 2);
         assert_eq!(pool.acquire("b", 2, "c", TTL, 0), Grant::Full);
         assert_eq!(
             pool.acquire("b", 2, "c", TTL, 1_000),
             Grant::Granted {
                 id: 2,
-                expires_at: weir::clock::after(1_000, TTL)
+                expires_at: weir::clock::after(1_000, TTL),
+                units: 1,
+                keep: 0,
             }
+        );
+    }
+
+    #[test]
+    fn a_holder_has_one_loan_per_bucket_which_lends_grow_and_plain_leases_do_not() {
+        let pool = SharedPool::new(100);
+        let lend = |holder: &str, units| LeaseRequest {
+            units,
+            lend: true,
+            ..LeaseRequest::one("b", 100, holder, TTL, 0)
+        };
+        // Two requests racing to start a loan grow the same one.
+        let first = granted(pool.lend(&lend("a", 3)));
+        let second = granted(pool.lend(&lend("a", 2)));
+        assert_eq!(first, second);
+        assert_ne!(granted(pool.lend(&lend("z", 1))), first, "another holder's");
+        assert_ne!(
+            granted(pool.acquire("b", 100, "a", TTL, 0)),
+            first,
+            "a plain lease"
+        );
+        assert_eq!(pool.in_use("b", 0), 3 + 2 + 1 + 1);
+        // A renewal of a loan the holder does not have is refused.
+        assert_eq!(pool.lend(&lend("y", 0)), Grant::Full);
+        // An adopted loan is the holder's loan here.
+        let adopted = pool.adopt("b2", "a", 1_000, 4, true);
+        assert_eq!(
+            granted(pool.lend(&LeaseRequest {
+                bucket: "b2".into(),
+                ..lend("a", 1)
+            })),
+            adopted
+        );
+    }
+
+    #[test]
+    fn a_loan_grows_by_a_quarter_of_what_is_free_and_says_what_to_keep() {
+        let pool = SharedPool::new(100);
+        let long = Duration::from_secs(10);
+        let lend = |units, now| LeaseRequest {
+            units,
+            lend: true,
+            ..LeaseRequest::one("b", 8, "a", long, now)
+        };
+        let grant = pool.lend(&lend(16, 0));
+        assert!(
+            matches!(
+                grant,
+                Grant::Granted {
+                    units: 2,
+                    keep: 1,
+                    ..
+                }
+            ),
+            "{grant:?}"
+        );
+        // Nearly full: one unit a call, and less and less to keep.
+        let keeps: Vec<u64> = (0..6)
+            .map(|_| match pool.lend(&lend(16, 0)) {
+                Grant::Granted { units: 1, keep, .. } => keep,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(keeps, [1, 1, 0, 0, 0, 0]);
+        assert_eq!(pool.lend(&lend(1, 0)), Grant::Full);
+        assert_eq!(
+            pool.refused_while_lent(),
+            0,
+            "its own loan is not lent elsewhere"
+        );
+        // Another holder refused while `a` holds a loan: counted, and a recall for a second.
+        assert_eq!(pool.acquire("b", 8, "z", long, 0), Grant::Full);
+        assert_eq!(pool.refused_while_lent(), 1);
+        let id = match pool.lend(&lend(0, 0)) {
+            Grant::Granted { id, .. } => id,
+            other => panic!("{other:?}"),
+        };
+        assert!(pool.give_back("b", id, 4));
+        let renewed = pool.lend(&lend(0, 1));
+        assert!(
+            matches!(
+                renewed,
+                Grant::Granted {
+                    units: 0,
+                    keep: 0,
+                    ..
+                }
+            ),
+            "recalled: {renewed:?}"
+        );
+        let later = pool.lend(&lend(0, weir::clock::after(0, RECALL_FOR)));
+        assert!(
+            matches!(later, Grant::Granted { keep: 1, .. }),
+            "the recall is over: {later:?}"
         );
     }
 

@@ -39,6 +39,32 @@ pub struct LeaseRequest {
     /// The caller's policy must never exceed its ceiling (`on_unavailable = "closed"`): grant
     /// only after one `ttl` of tenure (see [`Tenure`](crate::tenure)).
     pub fenced: bool,
+    /// Units asked for: 1 for a plain lease; for a loan, how many to add (0: renew only).
+    pub units: u64,
+    /// A loan: the holder keeps one per bucket on this owner, which this request grows and
+    /// renews (or starts), rather than a lease of its own.
+    pub lend: bool,
+    /// An unfenced request's learning period: grant only once the owner has held the bucket
+    /// this long, so that leases other nodes hold are re-registered first (zero: grant at
+    /// once).
+    pub learning: Duration,
+}
+
+impl LeaseRequest {
+    /// A request for one plain lease.
+    pub fn one(bucket: &str, limit: u64, holder: &str, ttl: Duration, now: Nanos) -> Self {
+        LeaseRequest {
+            bucket: bucket.to_owned(),
+            limit,
+            holder: holder.to_owned(),
+            ttl,
+            now,
+            fenced: false,
+            units: 1,
+            lend: false,
+            learning: Duration::ZERO,
+        }
+    }
 }
 
 /// Why an owner could not be asked.
@@ -95,14 +121,31 @@ pub trait Transport: Send + Sync {
         bucket: &str,
         lease: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>>;
-    /// Hands a live lease over to the bucket's new `owner`; returns its id there.
+    /// Hands a live lease of `units` units (a loan, if `lent`) over to the bucket's new
+    /// `owner`; returns its id there.
     fn adopt(
         &self,
         owner: &str,
         bucket: &str,
         holder: &str,
         expires_at: Nanos,
+        units: u64,
+        lent: bool,
     ) -> BoxFuture<'_, Result<u64, TransportError>>;
+    /// Gives `units` idle units of a loan back to `owner` (the loan goes on with the rest). A
+    /// transport that cannot answers that the owner is unreachable: the units stay lent until
+    /// the loan expires, which costs capacity, never the ceiling.
+    fn give_back(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        units: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let _ = (bucket, lease, units);
+        let owner = owner.to_owned();
+        Box::pin(async move { Err(TransportError::Unreachable(owner)) })
+    }
     /// Extends a lease on `owner` by `ttl` from the owner's now; false if it is gone there (or,
     /// `fenced`, if the owner does not hear from a majority).
     fn renew(
@@ -256,10 +299,27 @@ impl Transport for InMemory {
         bucket: &str,
         holder: &str,
         expires_at: Nanos,
+        units: u64,
+        lent: bool,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
         let owner = self.owner(owner);
         let (bucket, holder) = (bucket.to_owned(), holder.to_owned());
-        Box::pin(async move { owner?.adopt(&bucket, &holder, expires_at) })
+        Box::pin(async move { owner?.adopt(&bucket, &holder, expires_at, units, lent) })
+    }
+
+    fn give_back(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        units: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let owner = self.owner(owner);
+        let bucket = bucket.to_owned();
+        Box::pin(async move {
+            owner?.give_back(&bucket, lease, units);
+            Ok(())
+        })
     }
 
     fn renew(

@@ -24,14 +24,13 @@ fn ring(ids: &[&str]) -> Ring {
 
 /// A lease request from n1 for `bucket`, unfenced, now.
 fn lease_request(bucket: &str, limit: u64) -> weir_cluster::transport::LeaseRequest {
-    weir_cluster::transport::LeaseRequest {
-        bucket: bucket.to_owned(),
+    weir_cluster::transport::LeaseRequest::one(
+        bucket,
         limit,
-        holder: "n1".to_owned(),
-        ttl: std::time::Duration::from_secs(30),
-        now: weir::Clock::now(&SystemClock::new()),
-        fenced: false,
-    }
+        "n1",
+        std::time::Duration::from_secs(30),
+        weir::Clock::now(&SystemClock::new()),
+    )
 }
 
 /// Serves `owner` on an ephemeral loopback port; returns its URL and the server task.
@@ -86,6 +85,8 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
             on_unavailable: OnUnavailable::Open,
             acquire_timeout: Duration::from_secs(2),
             max_keys: 100,
+            max_loan: 1,
+            learning_period: Duration::ZERO,
         },
         Arc::clone(&shared_ring),
         transport,
@@ -158,14 +159,8 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
     let transport = GrpcTransport::new(SystemClock::new());
     transport.set_addresses(HashMap::from([("n2".to_owned(), url)]));
     let now = SystemClock::new().now();
-    let request = |bucket: &str| LeaseRequest {
-        bucket: bucket.to_owned(),
-        limit: 2,
-        holder: "n1".to_owned(),
-        ttl: std::time::Duration::from_secs(30),
-        now,
-        fenced: false,
-    };
+    let request =
+        |bucket: &str| LeaseRequest::one(bucket, 2, "n1", std::time::Duration::from_secs(30), now);
     let answers = transport
         .acquire_batch(
             "n2",
@@ -185,7 +180,7 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
     let ids: Vec<u64> = answers[..2]
         .iter()
         .map(|a| match a {
-            Ok(Grant::Granted { id, expires_at }) => {
+            Ok(Grant::Granted { id, expires_at, .. }) => {
                 assert!(*expires_at > now);
                 *id
             }

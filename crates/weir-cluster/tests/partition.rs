@@ -76,9 +76,13 @@ impl Transport for Side {
         bucket: &str,
         holder: &str,
         expires_at: Nanos,
+        units: u64,
+        lent: bool,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
         match self.reaches(owner) {
-            Ok(()) => self.network.adopt(owner, bucket, holder, expires_at),
+            Ok(()) => self
+                .network
+                .adopt(owner, bucket, holder, expires_at, units, lent),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }
@@ -139,6 +143,8 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
                     on_unavailable: OnUnavailable::Closed,
                     acquire_timeout: Duration::from_millis(200),
                     max_keys: 100,
+                    max_loan: 1,
+                    learning_period: Duration::ZERO,
                 },
                 Arc::clone(&ring),
                 Arc::new(Side {

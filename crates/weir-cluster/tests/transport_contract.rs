@@ -2,8 +2,8 @@
 //! the batching wrapper. Whatever carries a coordinator's calls, an owner's answers must mean
 //! the same: grants up to the limit then full, "not the owner" for a bucket it does not own,
 //! "settling" for a fenced request too early, a release that frees a place, renewals of live
-//! leases only, adoption that counts, batches answered in order, and an unknown node
-//! unreachable.
+//! leases only, adoption that counts, batches answered in order, an unknown node unreachable,
+//! and loans (several units in one lease) grown, renewed, given back in part and adopted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -27,6 +27,8 @@ struct Callee {
     /// A bucket n2 owns, and one it does not.
     mine: String,
     theirs: String,
+    /// Another bucket n2 owns, for loans.
+    mine_too: String,
 }
 
 fn callee() -> Callee {
@@ -35,13 +37,14 @@ fn callee() -> Callee {
         DEFAULT_VNODES,
         1,
     );
-    let owned_by = |id: &str| {
+    let owned_by = |id: &str, skip: usize| {
         (0..1000)
             .map(|i| format!("bucket-{i}"))
-            .find(|b| ring.owner_of(b) == Some(id))
+            .filter(|b| ring.owner_of(b) == Some(id))
+            .nth(skip)
             .expect("a bucket")
     };
-    let (mine, theirs) = (owned_by("n2"), owned_by("n1"));
+    let (mine, theirs, mine_too) = (owned_by("n2", 0), owned_by("n1", 0), owned_by("n2", 1));
     let pool = Arc::new(SharedPool::new(100));
     let owner = Arc::new(Owner::new(
         "n2",
@@ -53,18 +56,12 @@ fn callee() -> Callee {
         pool,
         mine,
         theirs,
+        mine_too,
     }
 }
 
 fn request(bucket: &str, limit: u64) -> LeaseRequest {
-    LeaseRequest {
-        bucket: bucket.to_owned(),
-        limit,
-        holder: "n1".to_owned(),
-        ttl: TTL,
-        now: SystemClock::new().now(),
-        fenced: false,
-    }
+    LeaseRequest::one(bucket, limit, "n1", TTL, SystemClock::new().now())
 }
 
 /// Acquires until the pool has `count` live leases of `bucket` (a batched release lands
@@ -130,7 +127,7 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
     // An adopted lease counts against the limit.
     let expires_at = weir::clock::after(SystemClock::new().now(), TTL);
     transport
-        .adopt("n2", mine, "n1", expires_at)
+        .adopt("n2", mine, "n1", expires_at, 1, false)
         .await
         .expect("adopted");
     until_in_use(&callee.pool, mine, 3).await;
@@ -139,7 +136,9 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
         Ok(Grant::Full)
     );
     assert_eq!(
-        transport.adopt("n2", theirs, "n1", expires_at).await,
+        transport
+            .adopt("n2", theirs, "n1", expires_at, 1, false)
+            .await,
         Err(TransportError::NotOwner("n2".into())),
         "adopted only by the bucket's owner"
     );
@@ -161,6 +160,83 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
         transport.acquire("n9", request(mine, 2)).await,
         Err(TransportError::Unreachable("n9".into()))
     );
+    loans(transport, callee).await;
+}
+
+/// The id of a grant.
+fn grant_id(answer: Result<Grant, TransportError>) -> u64 {
+    match answer {
+        Ok(Grant::Granted { id, .. }) => id,
+        other => panic!("expected a grant, got {other:?}"),
+    }
+}
+
+/// A loan: several units in one lease, grown, renewed, given back in part, handed over whole.
+async fn loans<T: Transport>(transport: &T, callee: &Callee) {
+    let bucket = callee.mine_too.clone();
+    let in_use = |expected| until_in_use(&callee.pool, &bucket, expected);
+    in_use(0).await;
+    let ask = |units| LeaseRequest {
+        units,
+        lend: true,
+        ..request(&bucket, 40)
+    };
+    // A quarter of the 40 free at most: 10 of the 12 asked.
+    let Ok(Grant::Granted {
+        id, units, keep, ..
+    }) = transport.acquire("n2", ask(12)).await
+    else {
+        panic!("a loan");
+    };
+    assert_eq!(
+        (units, keep),
+        (10, 7),
+        "a quarter of 40, then of the 30 left"
+    );
+    in_use(10).await;
+    // The holder's one loan grows in place: the same id, 30 free, 4 asked.
+    let grown = transport.acquire("n2", ask(4)).await;
+    assert!(
+        matches!(grown, Ok(Grant::Granted { id: same, units: 4, .. }) if same == id),
+        "{grown:?}"
+    );
+    in_use(14).await;
+    // Renewed: nothing added.
+    let renewed = transport.acquire("n2", ask(0)).await;
+    assert!(
+        matches!(renewed, Ok(Grant::Granted { id: same, units: 0, keep: 6, .. }) if same == id),
+        "{renewed:?}"
+    );
+    // A plain lease beside it is a lease of its own.
+    let plain = transport.acquire("n2", request(&bucket, 40)).await;
+    assert!(
+        matches!(plain, Ok(Grant::Granted { id: other, units: 1, .. }) if other != id),
+        "{plain:?}"
+    );
+    in_use(15).await;
+    transport
+        .release("n2", &bucket, grant_id(plain))
+        .await
+        .unwrap();
+    // Five units given back; the loan goes on with nine.
+    transport.give_back("n2", &bucket, id, 5).await.unwrap();
+    in_use(9).await;
+    // A loan handed over whole counts all its units, and is the holder's loan there.
+    let expires_at = weir::clock::after(SystemClock::new().now(), TTL);
+    transport.release("n2", &bucket, id).await.unwrap();
+    in_use(0).await;
+    let adopted = transport
+        .adopt("n2", &bucket, "n1", expires_at, 6, true)
+        .await
+        .expect("adopted");
+    in_use(6).await;
+    let grown = transport.acquire("n2", ask(1)).await;
+    assert!(
+        matches!(grown, Ok(Grant::Granted { id: same, units: 1, .. }) if same == adopted),
+        "{grown:?}"
+    );
+    transport.release("n2", &bucket, adopted).await.unwrap();
+    in_use(0).await;
 }
 
 fn in_memory(callee: &Callee) -> InMemory {

@@ -36,6 +36,8 @@ fn config(node_limit: u64, shared_limit: u64, on_unavailable: OnUnavailable) -> 
         on_unavailable,
         acquire_timeout: Duration::from_millis(200),
         max_keys: 1000,
+        max_loan: 1,
+        learning_period: Duration::ZERO,
     }
 }
 
@@ -82,8 +84,13 @@ fn cluster(n: usize, config: TwoTierConfig) -> Cluster {
         ring,
         clock,
     };
-    // The cluster has been up for one lease TTL: every owner has held its buckets that long.
-    c.advance(config.lease_ttl);
+    // The cluster has been up for one lease TTL (a loan's, with loans): every owner has held
+    // its buckets that long.
+    let margin = match config.max_loan > 1 {
+        true => weir_cluster::loan::LOAN_MARGIN,
+        false => Duration::ZERO,
+    };
+    c.advance(config.lease_ttl + margin);
     c
 }
 
@@ -444,7 +451,7 @@ async fn renewing_a_shared_lease_extends_it_on_its_owner() {
     c.advance(Duration::from_secs(20));
     assert!(
         coordinator
-            .renew(shared, std::time::Duration::from_secs(30))
+            .renew(shared.clone(), std::time::Duration::from_secs(30))
             .await
     );
     // Past the original 30 s, the renewed lease is still live on the owner.
@@ -505,8 +512,11 @@ impl Transport for RingChangesInFlight {
         bucket: &str,
         holder: &str,
         expires_at: weir::Nanos,
+        units: u64,
+        lent: bool,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.network.adopt(owner, bucket, holder, expires_at)
+        self.network
+            .adopt(owner, bucket, holder, expires_at, units, lent)
     }
 
     fn renew(
@@ -569,7 +579,13 @@ async fn a_grant_that_raced_a_ring_change_is_returned_and_asked_again() {
 /// while the bucket's owner leaves the ring at step 20; the handoff runs `lag` steps later, as
 /// gossip takes a while to reach every node. Returns the most shared leases live at once.
 async fn churn(mode: OnUnavailable, lag: usize) -> usize {
-    let c = cluster(3, config(0, 4, mode));
+    churn_with(config(0, 4, mode), lag).await.0
+}
+
+/// `churn` on `config`: the most shared leases live at once, and the requests refused because
+/// the new owner was in its learning period.
+async fn churn_with(config: TwoTierConfig, lag: usize) -> (usize, u64) {
+    let c = cluster(3, config);
     let mut held: Vec<(usize, ClusterAdmission)> = Vec::new();
     let mut most = 0;
     for step in 0..60 {
@@ -598,7 +614,42 @@ async fn churn(mode: OnUnavailable, lag: usize) -> usize {
             c.nodes[i].release(admission).await;
         }
     }
-    most
+    let learning = c
+        .nodes
+        .iter()
+        .map(|node| node.counters.learning.load(Ordering::Relaxed))
+        .sum();
+    (most, learning)
+}
+
+/// Unfenced with a learning period: a new owner grants only once it has held the bucket that
+/// long, so a handoff that lags less than it over-admits nothing; the price is the requests
+/// refused meanwhile. The table in `docs/benchmarks.md` is this test's output
+/// (`cargo test -p weir-cluster --test two_tier learning -- --nocapture`).
+#[tokio::test]
+async fn a_learning_period_longer_than_the_handoff_lag_keeps_the_ceiling() {
+    println!("| learning period | handoff lag 1 s | lag 3 s | lag 10 s |");
+    println!("|---|---|---|---|");
+    for learning in [0, 2, 5, 12] {
+        let mut cells = Vec::new();
+        for lag in [1, 3, 10] {
+            let config = TwoTierConfig {
+                learning_period: Duration::from_secs(learning),
+                ..config(0, 4, OnUnavailable::Open)
+            };
+            let (most, refused) = churn_with(config, lag).await;
+            let over = most.saturating_sub(4);
+            if learning > lag as u64 {
+                assert_eq!(over, 0, "learning {learning} s, lag {lag}: {most} live");
+                assert!(refused > 0, "the learning period refuses while it lasts");
+            }
+            if learning == 0 {
+                assert!(over > 0 && refused == 0, "no learning: {most} live");
+            }
+            cells.push(format!("{over} over, {refused} refused"));
+        }
+        println!("| {learning} s | {} |", cells.join(" | "));
+    }
 }
 
 /// Under load and unfenced (`open`), a membership change over-admits nothing when the handoff
@@ -650,4 +701,177 @@ async fn expired_shared_leases_are_forgotten_by_the_sweep() {
     assert_eq!(coordinator.forget_expired(), 0);
     // Releasing the forgotten admission is a no-op.
     coordinator.release(admission).await;
+}
+
+/// `config` with loans of up to `max_loan` units.
+fn lending(shared_limit: u64, max_loan: u64, on_unavailable: OnUnavailable) -> TwoTierConfig {
+    TwoTierConfig {
+        max_loan,
+        ..config(0, shared_limit, on_unavailable)
+    }
+}
+
+/// Releases every admission on `node`.
+async fn release_all(node: &TwoTier<ManualClock, InMemory>, held: Vec<ClusterAdmission>) {
+    for admission in held {
+        node.release(admission).await;
+    }
+}
+
+#[tokio::test]
+async fn lent_units_keep_the_ceiling_and_a_busy_node_makes_no_call() {
+    let c = cluster(3, lending(100, 16, OnUnavailable::Closed));
+    let owner = c.owner();
+    let node = &c.nodes[(owner + 1) % 3];
+    // Four in flight at a time, over and over: the loan grows to cover them, then every
+    // admission is a unit taken here.
+    for _ in 0..50 {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(node.acquire(BUCKET).await.unwrap());
+        }
+        release_all(node, held).await;
+    }
+    let shared = node.counters.shared.load(Ordering::Relaxed);
+    let from_loan = node.counters.from_loan.load(Ordering::Relaxed);
+    assert_eq!(shared, 200);
+    assert!(
+        shared - from_loan <= 3,
+        "{} calls to the owner for 200 admissions",
+        shared - from_loan
+    );
+    let lent = node.lent();
+    assert_eq!(lent.in_use, 0);
+    assert!(
+        (4..=16).contains(&lent.units),
+        "the loan covers the four in flight: {lent:?}"
+    );
+    assert_eq!(
+        c.pools[owner].in_use(BUCKET, 0) as u64,
+        lent.units,
+        "the owner counts every lent unit as used"
+    );
+}
+
+#[tokio::test]
+async fn with_loans_the_ceiling_is_exact_and_a_recall_frees_idle_units() {
+    let c = cluster(3, lending(10, 16, OnUnavailable::Closed));
+    let owner = c.owner();
+    let (a, b) = (&c.nodes[(owner + 1) % 3], &c.nodes[(owner + 2) % 3]);
+    // `a` fills the pool, then puts back most of what it took.
+    let mut held = fill(a).await;
+    assert_eq!(held.len(), 10, "the whole shared limit, lent");
+    assert_eq!(c.pools[owner].in_use(BUCKET, 0), 10);
+    release_all(a, held.split_off(2)).await;
+    // Near full the owner let it keep nothing idle: the units went straight back.
+    assert_eq!(a.lent().units, 2);
+    let mut held_b = fill(b).await;
+    assert_eq!(held_b.len(), 8, "what `a` gave back is `b`'s");
+    assert!(b.acquire(BUCKET).await.unwrap_err().reason.is_full());
+    for admission in held_b.drain(..) {
+        b.release(admission).await;
+    }
+    // At every point: no more in flight than the limit, counted on the owner.
+    assert!(c.pools[owner].in_use(BUCKET, 0) <= 10);
+    release_all(a, held).await;
+}
+
+#[tokio::test]
+async fn idle_units_elsewhere_are_recalled_at_the_next_upkeep() {
+    let c = cluster(3, lending(40, 16, OnUnavailable::Closed));
+    let owner = c.owner();
+    let (a, b) = (&c.nodes[(owner + 1) % 3], &c.nodes[(owner + 2) % 3]);
+    // `a` grows a loan of 16, uses it, puts it back and may keep some idle.
+    let held = (0..16).map(|_| a.acquire(BUCKET));
+    let mut admissions = Vec::new();
+    for admission in held {
+        admissions.push(admission.await.unwrap());
+    }
+    release_all(a, admissions).await;
+    let idle_at_a = a.lent().units;
+    assert!(idle_at_a > 0, "kept idle units: {:?}", a.lent());
+    // `b` takes all the rest and one more is refused while `a` holds idle units.
+    let held_b = fill(b).await;
+    assert_eq!(held_b.len() as u64, 40 - idle_at_a);
+    assert_eq!(c.pools[owner].refused_while_lent(), 1);
+    // `a`'s next upkeep hears the recall (its renewal is answered keep = 0) and gives back.
+    a.upkeep().await;
+    assert_eq!(a.lent().units, 0);
+    assert_eq!(
+        a.counters.given_back.load(Ordering::Relaxed),
+        16,
+        "every unit lent to `a` went back"
+    );
+    let more = fill(b).await;
+    assert_eq!(more.len() as u64, idle_at_a, "`b` gets what `a` held idle");
+    release_all(b, held_b).await;
+    release_all(b, more).await;
+}
+
+#[tokio::test]
+async fn an_idle_loan_goes_back_whole_and_a_busy_one_is_renewed() {
+    let c = cluster(3, lending(100, 16, OnUnavailable::Closed));
+    let owner = c.owner();
+    let node = &c.nodes[(owner + 1) % 3];
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(node.acquire(BUCKET).await.unwrap());
+    }
+    let busy = held.pop().unwrap();
+    release_all(node, held).await;
+    assert!(c.pools[owner].in_use(BUCKET, 0) >= 6);
+    // The loan outlives its lease TTL (30 s) as long as upkeep renews it.
+    for _ in 0..160 {
+        c.advance(weir_cluster::loan::UPKEEP_EVERY);
+        node.upkeep().await;
+    }
+    let now = weir::Clock::now(&c.clock);
+    assert!(
+        c.pools[owner].in_use(BUCKET, now) >= 1,
+        "renewed: still lent"
+    );
+    let later = node.acquire(BUCKET).await.expect("a lent unit, 40 s in");
+    node.release(later).await;
+    node.release(busy).await;
+    // Put back and idle for a second: the whole loan goes back.
+    let mut left = Duration::ZERO;
+    while node.lent().loans > 0 {
+        c.advance(weir_cluster::loan::UPKEEP_EVERY);
+        node.upkeep().await;
+        left += weir_cluster::loan::UPKEEP_EVERY;
+        assert!(left <= Duration::from_secs(2), "never given back");
+    }
+    let now = weir::Clock::now(&c.clock);
+    assert_eq!(c.pools[owner].in_use(BUCKET, now), 0);
+}
+
+#[tokio::test]
+async fn a_loan_moves_to_the_new_owner_with_its_units_in_use() {
+    let c = cluster(3, lending(10, 16, OnUnavailable::Open));
+    let old_owner = c.owner();
+    let i = (old_owner + 1) % 3;
+    let node = &c.nodes[i];
+    let mut held = Vec::new();
+    for _ in 0..5 {
+        held.push(node.acquire(BUCKET).await.unwrap());
+    }
+    release_all(node, held.split_off(3)).await;
+    move_bucket(&c);
+    let new_owner = c.owner();
+    assert_eq!(node.rehome().await, 1, "one loan moved");
+    assert_eq!(c.pools[old_owner].in_use(BUCKET, 0), 0, "given back there");
+    assert_eq!(
+        c.pools[new_owner].in_use(BUCKET, 0),
+        3,
+        "the new owner counts the three in use"
+    );
+    // The rest of the ceiling, and not one more, across the survivors.
+    let mut more = 0;
+    for (j, other) in c.nodes.iter().enumerate() {
+        if j != old_owner {
+            more += fill(other).await.len();
+        }
+    }
+    assert_eq!(more, 7);
+    release_all(node, held).await;
 }

@@ -34,7 +34,8 @@ use weir_cluster::secret::ClusterSecret;
 use weir_cluster::transport::Transport;
 
 /// The cluster protocol version this build speaks.
-pub const PROTOCOL: u32 = 1;
+/// 2: leases carry units (loans), `Unlease` gives units back, `Adopt` moves a loan whole.
+pub const PROTOCOL: u32 = 2;
 
 /// The coordinator a concurrency policy asks for shared leases: over gRPC, batched per owner.
 pub type SharedCoordinator = TwoTier<SystemClock, Batching<GrpcTransport<SystemClock>>>;
@@ -210,7 +211,8 @@ impl ClusterMode {
     /// Follows membership until the process ends: each change rebuilds the ring, updates
     /// addresses and hands this node's leases over. Meanwhile, every 100 ms, the quorum
     /// learns whom gossip has heard from, and the owner beats, so that it knows how long it has
-    /// held each bucket and notices a pause of its own.
+    /// held each bucket and notices a pause of its own; and every 250 ms the loans this node
+    /// holds are renewed and trimmed.
     pub async fn follow(self: Arc<Self>) {
         let node = Arc::clone(&self);
         let beats = tokio::spawn(async move {
@@ -230,6 +232,16 @@ impl ClusterMode {
             }
         });
         let _beats = AbortOnDrop(beats);
+        let node = Arc::clone(&self);
+        let upkeep = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(weir_cluster::loan::UPKEEP_EVERY);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                node.upkeep().await;
+            }
+        });
+        let _upkeep = AbortOnDrop(upkeep);
         let mut watch = self.members.clone();
         let mut previous = BTreeSet::new();
         loop {
@@ -249,14 +261,7 @@ impl ClusterMode {
             if !applied.departed.is_empty() {
                 tracing::warn!(departed = ?applied.departed, "members left the cluster; their shared leases here expire with their TTL");
             }
-            let coordinators: Vec<Arc<Coordinator>> = self
-                .coordinators
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .map(|(_, c)| Arc::clone(c))
-                .collect();
-            for coordinator in coordinators {
+            for coordinator in self.coordinators() {
                 coordinator.rehome().await;
             }
             if watch.changed().await.is_err() {
@@ -279,6 +284,8 @@ impl ClusterMode {
             on_unavailable: spec.on_unavailable,
             acquire_timeout: Duration::from_millis(200),
             max_keys,
+            max_loan: spec.max_loan,
+            learning_period: spec.learning_period,
         };
         let mut coordinators = self.coordinators.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((current, coordinator)) = coordinators.get(policy) {
@@ -316,6 +323,7 @@ impl ClusterMode {
             forwarded: self.rates.forwarded.load(Relaxed),
             forward_failed: self.rates.forward_failed.load(Relaxed),
             decided_for_others: self.rates.decided_for_others.load(Relaxed),
+            refused_while_lent: self.pool.refused_while_lent(),
             ..ClusterCounters::default()
         };
         for (_, coordinator) in self
@@ -330,8 +338,35 @@ impl ClusterMode {
             counters.unavailable += coordinator.counters.unavailable.load(Relaxed);
             counters.handed_off += coordinator.counters.handed_off.load(Relaxed);
             counters.raced += coordinator.counters.raced.load(Relaxed);
+            counters.from_loan += coordinator.counters.from_loan.load(Relaxed);
+            counters.learning += coordinator.counters.learning.load(Relaxed);
+            counters.given_back += coordinator.counters.given_back.load(Relaxed);
+            counters.borrowed += coordinator.lent().units;
         }
         counters
+    }
+
+    /// Shared units this node has lent out as an owner, by holder.
+    pub fn lent(&self) -> std::collections::BTreeMap<String, u64> {
+        self.pool.lent(SystemClock::new().now())
+    }
+
+    /// Renews this node's loans and gives back the units they may not keep, for every policy;
+    /// see [`weir_cluster::loan`].
+    async fn upkeep(&self) {
+        for coordinator in self.coordinators() {
+            coordinator.upkeep().await;
+        }
+    }
+
+    /// Every policy's coordinator now (the lock is not held while they are used).
+    fn coordinators(&self) -> Vec<Arc<Coordinator>> {
+        self.coordinators
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|(_, c)| Arc::clone(c))
+            .collect()
     }
 
     /// Periodic upkeep: drops the expired leases of this node's pool (and its empty buckets)
@@ -399,6 +434,7 @@ impl ClusterMode {
                 vnodes: DEFAULT_VNODES,
             },
             counters: self.counters(),
+            lent: self.lent(),
         }
     }
 

@@ -408,13 +408,19 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// `{peer}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabel {
+    peer: String,
+}
+
 impl Collector for ClusterCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let c = self.cluster.counters();
         family(
             &mut encoder,
             "weir_cluster_admissions",
-            "Admissions beyond the node tier: shared (a lease from the owner), fail_open, local_share",
+            "Admissions beyond the node tier: shared (a lease from the owner or a unit lent to this node), fail_open, local_share",
             MetricType::Counter,
             [
                 ("shared", c.shared),
@@ -436,6 +442,53 @@ impl Collector for ClusterCollector {
             "Shared leases re-registered with a bucket's new owner after a ring change",
             MetricType::Counter,
             ConstCounter::new(c.handed_off),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_admissions_from_loan",
+            "Shared admissions on units lent to this node, made with no call to the owner",
+            MetricType::Counter,
+            ConstCounter::new(c.from_loan),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_learning_refusals",
+            "Requests refused because the bucket's new owner was in its learning period",
+            MetricType::Counter,
+            ConstCounter::new(c.learning),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_units_given_back",
+            "Lent units this node gave back to their owners",
+            MetricType::Counter,
+            ConstCounter::new(c.given_back),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_units_borrowed",
+            "Shared units lent to this node now",
+            MetricType::Gauge,
+            ConstGauge::new(i64::try_from(c.borrowed).unwrap_or(i64::MAX)),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_refused_while_lent",
+            "As an owner: requests refused while other nodes held loans of the bucket",
+            MetricType::Counter,
+            ConstCounter::new(c.refused_while_lent),
+        )?;
+        family(
+            &mut encoder,
+            "weir_cluster_units_lent",
+            "As an owner: shared units lent out now, by the node holding them",
+            MetricType::Gauge,
+            self.cluster.lent().into_iter().map(|(peer, units)| {
+                (
+                    PeerLabel { peer },
+                    ConstGauge::new(i64::try_from(units).unwrap_or(i64::MAX)),
+                )
+            }),
         )?;
         single(
             &mut encoder,

@@ -134,6 +134,18 @@ fn validation_names_the_policy_and_the_field() {
             strict = { qps = 5 }"#,
             "policy `p`: `max_keys` must be at least 1",
         ),
+        (
+            r#"
+            name = "p"
+            concurrency = { node_limit = 1, shared_limit = 4, max_loan = 0 }"#,
+            "policy `p`: `concurrency.max_loan` must be at least 1 (1: no loans, every shared admission asks the owner)",
+        ),
+        (
+            r#"
+            name = "p"
+            concurrency = { node_limit = 1, lease_ttl = "2s", learning_period = "3s" }"#,
+            "policy `p`: `concurrency.learning_period` must not exceed lease_ttl (2s): by then every lease granted before has expired",
+        ),
     ];
     for (text, expected) in cases {
         assert_eq!(policy(text).validate().unwrap_err().to_string(), expected);

@@ -7,11 +7,15 @@
 //!
 //! - `none`: the policy does not limit the requests' kind — the admission path with no limiter;
 //! - `node-only`: the node tier alone (a local in-flight count);
-//! - `shared-only`: no node tier, every request takes a shared lease from the bucket's owner
-//!   (no hop on the owner, one gRPC call from the other two). `on_unavailable = "closed"`, so a
-//!   failed shared call would show as a refusal rather than hide as a fail-open. Its lease TTL
-//!   is 2 s, and the run starts once the owner has held the bucket that long plus the quorum's
-//!   margin (a `closed` policy's owner grants only after that much tenure).
+//! - `shared-only`: no node tier, every request takes a shared unit: lent to its node by the
+//!   bucket's owner (the default `max_loan`, 16), so that in steady state no request calls the
+//!   owner. `on_unavailable = "closed"`, so a failed shared call would show as a refusal rather
+//!   than hide as a fail-open. Its lease TTL is 2 s, and the run starts once the owner has held
+//!   the bucket that long (plus a loan's margin) plus the quorum's margin (a `closed` policy's
+//!   owner grants only after that much tenure);
+//! - `shared-no-loan`: the same with `max_loan = 1` — every request asks the owner for a lease
+//!   (no hop on the owner, one gRPC call from the other two): the shared tier without loans, in
+//!   the same run.
 //!
 //! Beside them, when `redis-server` is installed, `redis-lua`: the same cluster-wide in-flight
 //! limit done the way many teams do it today — the clients take and give back their leases in
@@ -47,14 +51,19 @@ concurrency = { node_limit = 100000 }
 name = "shared-only"
 on_exhausted = "reject"
 concurrency = { node_limit = 0, shared_limit = 100000, lease_ttl = "2s", on_unavailable = "closed" }
+
+[[policy]]
+name = "shared-no-loan"
+on_exhausted = "reject"
+concurrency = { node_limit = 0, shared_limit = 100000, lease_ttl = "2s", on_unavailable = "closed", max_loan = 1 }
 "#;
 
-/// How long the `shared-only` policy's owner settles before it grants: its lease TTL (2 s)
-/// plus the quorum's margin (4 s).
-const SHARED_TENURE: Duration = Duration::from_secs(6);
+/// How long the shared policies' owner settles before it grants: the lease TTL (2 s) and a
+/// loan's margin (0.5 s), plus the quorum's margin (4 s).
+const SHARED_TENURE: Duration = Duration::from_millis(6_500);
 
-/// The three configurations, as policy names.
-pub const CONFIGS: [&str; 3] = ["none", "node-only", "shared-only"];
+/// The four configurations, as policy names.
+pub const CONFIGS: [&str; 4] = ["none", "node-only", "shared-only", "shared-no-loan"];
 
 /// The Redis baseline's policy: the cluster-wide limit as one Lua lease semaphore.
 const REDIS_POLICY: &str = r#"
@@ -98,7 +107,7 @@ pub struct OpensearchLatency {
     pub seconds: f64,
     /// Runs per cell.
     pub runs: usize,
-    /// The six cells, steady first.
+    /// A cell per configuration and profile, steady first.
     pub rows: Vec<LatencyRow>,
     /// Why the Redis baseline is missing, when it is.
     pub redis_missing: Option<String>,
@@ -113,15 +122,20 @@ impl OpensearchLatency {
 
     /// What `config` adds over `none` under `profile`, at p50 and p99, in microseconds.
     pub fn added_us(&self, config: &str, profile: &str) -> Option<(f64, f64)> {
-        let (none, row) = (self.row("none", profile)?, self.row(config, profile)?);
-        Some(((row.p50 - none.p50) * 1e3, (row.p99 - none.p99) * 1e3))
+        self.added_over_us(config, "none", profile)
+    }
+
+    /// What `config` adds over `base` under `profile`, at p50 and p99, in microseconds.
+    pub fn added_over_us(&self, config: &str, base: &str, profile: &str) -> Option<(f64, f64)> {
+        let (base, row) = (self.row(base, profile)?, self.row(config, profile)?);
+        Some(((row.p50 - base.p50) * 1e3, (row.p99 - base.p99) * 1e3))
     }
 
     /// The report as a latency table (config, profile, mean, p50, p90, p99), then what each tier
     /// adds.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "admission latency on a local 3-node cluster, ms (median of {} runs of {:.0}s; {CLIENTS} clients × {RATE}/s, burst 4× 1s/5s)\n{:<12} {:<7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}\n",
+            "admission latency on a local 3-node cluster, ms (median of {} runs of {:.0}s; {CLIENTS} clients × {RATE}/s, burst 4× 1s/5s)\n{:<14} {:<7} {:>7} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7}\n",
             self.runs,
             self.seconds,
             "config",
@@ -136,7 +150,7 @@ impl OpensearchLatency {
         );
         for row in &self.rows {
             text.push_str(&format!(
-                "{:<12} {:<7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.0} {:>8} {:>7}\n",
+                "{:<14} {:<7} {:>7.3} {:>7.3} {:>7.3} {:>7.3} {:>8.0} {:>8} {:>7}\n",
                 row.config,
                 row.profile,
                 row.mean,
@@ -148,11 +162,18 @@ impl OpensearchLatency {
                 row.missed
             ));
         }
-        for config in ["node-only", "shared-only", "redis-lua"] {
+        let pairs = [
+            ("node-only", "none"),
+            ("shared-only", "none"),
+            ("shared-no-loan", "none"),
+            ("redis-lua", "none"),
+            ("shared-only", "node-only"),
+        ];
+        for (config, base) in pairs {
             for profile in ["steady", "burst"] {
-                if let Some((p50, p99)) = self.added_us(config, profile) {
+                if let Some((p50, p99)) = self.added_over_us(config, base, profile) {
                     text.push_str(&format!(
-                        "{config} over none, {profile}: p50 {p50:+.0} µs, p99 {p99:+.0} µs\n"
+                        "{config} over {base}, {profile}: p50 {p50:+.0} µs, p99 {p99:+.0} µs\n"
                     ));
                 }
             }
@@ -285,12 +306,16 @@ mod tests {
         let text = report.render();
         assert!(
             text.contains(
-                "shared-only  steady    0.300   0.300   0.900   0.900     1200        0       0"
+                "shared-only    steady    0.300   0.300   0.900   0.900     1200        0       0"
             ),
             "{text}"
         );
         assert!(
             text.contains("shared-only over none, steady: p50 +100 µs, p99 +400 µs"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shared-only over node-only, steady: p50 +90 µs, p99 +380 µs"),
             "{text}"
         );
         assert!(

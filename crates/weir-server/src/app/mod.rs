@@ -267,6 +267,7 @@ impl App {
                 vnodes: weir_cluster::ring::DEFAULT_VNODES,
             },
             counters: ClusterCounters::default(),
+            lent: Default::default(),
         }
     }
 }

@@ -153,7 +153,8 @@ pub struct FixedWindowSpec {
     pub overrides: Overrides,
 }
 
-/// `concurrency = { node_limit, shared_limit?, lease_ttl?, on_unavailable?, per_core?, overrides? }`.
+/// `concurrency = { node_limit, shared_limit?, lease_ttl?, on_unavailable?, max_loan?,
+/// learning_period?, per_core?, overrides? }`.
 ///
 /// The core enforces `node_limit`; `shared_limit`, `lease_ttl` and `on_unavailable` configure the
 /// cluster-wide tier, which the cluster layer adds on top.
@@ -172,6 +173,22 @@ pub struct ConcurrencySpec {
     /// What to do when the shared pool cannot be asked (default `open`).
     #[serde(default)]
     pub on_unavailable: OnUnavailable,
+    /// The most shared units a bucket's owner lends one node at once, for its requests to take
+    /// with no call to the owner (default 16; 1: every shared admission asks the owner).
+    #[serde(
+        default = "default_max_loan",
+        skip_serializing_if = "is_default_max_loan"
+    )]
+    pub max_loan: u64,
+    /// `open` and `local_share` policies: how long a bucket's new owner waits, before it
+    /// grants, for the leases other nodes hold to be handed over to it (default 0 s: it grants
+    /// at once; at most `lease_ttl`; `closed` policies always wait a full `lease_ttl`).
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    pub learning_period: Duration,
     /// Multiply `node_limit` by the number of cores.
     #[serde(default, skip_serializing_if = "is_false")]
     pub per_core: bool,
@@ -397,6 +414,18 @@ fn default_max_keys() -> usize {
 }
 fn default_lease_ttl() -> Duration {
     Duration::from_secs(30)
+}
+
+/// The default `max_loan`: enough for a node's requests to take shared units without a call
+/// in steady state, small enough that what lies idle on a node is little of a pool.
+pub const DEFAULT_MAX_LOAN: u64 = 16;
+
+fn default_max_loan() -> u64 {
+    DEFAULT_MAX_LOAN
+}
+
+fn is_default_max_loan(max_loan: &u64) -> bool {
+    *max_loan == DEFAULT_MAX_LOAN
 }
 
 impl Limiter {
@@ -750,6 +779,23 @@ impl PolicyConfig {
                         name,
                         "concurrency.lease_ttl",
                         "must be greater than zero",
+                    ));
+                }
+                if s.learning_period > s.lease_ttl {
+                    return Err(PolicyError::new(
+                        name,
+                        "concurrency.learning_period",
+                        format!(
+                            "must not exceed lease_ttl ({:?}): by then every lease granted before has expired",
+                            s.lease_ttl
+                        ),
+                    ));
+                }
+                if s.max_loan == 0 {
+                    return Err(PolicyError::new(
+                        name,
+                        "concurrency.max_loan",
+                        "must be at least 1 (1: no loans, every shared admission asks the owner)",
                     ));
                 }
                 Ok(Shape::Concurrency {

@@ -1,0 +1,617 @@
+//! The holder's side of lent capacity: units of a bucket's shared pool that its owner lent this
+//! node, handed out here with no call.
+//!
+//! Asking the owner for every shared admission costs a network round trip. So a node asks for
+//! more than one unit when it is busy — as many more as it has in use, up to `max_loan` — and
+//! the owner lends it a *loan*: one lease of several units, each counted as used on the owner.
+//! A request then takes a unit from the loan under a lock, and gives it back to the loan when it
+//! ends; the owner hears nothing. The ceiling holds because the node never hands out more units
+//! than it was lent, and never one that could outlive its loan: a unit is taken only while the
+//! loan has `hold` (one lease TTL) left to live, and the loan is renewed well before that.
+//!
+//! What a loan can cost is capacity lent here and idle while another node is refused. So:
+//! - the owner lends a quarter of what is free at most, one unit a call when the pool is nearly
+//!   full, and says how many idle units the node may *keep* (see [`pool`](crate::pool));
+//! - a unit put back beyond that is given back to the owner at once;
+//! - [`LoanBook::upkeep`], every [`UPKEEP_EVERY`], renews each loan (hearing the owner's new
+//!   `keep` — zero after a refusal elsewhere: a recall), gives back what is beyond `keep`, and
+//!   gives the whole loan back once no unit was taken for [`IDLE_AFTER`].
+//!
+//! This module is the book only: what is lent, in use, owed. It does no I/O and reads no clock;
+//! [`TwoTier`](crate::admission::TwoTier) makes the calls it says are owed.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use weir::Nanos;
+
+/// How often a holder renews its loans and gives back what it may not keep.
+pub const UPKEEP_EVERY: Duration = Duration::from_millis(250);
+
+/// A loan with no unit taken for this long goes back to its owner whole.
+pub const IDLE_AFTER: Duration = Duration::from_secs(1);
+
+/// How much longer than a lease a loan lives on its owner: two upkeeps, so that a loan renewed
+/// by each upkeep always has a lease TTL left when a unit is taken from it.
+pub const LOAN_MARGIN: Duration = Duration::from_millis(500);
+
+/// One bucket's loan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Loan {
+    /// The owner that lent it.
+    owner: String,
+    /// Its lease id on that owner.
+    id: u64,
+    /// Units lent.
+    units: u64,
+    /// Units handed out and not yet put back.
+    in_use: u64,
+    /// When the owner drops it unless renewed (on this node's clock).
+    expires_at: Nanos,
+    /// Idle units the owner lets this node keep.
+    keep: u64,
+    /// Which loan this is, on this node: units taken from an earlier loan of the same bucket
+    /// do not count against this one.
+    serial: u64,
+    /// When a unit was last taken.
+    last_taken: Nanos,
+}
+
+impl Loan {
+    fn idle(&self) -> u64 {
+        self.units.saturating_sub(self.in_use)
+    }
+}
+
+/// A unit taken from a loan, to put back when its request ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unit {
+    /// The bucket.
+    pub bucket: String,
+    serial: u64,
+}
+
+/// What to ask a bucket's owner for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask {
+    /// Grow (or start) this node's one loan of the bucket on that owner, rather than take a
+    /// plain lease.
+    pub lend: bool,
+    /// Units wanted (for a loan, 0: renew it only).
+    pub units: u64,
+}
+
+impl Ask {
+    /// One plain lease: no loan.
+    pub const ONE: Ask = Ask {
+        lend: false,
+        units: 1,
+    };
+
+    /// A loan's renewal: nothing added.
+    pub const RENEW: Ask = Ask {
+        lend: true,
+        units: 0,
+    };
+}
+
+/// A call this node owes an owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owed {
+    /// Give `units` idle units of loan `id` back.
+    GiveBack {
+        /// The bucket.
+        bucket: String,
+        /// Its owner.
+        owner: String,
+        /// The loan's lease id there.
+        id: u64,
+        /// How many.
+        units: u64,
+    },
+    /// End loan `id`: none of its units is in use.
+    Release {
+        /// The bucket.
+        bucket: String,
+        /// Its owner.
+        owner: String,
+        /// The loan's lease id there.
+        id: u64,
+    },
+    /// Renew loan `id`.
+    Renew {
+        /// The bucket.
+        bucket: String,
+        /// Its owner.
+        owner: String,
+        /// The loan's lease id there.
+        id: u64,
+    },
+}
+
+/// A loan whose bucket has another owner now, to hand over (see [`LoanBook::moved`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    /// The bucket.
+    pub bucket: String,
+    /// Its owner when the loan was lent, and the loan's id there.
+    pub from: (String, u64),
+    /// Its owner now.
+    pub to: String,
+    /// Units in use: what the new owner must count.
+    pub in_use: u64,
+    /// When the loan expires.
+    pub expires_at: Nanos,
+    serial: u64,
+}
+
+/// Units in use and lent, over every loan, for a node's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Totals {
+    /// Loans held.
+    pub loans: u64,
+    /// Units lent to this node.
+    pub units: u64,
+    /// Of them, in use.
+    pub in_use: u64,
+}
+
+/// Every loan this node holds for one policy; see the [module docs](self).
+#[derive(Debug)]
+pub struct LoanBook {
+    loans: HashMap<String, Loan>,
+    next_serial: u64,
+    max_loan: u64,
+}
+
+impl LoanBook {
+    /// An empty book whose loans grow, by asking, to at most `max_loan` units each.
+    pub fn new(max_loan: u64) -> Self {
+        LoanBook {
+            loans: HashMap::new(),
+            next_serial: 0,
+            max_loan,
+        }
+    }
+
+    /// Takes a unit of `bucket`'s loan, if it was lent by `owner` (the bucket's owner now), has
+    /// a unit free, and lives until at least `hold_until`.
+    pub fn take(
+        &mut self,
+        bucket: &str,
+        owner: &str,
+        hold_until: Nanos,
+        now: Nanos,
+    ) -> Option<Unit> {
+        let loan = self.loans.get_mut(bucket)?;
+        if loan.owner != owner || loan.expires_at < hold_until || loan.in_use >= loan.units {
+            return None;
+        }
+        loan.in_use += 1;
+        loan.last_taken = now;
+        Some(Unit {
+            bucket: bucket.to_owned(),
+            serial: loan.serial,
+        })
+    }
+
+    /// What to ask `owner` for, no unit of `bucket` being free here: as many more units as are
+    /// in use (the loan doubles), within `max_loan`, and at least one.
+    pub fn ask(&self, bucket: &str, owner: &str) -> Ask {
+        let units = match self.loans.get(bucket).filter(|loan| loan.owner == owner) {
+            Some(loan) => (loan.in_use + 1)
+                .min(self.max_loan.saturating_sub(loan.units))
+                .max(1),
+            None => 1,
+        };
+        Ask { lend: true, units }
+    }
+
+    /// This node's loan of `bucket` from `owner`, if it has one: its lease id there.
+    pub fn loan_id(&self, bucket: &str, owner: &str) -> Option<u64> {
+        self.loans
+            .get(bucket)
+            .filter(|loan| loan.owner == owner)
+            .map(|loan| loan.id)
+    }
+
+    /// Records a grant of `units` units on lease `id` of `owner`. The same loan grows. A new
+    /// id from the same owner means the owner had dropped the loan (it expired) and started
+    /// another: the loan goes on under the new id with the units just granted, its units in use
+    /// still counted here (none is taken until enough are put back). Another owner's grant
+    /// starts a new loan; the old lease is owed a release if none of its units is in use (else
+    /// it expires there).
+    pub fn granted(
+        &mut self,
+        bucket: &str,
+        owner: &str,
+        id: u64,
+        units: u64,
+        keep: u64,
+        expires_at: Nanos,
+    ) -> Option<Owed> {
+        if let Some(loan) = self
+            .loans
+            .get_mut(bucket)
+            .filter(|loan| loan.owner == owner)
+        {
+            if loan.id == id {
+                loan.units += units;
+            } else {
+                loan.id = id;
+                loan.units = units;
+            }
+            loan.keep = keep;
+            loan.expires_at = expires_at;
+            return None;
+        }
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let old = self.loans.insert(
+            bucket.to_owned(),
+            Loan {
+                owner: owner.to_owned(),
+                id,
+                units,
+                in_use: 0,
+                expires_at,
+                keep,
+                serial,
+                last_taken: 0,
+            },
+        );
+        let old = old?;
+        (old.in_use == 0).then(|| Owed::Release {
+            bucket: bucket.to_owned(),
+            owner: old.owner,
+            id: old.id,
+        })
+    }
+
+    /// Puts a unit back when its request ends. Units beyond what the owner lets this node keep
+    /// are owed back to it at once.
+    pub fn put_back(&mut self, unit: &Unit) -> Option<Owed> {
+        let loan = self
+            .loans
+            .get_mut(&unit.bucket)
+            .filter(|loan| loan.serial == unit.serial)?;
+        loan.in_use = loan.in_use.saturating_sub(1);
+        self.surplus(&unit.bucket)
+    }
+
+    /// Takes the idle units beyond `keep` (and `max_loan`) out of `bucket`'s loan: owed back.
+    fn surplus(&mut self, bucket: &str) -> Option<Owed> {
+        let max_loan = self.max_loan;
+        let loan = self.loans.get_mut(bucket)?;
+        let surplus = loan.idle().saturating_sub(loan.keep.min(max_loan));
+        if surplus == 0 {
+            return None;
+        }
+        loan.units -= surplus;
+        Some(Owed::GiveBack {
+            bucket: bucket.to_owned(),
+            owner: loan.owner.clone(),
+            id: loan.id,
+            units: surplus,
+        })
+    }
+
+    /// A renewal answered: the loan lives until `expires_at` and may keep `keep` idle units
+    /// (beyond them, owed back). `id` guards against a loan replaced meanwhile.
+    pub fn renewed(&mut self, bucket: &str, id: u64, keep: u64, expires_at: Nanos) -> Option<Owed> {
+        let loan = self.loans.get_mut(bucket).filter(|loan| loan.id == id)?;
+        loan.keep = keep;
+        loan.expires_at = expires_at;
+        self.surplus(bucket)
+    }
+
+    /// The owner no longer has loan `id`: no unit is taken from it again, and it is forgotten
+    /// once its units in use are put back.
+    pub fn gone(&mut self, bucket: &str, id: u64) {
+        if let Some(loan) = self.loans.get_mut(bucket).filter(|loan| loan.id == id) {
+            loan.expires_at = 0;
+            loan.units = loan.in_use;
+        }
+    }
+
+    /// What upkeep owes at `now`: a loan with nothing in use and nothing taken for
+    /// `idle_after` goes back whole; every other live loan gives back what it may not keep
+    /// and is renewed. A loan past its expiry with nothing in use is forgotten (its owner has
+    /// dropped it).
+    pub fn upkeep(&mut self, now: Nanos, idle_after: Duration) -> Vec<Owed> {
+        let mut owed = Vec::new();
+        let buckets: Vec<String> = self.loans.keys().cloned().collect();
+        for bucket in buckets {
+            let loan = &self.loans[&bucket];
+            if loan.in_use == 0 && loan.expires_at <= now {
+                self.loans.remove(&bucket);
+                continue;
+            }
+            if loan.in_use == 0 && weir::clock::after(loan.last_taken, idle_after) <= now {
+                let loan = self.loans.remove(&bucket).expect("present");
+                owed.push(Owed::Release {
+                    bucket,
+                    owner: loan.owner,
+                    id: loan.id,
+                });
+                continue;
+            }
+            if loan.expires_at <= now {
+                continue;
+            }
+            owed.extend(self.surplus(&bucket));
+            let loan = &self.loans[&bucket];
+            owed.push(Owed::Renew {
+                owner: loan.owner.clone(),
+                id: loan.id,
+                bucket,
+            });
+        }
+        owed
+    }
+
+    /// Loans whose bucket `owner_of` names another owner now.
+    pub fn moved(&self, owner_of: impl Fn(&str) -> Option<String>) -> Vec<Moved> {
+        self.loans
+            .iter()
+            .filter_map(|(bucket, loan)| {
+                let to = owner_of(bucket).filter(|to| *to != loan.owner)?;
+                Some(Moved {
+                    bucket: bucket.clone(),
+                    from: (loan.owner.clone(), loan.id),
+                    to,
+                    in_use: loan.in_use,
+                    expires_at: loan.expires_at,
+                    serial: loan.serial,
+                })
+            })
+            .collect()
+    }
+
+    /// A moved loan was handed over: it is lease `id` of `moved.to` now, of the units that were
+    /// in use when it moved (those put back since are idle, and go back at the next upkeep).
+    /// False if the loan was replaced meanwhile.
+    pub fn rehomed(&mut self, moved: &Moved, id: u64) -> bool {
+        let Some(loan) = self
+            .loans
+            .get_mut(&moved.bucket)
+            .filter(|loan| loan.serial == moved.serial)
+        else {
+            return false;
+        };
+        loan.owner.clone_from(&moved.to);
+        loan.id = id;
+        loan.units = moved.in_use;
+        loan.keep = 0;
+        true
+    }
+
+    /// Forgets a moved loan with nothing in use (its old owner is owed a release).
+    pub fn forget(&mut self, moved: &Moved) {
+        if self
+            .loans
+            .get(&moved.bucket)
+            .is_some_and(|loan| loan.serial == moved.serial && loan.in_use == 0)
+        {
+            self.loans.remove(&moved.bucket);
+        }
+    }
+
+    /// Loans, units lent and units in use, over every bucket.
+    pub fn totals(&self) -> Totals {
+        self.loans
+            .values()
+            .fold(Totals::default(), |t, loan| Totals {
+                loans: t.loans + 1,
+                units: t.units + loan.units,
+                in_use: t.in_use + loan.in_use,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: u64 = 1_000_000_000;
+
+    fn book() -> LoanBook {
+        LoanBook::new(8)
+    }
+
+    #[test]
+    fn units_are_taken_only_from_a_live_loan_of_the_current_owner() {
+        let mut book = book();
+        assert_eq!(book.take("b", "a", 0, 0), None, "nothing lent");
+        assert_eq!(
+            book.ask("b", "a"),
+            Ask {
+                lend: true,
+                units: 1
+            }
+        );
+        assert_eq!(book.granted("b", "a", 7, 2, 2, 10 * S), None);
+        let one = book.take("b", "a", 10 * S, 0).expect("lent");
+        assert!(
+            book.take("b", "z", 0, 0).is_none(),
+            "another owner's bucket now"
+        );
+        assert!(
+            book.take("b", "a", 10 * S + 1, 0).is_none(),
+            "would outlive the loan"
+        );
+        let _two = book.take("b", "a", 0, 0).expect("the second unit");
+        assert!(book.take("b", "a", 0, 0).is_none(), "both in use");
+        assert_eq!(book.put_back(&one), None, "kept: the owner lets it keep 2");
+        assert!(book.take("b", "a", 0, 0).is_some());
+    }
+
+    #[test]
+    fn a_busy_loan_asks_for_as_many_more_as_it_has_in_use_within_max_loan() {
+        let mut book = book();
+        book.granted("b", "a", 1, 3, 8, S);
+        for _ in 0..3 {
+            book.take("b", "a", 0, 0).unwrap();
+        }
+        assert_eq!(
+            book.ask("b", "a"),
+            Ask {
+                lend: true,
+                units: 4,
+            }
+        );
+        book.granted("b", "a", 1, 4, 8, S);
+        for _ in 0..4 {
+            book.take("b", "a", 0, 0).unwrap();
+        }
+        assert_eq!(book.ask("b", "a").units, 1, "7 lent: one more reaches 8");
+        book.granted("b", "a", 1, 1, 8, S);
+        book.take("b", "a", 0, 0).unwrap();
+        assert_eq!(book.ask("b", "a").units, 1, "past max_loan: one at a time");
+        assert_eq!(
+            book.totals(),
+            Totals {
+                loans: 1,
+                units: 8,
+                in_use: 8
+            }
+        );
+    }
+
+    #[test]
+    fn units_beyond_keep_go_back_when_put_back_and_at_upkeep() {
+        let mut book = book();
+        book.granted("b", "a", 1, 4, 1, S);
+        let units: Vec<Unit> = (0..4).map(|_| book.take("b", "a", 0, 0).unwrap()).collect();
+        assert_eq!(book.put_back(&units[0]), None, "one idle: kept");
+        assert_eq!(
+            book.put_back(&units[1]),
+            Some(Owed::GiveBack {
+                bucket: "b".into(),
+                owner: "a".into(),
+                id: 1,
+                units: 1
+            })
+        );
+        // A recall: the owner's renewal says keep none.
+        assert_eq!(
+            book.renewed("b", 1, 0, S),
+            Some(Owed::GiveBack {
+                bucket: "b".into(),
+                owner: "a".into(),
+                id: 1,
+                units: 1
+            })
+        );
+        assert_eq!(book.totals().units, 2);
+        assert_eq!(book.renewed("b", 99, 5, S), None, "another loan's answer");
+    }
+
+    #[test]
+    fn upkeep_renews_busy_loans_and_returns_idle_ones_whole() {
+        let mut book = book();
+        book.granted("busy", "a", 1, 2, 2, 10 * S);
+        book.granted("idle", "a", 2, 2, 2, 10 * S);
+        let _held = book.take("busy", "a", 0, S).unwrap();
+        let put = book.take("idle", "a", 0, S).unwrap();
+        book.put_back(&put);
+        assert_eq!(
+            book.upkeep(S + S / 2, IDLE_AFTER).len(),
+            2,
+            "both renewed before the idle time"
+        );
+        let mut owed = book.upkeep(2 * S, IDLE_AFTER);
+        owed.sort_by_key(|o| format!("{o:?}"));
+        assert_eq!(
+            owed,
+            vec![
+                Owed::Release {
+                    bucket: "idle".into(),
+                    owner: "a".into(),
+                    id: 2
+                },
+                Owed::Renew {
+                    bucket: "busy".into(),
+                    owner: "a".into(),
+                    id: 1,
+                },
+            ]
+        );
+        assert_eq!(book.totals().loans, 1);
+    }
+
+    #[test]
+    fn a_loan_gone_on_its_owner_lends_nothing_more_and_is_forgotten_once_put_back() {
+        let mut book = book();
+        book.granted("b", "a", 1, 2, 2, 10 * S);
+        let unit = book.take("b", "a", 0, 0).unwrap();
+        book.gone("b", 1);
+        assert!(book.take("b", "a", 0, 0).is_none());
+        assert_eq!(book.upkeep(S, IDLE_AFTER), vec![], "expired: not renewed");
+        assert_eq!(book.totals().loans, 1, "a unit is still in use");
+        book.put_back(&unit);
+        assert_eq!(book.upkeep(S, IDLE_AFTER), vec![]);
+        assert_eq!(book.totals().loans, 0);
+    }
+
+    #[test]
+    fn a_loan_the_owner_dropped_goes_on_under_its_new_id_with_its_units_in_use() {
+        let mut book = book();
+        book.granted("b", "a", 1, 2, 2, S);
+        let old = book.take("b", "a", 0, 0).unwrap();
+        let _old2 = book.take("b", "a", 0, 0).unwrap();
+        // The owner had dropped lease 1 and lent a new one of 2 units.
+        assert_eq!(book.granted("b", "a", 5, 2, 2, S), None);
+        assert_eq!(book.loan_id("b", "a"), Some(5));
+        assert!(
+            book.take("b", "a", 0, 0).is_none(),
+            "two units of the old lease are still out"
+        );
+        assert_eq!(
+            book.put_back(&old),
+            None,
+            "an old unit counts as one of this loan"
+        );
+        assert!(book.take("b", "a", 0, 0).is_some());
+        // Another owner's grant is a new loan; the old one is owed a release once unused.
+        let mut book = LoanBook::new(8);
+        book.granted("b", "a", 1, 2, 2, S);
+        assert_eq!(
+            book.granted("b", "c", 3, 1, 0, S),
+            Some(Owed::Release {
+                bucket: "b".into(),
+                owner: "a".into(),
+                id: 1
+            })
+        );
+        assert_eq!(book.loan_id("b", "c"), Some(3));
+    }
+
+    #[test]
+    fn a_moved_loan_is_handed_over_with_its_units_in_use() {
+        let mut book = book();
+        book.granted("b", "a", 1, 4, 4, S);
+        let unit = book.take("b", "a", 0, 0).unwrap();
+        let moved = book.moved(|_| Some("c".to_owned()));
+        assert_eq!(moved.len(), 1);
+        assert_eq!(
+            (moved[0].from.clone(), moved[0].to.as_str(), moved[0].in_use),
+            (("a".to_owned(), 1), "c", 1)
+        );
+        assert!(book.moved(|_| Some("a".to_owned())).is_empty());
+        assert!(book.rehomed(&moved[0], 9));
+        assert_eq!(book.loan_id("b", "c"), Some(9));
+        assert_eq!(book.totals().units, 1, "only what was in use moved");
+        assert_eq!(
+            book.put_back(&unit),
+            Some(Owed::GiveBack {
+                bucket: "b".into(),
+                owner: "c".into(),
+                id: 9,
+                units: 1
+            }),
+            "a moved loan keeps nothing idle until its new owner says so"
+        );
+        assert_eq!(book.totals().units, 0);
+    }
+}
