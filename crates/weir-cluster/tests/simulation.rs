@@ -2,67 +2,27 @@
 //! network, speaking the real gRPC protocol through the batching transport, while the test
 //! partitions, delays and drops what passes between them. Time is the simulation's.
 
+mod sim_net;
+
 use std::collections::HashMap;
-use std::io;
-use std::net::{IpAddr, Ipv4Addr};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tonic::transport::Uri;
 use weir::policy::OnUnavailable;
 use weir::{Clock, TokioClock};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
-use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::grpc::GrpcTransport;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::InMemory;
 
-const PORT: u16 = 9000;
 const OWNERS: [&str; 3] = ["n1", "n2", "n3"];
 const BUCKET: &str = "analytics:group:analytics";
 const SHARED_LIMIT: u64 = 4;
 const LEASE_TTL: Duration = Duration::from_secs(30);
-
-/// A simulated TCP stream the gRPC server can accept.
-struct SimStream(turmoil::net::TcpStream);
-
-impl tonic::transport::server::Connected for SimStream {
-    type ConnectInfo = ();
-    fn connect_info(&self) -> Self::ConnectInfo {}
-}
-
-impl AsyncRead for SimStream {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for SimStream {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
-}
 
 fn ring() -> Ring {
     Ring::new(
@@ -125,36 +85,11 @@ fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, OwnerHost> {
                         }
                     }
                 });
-                let service = ClusterService::new(owner, TokioClock::new()).into_server(None);
-                let listener =
-                    turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT))
-                        .await?;
-                let incoming = accepted(listener);
-                tonic::transport::Server::builder()
-                    .add_service(service)
-                    .serve_with_incoming(incoming)
-                    .await?;
-                Ok(())
+                sim_net::serve(owner).await
             }
         });
     }
     hosts
-}
-
-/// The listener's connections as a stream (accepted by a task of their own).
-fn accepted(
-    listener: turmoil::net::TcpListener,
-) -> tokio_stream::wrappers::ReceiverStream<io::Result<SimStream>> {
-    let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(async move {
-        loop {
-            let accepted = listener.accept().await.map(|(stream, _)| SimStream(stream));
-            if tx.send(accepted).await.is_err() {
-                return;
-            }
-        }
-    });
-    tokio_stream::wrappers::ReceiverStream::new(rx)
 }
 
 /// A coordinator `holder` reaching the owners over the simulated network, batched per owner.
@@ -171,23 +106,18 @@ fn viewing(
     on_unavailable: OnUnavailable,
     view: Arc<SharedRing>,
 ) -> TwoTier<TokioClock, Batching<GrpcTransport<TokioClock>>> {
-    let grpc = GrpcTransport::with_connect(
-        TokioClock::new(),
-        Box::new(|address| {
-            let connector = tower::service_fn(|uri: Uri| async move {
-                let authority = uri.authority().map(|a| a.to_string()).unwrap_or_default();
-                let stream = turmoil::net::TcpStream::connect(authority).await?;
-                Ok::<_, io::Error>(TokioIo::new(stream))
-            });
-            Some(weir_cluster::grpc::endpoint(address)?.connect_with_connector_lazy(connector))
-        }),
-    );
-    grpc.set_addresses(
-        OWNERS
-            .iter()
-            .map(|id| (id.to_string(), format!("http://{id}:{PORT}")))
-            .collect(),
-    );
+    lending(holder, on_unavailable, view, 1)
+}
+
+/// A coordinator `holder` with its own view of the ring, `view`, whose owners lend it up to
+/// `max_loan` units at once.
+fn lending(
+    holder: &str,
+    on_unavailable: OnUnavailable,
+    view: Arc<SharedRing>,
+    max_loan: u64,
+) -> TwoTier<TokioClock, Batching<GrpcTransport<TokioClock>>> {
+    let grpc = sim_net::transport(OWNERS);
     TwoTier::new(
         holder,
         TwoTierConfig {
@@ -197,7 +127,7 @@ fn viewing(
             on_unavailable,
             acquire_timeout: Duration::from_millis(200),
             max_keys: 1000,
-            max_loan: 1,
+            max_loan,
             learning_period: Duration::ZERO,
         },
         Arc::clone(&view),
@@ -330,7 +260,8 @@ fn a_grant_delayed_past_the_timeout_is_given_back() {
 
 /// Links that fail and repair at random (seeded): whatever the network does, the owner never
 /// counts more than the shared limit nor the coordinator holds more, and the failures do reach
-/// the coordinator (some asks find the owner unreachable) while admissions still happen.
+/// the coordinator (some asks find the owner unreachable) while admissions still happen. Odd
+/// seeds run with loans (the owner lends up to 16 units at once).
 #[test]
 fn random_link_failures_never_break_the_limit() {
     let mut unavailable = 0;
@@ -347,9 +278,11 @@ fn random_link_failures_never_break_the_limit() {
         let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let seen_here = Arc::clone(&seen);
         sim.client("c1", async move {
-            let node = coordinator("c1", OnUnavailable::Closed);
-            // Fenced: the owners grant once they have been up for one lease TTL.
-            tokio::time::sleep(LEASE_TTL).await;
+            let max_loan = if seed % 2 == 1 { 16 } else { 1 };
+            let view = Arc::new(SharedRing::new(ring()));
+            let node = lending("c1", OnUnavailable::Closed, view, max_loan);
+            // Fenced: the owners grant once they have been up for one lease TTL (a loan's).
+            tokio::time::sleep(LEASE_TTL + weir_cluster::loan::LOAN_MARGIN).await;
             let mut held: Vec<ClusterAdmission> = Vec::new();
             let mut admitted = 0;
             for step in 0..400u32 {
