@@ -100,8 +100,10 @@ enum Shared {
     Unit(Unit),
 }
 
-/// An admitted request. Hand it back to [`TwoTier::release`] when the request is done (a lost
-/// release expires with the lease's TTL).
+/// An admitted request. Hand it back to [`TwoTier::release`] when the request is done. A lost
+/// release of a lease expires with the lease's TTL; a unit of a loan has no expiry of its own
+/// (its loan lives while this node renews it), so whoever holds it must release it, also when
+/// it gives up on it (the server's lease sweep does).
 #[derive(Debug)]
 #[must_use = "release the admission when the request is done"]
 pub struct ClusterAdmission {
@@ -257,6 +259,10 @@ pub struct TwoTier<C: Clock + Clone, T: Transport> {
     next_handle: AtomicU64,
     /// The units owners lent this node (with `max_loan > 1`).
     book: Mutex<LoanBook>,
+    /// Who holds this coordinator's loans on their owners: the node, and a number drawn for
+    /// this book, so that another book of the node (another policy with a bucket of the same
+    /// name, the policy's next version, the process after a restart) never grows its loans.
+    loan_holder: String,
     /// What admission did.
     pub counters: AdmissionCounters,
 }
@@ -267,6 +273,32 @@ impl<C: Clock + Clone, T: Transport> std::fmt::Debug for TwoTier<C, T> {
             .field("node_id", &self.node_id)
             .field("config", &self.config)
             .finish()
+    }
+}
+
+/// A number for a new loan book, different from every other book's with near certainty (drawn
+/// from the standard library's per-process random hash keys, and a counter).
+fn book_number() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    static BOOKS: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(BOOKS.fetch_add(1, Ordering::Relaxed));
+    hasher.finish()
+}
+
+/// A unit taken for a request that is not yet the caller's: put back if the caller goes away
+/// first.
+struct Handing<'a, C: Clock + Clone, T: Transport> {
+    tier: &'a TwoTier<C, T>,
+    unit: Option<Unit>,
+}
+
+impl<C: Clock + Clone, T: Transport> Drop for Handing<'_, C, T> {
+    fn drop(&mut self) {
+        if let Some(unit) = self.unit.take() {
+            // What it owes (idle units beyond `keep`) goes back with the next upkeep.
+            let _ = self.tier.book().put_back(&unit);
+        }
     }
 }
 
@@ -307,6 +339,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         TwoTier {
             node_id: node_id.to_owned(),
             book: Mutex::new(LoanBook::new(config.max_loan)),
+            loan_holder: format!("{node_id}/{:016x}", book_number()),
             config,
             ring,
             transport,
@@ -351,6 +384,11 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         if self.lends() {
             return self.acquire_lent(bucket).await;
         }
+        self.acquire_lease(bucket).await
+    }
+
+    /// The shared tier without loans: a lease from the bucket's owner.
+    async fn acquire_lease(&self, bucket: &str) -> Result<ClusterAdmission, ClusterRefusal> {
         // A grant that comes back after the ring moved the bucket is returned and asked for
         // again of the new owner: the handoff of that change may already have run without it,
         // and the new owner would not count it. Twice in a row means the ring is churning.
@@ -420,7 +458,16 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 if let Some(unit) = book.take(bucket, owner, hold_until, now) {
                     return Ok(self.lent_unit(unit, true));
                 }
-                book.ask(bucket, owner)
+                if book.moving(bucket, owner) {
+                    None
+                } else {
+                    Some(book.ask(bucket, owner, hold_until))
+                }
+            };
+            let Some(ask) = ask else {
+                // The ring moved this bucket and the handoff has yet to move its loan.
+                drop(ring);
+                return Box::pin(self.acquire_lease(bucket)).await;
             };
             match self.ask_owner(bucket, owner, ask).await {
                 Ok(Grant::Granted {
@@ -442,20 +489,23 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                                 self.counters.raced.fetch_add(1, Ordering::Relaxed);
                                 // Only what this grant added: the loan, if it was there
                                 // before, is the handoff's to move.
-                                let owed = Owed::GiveBack {
+                                let owed = (units > 0).then(|| Owed::GiveBack {
                                     bucket: bucket.to_owned(),
                                     owner: owner.to_owned(),
                                     id,
                                     units,
-                                };
-                                (None, Some(owed))
+                                });
+                                (None, owed)
                             }
                         }
                     };
+                    // Should the caller go away while the owed call is made, the unit goes
+                    // back to the loan rather than stay in use for ever.
+                    let mut handing = Handing { tier: self, unit };
                     if let Some(owed) = owed {
                         self.pay(owed).await;
                     }
-                    if let Some(unit) = unit {
+                    if let Some(unit) = handing.unit.take() {
                         return Ok(self.lent_unit(unit, false));
                     }
                     // Taken by racing requests, or the ring moved: once more.
@@ -466,6 +516,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         Err(self.refusal(bucket, self.full()))
     }
 
+    /// A shared admission on a lent unit.
     fn lent_unit(&self, unit: Unit, no_call: bool) -> ClusterAdmission {
         self.counters.shared.fetch_add(1, Ordering::Relaxed);
         if no_call {
@@ -520,7 +571,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         let request = LeaseRequest {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
-            holder: self.node_id.clone(),
+            holder: match ask.lend {
+                true => self.loan_holder.clone(),
+                false => self.node_id.clone(),
+            },
             ttl: self.ttl(),
             now: self.clock.now(),
             fenced: self.fenced(),
@@ -664,9 +718,6 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                         .await;
                 }
             }
-            Owed::Release { bucket, owner, id } => {
-                self.release_lease(&owner, &bucket, id).await;
-            }
             Owed::Renew { bucket, owner, id } => {
                 self.renew_loan(&bucket, &owner, id).await;
             }
@@ -683,28 +734,34 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 keep,
                 ..
             }) if renewed == id => {
-                let owed = self.book().renewed(bucket, id, keep, expires_at);
+                let owed = self.book().renewed(bucket, owner, id, keep, expires_at);
                 if let Some(owed) = owed {
                     Box::pin(self.pay(owed)).await;
                 }
                 true
             }
             Ok(_) => {
-                self.book().gone(bucket, id);
+                self.book().gone(bucket, owner, id);
                 false
             }
             Err(_) => false,
         }
     }
 
-    /// Renews this node's loans and gives back what they may not keep, or what has been idle
+    /// Renews this node's loans that are due and gives back what they may not keep, or what has been idle
     /// for [`loan::IDLE_AFTER`]. Call it every [`loan::UPKEEP_EVERY`] (it does nothing for a
     /// policy that does not lend).
     pub async fn upkeep(&self) {
         if !self.lends() {
             return;
         }
-        let owed = self.book().upkeep(self.clock.now(), loan::IDLE_AFTER);
+        let now = self.clock.now();
+        // Renewed once half the margin is spent: well before a unit could outlive its loan.
+        let renew_by = weir::clock::after(
+            now,
+            self.config.lease_ttl.saturating_add(loan::LOAN_MARGIN / 2),
+        );
+        let owed = self.book().upkeep(now, loan::IDLE_AFTER, renew_by);
         for owed in owed {
             self.pay(owed).await;
         }
@@ -742,10 +799,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             Shared::Lease(handle) => handle,
             Shared::Unit(unit) => {
                 // The loan outlives its units by its margin; renewing it renews them all.
-                let Some(owner) = self.ring.load().owner_of(&unit.bucket).map(str::to_owned) else {
-                    return false;
-                };
-                let Some(id) = self.book().loan_id(&unit.bucket, &owner) else {
+                let Some((owner, id)) = self.book().loan_of(&unit) else {
                     return false;
                 };
                 return self.renew_loan(&unit.bucket, &owner, id).await;
@@ -795,20 +849,26 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         let mut moved = 0;
         for m in moving {
             let (from, old_id) = m.from.clone();
+            let give_back = Owed::GiveBack {
+                bucket: m.bucket.clone(),
+                owner: from.clone(),
+                id: old_id,
+                units: m.units,
+            };
             if m.in_use == 0 {
                 self.book().forget(&m);
-                self.release_lease(&from, &m.bucket, old_id).await;
+                self.pay(give_back).await;
                 continue;
             }
             let adopted = if m.to == self.node_id {
                 self.owner
-                    .adopt(&m.bucket, &self.node_id, m.expires_at, m.in_use, true)
+                    .adopt(&m.bucket, &self.loan_holder, m.expires_at, m.in_use, true)
                     .ok()
             } else {
                 self.call(self.transport.adopt(
                     &m.to,
                     &m.bucket,
-                    &self.node_id,
+                    &self.loan_holder,
                     m.expires_at,
                     m.in_use,
                     true,
@@ -817,7 +877,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             };
             let Some(id) = adopted else { continue };
             let rehomed = self.book().rehomed(&m, id);
-            self.release_lease(&from, &m.bucket, old_id).await;
+            self.pay(give_back).await;
             if rehomed {
                 moved += 1;
             } else {

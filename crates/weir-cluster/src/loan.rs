@@ -13,9 +13,10 @@
 //! - the owner lends a quarter of what is free at most, one unit a call when the pool is nearly
 //!   full, and says how many idle units the node may *keep* (see [`pool`](crate::pool));
 //! - a unit put back beyond that is given back to the owner at once;
-//! - [`LoanBook::upkeep`], every [`UPKEEP_EVERY`], renews each loan (hearing the owner's new
-//!   `keep` — zero after a refusal elsewhere: a recall), gives back what is beyond `keep`, and
-//!   gives the whole loan back once no unit was taken for [`IDLE_AFTER`].
+//! - [`LoanBook::upkeep`], every [`UPKEEP_EVERY`], renews each loan that has less than a lease
+//!   TTL and half its margin left — about once a second — hearing the owner's new `keep` (zero
+//!   after a refusal elsewhere: a recall), gives back what is beyond `keep`, and gives the
+//!   whole loan back once no unit was taken for [`IDLE_AFTER`].
 //!
 //! This module is the book only: what is lent, in use, owed. It does no I/O and reads no clock;
 //! [`TwoTier`](crate::admission::TwoTier) makes the calls it says are owed.
@@ -31,9 +32,12 @@ pub const UPKEEP_EVERY: Duration = Duration::from_millis(250);
 /// A loan with no unit taken for this long goes back to its owner whole.
 pub const IDLE_AFTER: Duration = Duration::from_secs(1);
 
-/// How much longer than a lease a loan lives on its owner: two upkeeps, so that a loan renewed
-/// by each upkeep always has a lease TTL left when a unit is taken from it.
-pub const LOAN_MARGIN: Duration = Duration::from_millis(500);
+/// How much longer than a lease a loan lives on its owner. A loan is renewed once half of it is
+/// spent, so it always has a lease TTL left when a unit is taken from it, and a renewal or two
+/// may fail before units stop being taken. Longer means fewer renewals (one a second per loan
+/// in use), and a longer wait for a `closed` policy's new owner and for a crashed holder's
+/// units.
+pub const LOAN_MARGIN: Duration = Duration::from_secs(2);
 
 /// One bucket's loan.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +102,9 @@ impl Ask {
 /// A call this node owes an owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Owed {
-    /// Give `units` idle units of loan `id` back.
+    /// Give `units` idle units of loan `id` back (all it has: the loan ends). Always a count,
+    /// never "the whole lease": a loan that ends here may be growing again on the owner for a
+    /// request racing it, and a count leaves those units alone.
     GiveBack {
         /// The bucket.
         bucket: String,
@@ -108,15 +114,6 @@ pub enum Owed {
         id: u64,
         /// How many.
         units: u64,
-    },
-    /// End loan `id`: none of its units is in use.
-    Release {
-        /// The bucket.
-        bucket: String,
-        /// Its owner.
-        owner: String,
-        /// The loan's lease id there.
-        id: u64,
     },
     /// Renew loan `id`.
     Renew {
@@ -140,6 +137,8 @@ pub struct Moved {
     pub to: String,
     /// Units in use: what the new owner must count.
     pub in_use: u64,
+    /// Units lent: what the old owner is owed back.
+    pub units: u64,
     /// When the loan expires.
     pub expires_at: Nanos,
     serial: u64,
@@ -195,16 +194,36 @@ impl LoanBook {
         })
     }
 
-    /// What to ask `owner` for, no unit of `bucket` being free here: as many more units as are
-    /// in use (the loan doubles), within `max_loan`, and at least one.
-    pub fn ask(&self, bucket: &str, owner: &str) -> Ask {
+    /// What to ask `owner` for, no unit of `bucket` being free here: a renewal if the loan has
+    /// idle units but not `hold_until` left (a late upkeep); else as many more units as are in
+    /// use (the loan doubles), within `max_loan`, and at least one.
+    pub fn ask(&self, bucket: &str, owner: &str, hold_until: Nanos) -> Ask {
         let units = match self.loans.get(bucket).filter(|loan| loan.owner == owner) {
+            Some(loan) if loan.idle() > 0 && loan.expires_at < hold_until => return Ask::RENEW,
             Some(loan) => (loan.in_use + 1)
                 .min(self.max_loan.saturating_sub(loan.units))
                 .max(1),
             None => 1,
         };
         Ask { lend: true, units }
+    }
+
+    /// Whether `bucket`'s loan was lent by another owner than `owner` (the ring moved it) and
+    /// has units in use: until the handoff moves them, a request takes a plain lease rather than
+    /// start a loan with the new owner that would lose track of them.
+    pub fn moving(&self, bucket: &str, owner: &str) -> bool {
+        self.loans
+            .get(bucket)
+            .is_some_and(|loan| loan.owner != owner && loan.in_use > 0)
+    }
+
+    /// The loan `unit` was taken from, if it is still this node's loan of its bucket: its owner
+    /// and its lease id there.
+    pub fn loan_of(&self, unit: &Unit) -> Option<(String, u64)> {
+        self.loans
+            .get(&unit.bucket)
+            .filter(|loan| loan.serial == unit.serial)
+            .map(|loan| (loan.owner.clone(), loan.id))
     }
 
     /// This node's loan of `bucket` from `owner`, if it has one: its lease id there.
@@ -219,8 +238,8 @@ impl LoanBook {
     /// id from the same owner means the owner had dropped the loan (it expired) and started
     /// another: the loan goes on under the new id with the units just granted, its units in use
     /// still counted here (none is taken until enough are put back). Another owner's grant
-    /// starts a new loan; the old lease is owed a release if none of its units is in use (else
-    /// it expires there).
+    /// starts a new loan; the old loan's units are owed back to its owner if none is in use
+    /// (else it expires there).
     pub fn granted(
         &mut self,
         bucket: &str,
@@ -261,10 +280,11 @@ impl LoanBook {
             },
         );
         let old = old?;
-        (old.in_use == 0).then(|| Owed::Release {
+        (old.in_use == 0 && old.units > 0).then(|| Owed::GiveBack {
             bucket: bucket.to_owned(),
             owner: old.owner,
             id: old.id,
+            units: old.units,
         })
     }
 
@@ -280,6 +300,7 @@ impl LoanBook {
     }
 
     /// Takes the idle units beyond `keep` (and `max_loan`) out of `bucket`'s loan: owed back.
+    /// A loan left with no unit is forgotten (its owner drops it with its last unit).
     fn surplus(&mut self, bucket: &str) -> Option<Owed> {
         let max_loan = self.max_loan;
         let loan = self.loans.get_mut(bucket)?;
@@ -288,18 +309,37 @@ impl LoanBook {
             return None;
         }
         loan.units -= surplus;
-        Some(Owed::GiveBack {
+        let owed = Owed::GiveBack {
             bucket: bucket.to_owned(),
             owner: loan.owner.clone(),
             id: loan.id,
             units: surplus,
-        })
+        };
+        if loan.units == 0 && loan.in_use == 0 {
+            self.loans.remove(bucket);
+        }
+        Some(owed)
+    }
+
+    /// The loan of `bucket` from `owner` with lease id `id`, if it is still this node's.
+    fn loan_mut(&mut self, bucket: &str, owner: &str, id: u64) -> Option<&mut Loan> {
+        self.loans
+            .get_mut(bucket)
+            .filter(|loan| loan.owner == owner && loan.id == id)
     }
 
     /// A renewal answered: the loan lives until `expires_at` and may keep `keep` idle units
-    /// (beyond them, owed back). `id` guards against a loan replaced meanwhile.
-    pub fn renewed(&mut self, bucket: &str, id: u64, keep: u64, expires_at: Nanos) -> Option<Owed> {
-        let loan = self.loans.get_mut(bucket).filter(|loan| loan.id == id)?;
+    /// (beyond them, owed back). `owner` and `id` guard against a loan replaced meanwhile (ids
+    /// are each owner's own).
+    pub fn renewed(
+        &mut self,
+        bucket: &str,
+        owner: &str,
+        id: u64,
+        keep: u64,
+        expires_at: Nanos,
+    ) -> Option<Owed> {
+        let loan = self.loan_mut(bucket, owner, id)?;
         loan.keep = keep;
         loan.expires_at = expires_at;
         self.surplus(bucket)
@@ -307,18 +347,18 @@ impl LoanBook {
 
     /// The owner no longer has loan `id`: no unit is taken from it again, and it is forgotten
     /// once its units in use are put back.
-    pub fn gone(&mut self, bucket: &str, id: u64) {
-        if let Some(loan) = self.loans.get_mut(bucket).filter(|loan| loan.id == id) {
+    pub fn gone(&mut self, bucket: &str, owner: &str, id: u64) {
+        if let Some(loan) = self.loan_mut(bucket, owner, id) {
             loan.expires_at = 0;
             loan.units = loan.in_use;
         }
     }
 
     /// What upkeep owes at `now`: a loan with nothing in use and nothing taken for
-    /// `idle_after` goes back whole; every other live loan gives back what it may not keep
-    /// and is renewed. A loan past its expiry with nothing in use is forgotten (its owner has
-    /// dropped it).
-    pub fn upkeep(&mut self, now: Nanos, idle_after: Duration) -> Vec<Owed> {
+    /// `idle_after` goes back (all its units); every other live loan gives back what it may not keep,
+    /// and is renewed if it expires by `renew_by`. A loan past its expiry with nothing in use is
+    /// forgotten (its owner has dropped it).
+    pub fn upkeep(&mut self, now: Nanos, idle_after: Duration, renew_by: Nanos) -> Vec<Owed> {
         let mut owed = Vec::new();
         let buckets: Vec<String> = self.loans.keys().cloned().collect();
         for bucket in buckets {
@@ -329,11 +369,14 @@ impl LoanBook {
             }
             if loan.in_use == 0 && weir::clock::after(loan.last_taken, idle_after) <= now {
                 let loan = self.loans.remove(&bucket).expect("present");
-                owed.push(Owed::Release {
-                    bucket,
-                    owner: loan.owner,
-                    id: loan.id,
-                });
+                if loan.units > 0 {
+                    owed.push(Owed::GiveBack {
+                        bucket,
+                        owner: loan.owner,
+                        id: loan.id,
+                        units: loan.units,
+                    });
+                }
                 continue;
             }
             if loan.expires_at <= now {
@@ -341,11 +384,13 @@ impl LoanBook {
             }
             owed.extend(self.surplus(&bucket));
             let loan = &self.loans[&bucket];
-            owed.push(Owed::Renew {
-                owner: loan.owner.clone(),
-                id: loan.id,
-                bucket,
-            });
+            if loan.expires_at <= renew_by {
+                owed.push(Owed::Renew {
+                    owner: loan.owner.clone(),
+                    id: loan.id,
+                    bucket,
+                });
+            }
         }
         owed
     }
@@ -361,6 +406,7 @@ impl LoanBook {
                     from: (loan.owner.clone(), loan.id),
                     to,
                     in_use: loan.in_use,
+                    units: loan.units,
                     expires_at: loan.expires_at,
                     serial: loan.serial,
                 })
@@ -386,7 +432,7 @@ impl LoanBook {
         true
     }
 
-    /// Forgets a moved loan with nothing in use (its old owner is owed a release).
+    /// Forgets a moved loan with nothing in use (its old owner is owed its units back).
     pub fn forget(&mut self, moved: &Moved) {
         if self
             .loans
@@ -424,7 +470,7 @@ mod tests {
         let mut book = book();
         assert_eq!(book.take("b", "a", 0, 0), None, "nothing lent");
         assert_eq!(
-            book.ask("b", "a"),
+            book.ask("b", "a", 0),
             Ask {
                 lend: true,
                 units: 1
@@ -454,7 +500,7 @@ mod tests {
             book.take("b", "a", 0, 0).unwrap();
         }
         assert_eq!(
-            book.ask("b", "a"),
+            book.ask("b", "a", 0),
             Ask {
                 lend: true,
                 units: 4,
@@ -464,10 +510,14 @@ mod tests {
         for _ in 0..4 {
             book.take("b", "a", 0, 0).unwrap();
         }
-        assert_eq!(book.ask("b", "a").units, 1, "7 lent: one more reaches 8");
+        assert_eq!(book.ask("b", "a", 0).units, 1, "7 lent: one more reaches 8");
         book.granted("b", "a", 1, 1, 8, S);
         book.take("b", "a", 0, 0).unwrap();
-        assert_eq!(book.ask("b", "a").units, 1, "past max_loan: one at a time");
+        assert_eq!(
+            book.ask("b", "a", 0).units,
+            1,
+            "past max_loan: one at a time"
+        );
         assert_eq!(
             book.totals(),
             Totals {
@@ -495,7 +545,7 @@ mod tests {
         );
         // A recall: the owner's renewal says keep none.
         assert_eq!(
-            book.renewed("b", 1, 0, S),
+            book.renewed("b", "a", 1, 0, S),
             Some(Owed::GiveBack {
                 bucket: "b".into(),
                 owner: "a".into(),
@@ -504,7 +554,16 @@ mod tests {
             })
         );
         assert_eq!(book.totals().units, 2);
-        assert_eq!(book.renewed("b", 99, 5, S), None, "another loan's answer");
+        assert_eq!(
+            book.renewed("b", "a", 99, 5, S),
+            None,
+            "another loan's answer"
+        );
+        assert_eq!(
+            book.renewed("b", "z", 1, 5, S),
+            None,
+            "another owner's lease 1"
+        );
     }
 
     #[test]
@@ -516,19 +575,25 @@ mod tests {
         let put = book.take("idle", "a", 0, S).unwrap();
         book.put_back(&put);
         assert_eq!(
-            book.upkeep(S + S / 2, IDLE_AFTER).len(),
+            book.upkeep(S + S / 4, IDLE_AFTER, 9 * S),
+            vec![],
+            "neither is due: both live past 9 s"
+        );
+        assert_eq!(
+            book.upkeep(S + S / 2, IDLE_AFTER, u64::MAX).len(),
             2,
             "both renewed before the idle time"
         );
-        let mut owed = book.upkeep(2 * S, IDLE_AFTER);
+        let mut owed = book.upkeep(2 * S, IDLE_AFTER, u64::MAX);
         owed.sort_by_key(|o| format!("{o:?}"));
         assert_eq!(
             owed,
             vec![
-                Owed::Release {
+                Owed::GiveBack {
                     bucket: "idle".into(),
                     owner: "a".into(),
-                    id: 2
+                    id: 2,
+                    units: 2
                 },
                 Owed::Renew {
                     bucket: "busy".into(),
@@ -545,12 +610,16 @@ mod tests {
         let mut book = book();
         book.granted("b", "a", 1, 2, 2, 10 * S);
         let unit = book.take("b", "a", 0, 0).unwrap();
-        book.gone("b", 1);
+        book.gone("b", "a", 1);
         assert!(book.take("b", "a", 0, 0).is_none());
-        assert_eq!(book.upkeep(S, IDLE_AFTER), vec![], "expired: not renewed");
+        assert_eq!(
+            book.upkeep(S, IDLE_AFTER, u64::MAX),
+            vec![],
+            "expired: not renewed"
+        );
         assert_eq!(book.totals().loans, 1, "a unit is still in use");
         book.put_back(&unit);
-        assert_eq!(book.upkeep(S, IDLE_AFTER), vec![]);
+        assert_eq!(book.upkeep(S, IDLE_AFTER, u64::MAX), vec![]);
         assert_eq!(book.totals().loans, 0);
     }
 
@@ -578,10 +647,11 @@ mod tests {
         book.granted("b", "a", 1, 2, 2, S);
         assert_eq!(
             book.granted("b", "c", 3, 1, 0, S),
-            Some(Owed::Release {
+            Some(Owed::GiveBack {
                 bucket: "b".into(),
                 owner: "a".into(),
-                id: 1
+                id: 1,
+                units: 2
             })
         );
         assert_eq!(book.loan_id("b", "c"), Some(3));
@@ -592,6 +662,9 @@ mod tests {
         let mut book = book();
         book.granted("b", "a", 1, 4, 4, S);
         let unit = book.take("b", "a", 0, 0).unwrap();
+        assert!(book.moving("b", "c"), "a unit in use, another owner now");
+        assert!(!book.moving("b", "a"));
+        assert_eq!(book.loan_of(&unit), Some(("a".to_owned(), 1)));
         let moved = book.moved(|_| Some("c".to_owned()));
         assert_eq!(moved.len(), 1);
         assert_eq!(
@@ -612,6 +685,19 @@ mod tests {
             }),
             "a moved loan keeps nothing idle until its new owner says so"
         );
-        assert_eq!(book.totals().units, 0);
+        assert_eq!(book.totals().loans, 0, "a loan with no unit is forgotten");
+    }
+
+    #[test]
+    fn a_loan_with_idle_units_but_too_little_life_asks_to_be_renewed() {
+        let mut book = book();
+        book.granted("b", "a", 1, 2, 2, 3 * S);
+        assert!(book.take("b", "a", 4 * S, 0).is_none(), "not 4 s left");
+        assert_eq!(book.ask("b", "a", 4 * S), Ask::RENEW);
+        assert_eq!(
+            book.ask("b", "a", 3 * S).units,
+            1,
+            "it lives long enough: grow"
+        );
     }
 }

@@ -81,6 +81,14 @@ impl Owner {
     /// fenced request, has held it for the request's TTL.
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {
         self.fence(&request.bucket)?;
+        if request.lend && request.units == 0 {
+            // A loan's renewal adds nothing: like a lease's, it waits for no tenure (a loan
+            // handed over here must be renewable at once), but a fenced one needs a majority.
+            if request.fenced {
+                self.check_majority(request.now)?;
+            }
+            return Ok(self.pool.lend(request));
+        }
         if request.fenced {
             self.check_majority(request.now)?;
             let margin = self.quorum.as_ref().map_or(Duration::ZERO, |q| q.margin());

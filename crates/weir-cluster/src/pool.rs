@@ -15,9 +15,10 @@
 //! unit as used, so lending never lets the bucket exceed its limit; what it can cost is units
 //! lent and idle while another node is refused. So a loan grows by at most a quarter of what is
 //! free, down to one unit a call when the pool is nearly full, and each answer says how many
-//! idle units the holder may *keep* — a quarter of what is still free, and none for a second
+//! idle units the holder may *keep* — a quarter of what is still free, shared by the holders
+//! of loans in the bucket, and none for two seconds
 //! after a refusal while other holders had loans (a recall: they give their idle units back
-//! at their next call, at most one upkeep later).
+//! at their next renewal, within about a second).
 //!
 //! The number of buckets an owner tracks is bounded (`max_buckets`; keyed per user, the map
 //! could otherwise grow with every user that has a request in flight): beyond it a new bucket
@@ -32,8 +33,8 @@ use weir::Nanos;
 use crate::transport::LeaseRequest;
 
 /// How long a refusal while units were lent elsewhere keeps every holder's `keep` at zero: long
-/// enough for each holder's next upkeep call to hear it.
-pub const RECALL_FOR: Duration = Duration::from_secs(1);
+/// enough for each holder's next renewal (about once a second) to hear it.
+pub const RECALL_FOR: Duration = Duration::from_secs(2);
 
 /// A shared permit (or, with more than one unit, a loan), as its owner records it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -215,9 +216,20 @@ impl SharedPool {
             }
         };
         bucket.units += units;
-        let keep = match bucket.recall_until > now {
-            true => 0,
-            false => (free - units) / 4,
+        // What may lie idle is shared by every node holding a loan here: with many holders
+        // each keeps less, so idle units never add up to more than a quarter of what is free.
+        // (A plain lease keeps nothing; its grant does not walk the bucket's leases.)
+        let keep = match request.lend && bucket.recall_until <= now {
+            false => 0,
+            true => {
+                let holders = bucket
+                    .leases
+                    .iter()
+                    .filter(|l| l.lent && l.expires_at > now)
+                    .count()
+                    .max(1) as u64;
+                (free - units) / (4 * holders)
+            }
         };
         Grant::Granted {
             id,
@@ -318,12 +330,14 @@ impl SharedPool {
         })
     }
 
-    /// Live units by holder at `now`, over every bucket: what each node has been lent.
+    /// Live units by holding node at `now`, over every bucket: what each node has been lent.
+    /// (A loan's holder is `node/book`: each of a node's loan books holds its own loans.)
     pub fn lent(&self, now: Nanos) -> BTreeMap<String, u64> {
         let mut lent = BTreeMap::new();
         for bucket in self.lock().buckets.values() {
             for lease in bucket.leases.iter().filter(|l| l.expires_at > now) {
-                *lent.entry(lease.holder.clone()).or_default() += lease.units;
+                let node = lease.holder.split('/').next().unwrap_or_default();
+                *lent.entry(node.to_owned()).or_default() += lease.units;
             }
         }
         lent

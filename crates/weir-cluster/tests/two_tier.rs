@@ -777,7 +777,7 @@ async fn with_loans_the_ceiling_is_exact_and_a_recall_frees_idle_units() {
 }
 
 #[tokio::test]
-async fn idle_units_elsewhere_are_recalled_at_the_next_upkeep() {
+async fn idle_units_elsewhere_are_recalled_at_the_next_renewal() {
     let c = cluster(3, lending(40, 16, OnUnavailable::Closed));
     let owner = c.owner();
     let (a, b) = (&c.nodes[(owner + 1) % 3], &c.nodes[(owner + 2) % 3]);
@@ -794,7 +794,12 @@ async fn idle_units_elsewhere_are_recalled_at_the_next_upkeep() {
     let held_b = fill(b).await;
     assert_eq!(held_b.len() as u64, 40 - idle_at_a);
     assert_eq!(c.pools[owner].refused_while_lent(), 1);
-    // `a`'s next upkeep hears the recall (its renewal is answered keep = 0) and gives back.
+    // Its loan is not due for renewal yet: an upkeep now changes nothing…
+    a.upkeep().await;
+    assert_eq!(a.lent().units, idle_at_a);
+    // …but once half the loan's margin is spent, `a` renews, hears the recall (keep = 0), and
+    // gives back.
+    c.advance(weir_cluster::loan::LOAN_MARGIN / 2);
     a.upkeep().await;
     assert_eq!(a.lent().units, 0);
     assert_eq!(

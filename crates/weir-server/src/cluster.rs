@@ -212,7 +212,7 @@ impl ClusterMode {
     /// addresses and hands this node's leases over. Meanwhile, every 100 ms, the quorum
     /// learns whom gossip has heard from, and the owner beats, so that it knows how long it has
     /// held each bucket and notices a pause of its own; and every 250 ms the loans this node
-    /// holds are renewed and trimmed.
+    /// holds are looked after (renewed when due, trimmed, returned when idle).
     pub async fn follow(self: Arc<Self>) {
         let node = Arc::clone(&self);
         let beats = tokio::spawn(async move {

@@ -24,8 +24,9 @@ pub struct Held {
 pub enum Hold {
     /// Admitted by this node's buckets.
     Node(Admission<SystemClock>),
-    /// A shared lease; released through its coordinator. If it expires here unreleased, the
-    /// owner's copy expires on the owner with the same time to live.
+    /// A shared lease or a lent unit; released through its coordinator, also when it expires
+    /// here unreleased (a lent unit has no expiry of its own on the owner: only its loan does,
+    /// and the loan lives on while the node renews it).
     Shared(
         weir_cluster::admission::ClusterAdmission,
         Arc<crate::cluster::SharedCoordinator>,
@@ -148,7 +149,9 @@ impl Leases {
     pub fn sweep(&self, now: u64) -> usize {
         let expired = self.lock().expire(now);
         let count = expired.len();
-        drop(expired);
+        for held in expired {
+            held.admission.release();
+        }
         self.expired.fetch_add(count as u64, Ordering::Relaxed);
         count
     }

@@ -144,7 +144,7 @@ fn validation_names_the_policy_and_the_field() {
             r#"
             name = "p"
             concurrency = { node_limit = 1, lease_ttl = "2s", learning_period = "3s" }"#,
-            "policy `p`: `concurrency.learning_period` must not exceed lease_ttl (2s): by then every lease granted before has expired",
+            "policy `p`: `concurrency.learning_period` must not exceed lease_ttl (2s): to wait until every lease granted before has expired, use on_unavailable = \"closed\"",
         ),
     ];
     for (text, expected) in cases {

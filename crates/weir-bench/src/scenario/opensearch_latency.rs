@@ -11,7 +11,7 @@
 //!   bucket's owner (the default `max_loan`, 16), so that in steady state no request calls the
 //!   owner. `on_unavailable = "closed"`, so a failed shared call would show as a refusal rather
 //!   than hide as a fail-open. Its lease TTL is 2 s, and the run starts once the owner has held
-//!   the bucket that long (plus a loan's margin) plus the quorum's margin (a `closed` policy's
+//!   the bucket that long (plus a loan's margin, 2 s) plus the quorum's margin (a `closed` policy's
 //!   owner grants only after that much tenure);
 //! - `shared-no-loan`: the same with `max_loan = 1` — every request asks the owner for a lease
 //!   (no hop on the owner, one gRPC call from the other two): the shared tier without loans, in
@@ -59,8 +59,8 @@ concurrency = { node_limit = 0, shared_limit = 100000, lease_ttl = "2s", on_unav
 "#;
 
 /// How long the shared policies' owner settles before it grants: the lease TTL (2 s) and a
-/// loan's margin (0.5 s), plus the quorum's margin (4 s).
-const SHARED_TENURE: Duration = Duration::from_millis(6_500);
+/// loan's margin (2 s), plus the quorum's margin (4 s).
+const SHARED_TENURE: Duration = Duration::from_secs(8);
 
 /// The four configurations, as policy names.
 pub const CONFIGS: [&str; 4] = ["none", "node-only", "shared-only", "shared-no-loan"];

@@ -786,7 +786,7 @@ impl PolicyConfig {
                         name,
                         "concurrency.learning_period",
                         format!(
-                            "must not exceed lease_ttl ({:?}): by then every lease granted before has expired",
+                            "must not exceed lease_ttl ({:?}): to wait until every lease granted before has expired, use on_unavailable = \"closed\"",
                             s.lease_ttl
                         ),
                     ));
