@@ -510,6 +510,14 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     }
                     // Taken by racing requests, or the ring moved: once more.
                 }
+                Ok(Grant::Full) if ask == Ask::RENEW => {
+                    // The owner no longer has the loan (its renewals failed for too long): it
+                    // lends nothing more, and the next try starts another.
+                    let mut book = self.book();
+                    if let Some(id) = book.loan_id(bucket, owner) {
+                        book.gone(bucket, owner, id);
+                    }
+                }
                 answer => return self.not_granted(bucket, answer, ring.members().len()),
             }
         }

@@ -880,3 +880,35 @@ async fn a_loan_moves_to_the_new_owner_with_its_units_in_use() {
     assert_eq!(more, 7);
     release_all(node, held).await;
 }
+
+/// A loan whose renewals fell behind: with its idle units too short-lived to take, a request
+/// renews it first; and once its owner has dropped it, a request starts another rather than be
+/// refused.
+#[tokio::test]
+async fn a_loan_behind_on_its_renewals_is_renewed_or_replaced_by_the_request() {
+    let c = cluster(3, lending(100, 16, OnUnavailable::Open));
+    let owner = c.owner();
+    let node = &c.nodes[(owner + 1) % 3];
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(node.acquire(BUCKET).await.unwrap());
+    }
+    release_all(node, held).await;
+    assert!(node.lent().units > 0, "idle units kept");
+    // No upkeep: past half the margin, the loan has less than a lease TTL left.
+    c.advance(weir_cluster::loan::LOAN_MARGIN / 2 + Duration::from_millis(100));
+    let renewed = node.acquire(BUCKET).await.expect("renewed, then taken");
+    assert_eq!(renewed.tier, Tier::Shared);
+    node.release(renewed).await;
+    // No upkeep for longer than the loan lives: the owner drops it.
+    c.advance(Duration::from_secs(30) + weir_cluster::loan::LOAN_MARGIN);
+    c.pools[owner].sweep(weir::Clock::now(&c.clock));
+    assert_eq!(c.pools[owner].in_use(BUCKET, weir::Clock::now(&c.clock)), 0);
+    let again = node
+        .acquire(BUCKET)
+        .await
+        .expect("a new loan, not a refusal");
+    assert_eq!(again.tier, Tier::Shared);
+    assert_eq!(c.pools[owner].in_use(BUCKET, weir::Clock::now(&c.clock)), 1);
+    node.release(again).await;
+}
