@@ -912,3 +912,65 @@ async fn a_loan_behind_on_its_renewals_is_renewed_or_replaced_by_the_request() {
     assert_eq!(c.pools[owner].in_use(BUCKET, weir::Clock::now(&c.clock)), 1);
     node.release(again).await;
 }
+
+/// A node's coordinator goes away with units in use (the process restarts, or the policy is
+/// replaced) and a new one of the same node takes its place: the new one's loan is its own, so
+/// its renewals do not keep the old loan's units counted once that loan expires.
+#[tokio::test]
+async fn a_new_book_of_a_node_does_not_keep_an_old_books_loan_alive() {
+    let c = cluster(3, lending(100, 16, OnUnavailable::Open));
+    let owner = c.owner();
+    let i = (owner + 1) % 3;
+    let gone = [
+        c.nodes[i].acquire(BUCKET).await.unwrap(),
+        c.nodes[i].acquire(BUCKET).await.unwrap(),
+    ];
+    let lent_before = c.nodes[i].lent().units;
+    assert!(lent_before >= 2);
+    // Its successor on the same node: renewed by its upkeep all along.
+    let next = TwoTier::new(
+        &format!("n{}", i + 1),
+        lending(100, 16, OnUnavailable::Open),
+        Arc::clone(&c.ring),
+        Arc::clone(&c.network),
+        Arc::clone(&c.owners[i]),
+        c.clock.clone(),
+    );
+    let held = next.acquire(BUCKET).await.unwrap();
+    for _ in 0..140 {
+        c.advance(weir_cluster::loan::UPKEEP_EVERY);
+        next.upkeep().await;
+    }
+    // 35 s on, past the old loan's life (30 s + 2 s): only the new book's unit is counted.
+    let now = weir::Clock::now(&c.clock);
+    assert_eq!(c.pools[owner].in_use(BUCKET, now), 1);
+    next.release(held).await;
+    drop(gone);
+}
+
+/// A `closed` policy's loan handed over to a bucket's new owner is renewed by its holder's
+/// upkeep at once, though the new owner grants nothing new until its tenure: the units in use
+/// stay counted past the loan's first expiry.
+#[tokio::test]
+async fn a_handed_over_loan_is_renewed_during_the_new_owners_tenure() {
+    let c = cluster(3, lending(10, 16, OnUnavailable::Closed));
+    let old_owner = c.owner();
+    let node = &c.nodes[(old_owner + 1) % 3];
+    let held = node.acquire(BUCKET).await.unwrap();
+    move_bucket(&c);
+    let new_owner = c.owner();
+    assert_eq!(node.rehome().await, 1);
+    assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 1);
+    // Past the loan's first expiry (TTL 30 s + 2 s), renewed by each upkeep as it falls due.
+    for _ in 0..140 {
+        c.advance(weir_cluster::loan::UPKEEP_EVERY);
+        node.upkeep().await;
+    }
+    let now = weir::Clock::now(&c.clock);
+    assert_eq!(
+        c.pools[new_owner].in_use(BUCKET, now),
+        1,
+        "still counted, 35 s on"
+    );
+    node.release(held).await;
+}
