@@ -756,9 +756,9 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         }
     }
 
-    /// Renews this node's loans that are due and gives back what they may not keep, or what has been idle
-    /// for [`loan::IDLE_AFTER`]. Call it every [`loan::UPKEEP_EVERY`] (it does nothing for a
-    /// policy that does not lend).
+    /// Renews this node's loans that are due and gives back what they may not keep, or what
+    /// has been idle for [`loan::IDLE_AFTER`]. Call it every [`loan::UPKEEP_EVERY`] (it does
+    /// nothing for a policy that does not lend).
     pub async fn upkeep(&self) {
         if !self.lends() {
             return;

@@ -176,12 +176,13 @@ impl SharedPool {
         let free = request.limit.saturating_sub(bucket.units);
         let units = wanted.min(block(free));
         let expires_at = weir::clock::after(now, ttl);
-        let loan = request.lend.then_some(()).and_then(|()| {
-            bucket
+        let loan = match request.lend {
+            true => bucket
                 .leases
                 .iter()
-                .position(|l| l.lent && l.holder == request.holder && l.expires_at > now)
-        });
+                .position(|l| l.lent && l.holder == request.holder && l.expires_at > now),
+            false => None,
+        };
         if units == 0 && (loan.is_none() || wanted > 0) {
             // Loans elsewhere may hold idle units (their holders put units back without a
             // call): recall them.
@@ -534,7 +535,7 @@ mod tests {
             0,
             "its own loan is not lent elsewhere"
         );
-        // Another holder refused while `a` holds a loan: counted, and a recall for a second.
+        // Another holder refused while `a` holds a loan: counted, and a recall for two seconds.
         assert_eq!(pool.acquire("b", 8, "z", long, 0), Grant::Full);
         assert_eq!(pool.refused_while_lent(), 1);
         let id = match pool.lend(&lend(0, 0)) {
