@@ -197,6 +197,17 @@ pub struct ClusterCounters {
     /// on the refusals lending caused; some of those units were in use).
     #[serde(default)]
     pub refused_while_lent: u64,
+    /// Cluster-scoped rate buckets this node handed to their new owner when the ring moved
+    /// them away (a join, or this node leaving).
+    #[serde(default)]
+    pub rate_buckets_handed_over: u64,
+    /// Cluster-scoped rate buckets another node handed to this one, taken on.
+    #[serde(default)]
+    pub rate_buckets_taken_on: u64,
+    /// Decisions on cluster-scoped rate buckets this node owned for less than the policy's
+    /// `learning_period`, each bucket held to what it refilled since.
+    #[serde(default)]
+    pub rate_learning: u64,
 }
 
 fn is_false(value: &bool) -> bool {

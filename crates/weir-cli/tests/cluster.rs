@@ -42,18 +42,7 @@ async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
 async fn three_nodes_on(dir: &std::path::Path, configs: [&str; 3]) -> [Server; 3] {
     let seed = free_udp();
     let node = |id: &str, config: &str, gossip: &str, join: Option<&str>| {
-        let mut args = vec!["--node-id", id, "--gossip", gossip];
-        if let Some(seed) = join {
-            args.extend(["--join", seed]);
-        }
-        // Every node proves it knows the secret and its calls carry the token derived from it:
-        // these tests run the whole cluster through that check.
-        Server::start_full(
-            config,
-            &dir.join(id),
-            &[("WEIR_CLUSTER_SECRET", SECRET)],
-            &args,
-        )
+        start_node(dir, id, config, gossip, join)
     };
     let nodes = [
         node("n1", configs[0], &seed, None),
@@ -62,6 +51,28 @@ async fn three_nodes_on(dir: &std::path::Path, configs: [&str; 3]) -> [Server; 3
     ];
     converge(&[&nodes[0], &nodes[1], &nodes[2]], 3).await;
     nodes
+}
+
+/// Node `id` on `config`, gossiping on `gossip` and joining through `join`.
+fn start_node(
+    dir: &std::path::Path,
+    id: &str,
+    config: &str,
+    gossip: &str,
+    join: Option<&str>,
+) -> Server {
+    let mut args = vec!["--node-id", id, "--gossip", gossip];
+    if let Some(seed) = join {
+        args.extend(["--join", seed]);
+    }
+    // Every node proves it knows the secret and its calls carry the token derived from it:
+    // these tests run the whole cluster through that check.
+    Server::start_full(
+        config,
+        &dir.join(id),
+        &[("WEIR_CLUSTER_SECRET", SECRET)],
+        &args,
+    )
 }
 
 /// `/v1/cluster`, read with the API's own type: the shape is the one documented.
@@ -435,6 +446,135 @@ async fn a_cluster_scoped_rate_is_one_bucket_per_key_whichever_node_is_asked() {
     assert_eq!(waits[0], 0);
     assert!(waits[1] >= 150 && waits[2] >= 350, "{waits:?}");
     assert!(started.elapsed() >= Duration::from_millis(350));
+}
+
+const MOVING: &str = r#"
+[[policy]]
+name = "open"
+scope = "cluster"
+on_exhausted = "reject"
+token_bucket = { rate = 0.01, burst = 3 }
+
+[[policy]]
+name = "careful"
+scope = "cluster"
+learning_period = "20s"
+on_exhausted = "reject"
+token_bucket = { rate = 0.01, burst = 3 }
+"#;
+
+/// Keys in the tests of moving buckets: enough that every node owns some.
+const MOVING_KEYS: usize = 24;
+
+/// How many of the `MOVING_KEYS` keys named `{prefix}{n}` of `policy` `server` admits one
+/// more request of.
+async fn admitted_again(server: &Server, policy: &str, prefix: &str) -> usize {
+    let mut admitted = 0;
+    for key in 0..MOVING_KEYS {
+        let (status, body) = ask(server, policy, &format!("{prefix}{key}")).await;
+        assert!(status == 200 || status == 429, "{status}: {body}");
+        admitted += usize::from(status == 200);
+    }
+    admitted
+}
+
+async fn counters_of(servers: &[&Server]) -> weir_api::http::ClusterCounters {
+    let mut sum = weir_api::http::ClusterCounters::default();
+    for server in servers {
+        let c = view(server).await.counters;
+        sum.rate_buckets_handed_over += c.rate_buckets_handed_over;
+        sum.rate_buckets_taken_on += c.rate_buckets_taken_on;
+        sum.rate_learning += c.rate_learning;
+    }
+    sum
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
+    // Buckets of 3 that refill one token in 100 s: spent on two nodes, they stay spent when a
+    // third joins and takes some of them, when it leaves again, and — with a learning period —
+    // when the node that owns some of them is killed.
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let n1 = start_node(dir.path(), "n1", MOVING, &seed, None);
+    let n2 = start_node(dir.path(), "n2", MOVING, &free_udp(), Some(&seed));
+    converge(&[&n1, &n2], 2).await;
+    // The `careful` policy's buckets are held while their owners' tenure is under its
+    // learning period: spent only once the two nodes have owned them for longer.
+    tokio::time::sleep(Duration::from_secs(22)).await;
+    spend(&n1, "k").await;
+
+    // A join: the newcomer takes on the buckets it now owns as they were.
+    let n3 = start_node(dir.path(), "n3", MOVING, &free_udp(), Some(&seed));
+    converge(&[&n1, &n2, &n3], 3).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let joined = counters_of(&[&n1, &n2, &n3]).await;
+    assert!(joined.rate_buckets_taken_on > 0, "{joined:?}");
+    assert_eq!(
+        joined.rate_buckets_taken_on,
+        joined.rate_buckets_handed_over
+    );
+    for policy in ["open", "careful"] {
+        assert_eq!(
+            admitted_again(&n3, policy, "k").await,
+            0,
+            "{policy} after the join"
+        );
+    }
+
+    // A graceful leave: n3 hands its buckets to the owners the ring has without it.
+    let before = counters_of(&[&n1, &n2]).await;
+    n3.signal("TERM");
+    let (status, _) = n3.wait();
+    assert!(status.success());
+    converge(&[&n1, &n2], 2).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let left = counters_of(&[&n1, &n2]).await;
+    assert!(
+        left.rate_buckets_taken_on > before.rate_buckets_taken_on,
+        "{left:?}"
+    );
+    for policy in ["open", "careful"] {
+        assert_eq!(
+            admitted_again(&n1, policy, "k").await,
+            0,
+            "{policy} after the leave"
+        );
+    }
+
+    // A crash hands nothing over: n4 joins, owns some fresh keys long enough to spend them
+    // (past the learning period), and is killed. The `open` policy's buckets n4 owned start
+    // full on their next owner; the `careful` one's are held to the share of their capacity
+    // the new owner's tenure is of the learning period (about 3 s of 20: 0.45 of 3 tokens).
+    let n4 = start_node(dir.path(), "n4", MOVING, &free_udp(), Some(&seed));
+    converge(&[&n1, &n2, &n4], 3).await;
+    tokio::time::sleep(Duration::from_secs(22)).await;
+    spend(&n1, "c").await;
+    n4.signal("KILL");
+    let _ = n4.wait();
+    converge(&[&n1, &n2], 2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let reopened = admitted_again(&n1, "open", "c").await;
+    assert!(
+        reopened > 0 && reopened < MOVING_KEYS,
+        "only the buckets n4 owned start again: {reopened}"
+    );
+    assert_eq!(admitted_again(&n2, "careful", "c").await, 0);
+    assert!(counters_of(&[&n1, &n2]).await.rate_learning > 0);
+}
+
+/// Spends the whole burst of the `MOVING_KEYS` keys `{prefix}{n}` of both policies through
+/// `server`, and checks that they are spent.
+async fn spend(server: &Server, prefix: &str) {
+    for policy in ["open", "careful"] {
+        for key in 0..MOVING_KEYS {
+            for _ in 0..3 {
+                let (status, body) = ask(server, policy, &format!("{prefix}{key}")).await;
+                assert_eq!(status, 200, "{policy} {prefix}{key}: {body}");
+            }
+        }
+        assert_eq!(admitted_again(server, policy, prefix).await, 0);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -424,6 +424,7 @@ mod tests {
             kind: String::new(),
             cost: 1,
             max_wait,
+            handed: None,
         }
     }
 

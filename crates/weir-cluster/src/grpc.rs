@@ -18,7 +18,7 @@ use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
 use crate::pool::Grant;
-use crate::rates::{RateDecision, RateOwner, RateRequest};
+use crate::rates::{Handed, RateDecision, RateOwner, RateRequest};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
@@ -155,6 +155,14 @@ impl<C: Clock> ClusterService<C> {
                 kind: request.kind,
                 cost: request.cost,
                 max_wait: Duration::from_nanos(request.max_wait_ns),
+                handed: request.handed.then_some(Handed {
+                    own_kind: request.handed_own_kind,
+                    quota: Quota {
+                        used: request.handed_used,
+                        remaining: request.handed_remaining,
+                        reset_after: Duration::from_nanos(request.handed_reset_after_ns),
+                    },
+                }),
             })
             .await;
         match decision {
@@ -485,6 +493,13 @@ fn wire_decide(request: RateRequest) -> proto::DecideRequest {
         kind: request.kind,
         cost: request.cost,
         max_wait_ns: duration_to_nanos(request.max_wait),
+        handed: request.handed.is_some(),
+        handed_own_kind: request.handed.is_some_and(|handed| handed.own_kind),
+        handed_used: request.handed.map_or(0, |handed| handed.quota.used),
+        handed_remaining: request.handed.map_or(0, |handed| handed.quota.remaining),
+        handed_reset_after_ns: request
+            .handed
+            .map_or(0, |handed| duration_to_nanos(handed.quota.reset_after)),
     }
 }
 

@@ -77,6 +77,13 @@ impl Owner {
         self.tenure.observe(&self.ring, now);
     }
 
+    /// How long this node has owned `bucket` without a gap or a pause of its own, as of `now`;
+    /// `None` if it does not own it.
+    pub fn held_for(&self, bucket: &str, now: weir::Nanos) -> Option<std::time::Duration> {
+        let since = self.tenure.held_since(bucket, &self.ring, now)?;
+        Some(std::time::Duration::from_nanos(now.saturating_sub(since)))
+    }
+
     /// Grants a lease if this node owns the bucket in its own view of the ring — and, for a
     /// fenced request, has held it for the request's TTL.
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {

@@ -8,6 +8,12 @@
 //! other nodes forward the request to it. A waiting request waits on the owner, in the
 //! bucket's own line, so fair waiting holds across the cluster.
 //!
+//! When the ring moves a bucket — a node joins, or leaves gracefully — its previous owner
+//! hands over what has been spent of it ([`Handed`], on a request of cost 0), and the new owner
+//! keeps whichever of its own state and the handed one is emptier. An owner that crashed hands
+//! nothing over; a policy's `learning_period` then has the new owner hold each bucket to the
+//! share of its capacity that its tenure allows, so that a crash over-admits nothing.
+//!
 //! This module is the contract between the two sides: what is asked ([`RateRequest`]), what
 //! is answered ([`RateDecision`]), and the owner's side as a trait ([`RateOwner`]) that the
 //! server implements over its policies; [`crate::grpc`] carries it between nodes.
@@ -31,6 +37,18 @@ pub struct RateRequest {
     pub cost: u64,
     /// The longest it may wait on the owner (zero: decide now).
     pub max_wait: Duration,
+    /// The bucket as the sender, its previous owner, left it when the ring moved it: the
+    /// owner takes it on before deciding. A handover alone has cost 0 and is not a decision.
+    pub handed: Option<Handed>,
+}
+
+/// A bucket's state, handed over by its previous owner (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Handed {
+    /// The bucket is one of the request's `kind`'s own buckets, not the policy's default ones.
+    pub own_kind: bool,
+    /// What it had left when it was handed over.
+    pub quota: Quota,
 }
 
 /// The owner's answer.
@@ -65,6 +83,11 @@ pub enum RateDecision {
 pub trait RateOwner: Send + Sync + 'static {
     /// Decides `request`, waiting up to its `max_wait` if its policy waits.
     fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision>;
+
+    /// A handover (cost 0, [`Handed`] set) for every cluster-scoped bucket this node holds
+    /// that is not whole and whose ring name ([`bucket_of`]) `moving` picks. A walk over every
+    /// key: for membership changes, never per request.
+    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest>;
 }
 
 /// The name of a cluster-scoped rate bucket on the ring. Apart from the shared pools' buckets

@@ -29,7 +29,7 @@ use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
 use weir_cluster::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
-use weir_cluster::ring::{DEFAULT_VNODES, SharedRing};
+use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::secret::ClusterSecret;
 use weir_cluster::transport::Transport;
 
@@ -58,6 +58,9 @@ pub struct ClusterMode {
     /// Cluster-scoped rate decisions: sent to owners, failed over to this node, made here for
     /// others.
     rates: RateCounters,
+    /// This node's cluster-scoped rate policies, as an owner: what it hands over when the ring
+    /// moves their buckets away (set with the service).
+    rate_owner: std::sync::OnceLock<Arc<dyn RateOwner>>,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -66,6 +69,9 @@ struct RateCounters {
     forwarded: AtomicU64,
     forward_failed: AtomicU64,
     decided_for_others: AtomicU64,
+    handed_over: AtomicU64,
+    taken_on: AtomicU64,
+    learning: AtomicU64,
     /// How long forwarded decisions took, answered or not (a waiting one's wait included).
     forward_latency: Histogram,
 }
@@ -76,6 +82,9 @@ impl Default for RateCounters {
             forwarded: AtomicU64::new(0),
             forward_failed: AtomicU64::new(0),
             decided_for_others: AtomicU64::new(0),
+            handed_over: AtomicU64::new(0),
+            taken_on: AtomicU64::new(0),
+            learning: AtomicU64::new(0),
             forward_latency: Histogram::new([
                 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.05, 0.25, 1.0, 5.0,
             ]),
@@ -146,12 +155,14 @@ impl ClusterMode {
             quorum,
             peer_channels: Mutex::new(HashMap::new()),
             rates: RateCounters::default(),
+            rate_owner: std::sync::OnceLock::new(),
         }))
     }
 
     /// This node's owner service, to add to the gRPC server (behind the secret's check when
     /// the cluster has one).
     pub fn service(&self, rates: Arc<dyn RateOwner>) -> GuardedCluster<SystemClock> {
+        let _ = self.rate_owner.set(Arc::clone(&rates));
         ClusterService::new(Arc::clone(&self.owner), SystemClock::new())
             .with_rates(rates)
             .into_server(self.secret.as_ref())
@@ -208,6 +219,61 @@ impl ClusterMode {
             .fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts a cluster-scoped rate bucket another node handed over, taken on here.
+    pub fn took_on_rate_bucket(&self) {
+        self.rates.taken_on.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a decision on a rate bucket held to its owner's tenure.
+    pub fn held_while_learning(&self) {
+        self.rates.learning.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How long this node has owned a cluster-scoped rate bucket without a gap or a pause;
+    /// `None` if it does not own it.
+    pub fn rate_tenure(&self, policy: &str, key: &str) -> Option<Duration> {
+        self.owner
+            .held_for(&bucket_of(policy, key), SystemClock::new().now())
+    }
+
+    /// Hands every cluster-scoped rate bucket that `before` named this node the owner of and
+    /// `after` does not to its owner in `after`, all at once (batched per owner). A bucket
+    /// whose handover fails starts on its new owner as the owner's own state has it (its
+    /// `learning_period` covers that case as it covers a crash).
+    async fn hand_over_rates(&self, before: &Ring, after: &Ring) {
+        let Some(rates) = self.rate_owner.get() else {
+            return;
+        };
+        let me = self.node_id.as_str();
+        let handovers = rates.handovers(&mut |bucket| {
+            before.owner_of(bucket) == Some(me) && after.owner_of(bucket).is_some_and(|o| o != me)
+        });
+        if handovers.is_empty() {
+            return;
+        }
+        // Sent at once, so that the batching layer carries many in one call per owner.
+        let mut sent = tokio::task::JoinSet::new();
+        for request in handovers {
+            let Some(owner) = after.owner_of(&bucket_of(&request.policy, &request.key)) else {
+                continue;
+            };
+            let owner = owner.to_owned();
+            let transport = Arc::clone(&self.transport);
+            sent.spawn(async move { transport.decide(&owner, request).await.is_ok() });
+        }
+        let mut taken = 0;
+        while let Some(answered) = sent.join_next().await {
+            taken += usize::from(answered.unwrap_or(false));
+        }
+        self.rates
+            .handed_over
+            .fetch_add(taken as u64, Ordering::Relaxed);
+        tracing::debug!(
+            buckets = taken,
+            "rate buckets handed over to their new owners"
+        );
+    }
+
     /// Follows membership until the process ends: each change rebuilds the ring, updates
     /// addresses and hands this node's leases over. Meanwhile, every 100 ms, the quorum
     /// learns whom gossip has heard from, and the owner beats, so that it knows how long it has
@@ -246,6 +312,7 @@ impl ClusterMode {
         let mut previous = BTreeSet::new();
         loop {
             let members = watch.borrow_and_update().clone();
+            let before = self.ring.load();
             let transport = Arc::clone(&self.transport);
             let applied = membership::apply(
                 &members,
@@ -264,6 +331,7 @@ impl ClusterMode {
             for coordinator in self.coordinators() {
                 coordinator.rehome().await;
             }
+            self.hand_over_rates(&before, &self.ring.load()).await;
             if watch.changed().await.is_err() {
                 return;
             }
@@ -323,6 +391,9 @@ impl ClusterMode {
             forwarded: self.rates.forwarded.load(Relaxed),
             forward_failed: self.rates.forward_failed.load(Relaxed),
             decided_for_others: self.rates.decided_for_others.load(Relaxed),
+            rate_buckets_handed_over: self.rates.handed_over.load(Relaxed),
+            rate_buckets_taken_on: self.rates.taken_on.load(Relaxed),
+            rate_learning: self.rates.learning.load(Relaxed),
             refused_while_lent: self.pool.refused_while_lent(),
             ..ClusterCounters::default()
         };
@@ -438,8 +509,20 @@ impl ClusterMode {
         }
     }
 
-    /// Leaves the cluster.
+    /// Leaves the cluster: hands this node's cluster-scoped rate buckets over to the owners
+    /// the ring will have without it, then says goodbye.
     pub async fn stop(&self) {
+        let before = self.ring.load();
+        let after = Ring::new(
+            before
+                .members()
+                .iter()
+                .filter(|id| **id != self.node_id)
+                .map(|id| Member::owner(id.clone(), PROTOCOL)),
+            DEFAULT_VNODES,
+            PROTOCOL,
+        );
+        self.hand_over_rates(&before, &after).await;
         if let Some(gossip) = self.gossip.lock().await.take() {
             gossip.stop().await;
         }

@@ -509,6 +509,24 @@ impl Collector for ClusterCollector {
             ]
             .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
         )?;
+        family(
+            &mut encoder,
+            "weir_cluster_rate_buckets_handed",
+            "Cluster-scoped rate buckets moved by the ring with their state: handed_over (by this node to the new owner), taken_on (by this node from the previous owner)",
+            MetricType::Counter,
+            [
+                ("handed_over", c.rate_buckets_handed_over),
+                ("taken_on", c.rate_buckets_taken_on),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_rate_learning_decisions",
+            "Decisions on cluster-scoped rate buckets this node had owned for less than the policy's learning_period (each bucket held to what it refilled since)",
+            MetricType::Counter,
+            ConstCounter::new(c.rate_learning),
+        )?;
         single(
             &mut encoder,
             "weir_cluster_members",

@@ -2,6 +2,10 @@
 //! is decided there; a request forwarded here for a bucket this node owns is decided with the
 //! policy itself, waiting in its line if the policy waits.
 //!
+//! When the ring moves a bucket away from this node it hands the bucket's state to the new
+//! owner (see [`weir_cluster::rates`]); a new owner whose policy has a `learning_period` holds
+//! each bucket it took on without a handover to what the bucket refilled since.
+//!
 //! When the owner cannot decide — unreachable, or its ring or policies differ from this node's
 //! for a moment while membership or config changes — this node decides on its own bucket of
 //! the key and counts it (`forward_failed` in `/v1/cluster`): the cluster then admits up to
@@ -13,7 +17,7 @@ use std::time::Duration;
 
 use weir::SystemClock;
 use weir::policy::{Mode, OnExhausted, Policy, Request, Scope};
-use weir_cluster::rates::{RateDecision, RateOwner, RateRequest};
+use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::transport::BoxFuture;
 
 use super::App;
@@ -42,13 +46,17 @@ impl App {
                 (true, None) => config.max_wait,
             })
         })?;
-        let owner = cluster.rate_owner(&input.policy, &input.key)?;
+        let Some(owner) = cluster.rate_owner(&input.policy, &input.key) else {
+            self.hold_while_learning(policy, &input.kind, &input.key);
+            return None;
+        };
         let request = RateRequest {
             policy: input.policy.clone(),
             key: input.key.clone(),
             kind: input.kind.clone(),
             cost,
             max_wait,
+            handed: None,
         };
         match cluster.forward(&owner, request).await {
             Ok(RateDecision::Admitted {
@@ -85,16 +93,31 @@ impl App {
         let Some(cluster) = &self.cluster else {
             return RateDecision::NotOwner;
         };
+        let policy = self
+            .policies
+            .get(&request.policy)
+            .filter(|p| p.with_config(|c| c.scope == Scope::Cluster));
+        if let (Some(policy), Some(handed)) = (&policy, request.handed) {
+            // Taken on even before this node's ring names it the owner: rings change on
+            // every node at a slightly different moment, and the state is only ever emptier.
+            let kind = handed.own_kind.then_some(request.kind.as_str());
+            policy.absorb(kind, &request.key, handed.quota);
+            cluster.took_on_rate_bucket();
+        }
+        if request.handed.is_some() && request.cost == 0 {
+            return RateDecision::Admitted {
+                waited: Duration::ZERO,
+                would_throttle: false,
+                quota: None,
+            };
+        }
         if !cluster.owns_rate(&request.policy, &request.key) {
             return RateDecision::NotOwner;
         }
-        let Some(policy) = self
-            .policies
-            .get(&request.policy)
-            .filter(|p| p.with_config(|c| c.scope == Scope::Cluster))
-        else {
+        let Some(policy) = policy else {
             return RateDecision::UnknownPolicy;
         };
+        self.hold_while_learning(&policy, &request.kind, &request.key);
         cluster.decided_for_other();
         let asked = Request::new(&request.key)
             .kind(&request.kind)
@@ -116,6 +139,51 @@ impl App {
             }
         };
         decision_of(decided, policy.quota(&request.kind, &request.key))
+    }
+}
+
+impl App {
+    /// For a bucket this node owns: while it has owned it for less than the policy's
+    /// `learning_period`, holds it to the share of its capacity that period allows (an owner
+    /// that crashed handed nothing over).
+    fn hold_while_learning(&self, policy: &Policy<SystemClock>, kind: &str, key: &str) {
+        let learning = policy.with_config(|config| config.learning_period);
+        if learning.is_zero() {
+            return;
+        }
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        if let Some(held_for) = cluster.rate_tenure(policy.name(), key)
+            && held_for < learning
+        {
+            policy.hold_to_tenure(kind, key, held_for, learning);
+            cluster.held_while_learning();
+        }
+    }
+
+    /// Handovers of this node's cluster-scoped rate buckets that `moving` picks.
+    fn rate_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest> {
+        let mut handovers = Vec::new();
+        for policy in self.policies.policies() {
+            if policy.with_config(|c| c.scope != Scope::Cluster) {
+                continue;
+            }
+            let name = policy.name();
+            let spent = policy.spent_buckets(|key| moving(&bucket_of(name, key)));
+            handovers.extend(spent.into_iter().map(|bucket| RateRequest {
+                policy: name.to_owned(),
+                key: bucket.key,
+                kind: bucket.kind.clone().unwrap_or_default(),
+                cost: 0,
+                max_wait: Duration::ZERO,
+                handed: Some(Handed {
+                    own_kind: bucket.kind.is_some(),
+                    quota: bucket.quota,
+                }),
+            }));
+        }
+        handovers
     }
 }
 
@@ -145,5 +213,9 @@ pub struct AppRates(pub Arc<App>);
 impl RateOwner for AppRates {
     fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
         Box::pin(self.0.decide_for_other(request))
+    }
+
+    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest> {
+        self.0.rate_handovers(moving)
     }
 }

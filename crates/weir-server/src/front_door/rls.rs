@@ -123,6 +123,7 @@ impl RlsService {
                 kind: String::new(),
                 cost: hits,
                 max_wait: Duration::ZERO,
+                handed: None,
             };
             let counted = match cluster.forward(&owner, request).await {
                 Ok(RateDecision::Admitted {

@@ -329,6 +329,7 @@ pub fn policy_of(
         overflow: Overflow::Shared,
         max_cost: None,
         scope,
+        learning_period: Duration::ZERO,
         limiter: Limiter::Keyed(spec),
     })
 }

@@ -135,6 +135,21 @@ impl Window {
         }
     }
 
+    /// Counts hits in the current window until at most `remaining` are left before the limit,
+    /// as though they had been admitted here: how a bucket's new owner takes on what another
+    /// node counted. A window already that full is left alone.
+    pub(crate) fn hold_to(&self, word: &AtomicU64, remaining: u64, now: Nanos) {
+        let (number, _) = self.at(now);
+        let floor = self.limit.saturating_sub(remaining);
+        let _ = word::update(word, |current| {
+            let hits = Window::hits(current, number);
+            if hits >= floor {
+                return Err(());
+            }
+            Ok(((number & HITS) << 32 | floor, ()))
+        });
+    }
+
     /// Takes back `cost` hits counted at `at`, if their window is still the current one.
     pub(crate) fn give_back(&self, word: &AtomicU64, cost: u64, at: Nanos) {
         let (number, _) = self.at(at);

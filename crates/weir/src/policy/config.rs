@@ -224,6 +224,12 @@ pub struct PolicyConfig {
     pub max_cost: Option<u64>,
     /// A bucket per key on each node (default), or one per key in the cluster.
     pub scope: Scope,
+    /// `scope = "cluster"`: for how long a bucket's new owner holds it to the share of its
+    /// capacity that its time as owner is of this period (or of the refill time, if shorter),
+    /// because an owner that crashed could not hand over what it had spent (default 0 s: a
+    /// bucket whose owner crashed starts full on the next; at least the refill time, a crash
+    /// over-admits nothing).
+    pub learning_period: Duration,
     /// The policy's one limiter.
     pub limiter: Limiter,
 }
@@ -307,6 +313,7 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
             overflow: raw.overflow,
             max_cost: raw.max_cost,
             scope: raw.scope,
+            learning_period: raw.learning_period,
             limiter,
         })
     }
@@ -324,6 +331,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             overflow: config.overflow,
             max_cost: config.max_cost,
             scope: config.scope,
+            learning_period: config.learning_period,
             token_bucket: None,
             leaky_bucket: None,
             strict: None,
@@ -375,6 +383,13 @@ struct RawPolicyConfig {
     /// A bucket per key on each node (default), or one per key in the cluster.
     #[serde(default, skip_serializing_if = "is_node_scope")]
     scope: Scope,
+    /// `scope = "cluster"`: how long a bucket's new owner holds it to its tenure's share.
+    #[serde(
+        default,
+        with = "humantime_serde",
+        skip_serializing_if = "Duration::is_zero"
+    )]
+    learning_period: Duration,
     /// A token bucket per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     token_bucket: Option<TokenBucketSpec>,
@@ -595,6 +610,13 @@ impl PolicyConfig {
         }
         if self.max_cost == Some(0) {
             errors.push(PolicyError::new(name, "max_cost", "must be at least 1"));
+        }
+        if !self.learning_period.is_zero() && self.scope != Scope::Cluster {
+            errors.push(PolicyError::new(
+                name,
+                "learning_period",
+                "is for cluster-scoped rate policies (scope = \"cluster\"); a concurrency policy's shared pool has `concurrency.learning_period`",
+            ));
         }
         if self.scope == Scope::Cluster
             && matches!(

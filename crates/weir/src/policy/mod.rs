@@ -20,6 +20,7 @@
 //! | `admission.rs` | deciding, waiting, rollback; the [`Admission`] a request holds |
 //! | `adaptive.rs` | a policy whose engine is adaptive backpressure |
 //! | `state.rs` | the state a reconfiguration swaps: config and engine |
+//! | `handover.rs` | what buckets carry from one owner to the next, and a new owner's hold |
 //! | `held_back.rs` | who the policy holds back: rows and the periodic report |
 //! | `throttled.rs`, `stats.rs` | the bounded "who is throttled" table; counters and histograms |
 //! | `set.rs` | [`PolicySet`]: every policy that applies must admit |
@@ -46,6 +47,7 @@
 mod adaptive;
 mod admission;
 pub mod config;
+mod handover;
 mod held_back;
 pub mod principal;
 mod request;
@@ -55,6 +57,7 @@ pub mod stats;
 pub mod throttled;
 
 pub use admission::Admission;
+pub use handover::SpentBucket;
 pub use held_back::ThrottledRow;
 pub use request::{RejectReason, Rejection, Request};
 use state::{PolicyState, build_state};
