@@ -146,6 +146,13 @@ fn validation_names_the_policy_and_the_field() {
             concurrency = { node_limit = 1, lease_ttl = "2s", learning_period = "3s" }"#,
             "policy `p`: `concurrency.learning_period` must not exceed lease_ttl (2s): to wait until every lease granted before has expired, use on_unavailable = \"closed\"",
         ),
+        (
+            r#"
+            name = "p"
+            learning_period = "5s"
+            token_bucket = { rate = 5 }"#,
+            "policy `p`: `learning_period` is for cluster-scoped rate policies (scope = \"cluster\"); a concurrency policy's shared pool has `concurrency.learning_period`",
+        ),
     ];
     for (text, expected) in cases {
         assert_eq!(policy(text).validate().unwrap_err().to_string(), expected);
