@@ -13,6 +13,11 @@ const CONFIG: &str = r#"
 name = "search"
 on_exhausted = "reject"
 concurrency = { node_limit = 1, shared_limit = 2, lease_ttl = "10s", on_unavailable = "closed" }
+
+[[policy]]
+name = "reports"
+on_exhausted = "reject"
+concurrency = { node_limit = 0, shared_limit = 3, lease_ttl = "10s", on_unavailable = "closed" }
 "#;
 
 /// Waits out the owners' tenure: a `closed` policy's owner grants once it has held a bucket for
@@ -125,6 +130,24 @@ async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let [n1, n2, n3] = three_nodes(dir.path(), CONFIG).await;
     settle(Duration::from_secs(10)).await;
+
+    // Another policy's shared pool for the same key is counted apart: filled first, it takes
+    // nothing from `search`'s below.
+    for (i, server) in [&n1, &n2, &n3, &n1].into_iter().enumerate() {
+        let response = reqwest::Client::new()
+            .post(server.url("/v1/acquire"))
+            .json(&json!({"policy": "reports", "key": "analytics:group:analytics"}))
+            .send()
+            .await
+            .unwrap();
+        let expected = if i < 3 { 200 } else { 429 };
+        assert_eq!(
+            response.status().as_u16(),
+            expected,
+            "{}",
+            response.text().await.unwrap()
+        );
+    }
 
     // node_limit × 3 + shared_limit = 1 × 3 + 2 = 5, whichever nodes the requests enter.
     let mut tiers = Vec::new();

@@ -123,6 +123,13 @@ impl ClusterAdmission {
     }
 }
 
+/// The name of a concurrency policy's shared-pool bucket on the ring and on its owner: the
+/// policy and the key, so that two policies limiting the same key count apart (a rate
+/// bucket's name, [`bucket_of`](crate::rates::bucket_of), is apart from both).
+pub fn shared_bucket_of(policy: &str, key: &str) -> String {
+    format!("{policy}\u{0}{key}")
+}
+
 /// Why a request was refused: the two-tier refusal reasons a 429 carries.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bucket `{bucket}` {reason}")]

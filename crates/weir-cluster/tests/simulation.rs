@@ -85,7 +85,7 @@ fn owners(sim: &mut turmoil::Sim<'_>) -> HashMap<&'static str, OwnerHost> {
                         }
                     }
                 });
-                sim_net::serve(owner).await
+                sim_net::serve(owner, None).await
             }
         });
     }

@@ -236,35 +236,15 @@ impl ClusterMode {
             .held_for(&bucket_of(policy, key), SystemClock::new().now())
     }
 
-    /// Hands every cluster-scoped rate bucket that `before` named this node the owner of and
-    /// `after` does not to its owner in `after`, all at once (batched per owner). A bucket
-    /// whose handover fails starts on its new owner as the owner's own state has it (its
-    /// `learning_period` covers that case as it covers a crash).
+    /// Hands the cluster-scoped rate buckets the ring moves away from this node to their new
+    /// owners (see [`weir_cluster::rates::hand_over`]), and counts them.
     async fn hand_over_rates(&self, before: &Ring, after: &Ring) {
         let Some(rates) = self.rate_owner.get() else {
             return;
         };
-        let me = self.node_id.as_str();
-        let handovers = rates.handovers(&mut |bucket| {
-            before.owner_of(bucket) == Some(me) && after.owner_of(bucket).is_some_and(|o| o != me)
-        });
-        if handovers.is_empty() {
-            return;
-        }
-        // Sent at once, so that the batching layer carries many in one call per owner.
-        let mut sent = tokio::task::JoinSet::new();
-        for request in handovers {
-            let Some(owner) = after.owner_of(&bucket_of(&request.policy, &request.key)) else {
-                continue;
-            };
-            let owner = owner.to_owned();
-            let transport = Arc::clone(&self.transport);
-            sent.spawn(async move { transport.decide(&owner, request).await.is_ok() });
-        }
-        let mut taken = 0;
-        while let Some(answered) = sent.join_next().await {
-            taken += usize::from(answered.unwrap_or(false));
-        }
+        let taken =
+            weir_cluster::rates::hand_over(&**rates, &self.transport, &self.node_id, before, after)
+                .await;
         self.rates
             .handed_over
             .fetch_add(taken as u64, Ordering::Relaxed);

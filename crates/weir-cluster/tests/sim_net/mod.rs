@@ -14,6 +14,7 @@ use tonic::transport::Uri;
 use weir::TokioClock;
 use weir_cluster::grpc::{ClusterService, GrpcTransport};
 use weir_cluster::owner::Owner;
+use weir_cluster::rates::RateOwner;
 
 /// The port every simulated node serves the cluster protocol on.
 pub const PORT: u16 = 9000;
@@ -69,9 +70,13 @@ fn accepted(
 }
 
 /// Serves `owner`'s side of the protocol on [`PORT`] of the current simulated host, until the
-/// host ends.
-pub async fn serve(owner: Arc<Owner>) -> turmoil::Result {
-    let service = ClusterService::new(owner, TokioClock::new()).into_server(None);
+/// host ends, deciding forwarded requests of cluster-scoped rate policies with `rates`.
+pub async fn serve(owner: Arc<Owner>, rates: Option<Arc<dyn RateOwner>>) -> turmoil::Result {
+    let mut service = ClusterService::new(owner, TokioClock::new());
+    if let Some(rates) = rates {
+        service = service.with_rates(rates);
+    }
+    let service = service.into_server(None);
     let listener =
         turmoil::net::TcpListener::bind((IpAddr::from(Ipv4Addr::UNSPECIFIED), PORT)).await?;
     tonic::transport::Server::builder()

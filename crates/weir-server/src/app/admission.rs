@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use weir::policy::{Policy, RejectReason, Rejection, Request};
 use weir::{Clock, SystemClock};
-use weir_cluster::admission::RefusalReason;
+use weir_cluster::admission::{RefusalReason, shared_bucket_of};
 
 use super::{App, MAX_KEY_BYTES};
 use crate::error::ApiError;
@@ -148,7 +148,10 @@ impl App {
             .concurrency()
             .expect("only asked for concurrency policies");
         let coordinator = cluster.coordinator(&input.policy, concurrency, config.max_keys);
-        match coordinator.acquire(&input.key).await {
+        match coordinator
+            .acquire(&shared_bucket_of(&input.policy, &input.key))
+            .await
+        {
             Ok(admission) => {
                 let tier = crate::cluster::tier_name(admission.tier);
                 let lease = self.hold(
@@ -176,10 +179,7 @@ impl App {
                 };
                 AcquireOutcome::Refused {
                     retry_after: refusal.retry_after,
-                    reason: format!(
-                        "policy `{}`: bucket `{}` {reason}",
-                        input.policy, refusal.bucket
-                    ),
+                    reason: format!("policy `{}`: bucket `{}` {reason}", input.policy, input.key),
                     limit,
                 }
             }
