@@ -381,6 +381,10 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
                 let report = scenario::opensearch_latency::opensearch_latency(&settings).await?;
                 (report.render(), serde_json::to_value(&report)?)
             }
+            "owner-throughput" => {
+                let report = scenario::owner_throughput::owner_throughput(&settings).await?;
+                (report.render(), serde_json::to_value(&report)?)
+            }
             "neon-throttle" => {
                 let report = scenario::neon_throttle::neon_throttle(&settings).await?;
                 (report.render(), serde_json::to_value(&report)?)

@@ -3,7 +3,7 @@
 
 mod support;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 use support::{Server, weir};
 use weir_bench::nodes::LocalRedis;
 
@@ -266,6 +266,28 @@ fn the_opensearch_latency_scenario_fills_the_latency_table() {
     if rows.len() == 10 {
         assert_eq!(rows[9]["config"], "redis-lua");
     }
+}
+
+/// One hot shared bucket asked through the two nodes that do not own it: nothing refused, and
+/// (counted by the nodes, not timed) almost every admission with loans taken from one with no
+/// call to the owner, none without. What that saves is measured by the scenario itself.
+#[test]
+fn the_owner_throughput_scenario_shows_loans_sparing_the_owner() {
+    let report = scenario("owner-throughput");
+    let rows = report["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{report}");
+    let median = |row: &Value, name: &str| row[name]["median"].as_f64().unwrap();
+    let (leases, loans) = (&rows[0], &rows[1]);
+    assert_eq!(
+        (&leases["policy"], &loans["policy"]),
+        (&json!("leases"), &json!("loans"))
+    );
+    for row in rows {
+        assert_eq!(row["refused"], 0, "{row}");
+        assert!(median(row, "admitted_per_second") > 0.0, "{row}");
+    }
+    assert_eq!(median(leases, "from_loan"), 0.0, "{report}");
+    assert!(median(loans, "from_loan") > 0.9, "{report}");
 }
 
 /// The page-read workloads: the throttled tenant gets no more than its 5000/s (the bucket starts

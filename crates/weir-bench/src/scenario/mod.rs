@@ -4,6 +4,7 @@
 //! - [`rate_accuracy`]: many buckets at different rates, admitted against configured;
 //! - [`cluster_rate_accuracy`]: cluster-scoped rates held over three local nodes;
 //! - [`opensearch_latency`]: the two tiers' admission-latency table on a local 3-node cluster;
+//! - [`owner_throughput`]: shared admissions of one hot bucket, with loans and without;
 //! - [`neon_throttle`]: per-tenant page-read workloads against one node, with its CPU use;
 //! - [`doris_backpressure`]: adaptive backpressure against a toy busy backend.
 
@@ -11,6 +12,7 @@ pub mod cluster_rate_accuracy;
 pub mod doris_backpressure;
 pub mod neon_throttle;
 pub mod opensearch_latency;
+pub mod owner_throughput;
 pub mod rate_accuracy;
 
 use std::path::PathBuf;
@@ -21,10 +23,11 @@ use super::run::{HoldTime, RunSettings, TargetSpec};
 use super::schedule::Profile;
 
 /// The scenarios' names, as `weir bench scenario NAME` takes them.
-pub const NAMES: [&str; 5] = [
+pub const NAMES: [&str; 6] = [
     "rate-accuracy",
     "cluster-rate-accuracy",
     "opensearch-latency",
+    "owner-throughput",
     "neon-throttle",
     "doris-backpressure",
 ];
