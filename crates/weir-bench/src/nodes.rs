@@ -40,7 +40,7 @@ impl LocalNode {
             .stderr(Stdio::inherit())
             .spawn()
             .with_context(|| format!("starting {} serve", binary.display()))?;
-        let Some((http, grpc)) = listening(&mut child, START_TIMEOUT) else {
+        let Some(Listening { http, grpc, .. }) = listening(&mut child, START_TIMEOUT) else {
             let _ = child.kill();
             let _ = child.wait();
             anyhow::bail!("weir serve did not say where it listens within {START_TIMEOUT:?}");
@@ -68,10 +68,21 @@ impl Drop for LocalNode {
     }
 }
 
+/// Where a started `weir serve` listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listening {
+    /// Its HTTP API, `http://ADDR`.
+    pub http: String,
+    /// Its gRPC API, `http://ADDR`.
+    pub grpc: String,
+    /// Its Redis-protocol listener, `ADDR`, if it has one.
+    pub resp: Option<String>,
+}
+
 /// Waits up to `timeout` for a starting `weir serve` (its standard output piped) to print
-/// `listening http=ADDR grpc=ADDR`; returns both as `http://ADDR`. The rest of its output is
-/// read and dropped, so the child never blocks on a full pipe.
-pub fn listening(child: &mut Child, timeout: Duration) -> Option<(String, String)> {
+/// `listening http=ADDR grpc=ADDR [resp=ADDR]`. The rest of its output is read and dropped, so
+/// the child never blocks on a full pipe.
+pub fn listening(child: &mut Child, timeout: Duration) -> Option<Listening> {
     let stdout = child.stdout.take()?;
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -86,9 +97,13 @@ pub fn listening(child: &mut Child, timeout: Duration) -> Option<(String, String
     let field = |name: &str| {
         line.split_whitespace()
             .find_map(|part| part.strip_prefix(name))
-            .map(|addr| format!("http://{addr}"))
+            .map(str::to_owned)
     };
-    Some((field("http=")?, field("grpc=")?))
+    Some(Listening {
+        http: format!("http://{}", field("http=")?),
+        grpc: format!("http://{}", field("grpc=")?),
+        resp: field("resp="),
+    })
 }
 
 /// `utime + stime` of a `/proc/PID/stat` line. They count in USER_HZ ticks, which Linux fixes

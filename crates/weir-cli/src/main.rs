@@ -45,6 +45,9 @@ enum Command {
         /// The gRPC API's address.
         #[arg(long)]
         grpc: Option<SocketAddr>,
+        /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
+        #[arg(long)]
+        resp: Option<SocketAddr>,
         /// This node's name.
         #[arg(long)]
         node_id: Option<String>,
@@ -606,6 +609,7 @@ fn main() -> ExitCode {
                         data_dir,
                         http,
                         grpc,
+                        resp,
                         node_id,
                         gossip,
                         join,
@@ -616,6 +620,7 @@ fn main() -> ExitCode {
                         let overrides = Overrides {
                             http,
                             grpc,
+                            resp,
                             data_dir,
                             node_id,
                             gossip,

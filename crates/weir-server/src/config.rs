@@ -97,6 +97,13 @@ pub struct ServerSettings {
     /// The gRPC API's address (default `127.0.0.1:50051`).
     #[serde(default = "default_grpc")]
     pub grpc: SocketAddr,
+    /// The Redis-protocol listener's address (`--resp`); absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resp: Option<SocketAddr>,
+    /// The most keys `CL.THROTTLE` keeps at once (default 100 000); at the cap, keys whole
+    /// again are dropped first, and a new key is refused only when none is.
+    #[serde(default = "default_resp_max_keys")]
+    pub resp_max_keys: usize,
     /// Where policy changes made over the API are kept (default `./weir-data`).
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
@@ -155,6 +162,9 @@ fn default_http() -> SocketAddr {
 fn default_grpc() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 50051))
 }
+fn default_resp_max_keys() -> usize {
+    100_000
+}
 fn default_data_dir() -> PathBuf {
     PathBuf::from("./weir-data")
 }
@@ -189,6 +199,8 @@ impl Default for ServerSettings {
             node_id: default_node_id(),
             http: default_http(),
             grpc: default_grpc(),
+            resp: None,
+            resp_max_keys: default_resp_max_keys(),
             data_dir: default_data_dir(),
             admin_token: None,
             report_interval: default_report_interval(),

@@ -1,13 +1,15 @@
 //! # weir-server
 //!
 //! The server's library: everything a service written in any language needs to use
-//! Weir over the network — an HTTP API (axum) and a gRPC API (tonic) over the same operations,
+//! Weir over the network — an HTTP API (axum), a gRPC API (tonic) and the Redis protocol over
+//! the same operations,
 //! policies changed live and kept durably in a data dir, Prometheus metrics, and "who is
 //! throttled" (`weir top`).
 //!
 //! - [`config`]: the TOML config and its embedded default;
 //! - [`app`]: the application core, the operations whatever the protocol;
-//! - [`front_door`]: a module per protocol over it (HTTP, gRPC);
+//! - [`front_door`]: a module per protocol over it (HTTP, gRPC, the Redis protocol);
+//! - [`cells`]: redis-cell's `CL.THROTTLE`, over keys clients name as they go;
 //! - [`durable`]: API changes kept across restarts and crashes;
 //! - [`leases`]: concurrency admissions held until released or expired;
 //! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
@@ -19,6 +21,7 @@
 //! The `weir` binary itself is the `weir-cli` crate; `weir bench` is the `weir-bench` crate.
 
 pub mod app;
+pub mod cells;
 pub mod client;
 pub mod cluster;
 pub mod config;

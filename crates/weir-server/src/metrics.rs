@@ -19,6 +19,7 @@ use weir::SystemClock;
 use weir::policy::PolicySet;
 use weir::policy::stats::WAIT_BUCKETS;
 
+use crate::cells::Cells;
 use crate::cluster::ClusterMode;
 use crate::leases::Leases;
 use crate::rls::Rls;
@@ -64,6 +65,7 @@ impl Metrics {
         leases: Arc<Leases>,
         cluster: Option<Arc<ClusterMode>>,
         rls: Option<Arc<Rls>>,
+        cells: Arc<Cells>,
     ) -> Self {
         let mut registry = Registry::default();
         let requests = Family::<EndpointLabels, Counter>::default();
@@ -92,6 +94,7 @@ impl Metrics {
         if let Some(rls) = rls {
             registry.register_collector(Box::new(RlsCollector { rls }));
         }
+        registry.register_collector(Box::new(CellsCollector { cells }));
         Metrics {
             registry,
             requests,
@@ -540,6 +543,33 @@ impl Collector for ClusterCollector {
             "Buckets whose shared pool this node owns and tracks",
             MetricType::Gauge,
             ConstGauge::new(c.buckets_owned as i64),
+        )
+    }
+}
+
+/// `CL.THROTTLE`'s counters, read at scrape time.
+#[derive(Debug)]
+struct CellsCollector {
+    cells: Arc<Cells>,
+}
+
+impl Collector for CellsCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let (admitted, limited) = self.cells.counts();
+        family(
+            &mut encoder,
+            "weir_cl_throttle_decisions",
+            "CL.THROTTLE decisions over the Redis protocol: admitted, limited",
+            MetricType::Counter,
+            [("admitted", admitted), ("limited", limited)]
+                .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cl_throttle_keys",
+            "Keys CL.THROTTLE holds now (at most `[server] resp_max_keys`)",
+            MetricType::Gauge,
+            ConstGauge::new(self.cells.len() as i64),
         )
     }
 }

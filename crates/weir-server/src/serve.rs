@@ -28,6 +28,8 @@ pub struct Overrides {
     pub http: Option<SocketAddr>,
     /// `--grpc`.
     pub grpc: Option<SocketAddr>,
+    /// `--resp`: the Redis-protocol listener.
+    pub resp: Option<SocketAddr>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
     /// `--node-id`.
@@ -61,6 +63,9 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     }
     if let Some(grpc) = overrides.grpc {
         server.grpc = grpc;
+    }
+    if let Some(resp) = overrides.resp {
+        server.resp = Some(resp);
     }
     if let Some(dir) = &overrides.data_dir {
         server.data_dir = dir.clone();
@@ -133,13 +138,18 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
         .admin_token
         .as_deref()
         .map_or(0, |t| t.trim().chars().count());
-    for (name, addr) in [("http", config.server.http), ("grpc", config.server.grpc)] {
+    let listeners = [
+        Some(("http", config.server.http)),
+        Some(("grpc", config.server.grpc)),
+        config.server.resp.map(|addr| ("resp", addr)),
+    ];
+    for (name, addr) in listeners.into_iter().flatten() {
         if addr.ip().is_loopback() {
             continue;
         }
         if token_chars == 0 {
             anyhow::bail!(
-                "refusing to listen on {addr} (`{name}`) without an admin token: anyone who can reach it could change or delete policies. Set `admin_token` in [server] or WEIR_ADMIN_TOKEN, or listen on 127.0.0.1"
+                "refusing to listen on {addr} (`{name}`) without an admin token: anyone who can reach it could change or delete policies, or take and release leases. Set `admin_token` in [server] or WEIR_ADMIN_TOKEN (the Redis protocol asks for it as its password), or listen on 127.0.0.1"
             );
         }
         if token_chars < MIN_PUBLIC_TOKEN_CHARS {
@@ -205,8 +215,19 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         .with_context(|| format!("binding the HTTP address {}", server.http))?;
     let grpc_listener = connections::bind(server.grpc, server.listen_backlog)
         .with_context(|| format!("binding the gRPC address {}", server.grpc))?;
+    let resp_listener = server
+        .resp
+        .map(|addr| {
+            connections::bind(addr, server.listen_backlog)
+                .with_context(|| format!("binding the Redis-protocol address {addr}"))
+        })
+        .transpose()?;
     let http_addr = http_listener.local_addr()?;
     let grpc_addr = grpc_listener.local_addr()?;
+    let resp_addr = resp_listener
+        .as_ref()
+        .map(TcpListener::local_addr)
+        .transpose()?;
     let cluster = match server.gossip {
         Some(gossip) => Some(
             ClusterMode::start(
@@ -240,6 +261,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
         body_timeout: server.body_timeout,
         cluster: cluster.clone(),
         rls,
+        cell_max_keys: server.resp_max_keys,
     })?;
 
     if cluster.is_none() {
@@ -302,16 +324,27 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
                 .await
         })
     };
+    let resp = resp_listener.map(|listener| {
+        tokio::spawn(crate::front_door::resp::serve(
+            listener,
+            Arc::clone(&app),
+            server.max_connections,
+        ))
+    });
     app.set_ready(true);
     tracing::info!(
         node = %app.node_id(),
         http = %http_addr,
         grpc = %grpc_addr,
+        resp = ?resp_addr,
         policies = app.policies().policies().len(),
         "weir is serving"
     );
     // A line a supervisor (or a test) can read to learn the bound ports.
-    println!("listening http={http_addr} grpc={grpc_addr}");
+    match resp_addr {
+        Some(resp_addr) => println!("listening http={http_addr} grpc={grpc_addr} resp={resp_addr}"),
+        None => println!("listening http={http_addr} grpc={grpc_addr}"),
+    }
 
     termination.recv().await;
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
@@ -325,6 +358,9 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
     let drained = tokio::time::timeout(Duration::from_secs(10), async {
         let _ = http.await;
         let _ = grpc.await;
+        if let Some(resp) = resp {
+            let _ = resp.await;
+        }
     })
     .await;
     if drained.is_err() {

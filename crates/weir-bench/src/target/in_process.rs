@@ -33,6 +33,7 @@ impl InProcess {
             body_timeout: config.server.body_timeout,
             cluster: None,
             rls: None,
+            cell_max_keys: config.server.resp_max_keys,
         })?;
         let _ = std::fs::remove_dir_all(&data_dir);
         Ok(InProcess(app))

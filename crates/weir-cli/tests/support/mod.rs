@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use weir_bench::nodes::listening;
+use weir_bench::nodes::{Listening, listening};
 
 /// A running `weir serve`.
 pub struct Server {
@@ -15,6 +15,8 @@ pub struct Server {
     pub http: String,
     /// `http://127.0.0.1:PORT` of the gRPC API.
     pub grpc: String,
+    /// `127.0.0.1:PORT` of the Redis-protocol listener, if it was asked for (`--resp`).
+    pub resp: Option<String>,
     /// The data dir it runs with.
     pub data_dir: PathBuf,
     /// Its standard error, gathered after it exits.
@@ -72,7 +74,8 @@ impl Server {
         let stderr = child.stderr.take().expect("piped stderr");
         let stderr =
             std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-        let Some((http, grpc)) = listening(&mut child, Duration::from_secs(30)) else {
+        let Some(Listening { http, grpc, resp }) = listening(&mut child, Duration::from_secs(30))
+        else {
             let _ = child.kill();
             let _ = child.wait();
             panic!(
@@ -83,6 +86,7 @@ impl Server {
         Server {
             http,
             grpc,
+            resp,
             child: Some(child),
             data_dir: data_dir.to_owned(),
             stderr: Some(stderr),

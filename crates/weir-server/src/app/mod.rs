@@ -33,9 +33,10 @@ use std::time::Duration;
 use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
 use tokio::sync::{Mutex as AsyncMutex, watch};
-use weir::SystemClock;
 use weir::policy::{PolicyConfig, PolicySet, Scope};
+use weir::{Clock, SystemClock};
 
+use crate::cells::{CellError, Cells, Throttle, Verdict};
 use crate::cluster::ClusterMode;
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
@@ -66,6 +67,8 @@ pub struct App {
     clock: SystemClock,
     cluster: Option<Arc<ClusterMode>>,
     rls: Option<Arc<Rls>>,
+    /// `CL.THROTTLE`'s keys.
+    cells: Arc<Cells>,
 }
 
 impl std::fmt::Debug for App {
@@ -97,6 +100,8 @@ pub struct AppSettings {
     pub cluster: Option<Arc<ClusterMode>>,
     /// Envoy's rate limit service: its rules and settings, when it is offered.
     pub rls: Option<(RulesConfig, RlsSettings)>,
+    /// The most keys `CL.THROTTLE` keeps at once.
+    pub cell_max_keys: usize,
 }
 
 /// The most a lease of a deleted policy is renewed by (the config's default `lease_ttl`).
@@ -143,11 +148,13 @@ impl App {
         });
         let policies = Arc::new(policies);
         let leases = Arc::new(Leases::new());
+        let cells = Arc::new(Cells::new(settings.cell_max_keys));
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
             rls.clone(),
+            Arc::clone(&cells),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -165,6 +172,7 @@ impl App {
             clock: SystemClock::new(),
             cluster: settings.cluster,
             rls,
+            cells,
         }))
     }
 
@@ -217,6 +225,16 @@ impl App {
     pub async fn shutting_down(&self) {
         let mut rx = self.shutdown.subscribe();
         let _ = rx.wait_for(|down| *down).await;
+    }
+
+    /// Decides redis-cell's `CL.THROTTLE` for `key` now (see [`crate::cells`]).
+    pub fn throttle_cell(&self, key: &str, throttle: &Throttle) -> Result<Verdict, CellError> {
+        self.cells.throttle(key, throttle, self.cell_now())
+    }
+
+    /// The clock `CL.THROTTLE` decides on, in signed nanoseconds.
+    fn cell_now(&self) -> i64 {
+        i64::try_from(self.clock.now()).unwrap_or(i64::MAX)
     }
 
     /// A downstream reported "busy" for an adaptive policy; true if limits were tightened.

@@ -6,6 +6,7 @@ use serde::Serialize;
 use weir::policy::ThrottledRow;
 
 use super::App;
+use crate::cells::CELLS_POLICY;
 use crate::error::ApiError;
 
 /// How many throttled keys a listing returns by default.
@@ -96,7 +97,13 @@ impl App {
             }
         }
         let limit = query.limit.unwrap_or(DEFAULT_THROTTLE_ROWS);
-        let policies = match &query.policy {
+        // `CL.THROTTLE`'s keys show as a policy of that name.
+        let cells = query
+            .policy
+            .as_deref()
+            .is_none_or(|name| name == CELLS_POLICY);
+        let policies = match query.policy.as_deref() {
+            Some(CELLS_POLICY) => Vec::new(),
             Some(name) => vec![
                 self.policies
                     .get(name)
@@ -104,9 +111,14 @@ impl App {
             ],
             None => self.policies.policies(),
         };
+        let cell_rows = match cells {
+            true => self.cells.throttled_rows(self.cell_now(), limit),
+            false => Vec::new(),
+        };
         let mut rows: Vec<ThrottleRow> = policies
             .iter()
             .flat_map(|p| p.throttled_keys(limit))
+            .chain(cell_rows)
             .map(|row| ThrottleRow {
                 node_id: self.node_id.clone(),
                 row,

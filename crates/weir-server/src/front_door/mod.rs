@@ -11,9 +11,11 @@
 //! | `http.rs` | the HTTP API (axum): JSON in and out |
 //! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream |
 //! | `rls.rs` | Envoy's rate limit service (tonic), on the same gRPC listener |
+//! | `resp/` | the Redis protocol (RESP2 and RESP3): the handshake, `CL.THROTTLE`, `WEIR.*` |
 //!
 //! [`App`]: crate::app::App
 
 pub mod grpc;
 pub mod http;
+pub mod resp;
 pub mod rls;

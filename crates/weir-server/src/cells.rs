@@ -1,0 +1,502 @@
+//! `CL.THROTTLE`: redis-cell's command, decided the way redis-cell decides it, over keys a
+//! client names as it goes.
+//!
+//! `CL.THROTTLE key max_burst count period [quantity]` is a GCRA bucket per key: one request
+//! every `period / count` seconds (the *emission interval* T), `max_burst + 1` at once (the
+//! *limit*; the tolerance is T × limit). The reply is five integers: limited (0 or 1), the
+//! limit, what remains, seconds until a refused request could go (−1 when admitted, or when it
+//! never could), and seconds until the bucket is whole again. The arithmetic follows
+//! redis-cell's exactly — T truncated to whole nanoseconds, `remaining` truncated, seconds
+//! rounded up at millisecond resolution (2.0004 s is 2) — so that a client moving from Redis
+//! sees the same numbers: on a new key, `CL.THROTTLE user123 15 30 60` replies `0 16 15 -1 2`.
+//! A quantity of 0 is a look that takes nothing; one larger than the limit is refused with
+//! −1, since no wait would let it through.
+//!
+//! Unlike redis-cell, bad numbers are refused by name (a negative burst, a zero or negative
+//! count or period, a burst × period that no clock can hold), and a key asked with other
+//! parameters than last time is reshaped keeping its fill in requests, as every Weir limiter
+//! is, rather than read in the new shape.
+//!
+//! Keys are bounded as a policy's are: at most `max_keys`, spread over shards; a key whole
+//! again holds nothing a new key would not, so at the cap the whole ones are dropped first,
+//! and only when none is whole is a new key refused. Refused keys go to a "who is throttled"
+//! table as a policy's do (shown as the policy `CL.THROTTLE`), and the decisions are counted
+//! for `/metrics`. Pure: time comes in as an argument.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use weir::Nanos;
+use weir::policy::ThrottledRow;
+use weir::policy::throttled::{DEFAULT_CAPACITY, DEFAULT_WINDOW, ThrottledKeys};
+
+/// The name `CL.THROTTLE`'s keys go by in "who is throttled" and in metrics.
+pub const CELLS_POLICY: &str = "CL.THROTTLE";
+
+/// Nanoseconds per second and per millisecond.
+const SECOND: i64 = 1_000_000_000;
+const MILLI: i64 = 1_000_000;
+
+/// Shards of the key map: enough that connections on every core rarely meet on one lock.
+const SHARDS: usize = 16;
+
+/// One call's numbers, as given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Throttle {
+    /// Requests allowed at once beyond the first.
+    pub max_burst: i64,
+    /// Requests per period.
+    pub count: i64,
+    /// The period, in seconds.
+    pub period: i64,
+    /// What this request takes (default 1; 0 looks without taking).
+    pub quantity: i64,
+}
+
+/// The five integers of the reply.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Verdict {
+    /// Refused.
+    pub limited: bool,
+    /// `max_burst + 1`.
+    pub limit: i64,
+    /// Requests that could go now.
+    pub remaining: i64,
+    /// Seconds until a refused request could go; −1 when admitted or never.
+    pub retry_after: i64,
+    /// Seconds until the bucket is whole again.
+    pub reset_after: i64,
+}
+
+/// Why a call was not decided.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CellError {
+    /// A number out of its range.
+    #[error("{name} must be {rule}, got {value}")]
+    OutOfRange {
+        /// The argument's name.
+        name: &'static str,
+        /// What it must be.
+        rule: &'static str,
+        /// What it was.
+        value: i64,
+    },
+    /// A shape no clock can hold.
+    #[error(
+        "the bucket's tolerance, period / count × (max_burst + 1), does not fit in 292 years of nanoseconds"
+    )]
+    TooLarge,
+    /// The key cap is reached and no key is whole.
+    #[error("CL.THROTTLE holds {0} keys, none of them idle: a new key cannot be added")]
+    Full(usize),
+}
+
+/// A key's bucket: its shape and its theoretical arrival time.
+#[derive(Debug, Clone, Copy)]
+struct Cell {
+    interval: i64,
+    tolerance: i64,
+    tat: i64,
+    /// In the "who is throttled" table: its admitted requests are counted there too.
+    tracked: bool,
+}
+
+/// The shape of a call: T and T × limit, in nanoseconds.
+fn shape(throttle: &Throttle) -> Result<(i64, i64), CellError> {
+    let out = |name, rule, value| Err(CellError::OutOfRange { name, rule, value });
+    if throttle.max_burst < 0 {
+        return out("max_burst", "0 or more", throttle.max_burst);
+    }
+    if throttle.count <= 0 {
+        return out("count", "1 or more", throttle.count);
+    }
+    if throttle.period <= 0 {
+        return out("period", "1 or more seconds", throttle.period);
+    }
+    if throttle.quantity < 0 {
+        return out("quantity", "0 or more", throttle.quantity);
+    }
+    let period = throttle
+        .period
+        .checked_mul(SECOND)
+        .ok_or(CellError::TooLarge)?;
+    // redis-cell's T: the period over the count as a float, truncated.
+    let interval = (period as f64 / throttle.count as f64) as i64;
+    if interval == 0 {
+        return out(
+            "count",
+            "at most one a nanosecond over the period",
+            throttle.count,
+        );
+    }
+    let tolerance = interval
+        .checked_mul(throttle.max_burst + 1)
+        .ok_or(CellError::TooLarge)?;
+    Ok((interval, tolerance))
+}
+
+/// Whole seconds in `nanos`, rounded up at millisecond resolution (as redis-cell rounds).
+fn seconds(nanos: i64) -> i64 {
+    let nanos = nanos.max(0);
+    nanos / SECOND + i64::from((nanos % SECOND) / MILLI > 0)
+}
+
+/// Decides `throttle` for a bucket whose TAT is `tat` at `now` (all nanoseconds); returns the
+/// verdict and the TAT to keep (unchanged when refused).
+fn decide(
+    throttle: &Throttle,
+    interval: i64,
+    tolerance: i64,
+    tat: i64,
+    now: i64,
+) -> (Verdict, i64) {
+    let limit = throttle.max_burst + 1;
+    let increment = interval.saturating_mul(throttle.quantity);
+    let new_tat = tat.max(now).saturating_add(increment);
+    let allow_at = new_tat.saturating_sub(tolerance);
+    let diff = now.saturating_sub(allow_at);
+    let (limited, ttl, kept) = if diff < 0 {
+        (true, tat - now, tat)
+    } else {
+        (false, new_tat - now, new_tat)
+    };
+    let next = tolerance - ttl;
+    let remaining = if next > -interval {
+        (next as f64 / interval as f64) as i64
+    } else {
+        0
+    };
+    let retry_after = match limited && increment <= tolerance {
+        true => seconds(-diff),
+        false => -1,
+    };
+    let verdict = Verdict {
+        limited,
+        limit,
+        remaining: remaining.max(0),
+        retry_after,
+        reset_after: seconds(ttl),
+    };
+    (verdict, kept)
+}
+
+/// The keys `CL.THROTTLE` has seen, bounded.
+#[derive(Debug)]
+pub struct Cells {
+    shards: Vec<Mutex<HashMap<String, Cell>>>,
+    hasher: std::hash::RandomState,
+    max_keys: usize,
+    admitted: AtomicU64,
+    limited: AtomicU64,
+    throttled: ThrottledKeys,
+}
+
+impl Cells {
+    /// An empty store of at most `max_keys` keys (at least one per shard).
+    pub fn new(max_keys: usize) -> Self {
+        Cells {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            hasher: std::hash::RandomState::new(),
+            max_keys: max_keys.max(SHARDS),
+            admitted: AtomicU64::new(0),
+            limited: AtomicU64::new(0),
+            throttled: ThrottledKeys::new(DEFAULT_CAPACITY, DEFAULT_WINDOW),
+        }
+    }
+
+    /// Decides `throttle` for `key` at `now` (nanoseconds on any clock that only goes
+    /// forward).
+    pub fn throttle(&self, key: &str, throttle: &Throttle, now: i64) -> Result<Verdict, CellError> {
+        let (interval, tolerance) = shape(throttle)?;
+        let shard = &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
+        let mut cells = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let tat = match cells.get_mut(key) {
+            Some(cell) => {
+                if (cell.interval, cell.tolerance) != (interval, tolerance) {
+                    cell.tat = reshaped(cell, interval, tolerance, now);
+                    (cell.interval, cell.tolerance) = (interval, tolerance);
+                }
+                cell.tat
+            }
+            None => now,
+        };
+        let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
+        let stamp = Nanos::try_from(now).unwrap_or(0);
+        if verdict.limited {
+            let added = self.throttled.throttled(key, "", stamp).added;
+            if let Some(cell) = cells.get_mut(key) {
+                cell.tracked |= added;
+            }
+        } else if cells.get(key).is_some_and(|cell| cell.tracked) {
+            self.throttled.admitted(key, stamp);
+        }
+        if kept > now {
+            match cells.get_mut(key) {
+                Some(cell) => cell.tat = kept,
+                None => {
+                    let per_shard = self.max_keys / SHARDS;
+                    if cells.len() >= per_shard {
+                        cells.retain(|_, cell| cell.tat > now);
+                    }
+                    if cells.len() >= per_shard {
+                        return Err(CellError::Full(self.max_keys));
+                    }
+                    cells.insert(
+                        key.to_owned(),
+                        Cell {
+                            interval,
+                            tolerance,
+                            tat: kept,
+                            tracked: false,
+                        },
+                    );
+                }
+            }
+        }
+        let counter = match verdict.limited {
+            true => &self.limited,
+            false => &self.admitted,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(verdict)
+    }
+
+    /// Decisions so far: admitted, limited.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.admitted.load(Ordering::Relaxed),
+            self.limited.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The keys held back within the window at `now`, most requests a second first, at most
+    /// `limit`, as rows of the policy [`CELLS_POLICY`].
+    pub fn throttled_rows(&self, now: i64, limit: usize) -> Vec<ThrottledRow> {
+        let (keys, changes) = self
+            .throttled
+            .rows(Nanos::try_from(now).unwrap_or(0), limit);
+        for (key, _) in changes.removed {
+            let shard = &self.shards[self.hasher.hash_one(&key) as usize % SHARDS];
+            let mut cells = shard.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(cell) = cells.get_mut(&key) {
+                cell.tracked = false;
+            }
+        }
+        let shard_of = |key: &str| &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
+        keys.into_iter()
+            .map(|k| {
+                // A cell's limit a second: one request every interval.
+                let qps_limit = shard_of(&k.key)
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&k.key)
+                    .map(|cell| SECOND as f64 / cell.interval as f64);
+                ThrottledRow {
+                    policy: CELLS_POLICY.to_owned(),
+                    key: k.key,
+                    kind: k.kind,
+                    qps_limit,
+                    current_qps: k.current_qps,
+                    in_flight: 0,
+                    waiters: 0,
+                }
+            })
+            .collect()
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|shard| shard.lock().unwrap_or_else(|p| p.into_inner()).len())
+            .sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The TAT that keeps `cell`'s fill, in requests, in a new shape; a fill above the new limit
+/// is capped (the bucket is simply whole).
+fn reshaped(cell: &Cell, interval: i64, tolerance: i64, now: i64) -> i64 {
+    let debt = i128::from((cell.tat - now).max(0));
+    let fill = i128::from(cell.tolerance) - debt;
+    let new_fill =
+        (fill * i128::from(interval) / i128::from(cell.interval)).min(i128::from(tolerance));
+    let new_debt = i128::from(tolerance) - new_fill;
+    i64::try_from(i128::from(now) + new_debt).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(max_burst: i64, count: i64, period: i64, quantity: i64) -> Throttle {
+        Throttle {
+            max_burst,
+            count,
+            period,
+            quantity,
+        }
+    }
+
+    fn reply(v: Verdict) -> [i64; 5] {
+        [
+            i64::from(v.limited),
+            v.limit,
+            v.remaining,
+            v.retry_after,
+            v.reset_after,
+        ]
+    }
+
+    #[test]
+    fn the_documented_example_replies_as_redis_cell_does() {
+        let cells = Cells::new(100);
+        let verdict = cells.throttle("user123", &call(15, 30, 60, 1), 0).unwrap();
+        assert_eq!(reply(verdict), [0, 16, 15, -1, 2]);
+    }
+
+    #[test]
+    fn a_burst_of_one_a_period_is_limited_then_let_through_again() {
+        // redis-cell's end-to-end example: `CL.THROTTLE user123 0 1 2 1`.
+        let cells = Cells::new(100);
+        let key = "user123";
+        let every_two_seconds = call(0, 1, 2, 1);
+        assert_eq!(
+            reply(cells.throttle(key, &every_two_seconds, 0).unwrap()),
+            [0, 1, 0, -1, 2]
+        );
+        assert_eq!(
+            reply(
+                cells
+                    .throttle(key, &every_two_seconds, SECOND / 10)
+                    .unwrap()
+            ),
+            [1, 1, 0, 2, 2]
+        );
+        assert_eq!(
+            reply(cells.throttle(key, &every_two_seconds, 2 * SECOND).unwrap()),
+            [0, 1, 0, -1, 2]
+        );
+    }
+
+    #[test]
+    fn one_a_second_with_a_burst_of_five_counts_down_and_refuses_the_sixth() {
+        let cells = Cells::new(100);
+        let five = call(4, 1, 1, 1);
+        for remaining in (0..5).rev() {
+            let v = cells.throttle("k", &five, 0).unwrap();
+            assert_eq!((v.limited, v.remaining), (false, remaining));
+        }
+        let refused = cells.throttle("k", &five, 0).unwrap();
+        assert_eq!(reply(refused), [1, 5, 0, 1, 5]);
+        // Half a second later none has come back; a second later one has.
+        assert!(cells.throttle("k", &five, SECOND / 2).unwrap().limited);
+        let v = cells.throttle("k", &five, SECOND).unwrap();
+        assert_eq!((v.limited, v.remaining), (false, 0));
+        // The counts are what a scrape shows.
+        assert_eq!(cells.counts(), (6, 2));
+    }
+
+    #[test]
+    fn a_look_takes_nothing_and_more_than_the_limit_never_goes() {
+        let cells = Cells::new(100);
+        assert_eq!(
+            reply(cells.throttle("k", &call(4, 1, 1, 0), 0).unwrap()),
+            [0, 5, 5, -1, 0]
+        );
+        assert_eq!(
+            reply(cells.throttle("k", &call(4, 1, 1, 6), 0).unwrap()),
+            [1, 5, 5, -1, 0]
+        );
+        assert_eq!(cells.len(), 0, "neither left anything to keep");
+    }
+
+    #[test]
+    fn a_refused_key_is_shown_as_throttled_with_its_rate() {
+        let cells = Cells::new(100);
+        let one_a_second = call(0, 1, 1, 1);
+        cells.throttle("noisy", &one_a_second, 0).unwrap();
+        assert!(cells.throttle("noisy", &one_a_second, 1).unwrap().limited);
+        cells.throttle("quiet", &one_a_second, 0).unwrap();
+        let rows = cells.throttled_rows(2, 10);
+        assert_eq!(rows.len(), 1, "{rows:?}");
+        assert_eq!(
+            (
+                rows[0].policy.as_str(),
+                rows[0].key.as_str(),
+                rows[0].qps_limit
+            ),
+            (CELLS_POLICY, "noisy", Some(1.0))
+        );
+    }
+
+    #[test]
+    fn seconds_round_up_at_millisecond_resolution() {
+        assert_eq!(seconds(2 * SECOND + 400_000), 2);
+        assert_eq!(seconds(2 * SECOND + MILLI), 3);
+        assert_eq!(seconds(0), 0);
+        assert_eq!(seconds(-5), 0);
+    }
+
+    #[test]
+    fn bad_numbers_are_refused_by_name() {
+        let cells = Cells::new(100);
+        for (throttle, text) in [
+            (call(-1, 1, 1, 1), "max_burst must be 0 or more, got -1"),
+            (call(1, 0, 1, 1), "count must be 1 or more, got 0"),
+            (
+                call(1, 1, -60, 1),
+                "period must be 1 or more seconds, got -60",
+            ),
+            (call(1, 1, 1, -2), "quantity must be 0 or more, got -2"),
+            (
+                call(1, 1, i64::MAX, 1),
+                "the bucket's tolerance, period / count × (max_burst + 1), does not fit in 292 years of nanoseconds",
+            ),
+            (
+                call(i64::MAX - 1, 1, 1, 1),
+                "the bucket's tolerance, period / count × (max_burst + 1), does not fit in 292 years of nanoseconds",
+            ),
+        ] {
+            assert_eq!(
+                cells.throttle("k", &throttle, 0).unwrap_err().to_string(),
+                text
+            );
+        }
+    }
+
+    #[test]
+    fn new_parameters_reshape_a_key_keeping_its_fill() {
+        let cells = Cells::new(100);
+        // 10 a second, burst 10: spend 6, 4 left.
+        for _ in 0..6 {
+            cells.throttle("k", &call(9, 10, 1, 1), 0).unwrap();
+        }
+        // Now 20 a second, burst 20: still 4 left (3 after this one), not 20.
+        let v = cells.throttle("k", &call(19, 20, 1, 1), 0).unwrap();
+        assert_eq!((v.limited, v.limit, v.remaining), (false, 20, 3));
+    }
+
+    #[test]
+    fn at_the_cap_whole_keys_make_room_and_busy_ones_refuse_a_new_key() {
+        let cells = Cells::new(SHARDS);
+        let slow = call(0, 1, 60, 1);
+        // One key per shard at most: fill until a key is refused.
+        let mut n = 0;
+        let refused = loop {
+            match cells.throttle(&format!("k{n}"), &slow, 0) {
+                Ok(_) => n += 1,
+                Err(error) => break error,
+            }
+        };
+        assert_eq!(refused, CellError::Full(SHARDS));
+        // A minute later every key is whole again: the same new key is let in.
+        assert!(cells.throttle(&format!("k{n}"), &slow, 60 * SECOND).is_ok());
+    }
+}

@@ -1,0 +1,249 @@
+//! The Redis protocol (RESP2 and RESP3): any Redis client throttles through Weir.
+//!
+//! Many services already throttle through Redis — a Lua script, or redis-cell's
+//! `CL.THROTTLE`, which managed Redis offerings cannot load. This listener speaks the
+//! protocol their clients already speak: the handshake they send, `CL.THROTTLE` with
+//! redis-cell's replies, and `WEIR.*` commands over every configured policy.
+//!
+//! | file | job |
+//! |---|---|
+//! | `framing.rs` | cutting requests out of the bytes read, bounded |
+//! | `commands.rs` | each command: what it asks of the core, and its reply |
+//! | `reply.rs` | replies, encoded as RESP2 or RESP3 with the `redis-protocol` crate |
+//!
+//! A connection is one task. It reads what has arrived, runs every whole request in it in
+//! order, and writes the replies together — so a pipeline of a thousand requests is a few
+//! reads, a thousand decisions and a few writes. Memory per connection is bounded three ways:
+//! a request larger than [`MAX_REQUEST`] or with more than [`MAX_ARGS`] arguments is refused
+//! before it is buffered (an announced 1 GB bulk string costs nothing); at most
+//! [`MAX_PENDING`] replies wait for one that is still being decided, after which nothing more
+//! is read; and a client that does not read its replies for [`WRITE_TIMEOUT`] is cut off. A
+//! malformed request gets its error, then the connection closes: the bytes after it cannot be
+//! told apart into requests any more. The server goes on.
+
+mod commands;
+mod framing;
+mod reply;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+
+use crate::app::App;
+use commands::{Answer, Session};
+use framing::Limits;
+use reply::Reply;
+
+/// The largest request, in bytes. Weir's commands are short: a key is at most 256 bytes.
+pub const MAX_REQUEST: usize = 64 * 1024;
+/// The most arguments in one request.
+pub const MAX_ARGS: usize = 1024;
+/// Replies held back behind one still being decided before the connection stops reading.
+pub const MAX_PENDING: usize = 1024;
+/// How long a write may wait for a client to read its replies.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+const LIMITS: Limits = Limits {
+    max_request: MAX_REQUEST,
+    max_args: MAX_ARGS,
+};
+
+/// Serves the Redis protocol on `listener` until shutdown begins, at most `max_connections`
+/// at once (more wait in the listen backlog).
+pub async fn serve(listener: TcpListener, app: Arc<App>, max_connections: usize) {
+    let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    let ids = Arc::new(AtomicI64::new(1));
+    loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = app.shutting_down() => return,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = Arc::clone(&app);
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            if let Err(error) = connection(stream, &app, id).await {
+                tracing::debug!(%error, "a Redis-protocol connection ended");
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// A reply in the order of its request: ready, or still being decided.
+enum Pending {
+    Ready(Reply),
+    Deciding(JoinHandle<Reply>),
+}
+
+/// One connection, until the client leaves, sends what cannot be read, stops reading its
+/// replies, or the server shuts down.
+async fn connection(
+    mut stream: impl AsyncRead + AsyncWrite + Unpin,
+    app: &Arc<App>,
+    id: i64,
+) -> std::io::Result<()> {
+    let mut session = Session::new(id, app);
+    let mut input = BytesMut::with_capacity(16 * 1024);
+    let mut output = BytesMut::with_capacity(16 * 1024);
+    let mut pending: VecDeque<Pending> = VecDeque::new();
+    let mut closing = false;
+    loop {
+        // Every whole request read so far, in order, as long as replies can be held.
+        while !closing && pending.len() < MAX_PENDING {
+            match framing::next_request(&mut input, LIMITS) {
+                Ok(Some(args)) => match commands::run(app, &mut session, args) {
+                    Answer::Now(reply) => pending.push_back(Pending::Ready(reply)),
+                    Answer::Later(task) => pending.push_back(Pending::Deciding(task)),
+                    Answer::Close(reply) => {
+                        pending.push_back(Pending::Ready(reply));
+                        closing = true;
+                    }
+                },
+                Ok(None) => break,
+                Err(error) => {
+                    pending.push_back(Pending::Ready(Reply::err(error)));
+                    closing = true;
+                }
+            }
+        }
+        // The replies that are ready, up to the first one still being decided.
+        while let Some(Pending::Ready(_)) = pending.front() {
+            if let Some(Pending::Ready(reply)) = pending.pop_front() {
+                reply.encode(&mut output, session.resp3);
+            }
+        }
+        if !output.is_empty() {
+            match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&output)).await {
+                Ok(written) => written?,
+                Err(_) => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        "the client did not read its replies",
+                    ));
+                }
+            }
+            output.clear();
+        }
+        if closing && pending.is_empty() {
+            return Ok(());
+        }
+        let reading = !closing && pending.len() < MAX_PENDING;
+        tokio::select! {
+            read = stream.read_buf(&mut input), if reading => {
+                if read? == 0 {
+                    // The client is gone (or has said all it will): finish what it asked.
+                    closing = true;
+                }
+            }
+            decided = wait_front(&mut pending) => {
+                pending[0] = Pending::Ready(decided);
+            }
+            () = app.shutting_down() => {
+                // A waiting acquire answers for itself (the core refuses it on shutdown).
+                if pending.is_empty() {
+                    return Ok(());
+                }
+                closing = true;
+            }
+        }
+    }
+}
+
+/// The first pending reply once it is decided; never, if it is ready or there is none (the
+/// loop takes ready ones itself).
+async fn wait_front(pending: &mut VecDeque<Pending>) -> Reply {
+    match pending.front_mut() {
+        Some(Pending::Deciding(task)) => task
+            .await
+            .unwrap_or_else(|error| Reply::err(format!("the command failed: {error}"))),
+        _ => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::app::AppSettings;
+
+    fn app(dir: &std::path::Path) -> Arc<App> {
+        App::new(AppSettings {
+            node_id: "test".to_owned(),
+            grpc: "127.0.0.1:0".parse().unwrap(),
+            policies: Vec::new(),
+            data_dir: dir.to_owned(),
+            admin_token: None,
+            max_cost: 1_000_000,
+            body_timeout: Duration::from_secs(30),
+            cluster: None,
+            rls: None,
+            cell_max_keys: 1000,
+        })
+        .unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_never_reads_its_replies_is_cut_off() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path());
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { connection(server, &app, 1).await });
+        // Requests go on being sent; replies are never read. Once the pipe's buffers are
+        // full both ways, the server's write waits — and gives up after WRITE_TIMEOUT.
+        let started = tokio::time::Instant::now();
+        let sending = tokio::spawn(async move {
+            loop {
+                if client.write_all(b"PING\r\n").await.is_err() {
+                    return;
+                }
+            }
+        });
+        let ended = served.await.unwrap().unwrap_err();
+        assert_eq!(ended.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= WRITE_TIMEOUT);
+        sending.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replies_come_back_in_order_behind_one_that_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path());
+        let policy: weir::policy::PolicyConfig = toml::from_str(
+            "name = \"q\"\non_exhausted = \"wait\"\ntoken_bucket = { rate = 1, burst = 1 }",
+        )
+        .unwrap();
+        app.policies().upsert(policy).unwrap();
+        let (mut client, server) = tokio::io::duplex(64 * 1024);
+        let served = tokio::spawn(async move { connection(server, &app, 1).await });
+        // The second acquire waits a second for its token; the PING behind it is decided at
+        // once, but its reply comes after the acquire's.
+        client
+            .write_all(b"WEIR.ACQUIRE q k\r\nWEIR.ACQUIRE q k WAIT 5000\r\nPING\r\nQUIT\r\n")
+            .await
+            .unwrap();
+        let mut replies = String::new();
+        client.read_to_string(&mut replies).await.unwrap();
+        served.await.unwrap().unwrap();
+        assert_eq!(replies.match_indices("admitted").count(), 2, "{replies}");
+        let (second, _) = replies.match_indices("waited_ms\r\n:").nth(1).unwrap();
+        let after = &replies[second + "waited_ms\r\n:".len()..];
+        let waited: u64 = after[..after.find('\r').unwrap()].parse().unwrap();
+        // A token a second: the second acquire waited about that long, on the paused clock.
+        assert!((990..=1000).contains(&waited), "{replies}");
+        assert!(replies.find("+PONG").unwrap() > second, "{replies}");
+        assert!(replies.ends_with("+PONG\r\n+OK\r\n"), "{replies}");
+    }
+}
