@@ -11,11 +11,13 @@ WEIR_BIN="$target_dir/release/weir"
 bench_dir=$(mktemp -d)
 trap 'kill "${WEIR_PID:-}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 
-# start_weir CONFIG_TEXT: starts a server and waits for its "listening" line.
+# start_weir CONFIG_TEXT [ARGS...]: starts a server (with any extra `weir serve` arguments)
+# and waits for its "listening" line; sets WEIR_RESP too when it was given --resp.
 start_weir() {
   printf '%s\n' "$1" >"$bench_dir/config.toml"
+  shift
   "$WEIR_BIN" serve --config "$bench_dir/config.toml" --data-dir "$bench_dir/data" \
-    --http 127.0.0.1:0 --grpc 127.0.0.1:0 --log warn >"$bench_dir/out" 2>"$bench_dir/err" &
+    --http 127.0.0.1:0 --grpc 127.0.0.1:0 --log warn "$@" >"$bench_dir/out" 2>"$bench_dir/err" &
   WEIR_PID=$!
   for _ in $(seq 1 200); do
     grep -q '^listening' "$bench_dir/out" && break
@@ -23,6 +25,7 @@ start_weir() {
   done
   WEIR_HTTP=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$bench_dir/out")
   WEIR_GRPC=$(sed -n 's/.* grpc=\([^ ]*\).*/\1/p' "$bench_dir/out")
+  WEIR_RESP=$(sed -n 's/.* resp=\([^ ]*\).*/\1/p' "$bench_dir/out")
   [ -n "$WEIR_HTTP" ] || { cat "$bench_dir/err"; echo "weir did not start" >&2; exit 1; }
 }
 

@@ -54,6 +54,14 @@ pub enum TargetSpec {
         /// The domain and descriptors every request asks.
         load: RlsLoad,
     },
+    /// A server speaking the Redis protocol at `url` (`redis://host:port`): Weir's
+    /// `WEIR.ACQUIRE`, or `CL.THROTTLE` (Weir or redis-cell), or redis-cell's decision in Lua.
+    Resp {
+        /// `redis://host:port`.
+        url: String,
+        /// What each request asks.
+        command: crate::target::RespCommand,
+    },
     /// The Redis baseline: a Lua script at `url` enforcing `policy`'s limiter.
     Redis {
         /// `redis://host:port`.
@@ -253,6 +261,19 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
             drive(
                 RedisTarget::connect(url, policy).await?,
                 "redis".to_owned(),
+                settings,
+            )
+            .await
+        }
+        TargetSpec::Resp { url, command } => {
+            let name = match command {
+                crate::target::RespCommand::Acquire { .. } => "resp",
+                crate::target::RespCommand::Cell(_) => "cl-throttle",
+                crate::target::RespCommand::LuaCell(_) => "lua-cell",
+            };
+            drive(
+                crate::target::Resp::connect(url, command.clone()).await?,
+                name.to_owned(),
                 settings,
             )
             .await

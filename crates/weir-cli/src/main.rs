@@ -12,7 +12,7 @@ use weir::policy::Scope;
 use weir_bench::keys::KeyDistribution;
 use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_bench::schedule::Profile;
-use weir_bench::target::RlsLoad;
+use weir_bench::target::{CellShape, RespCommand, RlsLoad};
 use weir_bench::{plot, scenario};
 use weir_server::client::Client;
 use weir_server::config::ConfigFile;
@@ -119,10 +119,16 @@ struct BenchArgs {
     /// What to measure: `inproc` (the library, on --config's policies), `http`, `grpc`
     /// (unary calls), `grpc-stream` (each client's requests over one stream), `redis` (the
     /// baseline: --config's --policy as a Lua script in the Redis at --server), `rls` (Envoy's
-    /// rate limit service: --domain and --descriptor), or `redis-rls` (the reference rate limit
-    /// server's Redis calls for the same descriptors, by --rls-config's rules).
+    /// rate limit service: --domain and --descriptor), `redis-rls` (the reference rate limit
+    /// server's Redis calls for the same descriptors, by --rls-config's rules), `resp` (Weir's
+    /// WEIR.ACQUIRE over the Redis protocol), `cl-throttle` (CL.THROTTLE with --cell's numbers,
+    /// to Weir or to a Redis with redis-cell), or `lua-cell` (the same decision as a Lua
+    /// script in a plain Redis).
     #[arg(long, default_value = "inproc")]
     target: String,
+    /// The cl-throttle and lua-cell targets: `BURST,COUNT,PERIOD` (CL.THROTTLE's numbers).
+    #[arg(long, default_value = "100,1000,1")]
+    cell: String,
     /// RLS targets: the domain every request names.
     #[arg(long, default_value = "")]
     domain: String,
@@ -288,8 +294,24 @@ impl BenchArgs {
                     policy: Box::new(policy),
                 }
             }
+            "resp" | "cl-throttle" | "lua-cell" => {
+                let command = match self.target.as_str() {
+                    "resp" => RespCommand::Acquire {
+                        policy: self.policy.clone(),
+                    },
+                    "cl-throttle" => RespCommand::Cell(CellShape::parse(&self.cell)?),
+                    _ => RespCommand::LuaCell(CellShape::parse(&self.cell)?),
+                };
+                TargetSpec::Resp {
+                    url: self
+                        .server
+                        .clone()
+                        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
+                    command,
+                }
+            }
             other => anyhow::bail!(
-                "--target must be inproc, http, grpc, grpc-stream, redis, rls or redis-rls, not {other:?}"
+                "--target must be inproc, http, grpc, grpc-stream, redis, rls, redis-rls, resp, cl-throttle or lua-cell, not {other:?}"
             ),
         };
         let profile = match self.burst.as_deref() {

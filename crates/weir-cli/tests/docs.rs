@@ -12,7 +12,9 @@
 //! - every `weir bench` line of the README runs (for a second, scenarios once) and a `--json`
 //!   run reports requests answered without errors;
 //! - the command-line synopsis in `docs/configuration.md` names exactly the flags each command's
-//!   `--help` lists, both ways.
+//!   `--help` lists, both ways;
+//! - every `redis-cli` line of `docs/redis.md`'s walk-through runs against a server on the
+//!   embedded default config with `--resp`, and prints what its comment shows.
 
 mod support;
 
@@ -327,5 +329,68 @@ fn every_bench_example_in_the_readme_runs() {
     assert!(
         dir.path().join("run.svg").exists(),
         "the --plot example drew nothing"
+    );
+}
+
+#[test]
+fn the_redis_walk_through_prints_what_it_says() {
+    let cli_here = Command::new("redis-cli")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !cli_here {
+        assert!(
+            std::env::var_os("WEIR_REQUIRE_REDIS").is_none(),
+            "redis-cli is required here"
+        );
+        eprintln!("skipping: redis-cli is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_full(
+        weir_server::config::DEFAULT_CONFIG,
+        &dir.path().join("data"),
+        &[],
+        &["--resp", "127.0.0.1:0"],
+    );
+    let resp = server.resp.clone().expect("--resp was given");
+    let (host, port) = resp.rsplit_once(':').unwrap();
+    let (line, walk_through) = blocks("docs/redis.md", "sh")
+        .into_iter()
+        .find(|(_, block)| block.contains("redis-cli"))
+        .expect("the Redis guide's walk-through");
+    let mut ran = 0;
+    for (command, comment) in commands(&walk_through) {
+        let Some(args) = command.strip_prefix("redis-cli -p 6380 ") else {
+            continue;
+        };
+        let output = Command::new("redis-cli")
+            .args(["-h", host, "-p", port])
+            .args(args.split_whitespace())
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{command}: {output:?}");
+        let printed = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .collect::<Vec<_>>()
+            .join(" ");
+        // A lease id is drawn: a comment shows an empty one where the reply has one.
+        let printed = match printed.split_once(" lease ") {
+            Some((head, tail)) if !tail.starts_with(' ') => {
+                let rest = tail.split_once(' ').map_or("", |(_, rest)| rest);
+                format!("{head} lease  {rest}")
+            }
+            _ => printed,
+        };
+        assert_eq!(
+            printed.trim(),
+            comment,
+            "docs/redis.md (block at line {line}): {command}"
+        );
+        ran += 1;
+    }
+    assert!(
+        ran >= 8,
+        "the walk-through has fewer commands than it did: {ran}"
     );
 }

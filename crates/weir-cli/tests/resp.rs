@@ -148,6 +148,14 @@ fn redis_cli_throttles_through_weir() {
         "{metrics}"
     );
     assert!(metrics.contains("weir_cl_throttle_decisions_total{outcome=\"admitted\"} 3"));
+    // Every command is counted by name, errors apart; a name Weir does not answer as `other`.
+    for series in [
+        "weir_api_requests_total{api=\"resp\",endpoint=\"CL.THROTTLE\",code=\"ok\"} 4",
+        "weir_api_requests_total{api=\"resp\",endpoint=\"CL.THROTTLE\",code=\"error\"} 2",
+        "weir_api_requests_total{api=\"resp\",endpoint=\"other\",code=\"error\"} 1",
+    ] {
+        assert!(metrics.contains(series), "{series}\n{metrics}");
+    }
 }
 
 /// A GET's body, for a test without a runtime of its own.

@@ -24,24 +24,43 @@ use crate::cluster::ClusterMode;
 use crate::leases::Leases;
 use crate::rls::Rls;
 
-/// Labels of the API's own request metrics.
+/// Labels of the API's own request metrics. Every value is static, so counting a request
+/// allocates nothing (see [`intern`]).
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EndpointLabels {
-    /// `http` or `grpc`.
+    /// `http`, `grpc` or `resp`.
     pub api: &'static str,
-    /// The route (`/v1/acquire`) or the RPC (`Acquire`).
-    pub endpoint: String,
-    /// The status code.
-    pub code: String,
+    /// The route (`/v1/acquire`), the RPC (`Acquire`) or the command (`CL.THROTTLE`).
+    pub endpoint: &'static str,
+    /// The status code (`ok` or `error` for a command).
+    pub code: &'static str,
 }
 
 /// Labels of the request latency histogram.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LatencyLabels {
-    /// `http` or `grpc`.
+    /// `http`, `grpc` or `resp`.
     pub api: &'static str,
-    /// The route or the RPC.
-    pub endpoint: String,
+    /// The route, the RPC or the command.
+    pub endpoint: &'static str,
+}
+
+/// A label value as a `&'static str`: the first time a value is seen it is kept for good, so
+/// the caller must only pass values from a small fixed set (routes as the router matched
+/// them, status codes) — never a client's own words.
+pub fn intern(value: &str) -> &'static str {
+    static SEEN: std::sync::RwLock<std::collections::BTreeSet<&'static str>> =
+        std::sync::RwLock::new(std::collections::BTreeSet::new());
+    if let Some(found) = SEEN.read().unwrap_or_else(|p| p.into_inner()).get(value) {
+        return found;
+    }
+    let mut seen = SEEN.write().unwrap_or_else(|p| p.into_inner());
+    if let Some(found) = seen.get(value) {
+        return found;
+    }
+    let kept: &'static str = Box::leak(value.to_owned().into_boxed_str());
+    seen.insert(kept);
+    kept
 }
 
 /// The server's metrics.
@@ -103,19 +122,22 @@ impl Metrics {
     }
 
     /// Counts one answered API request.
-    pub fn observe(&self, api: &'static str, endpoint: &str, code: &str, took: Duration) {
+    pub fn observe(
+        &self,
+        api: &'static str,
+        endpoint: &'static str,
+        code: &'static str,
+        took: Duration,
+    ) {
         self.requests
             .get_or_create(&EndpointLabels {
                 api,
-                endpoint: endpoint.to_owned(),
-                code: code.to_owned(),
+                endpoint,
+                code,
             })
             .inc();
         self.latency
-            .get_or_create(&LatencyLabels {
-                api,
-                endpoint: endpoint.to_owned(),
-            })
+            .get_or_create(&LatencyLabels { api, endpoint })
             .observe(took.as_secs_f64());
     }
 

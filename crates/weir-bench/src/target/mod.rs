@@ -13,6 +13,7 @@
 //! | `grpc.rs` | a server's gRPC API, unary calls |
 //! | `grpc_stream.rs` | a server's gRPC API, one bidirectional stream per client |
 //! | `redis.rs` | the Redis baseline: a Lua script enforcing the policy's limiter |
+//! | `resp.rs` | the Redis protocol: `WEIR.ACQUIRE`, `CL.THROTTLE` (Weir or redis-cell), or redis-cell's decision in Lua |
 //! | `rls.rs` | Envoy's rate limit service (`ShouldRateLimit`), and the reference server's Redis data path |
 //! | `round_robin.rs` | several servers of one kind, asked in turn |
 
@@ -21,6 +22,7 @@ mod grpc_stream;
 mod http;
 mod in_process;
 mod redis;
+mod resp;
 mod rls;
 mod round_robin;
 
@@ -32,6 +34,7 @@ pub use grpc::Grpc;
 pub use grpc_stream::GrpcStream;
 pub use http::Http;
 pub use in_process::InProcess;
+pub use resp::{CellShape, Resp, RespCommand};
 pub use rls::{RedisFixedWindow, Rls, RlsLoad};
 pub use round_robin::RoundRobin;
 

@@ -42,15 +42,23 @@ impl WeirService {
         WeirService { app }
     }
 
-    fn observe<T>(&self, method: &str, start: Instant, result: &Result<T, Status>) {
+    fn observe<T>(&self, method: &'static str, start: Instant, result: &Result<T, Status>) {
         let code = match result {
-            Ok(_) => "0".to_owned(),
-            Err(status) => (status.code() as i32).to_string(),
+            Ok(_) => "0",
+            Err(status) => grpc_code(status.code()),
         };
         self.app
             .metrics()
-            .observe("grpc", method, &code, start.elapsed());
+            .observe("grpc", method, code, start.elapsed());
     }
+}
+
+/// A gRPC status code as its number, the label `code` shows.
+pub(super) fn grpc_code(code: tonic::Code) -> &'static str {
+    const CODES: [&str; 17] = [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    ];
+    CODES.get(code as usize).copied().unwrap_or("2")
 }
 
 fn input(request: AcquireRequest) -> AcquireInput {

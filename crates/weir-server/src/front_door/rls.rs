@@ -182,12 +182,12 @@ impl RateLimitService for RlsService {
             }
         };
         let code = match &answered {
-            Ok(_) => "0".to_owned(),
-            Err(status) => (status.code() as i32).to_string(),
+            Ok(_) => "0",
+            Err(status) => super::grpc::grpc_code(status.code()),
         };
         self.app
             .metrics()
-            .observe("grpc", "ShouldRateLimit", &code, start.elapsed());
+            .observe("grpc", "ShouldRateLimit", code, start.elapsed());
         answered.map(Response::new)
     }
 }

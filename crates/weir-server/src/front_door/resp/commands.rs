@@ -61,6 +61,34 @@ pub enum Answer {
     Close(Reply),
 }
 
+/// The name a command is counted under in `weir_api_requests{api="resp"}`: its own for the
+/// commands Weir answers, `other` for the rest (a client's words are never a label).
+pub fn counted_as(name: &[u8]) -> &'static str {
+    const NAMES: [&str; 16] = [
+        "PING",
+        "ECHO",
+        "HELLO",
+        "AUTH",
+        "SELECT",
+        "CLIENT",
+        "COMMAND",
+        "INFO",
+        "CONFIG",
+        "QUIT",
+        "RESET",
+        "CL.THROTTLE",
+        "WEIR.ACQUIRE",
+        "WEIR.RELEASE",
+        "WEIR.RENEW",
+        "WEIR.BUSY",
+    ];
+    NAMES
+        .iter()
+        .find(|known| name.eq_ignore_ascii_case(known.as_bytes()))
+        .copied()
+        .unwrap_or("other")
+}
+
 /// Runs one request (its name first) for the connection `session`.
 pub fn run(app: &Arc<App>, session: &mut Session, args: Vec<Bytes>) -> Answer {
     let Some(name) = args.first() else {

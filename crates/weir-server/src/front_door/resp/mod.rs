@@ -19,7 +19,8 @@
 //! [`MAX_PENDING`] replies wait for one that is still being decided, after which nothing more
 //! is read; and a client that does not read its replies for [`WRITE_TIMEOUT`] is cut off. A
 //! malformed request gets its error, then the connection closes: the bytes after it cannot be
-//! told apart into requests any more. The server goes on.
+//! told apart into requests any more. The server goes on. Each command is counted in
+//! `weir_api_requests{api="resp"}` under its name (`other` for names Weir does not answer).
 
 mod commands;
 mod framing;
@@ -28,7 +29,7 @@ mod reply;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -83,10 +84,21 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, max_connections: usize)
     }
 }
 
-/// A reply in the order of its request: ready, or still being decided.
+/// A reply in the order of its request: ready, or still being decided (with what it is
+/// counted under, and when it was asked).
 enum Pending {
     Ready(Reply),
-    Deciding(JoinHandle<Reply>),
+    Deciding(JoinHandle<Reply>, &'static str, Instant),
+}
+
+/// Counts a command's answer in `weir_api_requests{api="resp"}` and its time.
+fn count(app: &App, command: &'static str, reply: &Reply, asked: Instant) {
+    let code = match reply {
+        Reply::Error(_) => "error",
+        _ => "ok",
+    };
+    app.metrics()
+        .observe("resp", command, code, asked.elapsed());
 }
 
 /// One connection, until the client leaves, sends what cannot be read, stops reading its
@@ -105,14 +117,26 @@ async fn connection(
         // Every whole request read so far, in order, as long as replies can be held.
         while !closing && pending.len() < MAX_PENDING {
             match framing::next_request(&mut input, LIMITS) {
-                Ok(Some(args)) => match commands::run(app, &mut session, args) {
-                    Answer::Now(reply) => pending.push_back(Pending::Ready(reply)),
-                    Answer::Later(task) => pending.push_back(Pending::Deciding(task)),
-                    Answer::Close(reply) => {
-                        pending.push_back(Pending::Ready(reply));
-                        closing = true;
+                Ok(Some(args)) => {
+                    let asked = Instant::now();
+                    let command = args
+                        .first()
+                        .map_or("other", |name| commands::counted_as(name));
+                    match commands::run(app, &mut session, args) {
+                        Answer::Now(reply) => {
+                            count(app, command, &reply, asked);
+                            pending.push_back(Pending::Ready(reply));
+                        }
+                        Answer::Later(task) => {
+                            pending.push_back(Pending::Deciding(task, command, asked));
+                        }
+                        Answer::Close(reply) => {
+                            count(app, command, &reply, asked);
+                            pending.push_back(Pending::Ready(reply));
+                            closing = true;
+                        }
                     }
-                },
+                }
                 Ok(None) => break,
                 Err(error) => {
                     pending.push_back(Pending::Ready(Reply::err(error)));
@@ -150,6 +174,9 @@ async fn connection(
                 }
             }
             decided = wait_front(&mut pending) => {
+                if let Some(Pending::Deciding(_, command, asked)) = pending.front() {
+                    count(app, command, &decided, *asked);
+                }
                 pending[0] = Pending::Ready(decided);
             }
             () = app.shutting_down() => {
@@ -167,7 +194,7 @@ async fn connection(
 /// loop takes ready ones itself).
 async fn wait_front(pending: &mut VecDeque<Pending>) -> Reply {
     match pending.front_mut() {
-        Some(Pending::Deciding(task)) => task
+        Some(Pending::Deciding(task, _, _)) => task
             .await
             .unwrap_or_else(|error| Reply::err(format!("the command failed: {error}"))),
         _ => std::future::pending().await,

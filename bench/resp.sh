@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The Redis protocol against Redis itself, side by side on one machine in one go:
+#
+#   1. CL.THROTTLE closed loop with redis-benchmark (50 clients, random keys out of 100 000),
+#      unpipelined and pipelined 16 deep: Weir, Redis with the redis-cell module (built here
+#      from crates.io), and Redis running redis-cell's decision as a Lua script;
+#   2. the same three open loop with `weir bench` at 20 000 requests a second: p50 and p99;
+#   3. lease pairs closed loop (take, give back, again) with `weir bench`, 50 clients:
+#      Weir's WEIR.ACQUIRE + WEIR.RELEASE against the Redis Lua lease semaphore;
+#   4. every front door of one Weir server closed loop, 50 clients, a bucket that never
+#      refuses: HTTP, gRPC unary, gRPC stream, WEIR.ACQUIRE and CL.THROTTLE.
+#
+# Each figure is also the server's own CPU per request (user + system of the server process
+# only, from /proc), so the generator's cost does not blur the comparison.
+#
+#   bash bench/resp.sh [SECONDS] [ROUNDS]
+#
+# Needs Debian's redis-server (and its redis-benchmark), installed with apt-get when missing
+# and root; cargo builds redis-cell. Without a built module, its rows say why and the rest runs.
+source "$(dirname "$0")/common.sh"
+seconds=${1:-10}
+rounds=${2:-1}
+need redis-server:redis-server redis-benchmark:redis-tools
+
+config='
+[[policy]]
+name = "open"
+on_exhausted = "reject"
+token_bucket = { rate = 1000000000, burst = 1000000 }
+
+[[policy]]
+name = "leases"
+on_exhausted = "reject"
+concurrency = { node_limit = 1000000, lease_ttl = "30s" }
+'
+printf '%s\n' "$config" >"$bench_dir/policies.toml"
+start_weir "$config" --resp 127.0.0.1:0
+[ -n "$WEIR_RESP" ] || { echo "weir did not open its Redis-protocol listener" >&2; exit 1; }
+
+# redis-cell from crates.io, built as the module (cached beside the build).
+cell_so="$target_dir/redis-cell/libredis_cell.so"
+cell_missing=""
+if [ ! -f "$cell_so" ]; then
+  fetch="$bench_dir/cell-fetch"
+  mkdir -p "$fetch/src"
+  printf '[package]\nname = "cell-fetch"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nredis-cell = "=0.2.2"\n' \
+    >"$fetch/Cargo.toml"
+  : >"$fetch/src/lib.rs"
+  manifest=$(cargo metadata --format-version 1 --manifest-path "$fetch/Cargo.toml" 2>/dev/null |
+    grep -o '"manifest_path":"[^"]*redis-cell-0.2.2/Cargo.toml"' | cut -d'"' -f4 || true)
+  if [ -n "$manifest" ] &&
+    cargo build --release --quiet --manifest-path "$manifest" \
+      --target-dir "$bench_dir/cell-target" 2>"$bench_dir/cell.log"; then
+    mkdir -p "$(dirname "$cell_so")"
+    cp "$bench_dir/cell-target/release/libredis_cell.so" "$cell_so"
+  else
+    cell_missing="redis-cell 0.2.2 did not build ($(tail -1 "$bench_dir/cell.log" 2>/dev/null))"
+  fi
+fi
+
+redis_port=$(free_port)
+module=()
+[ -z "$cell_missing" ] && module=(--loadmodule "$cell_so")
+redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+  --logfile "$bench_dir/redis.log" "${module[@]}" &
+redis_pid=$!
+trap 'kill "$WEIR_PID" "$redis_pid" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
+for _ in $(seq 1 100); do
+  redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+  sleep 0.05
+done
+weir_port=${WEIR_RESP##*:}
+
+# The Lua form of redis-cell's decision: the same script the lua-cell target runs.
+lua=$(sed -n '/^const LUA_CELL: &str = r"$/,/^";$/p' "$root/crates/weir-bench/src/target/resp.rs" |
+  sed '1d;$d')
+sha=$(redis-cli -p "$redis_port" script load "$lua")
+
+cell_args=(100 1000 1)
+per_second=$((seconds > 0 ? seconds : 1))
+
+# cpu PID: the process's CPU time so far, in clock ticks (100 a second).
+cpu() { cpu_ticks "$1"; }
+
+# closed NAME PORT PID PIPELINE COMMAND...: a redis-benchmark run; prints requests/s and the
+# server's CPU µs per request.
+closed() {
+  local name=$1 port=$2 pid=$3 pipeline=$4
+  shift 4
+  local n=$((per_second * (pipeline > 1 ? 200000 : 40000)))
+  local before after out rps
+  before=$(cpu "$pid")
+  out=$(redis-benchmark -p "$port" -c 50 -n "$n" -P "$pipeline" -r 100000 -q "$@" 2>&1 | tr '\r' '\n' | grep "requests per second" | tail -1)
+  after=$(cpu "$pid")
+  rps=$(sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' <<<"$out")
+  awk -v name="$name" -v p="$pipeline" -v rps="$rps" -v ticks=$((after - before)) -v n="$n" \
+    'BEGIN { printf "| %-22s | %2s | %9.0f | %6.2f |\n", name, p, rps, ticks * 10000 / n }'
+}
+
+# open NAME PID TARGET ARGS...: a weir bench run at 20 000/s; prints p50, p99 and the server's
+# CPU µs per request.
+open() {
+  local name=$1 pid=$2
+  shift 2
+  local before after
+  before=$(cpu "$pid")
+  "$WEIR_BIN" bench "$@" --clients 50 --rate 400 --keys 100000 --duration "${seconds}s" \
+    --warmup 1s --json >"$bench_dir/open.json"
+  after=$(cpu "$pid")
+  jq -r --arg name "$name" --argjson ticks $((after - before)) \
+    '"| \($name) | \(.rps | floor) | \(.latency_ms.p50) ms | \(.latency_ms.p99) ms | \((($ticks * 10000) / .sent * 100 | floor) / 100) |"' \
+    "$bench_dir/open.json"
+}
+
+# pairs NAME PID TARGET ARGS...: closed-loop lease pairs; prints pairs/s and CPU µs per pair.
+pairs() {
+  local name=$1 pid=$2
+  shift 2
+  local before after
+  before=$(cpu "$pid")
+  "$WEIR_BIN" bench "$@" --clients 50 --rate 0 --keys 1000 --duration "${seconds}s" \
+    --warmup 1s --json >"$bench_dir/pairs.json"
+  after=$(cpu "$pid")
+  jq -r --arg name "$name" --argjson ticks $((after - before)) \
+    '"| \($name) | \(.rps | floor) | \(.latency_ms.p50) ms | \((($ticks * 10000) / .sent * 100 | floor) / 100) |"' \
+    "$bench_dir/pairs.json"
+}
+
+for round in $(seq 1 "$rounds"); do
+  echo "## round $round of $rounds, ${seconds}s runs"
+  echo
+  echo "| CL.THROTTLE closed loop (redis-benchmark, 50 clients) | -P | requests/s | server CPU µs/request |"
+  echo "|---|---:|---:|---:|"
+  for pipeline in 1 16; do
+    closed "Weir" "$weir_port" "$WEIR_PID" "$pipeline" CL.THROTTLE "user:__rand_int__" "${cell_args[@]}"
+    if [ -z "$cell_missing" ]; then
+      closed "Redis + redis-cell" "$redis_port" "$redis_pid" "$pipeline" CL.THROTTLE "user:__rand_int__" "${cell_args[@]}"
+    fi
+    closed "Redis + Lua (same GCRA)" "$redis_port" "$redis_pid" "$pipeline" EVALSHA "$sha" 1 "lua:__rand_int__" "${cell_args[@]}" 1
+  done
+  [ -n "$cell_missing" ] && echo "(no redis-cell row: $cell_missing)"
+  echo
+  echo "| CL.THROTTLE open loop, 20 000/s (weir bench) | requests/s | p50 | p99 | server CPU µs/request |"
+  echo "|---|---:|---:|---:|---:|"
+  open "Weir" "$WEIR_PID" --target cl-throttle --server "redis://$WEIR_RESP"
+  if [ -z "$cell_missing" ]; then
+    open "Redis + redis-cell" "$redis_pid" --target cl-throttle --server "redis://127.0.0.1:$redis_port"
+  fi
+  open "Redis + Lua (same GCRA)" "$redis_pid" --target lua-cell --server "redis://127.0.0.1:$redis_port"
+  echo
+  echo "| lease pairs closed loop (weir bench, 50 clients) | pairs/s | p50 (take) | server CPU µs/pair |"
+  echo "|---|---:|---:|---:|"
+  pairs "Weir WEIR.ACQUIRE + WEIR.RELEASE" "$WEIR_PID" --target resp --policy leases --server "redis://$WEIR_RESP"
+  pairs "Redis Lua lease semaphore" "$redis_pid" --target redis --policy leases \
+    --config "$bench_dir/policies.toml" --server "redis://127.0.0.1:$redis_port"
+  echo
+  echo "| Weir's front doors closed loop (weir bench, 50 clients) | decisions/s | p50 | server CPU µs/decision |"
+  echo "|---|---:|---:|---:|"
+  pairs "HTTP" "$WEIR_PID" --target http --policy open --server "http://$WEIR_HTTP"
+  pairs "gRPC unary" "$WEIR_PID" --target grpc --policy open --server "http://$WEIR_GRPC"
+  pairs "gRPC stream" "$WEIR_PID" --target grpc-stream --policy open --server "http://$WEIR_GRPC"
+  pairs "RESP WEIR.ACQUIRE" "$WEIR_PID" --target resp --policy open --server "redis://$WEIR_RESP"
+  pairs "RESP CL.THROTTLE" "$WEIR_PID" --target cl-throttle --server "redis://$WEIR_RESP"
+  echo
+done
