@@ -82,19 +82,23 @@ per_second=$((seconds > 0 ? seconds : 1))
 # cpu PID: the process's CPU time so far, in clock ticks (100 a second).
 cpu() { cpu_ticks "$1"; }
 
+# user_sys PID: the process's user and system clock ticks so far.
+user_sys() { awk '{print $14, $15}' "/proc/$1/stat"; }
+
 # closed NAME PORT PID PIPELINE COMMAND...: a redis-benchmark run; prints requests/s and the
-# server's CPU µs per request.
+# server's CPU µs per request, and how much of it was user space and how much the kernel.
 closed() {
   local name=$1 port=$2 pid=$3 pipeline=$4
   shift 4
   local n=$((per_second * (pipeline > 1 ? 200000 : 40000)))
   local before after out rps
-  before=$(cpu "$pid")
+  before=$(user_sys "$pid")
   out=$(redis-benchmark -p "$port" -c 50 -n "$n" -P "$pipeline" -r 100000 -q "$@" 2>&1 | tr '\r' '\n' | grep "requests per second" | tail -1)
-  after=$(cpu "$pid")
+  after=$(user_sys "$pid")
   rps=$(sed -n 's/.*: \([0-9.]*\) requests per second.*/\1/p' <<<"$out")
-  awk -v name="$name" -v p="$pipeline" -v rps="$rps" -v ticks=$((after - before)) -v n="$n" \
-    'BEGIN { printf "| %-22s | %2s | %9.0f | %6.2f |\n", name, p, rps, ticks * 10000 / n }'
+  awk -v name="$name" -v p="$pipeline" -v rps="$rps" -v before="$before" -v after="$after" -v n="$n" \
+    'BEGIN { split(before, b, " "); split(after, a, " "); user = (a[1] - b[1]) * 10000 / n; sys = (a[2] - b[2]) * 10000 / n;
+             printf "| %-23s | %2s | %9.0f | %6.2f | %5.2f | %5.2f |\n", name, p, rps, user + sys, user, sys }'
 }
 
 # open NAME PID TARGET ARGS...: a weir bench run at 20 000/s; prints p50, p99 and the server's
@@ -129,8 +133,8 @@ pairs() {
 for round in $(seq 1 "$rounds"); do
   echo "## round $round of $rounds, ${seconds}s runs"
   echo
-  echo "| CL.THROTTLE closed loop (redis-benchmark, 50 clients) | -P | requests/s | server CPU µs/request |"
-  echo "|---|---:|---:|---:|"
+  echo "| CL.THROTTLE closed loop (redis-benchmark, 50 clients) | -P | requests/s | server CPU µs/request | user | system |"
+  echo "|---|---:|---:|---:|---:|---:|"
   for pipeline in 1 16; do
     closed "Weir" "$weir_port" "$WEIR_PID" "$pipeline" CL.THROTTLE "user:__rand_int__" "${cell_args[@]}"
     if [ -z "$cell_missing" ]; then
