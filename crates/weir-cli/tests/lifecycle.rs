@@ -296,6 +296,17 @@ fn a_non_loopback_address_without_a_real_token_is_refused() {
     }
     let stderr = attempt(Some("short"));
     assert!(stderr.contains("at least 16"), "{stderr}");
+    // The Redis-protocol listener too: its password is the admin token.
+    let stderr = refused_start(
+        "127.0.0.1:0",
+        &["--resp", "0.0.0.0:0"],
+        "WEIR_ADMIN_TOKEN",
+        None,
+    );
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0 (`resp`)"),
+        "{stderr}"
+    );
 }
 
 /// A cluster node whose gossip address is beyond loopback needs a cluster secret (anyone who
