@@ -6,9 +6,12 @@
 //! *limit*; the tolerance is T × limit). The reply is five integers: limited (0 or 1), the
 //! limit, what remains, seconds until a refused request could go (−1 when admitted, or when it
 //! never could), and seconds until the bucket is whole again. The arithmetic follows
-//! redis-cell's exactly — T truncated to whole nanoseconds, `remaining` truncated, seconds
-//! rounded up at millisecond resolution (2.0004 s is 2) — so that a client moving from Redis
-//! sees the same numbers: on a new key, `CL.THROTTLE user123 15 30 60` replies `0 16 15 -1 2`.
+//! redis-cell's — T truncated to whole nanoseconds, `remaining` truncated, seconds rounded up
+//! at millisecond resolution (2.0004 s is 2) — so that a client moving from Redis sees the
+//! same numbers: on a new key, `CL.THROTTLE user123 15 30 60` replies `0 16 15 -1 2`. One
+//! difference: redis-cell divides for `remaining` in whole microseconds, Weir in nanoseconds,
+//! so the two differ when T is not a whole number of microseconds (rates above a million a
+//! period's second, where redis-cell's figure is the rounding's).
 //! A quantity of 0 is a look that takes nothing; one larger than the limit is refused with
 //! −1, since no wait would let it through.
 //!
@@ -131,9 +134,11 @@ fn shape(throttle: &Throttle) -> Result<(i64, i64), CellError> {
             throttle.count,
         );
     }
-    let tolerance = interval
-        .checked_mul(throttle.max_burst + 1)
+    let limit = throttle
+        .max_burst
+        .checked_add(1)
         .ok_or(CellError::TooLarge)?;
+    let tolerance = interval.checked_mul(limit).ok_or(CellError::TooLarge)?;
     Ok((interval, tolerance))
 }
 
@@ -152,15 +157,18 @@ fn decide(
     tat: i64,
     now: i64,
 ) -> (Verdict, i64) {
+    // `shape` checked that the limit fits.
     let limit = throttle.max_burst + 1;
+    // A quantity no clock can hold is larger than any bucket: refused, never saturated into
+    // an admission.
+    let new_tat = interval
+        .checked_mul(throttle.quantity)
+        .and_then(|increment| tat.max(now).checked_add(increment));
     let increment = interval.saturating_mul(throttle.quantity);
-    let new_tat = tat.max(now).saturating_add(increment);
-    let allow_at = new_tat.saturating_sub(tolerance);
-    let diff = now.saturating_sub(allow_at);
-    let (limited, ttl, kept) = if diff < 0 {
-        (true, tat - now, tat)
-    } else {
-        (false, new_tat - now, new_tat)
+    let diff = new_tat.map_or(-1, |new_tat| now.saturating_sub(new_tat - tolerance));
+    let (limited, ttl, kept) = match new_tat {
+        Some(new_tat) if diff >= 0 => (false, new_tat - now, new_tat),
+        _ => (true, tat - now, tat),
     };
     let next = tolerance - ttl;
     let remaining = if next > -interval {
@@ -168,7 +176,7 @@ fn decide(
     } else {
         0
     };
-    let retry_after = match limited && increment <= tolerance {
+    let retry_after = match limited && increment <= tolerance && new_tat.is_some() {
         true => seconds(-diff),
         false => -1,
     };
@@ -185,7 +193,7 @@ fn decide(
 /// The keys `CL.THROTTLE` has seen, bounded.
 #[derive(Debug)]
 pub struct Cells {
-    shards: Vec<Mutex<HashMap<String, Cell>>>,
+    shards: Vec<Mutex<HashMap<Box<[u8]>, Cell>>>,
     hasher: std::hash::RandomState,
     max_keys: usize,
     admitted: AtomicU64,
@@ -208,10 +216,14 @@ impl Cells {
 
     /// Decides `throttle` for `key` at `now` (nanoseconds on any clock that only goes
     /// forward).
-    pub fn throttle(&self, key: &str, throttle: &Throttle, now: i64) -> Result<Verdict, CellError> {
+    pub fn throttle(
+        &self,
+        key: &[u8],
+        throttle: &Throttle,
+        now: i64,
+    ) -> Result<Verdict, CellError> {
         let (interval, tolerance) = shape(throttle)?;
-        let shard = &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
-        let mut cells = shard.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cells = self.shard_of(key);
         let tat = match cells.get_mut(key) {
             Some(cell) => {
                 if (cell.interval, cell.tolerance) != (interval, tolerance) {
@@ -225,12 +237,14 @@ impl Cells {
         let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
         let stamp = Nanos::try_from(now).unwrap_or(0);
         if verdict.limited {
-            let added = self.throttled.throttled(key, "", stamp).added;
+            let shown = String::from_utf8_lossy(key);
+            let added = self.throttled.throttled(&shown, "", stamp).added;
             if let Some(cell) = cells.get_mut(key) {
                 cell.tracked |= added;
             }
         } else if cells.get(key).is_some_and(|cell| cell.tracked) {
-            self.throttled.admitted(key, stamp);
+            self.throttled
+                .admitted(&String::from_utf8_lossy(key), stamp);
         }
         if kept > now {
             match cells.get_mut(key) {
@@ -244,7 +258,7 @@ impl Cells {
                         return Err(CellError::Full(self.max_keys));
                     }
                     cells.insert(
-                        key.to_owned(),
+                        key.into(),
                         Cell {
                             interval,
                             tolerance,
@@ -263,6 +277,13 @@ impl Cells {
         Ok(verdict)
     }
 
+    /// The shard `key` lives in, locked.
+    fn shard_of(&self, key: &[u8]) -> std::sync::MutexGuard<'_, HashMap<Box<[u8]>, Cell>> {
+        self.shards[self.hasher.hash_one(key) as usize % SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
     /// Decisions so far: admitted, limited.
     pub fn counts(&self) -> (u64, u64) {
         (
@@ -277,21 +298,20 @@ impl Cells {
         let (keys, changes) = self
             .throttled
             .rows(Nanos::try_from(now).unwrap_or(0), limit);
+        // The table knows keys as text: a key that is not UTF-8 is found by its shown form
+        // only if it reads back the same.
         for (key, _) in changes.removed {
-            let shard = &self.shards[self.hasher.hash_one(&key) as usize % SHARDS];
-            let mut cells = shard.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(cell) = cells.get_mut(&key) {
+            let mut cells = self.shard_of(key.as_bytes());
+            if let Some(cell) = cells.get_mut(key.as_bytes()) {
                 cell.tracked = false;
             }
         }
-        let shard_of = |key: &str| &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
         keys.into_iter()
             .map(|k| {
                 // A cell's limit a second: one request every interval.
-                let qps_limit = shard_of(&k.key)
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&k.key)
+                let qps_limit = self
+                    .shard_of(k.key.as_bytes())
+                    .get(k.key.as_bytes())
                     .map(|cell| SECOND as f64 / cell.interval as f64);
                 ThrottledRow {
                     policy: CELLS_POLICY.to_owned(),
@@ -357,7 +377,7 @@ mod tests {
     #[test]
     fn the_documented_example_replies_as_redis_cell_does() {
         let cells = Cells::new(100);
-        let verdict = cells.throttle("user123", &call(15, 30, 60, 1), 0).unwrap();
+        let verdict = cells.throttle(b"user123", &call(15, 30, 60, 1), 0).unwrap();
         assert_eq!(reply(verdict), [0, 16, 15, -1, 2]);
     }
 
@@ -365,7 +385,7 @@ mod tests {
     fn a_burst_of_one_a_period_is_limited_then_let_through_again() {
         // redis-cell's end-to-end example: `CL.THROTTLE user123 0 1 2 1`.
         let cells = Cells::new(100);
-        let key = "user123";
+        let key = b"user123";
         let every_two_seconds = call(0, 1, 2, 1);
         assert_eq!(
             reply(cells.throttle(key, &every_two_seconds, 0).unwrap()),
@@ -390,14 +410,14 @@ mod tests {
         let cells = Cells::new(100);
         let five = call(4, 1, 1, 1);
         for remaining in (0..5).rev() {
-            let v = cells.throttle("k", &five, 0).unwrap();
+            let v = cells.throttle(b"k", &five, 0).unwrap();
             assert_eq!((v.limited, v.remaining), (false, remaining));
         }
-        let refused = cells.throttle("k", &five, 0).unwrap();
+        let refused = cells.throttle(b"k", &five, 0).unwrap();
         assert_eq!(reply(refused), [1, 5, 0, 1, 5]);
         // Half a second later none has come back; a second later one has.
-        assert!(cells.throttle("k", &five, SECOND / 2).unwrap().limited);
-        let v = cells.throttle("k", &five, SECOND).unwrap();
+        assert!(cells.throttle(b"k", &five, SECOND / 2).unwrap().limited);
+        let v = cells.throttle(b"k", &five, SECOND).unwrap();
         assert_eq!((v.limited, v.remaining), (false, 0));
         // The counts are what a scrape shows.
         assert_eq!(cells.counts(), (6, 2));
@@ -407,11 +427,11 @@ mod tests {
     fn a_look_takes_nothing_and_more_than_the_limit_never_goes() {
         let cells = Cells::new(100);
         assert_eq!(
-            reply(cells.throttle("k", &call(4, 1, 1, 0), 0).unwrap()),
+            reply(cells.throttle(b"k", &call(4, 1, 1, 0), 0).unwrap()),
             [0, 5, 5, -1, 0]
         );
         assert_eq!(
-            reply(cells.throttle("k", &call(4, 1, 1, 6), 0).unwrap()),
+            reply(cells.throttle(b"k", &call(4, 1, 1, 6), 0).unwrap()),
             [1, 5, 5, -1, 0]
         );
         assert_eq!(cells.len(), 0, "neither left anything to keep");
@@ -421,9 +441,9 @@ mod tests {
     fn a_refused_key_is_shown_as_throttled_with_its_rate() {
         let cells = Cells::new(100);
         let one_a_second = call(0, 1, 1, 1);
-        cells.throttle("noisy", &one_a_second, 0).unwrap();
-        assert!(cells.throttle("noisy", &one_a_second, 1).unwrap().limited);
-        cells.throttle("quiet", &one_a_second, 0).unwrap();
+        cells.throttle(b"noisy", &one_a_second, 0).unwrap();
+        assert!(cells.throttle(b"noisy", &one_a_second, 1).unwrap().limited);
+        cells.throttle(b"quiet", &one_a_second, 0).unwrap();
         let rows = cells.throttled_rows(2, 10);
         assert_eq!(rows.len(), 1, "{rows:?}");
         assert_eq!(
@@ -434,6 +454,27 @@ mod tests {
             ),
             (CELLS_POLICY, "noisy", Some(1.0))
         );
+    }
+
+    #[test]
+    fn a_quantity_no_clock_can_hold_is_refused_not_admitted() {
+        let cells = Cells::new(100);
+        // A tolerance near the clock's end, asked for everything: the sum does not fit, and
+        // the call is refused as one that never could go.
+        let huge = call(9_223_300_000_000_000_000, 1_000_000_000, 1, i64::MAX);
+        let v = cells.throttle(b"k", &huge, 72_000 * SECOND).unwrap();
+        assert_eq!((v.limited, v.retry_after), (true, -1));
+        assert!(cells.is_empty());
+    }
+
+    #[test]
+    fn keys_are_bytes() {
+        let cells = Cells::new(100);
+        let once = call(0, 1, 60, 1);
+        assert!(!cells.throttle(b"\xff", &once, 0).unwrap().limited);
+        // Another key whose bytes are not UTF-8 either is another bucket.
+        assert!(!cells.throttle(b"\xfe", &once, 0).unwrap().limited);
+        assert!(cells.throttle(b"\xff", &once, 0).unwrap().limited);
     }
 
     #[test]
@@ -463,9 +504,13 @@ mod tests {
                 call(i64::MAX - 1, 1, 1, 1),
                 "the bucket's tolerance, period / count × (max_burst + 1), does not fit in 292 years of nanoseconds",
             ),
+            (
+                call(i64::MAX, 1_000_000_000, 1, 1),
+                "the bucket's tolerance, period / count × (max_burst + 1), does not fit in 292 years of nanoseconds",
+            ),
         ] {
             assert_eq!(
-                cells.throttle("k", &throttle, 0).unwrap_err().to_string(),
+                cells.throttle(b"k", &throttle, 0).unwrap_err().to_string(),
                 text
             );
         }
@@ -476,10 +521,10 @@ mod tests {
         let cells = Cells::new(100);
         // 10 a second, burst 10: spend 6, 4 left.
         for _ in 0..6 {
-            cells.throttle("k", &call(9, 10, 1, 1), 0).unwrap();
+            cells.throttle(b"k", &call(9, 10, 1, 1), 0).unwrap();
         }
         // Now 20 a second, burst 20: still 4 left (3 after this one), not 20.
-        let v = cells.throttle("k", &call(19, 20, 1, 1), 0).unwrap();
+        let v = cells.throttle(b"k", &call(19, 20, 1, 1), 0).unwrap();
         assert_eq!((v.limited, v.limit, v.remaining), (false, 20, 3));
     }
 
@@ -490,13 +535,17 @@ mod tests {
         // One key per shard at most: fill until a key is refused.
         let mut n = 0;
         let refused = loop {
-            match cells.throttle(&format!("k{n}"), &slow, 0) {
+            match cells.throttle(format!("k{n}").as_bytes(), &slow, 0) {
                 Ok(_) => n += 1,
                 Err(error) => break error,
             }
         };
         assert_eq!(refused, CellError::Full(SHARDS));
         // A minute later every key is whole again: the same new key is let in.
-        assert!(cells.throttle(&format!("k{n}"), &slow, 60 * SECOND).is_ok());
+        assert!(
+            cells
+                .throttle(format!("k{n}").as_bytes(), &slow, 60 * SECOND)
+                .is_ok()
+        );
     }
 }

@@ -33,9 +33,12 @@ use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::secret::ClusterSecret;
 use weir_cluster::transport::Transport;
 
-/// The cluster protocol version this build speaks.
+/// The cluster protocol version this build speaks; members of another version are not placed
+/// on this node's ring (see `docs/configuration.md`, Cluster mode).
 /// 2: leases carry units (loans), `Unlease` gives units back, `Adopt` moves a loan whole.
-pub const PROTOCOL: u32 = 2;
+/// 3: a shared pool's bucket is named by its policy and key; a rate decision may carry a
+/// handover (the bucket's state from its previous owner).
+pub const PROTOCOL: u32 = 3;
 
 /// The coordinator a concurrency policy asks for shared leases: over gRPC, batched per owner.
 pub type SharedCoordinator = TwoTier<SystemClock, Batching<GrpcTransport<SystemClock>>>;

@@ -329,6 +329,9 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
             listener,
             Arc::clone(&app),
             server.max_connections,
+            crate::front_door::resp::ConnectionLimits {
+                auth_timeout: server.header_timeout,
+            },
         ))
     });
     app.set_ready(true);

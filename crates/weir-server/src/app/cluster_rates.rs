@@ -4,7 +4,8 @@
 //!
 //! When the ring moves a bucket away from this node it hands the bucket's state to the new
 //! owner (see [`weir_cluster::rates`]); a new owner whose policy has a `learning_period` holds
-//! each bucket it took on without a handover to what the bucket refilled since.
+//! each bucket it owns, for that long after it took it on, to the share of its capacity the
+//! period allows — handed over or not, since a handover may arrive after the first requests.
 //!
 //! When the owner cannot decide — unreachable, or its ring or policies differ from this node's
 //! for a moment while membership or config changes — this node decides on its own bucket of

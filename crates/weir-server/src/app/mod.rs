@@ -228,7 +228,7 @@ impl App {
     }
 
     /// Decides redis-cell's `CL.THROTTLE` for `key` now (see [`crate::cells`]).
-    pub fn throttle_cell(&self, key: &str, throttle: &Throttle) -> Result<Verdict, CellError> {
+    pub fn throttle_cell(&self, key: &[u8], throttle: &Throttle) -> Result<Verdict, CellError> {
         self.cells.throttle(key, throttle, self.cell_now())
     }
 

@@ -128,9 +128,9 @@ mod tests {
         let old = policy(BUCKET, &clock);
         let new = policy(BUCKET, &clock);
         for _ in 0..7 {
-            old.try_acquire(&Request::new("a")).unwrap();
+            drop(old.try_acquire(&Request::new("a")).unwrap());
         }
-        old.try_acquire(&Request::new("b").kind("bulk")).unwrap();
+        drop(old.try_acquire(&Request::new("b").kind("bulk")).unwrap());
         let mut handed = old.spent_buckets(|_| true);
         handed.sort_by(|x, y| x.key.cmp(&y.key));
         assert_eq!(handed.len(), 2);
@@ -157,9 +157,9 @@ mod tests {
         let clock = ManualClock::new(0);
         let old = policy(BUCKET, &clock);
         let new = policy(BUCKET, &clock);
-        old.try_acquire(&Request::new("a")).unwrap();
+        drop(old.try_acquire(&Request::new("a")).unwrap());
         for _ in 0..9 {
-            new.try_acquire(&Request::new("a")).unwrap();
+            drop(new.try_acquire(&Request::new("a")).unwrap());
         }
         for bucket in old.spent_buckets(|_| true) {
             new.absorb(bucket.kind.as_deref(), &bucket.key, bucket.quota);
@@ -171,13 +171,13 @@ mod tests {
     fn only_the_moving_keys_are_handed_over_and_whole_ones_never() {
         let clock = ManualClock::new(0);
         let old = policy(BUCKET, &clock);
-        old.try_acquire(&Request::new("stays")).unwrap();
-        old.try_acquire(&Request::new("moves")).unwrap();
-        old.try_acquire(&Request::new("refilled")).unwrap();
+        drop(old.try_acquire(&Request::new("stays")).unwrap());
+        drop(old.try_acquire(&Request::new("moves")).unwrap());
+        drop(old.try_acquire(&Request::new("refilled")).unwrap());
         clock.advance(Duration::from_millis(100));
         // `refilled` is whole again 100 ms after one token was taken; the others took again.
-        old.try_acquire(&Request::new("stays")).unwrap();
-        old.try_acquire(&Request::new("moves")).unwrap();
+        drop(old.try_acquire(&Request::new("stays")).unwrap());
+        drop(old.try_acquire(&Request::new("moves")).unwrap());
         let handed = old.spent_buckets(|key| key != "stays");
         let keys: Vec<&str> = handed.iter().map(|b| b.key.as_str()).collect();
         assert_eq!(keys, ["moves"]);
@@ -189,7 +189,7 @@ mod tests {
         let old = policy(WINDOW, &clock);
         let new = policy(WINDOW, &clock);
         for _ in 0..6 {
-            old.try_acquire(&Request::new("a")).unwrap();
+            drop(old.try_acquire(&Request::new("a")).unwrap());
         }
         let handed = old.spent_buckets(|_| true);
         assert_eq!(handed.len(), 1);

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::reply::Reply;
-use crate::app::{AcquireInput, AcquireOutcome, App};
+use crate::app::{AcquireInput, AcquireOutcome, App, MAX_KEY_BYTES};
 use crate::cells::Throttle;
 use crate::error::ApiError;
 
@@ -324,7 +324,13 @@ fn cl_throttle(app: &App, args: &[Bytes]) -> Reply {
         period,
         quantity,
     };
-    match app.throttle_cell(&String::from_utf8_lossy(key), &throttle) {
+    if key.len() > MAX_KEY_BYTES {
+        return Reply::err(format!(
+            "key is {} bytes long; the most is {MAX_KEY_BYTES}",
+            key.len()
+        ));
+    }
+    match app.throttle_cell(key, &throttle) {
         Ok(verdict) => Reply::Array(
             [
                 i64::from(verdict.limited),

@@ -68,7 +68,15 @@ pub fn next_request(buf: &mut BytesMut, limits: Limits) -> Result<Option<Vec<Byt
 
 /// The position of the first `\r\n` at or after `from`, within the request cap.
 fn line_end(buf: &[u8], from: usize, limits: Limits) -> Result<Option<usize>, FrameError> {
-    let window = &buf[from..buf.len().min(limits.max_request)];
+    let until = buf.len().min(limits.max_request);
+    if from >= until {
+        // Nothing to look at: either the cap is reached, or the bytes are yet to come.
+        return match buf.len() >= limits.max_request {
+            true => Err(FrameError::TooLarge(limits.max_request)),
+            false => Ok(None),
+        };
+    }
+    let window = &buf[from..until];
     match window.windows(2).position(|pair| pair == b"\r\n") {
         Some(at) => Ok(Some(from + at)),
         None if buf.len() >= limits.max_request => Err(FrameError::TooLarge(limits.max_request)),
@@ -270,5 +278,22 @@ mod tests {
         assert_eq!(take(&mut unterminated), Err(FrameError::BulkTerminator));
         let mut endless = BytesMut::from(&[b'a'; 2000][..]);
         assert_eq!(take(&mut endless), Err(FrameError::TooLarge(1024)));
+    }
+
+    #[test]
+    fn an_argument_ending_at_the_cap_is_too_large_not_a_panic() {
+        // The first argument's CRLF ends exactly at byte 1024; the second header is past it.
+        let header = b"*2\r\n$1011\r\n";
+        let mut bytes = header.to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', 1024 - header.len() - 2));
+        bytes.extend(b"\r\n$1\r\nx\r\n");
+        assert_eq!(bytes[1022..1024], *b"\r\n");
+        // Read up to the cap, the request is not whole yet; with the next bytes it is too
+        // large.
+        assert_eq!(take(&mut BytesMut::from(&bytes[..1024])), Ok(None));
+        assert_eq!(
+            take(&mut BytesMut::from(&bytes[..])),
+            Err(FrameError::TooLarge(1024))
+        );
     }
 }

@@ -18,6 +18,8 @@
 //! before it is buffered (an announced 1 GB bulk string costs nothing); at most
 //! [`MAX_PENDING`] replies wait for one that is still being decided, after which nothing more
 //! is read; and a client that does not read its replies for [`WRITE_TIMEOUT`] is cut off. A
+//! connection that has not given the password within `auth_timeout` (the HTTP header timeout)
+//! is closed, and a connection that ends stops the commands still being decided for it. A
 //! malformed request gets its error, then the connection closes: the bytes after it cannot be
 //! told apart into requests any more. The server goes on. Each command is counted in
 //! `weir_api_requests{api="resp"}` under its name (`other` for names Weir does not answer).
@@ -58,7 +60,12 @@ const LIMITS: Limits = Limits {
 
 /// Serves the Redis protocol on `listener` until shutdown begins, at most `max_connections`
 /// at once (more wait in the listen backlog).
-pub async fn serve(listener: TcpListener, app: Arc<App>, max_connections: usize) {
+pub async fn serve(
+    listener: TcpListener,
+    app: Arc<App>,
+    max_connections: usize,
+    limits: ConnectionLimits,
+) {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let ids = Arc::new(AtomicI64::new(1));
     loop {
@@ -76,7 +83,7 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, max_connections: usize)
         let app = Arc::clone(&app);
         let id = ids.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
-            if let Err(error) = connection(stream, &app, id).await {
+            if let Err(error) = connection(stream, &app, id, limits).await {
                 tracing::debug!(%error, "a Redis-protocol connection ended");
             }
             drop(slot);
@@ -85,10 +92,26 @@ pub async fn serve(listener: TcpListener, app: Arc<App>, max_connections: usize)
 }
 
 /// A reply in the order of its request: ready, or still being decided (with what it is
-/// counted under, and when it was asked).
+/// counted under, and when it was asked); and whether it is written in RESP3 — the protocol
+/// in force when it was asked, since a later `HELLO` must not change an earlier reply.
 enum Pending {
-    Ready(Reply),
-    Deciding(JoinHandle<Reply>, &'static str, Instant),
+    Ready(Reply, bool),
+    Deciding(JoinHandle<Reply>, &'static str, Instant, bool),
+}
+
+/// A connection's replies not yet written. Dropped with the connection, it stops the commands
+/// still being decided for it: a client that has gone takes no tokens and holds no leases.
+#[derive(Default)]
+struct Pipeline(VecDeque<Pending>);
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        for pending in &self.0 {
+            if let Pending::Deciding(task, ..) = pending {
+                task.abort();
+            }
+        }
+    }
 }
 
 /// Counts a command's answer in `weir_api_requests{api="resp"}` and its time.
@@ -101,53 +124,77 @@ fn count(app: &App, command: &'static str, reply: &Reply, asked: Instant) {
         .observe("resp", command, code, asked.elapsed());
 }
 
+/// What a connection is allowed to take.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// How long a connection may stay without giving the password, when one is asked for.
+    pub auth_timeout: Duration,
+}
+
 /// One connection, until the client leaves, sends what cannot be read, stops reading its
 /// replies, or the server shuts down.
 async fn connection(
     mut stream: impl AsyncRead + AsyncWrite + Unpin,
     app: &Arc<App>,
     id: i64,
+    limits: ConnectionLimits,
 ) -> std::io::Result<()> {
     let mut session = Session::new(id, app);
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
-    let mut pending: VecDeque<Pending> = VecDeque::new();
-    let mut closing = false;
+    let mut pending = Pipeline::default();
+    // No more requests are taken (QUIT, or a request that cannot be read); no more bytes are
+    // read (that, or the client has closed its side: what it sent is still answered).
+    let mut done_taking = false;
+    let mut done_reading = false;
+    let mut shutting_down = false;
+    let auth_deadline = tokio::time::Instant::now() + limits.auth_timeout;
     loop {
-        // Every whole request read so far, in order, as long as replies can be held.
-        while !closing && pending.len() < MAX_PENDING {
+        // Every whole request read so far, in order, as long as replies can be held; whole
+        // requests may be left in the buffer (held back) when they cannot.
+        let mut held_back = false;
+        while !done_taking {
+            if pending.0.len() >= MAX_PENDING {
+                held_back = true;
+                break;
+            }
             match framing::next_request(&mut input, LIMITS) {
                 Ok(Some(args)) => {
                     let asked = Instant::now();
                     let command = args
                         .first()
                         .map_or("other", |name| commands::counted_as(name));
+                    let resp3 = session.resp3;
                     match commands::run(app, &mut session, args) {
                         Answer::Now(reply) => {
                             count(app, command, &reply, asked);
-                            pending.push_back(Pending::Ready(reply));
+                            pending.0.push_back(Pending::Ready(reply, session.resp3));
                         }
                         Answer::Later(task) => {
-                            pending.push_back(Pending::Deciding(task, command, asked));
+                            pending
+                                .0
+                                .push_back(Pending::Deciding(task, command, asked, resp3));
                         }
                         Answer::Close(reply) => {
                             count(app, command, &reply, asked);
-                            pending.push_back(Pending::Ready(reply));
-                            closing = true;
+                            pending.0.push_back(Pending::Ready(reply, resp3));
+                            done_taking = true;
                         }
                     }
                 }
                 Ok(None) => break,
                 Err(error) => {
-                    pending.push_back(Pending::Ready(Reply::err(error)));
-                    closing = true;
+                    pending
+                        .0
+                        .push_back(Pending::Ready(Reply::err(error), session.resp3));
+                    done_taking = true;
                 }
             }
         }
         // The replies that are ready, up to the first one still being decided.
-        while let Some(Pending::Ready(_)) = pending.front() {
-            if let Some(Pending::Ready(reply)) = pending.pop_front() {
-                reply.encode(&mut output, session.resp3);
+        while let Some(Pending::Ready(..)) = pending.0.front() {
+            if let Some(Pending::Ready(reply, resp3)) = pending.0.pop_front() {
+                reply.encode(&mut output, resp3);
             }
         }
         if !output.is_empty() {
@@ -162,29 +209,41 @@ async fn connection(
             }
             output.clear();
         }
-        if closing && pending.is_empty() {
+        if pending.0.is_empty() && (done_taking || (done_reading && !held_back)) {
             return Ok(());
         }
-        let reading = !closing && pending.len() < MAX_PENDING;
+        // Requests held back while replies were full: take them before reading more.
+        if held_back && pending.0.len() < MAX_PENDING {
+            continue;
+        }
+        let reading = !done_reading && !done_taking && pending.0.len() < MAX_PENDING;
+        let awaiting_auth = !session.authenticated;
         tokio::select! {
             read = stream.read_buf(&mut input), if reading => {
                 if read? == 0 {
-                    // The client is gone (or has said all it will): finish what it asked.
-                    closing = true;
+                    done_reading = true;
                 }
             }
-            decided = wait_front(&mut pending) => {
-                if let Some(Pending::Deciding(_, command, asked)) = pending.front() {
+            decided = wait_front(&mut pending.0) => {
+                if let Some(Pending::Deciding(_, command, asked, resp3)) = pending.0.front() {
                     count(app, command, &decided, *asked);
+                    let resp3 = *resp3;
+                    pending.0[0] = Pending::Ready(decided, resp3);
                 }
-                pending[0] = Pending::Ready(decided);
             }
-            () = app.shutting_down() => {
+            () = tokio::time::sleep_until(auth_deadline), if awaiting_auth => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client did not give the password in time",
+                ));
+            }
+            () = app.shutting_down(), if !shutting_down => {
                 // A waiting acquire answers for itself (the core refuses it on shutdown).
-                if pending.is_empty() {
+                shutting_down = true;
+                done_taking = true;
+                if pending.0.is_empty() {
                     return Ok(());
                 }
-                closing = true;
             }
         }
     }
@@ -194,7 +253,7 @@ async fn connection(
 /// loop takes ready ones itself).
 async fn wait_front(pending: &mut VecDeque<Pending>) -> Reply {
     match pending.front_mut() {
-        Some(Pending::Deciding(task, _, _)) => task
+        Some(Pending::Deciding(task, ..)) => task
             .await
             .unwrap_or_else(|error| Reply::err(format!("the command failed: {error}"))),
         _ => std::future::pending().await,
@@ -206,8 +265,8 @@ mod tests {
     use super::*;
     use crate::app::AppSettings;
 
-    fn app(dir: &std::path::Path) -> Arc<App> {
-        App::new(AppSettings {
+    fn settings(dir: &std::path::Path) -> AppSettings {
+        AppSettings {
             node_id: "test".to_owned(),
             grpc: "127.0.0.1:0".parse().unwrap(),
             policies: Vec::new(),
@@ -218,16 +277,23 @@ mod tests {
             cluster: None,
             rls: None,
             cell_max_keys: 1000,
-        })
-        .unwrap()
+        }
     }
+
+    fn app(dir: &std::path::Path) -> Arc<App> {
+        App::new(settings(dir)).unwrap()
+    }
+
+    const LIMITS_30S: ConnectionLimits = ConnectionLimits {
+        auth_timeout: Duration::from_secs(30),
+    };
 
     #[tokio::test(start_paused = true)]
     async fn a_client_that_never_reads_its_replies_is_cut_off() {
         let dir = tempfile::tempdir().unwrap();
         let app = app(dir.path());
         let (mut client, server) = tokio::io::duplex(4096);
-        let served = tokio::spawn(async move { connection(server, &app, 1).await });
+        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
         // Requests go on being sent; replies are never read. Once the pipe's buffers are
         // full both ways, the server's write waits — and gives up after WRITE_TIMEOUT.
         let started = tokio::time::Instant::now();
@@ -245,6 +311,46 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_pipeline_longer_than_the_pending_replies_is_answered_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path());
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
+        // More whole requests in one read than replies may be held: every one is answered,
+        // then the client's closing its side ends the connection.
+        let requests = MAX_PENDING * 2 + 5;
+        client
+            .write_all("PING\r\n".repeat(requests).as_bytes())
+            .await
+            .unwrap();
+        client.shutdown().await.unwrap();
+        let mut replies = String::new();
+        client.read_to_string(&mut replies).await.unwrap();
+        served.await.unwrap().unwrap();
+        assert_eq!(replies.matches("+PONG\r\n").count(), requests);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_never_gives_the_password_is_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = App::new(AppSettings {
+            admin_token: Some("a-token-of-some-length".to_owned()),
+            ..settings(dir.path())
+        })
+        .unwrap();
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
+        client.write_all(b"PING\r\n").await.unwrap();
+        let started = tokio::time::Instant::now();
+        let ended = served.await.unwrap().unwrap_err();
+        assert_eq!(ended.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() >= LIMITS_30S.auth_timeout);
+        let mut replies = String::new();
+        client.read_to_string(&mut replies).await.unwrap();
+        assert_eq!(replies, "-NOAUTH Authentication required.\r\n");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn replies_come_back_in_order_behind_one_that_waits() {
         let dir = tempfile::tempdir().unwrap();
         let app = app(dir.path());
@@ -254,7 +360,7 @@ mod tests {
         .unwrap();
         app.policies().upsert(policy).unwrap();
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let served = tokio::spawn(async move { connection(server, &app, 1).await });
+        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
         // The second acquire waits a second for its token; the PING behind it is decided at
         // once, but its reply comes after the acquire's.
         client

@@ -43,12 +43,20 @@ impl Reply {
 
     /// Appends the reply to `out` in RESP3 (`resp3`) or RESP2.
     pub fn encode(self, out: &mut BytesMut, resp3: bool) {
+        // An error's text may quote a client's words; a CR or LF in it would end the line
+        // early and the rest would read as replies of their own (Redis replaces them too).
+        let this = match self {
+            Reply::Error(text) if text.contains(['\r', '\n']) => {
+                Reply::Error(text.replace(['\r', '\n'], " "))
+            }
+            other => other,
+        };
         // The crate refuses nothing this module builds: every frame is well formed.
         let encoded = match resp3 {
             true => {
-                redis_protocol::resp3::encode::complete::extend_encode(out, &self.resp3(), false)
+                redis_protocol::resp3::encode::complete::extend_encode(out, &this.resp3(), false)
             }
-            false => redis_protocol::resp2::encode::extend_encode(out, &self.resp2(), false),
+            false => redis_protocol::resp2::encode::extend_encode(out, &this.resp2(), false),
         };
         debug_assert!(encoded.is_ok(), "{encoded:?}");
     }
@@ -161,6 +169,15 @@ mod tests {
             assert_eq!(wire(reply.clone(), false), resp2, "{reply:?}");
             assert_eq!(wire(reply.clone(), true), resp3, "{reply:?}");
         }
+    }
+
+    #[test]
+    fn an_error_quoting_a_line_break_stays_one_line() {
+        let injected = Reply::err("no policy named `x\r\n*2\r\n:1\r\n:1`");
+        assert_eq!(
+            wire(injected, false),
+            "-ERR no policy named `x  *2  :1  :1`\r\n"
+        );
     }
 
     #[test]
