@@ -101,33 +101,25 @@ closed() {
              printf "| %-23s | %2s | %9.0f | %6.2f | %5.2f | %5.2f |\n", name, p, rps, user + sys, user, sys }'
 }
 
-# open NAME PID TARGET ARGS...: a weir bench run at 20 000/s; prints p50, p99 and the server's
-# CPU µs per request.
-open() {
-  local name=$1 pid=$2
-  shift 2
-  local before after
+# measured NAME PID LOAD TARGET ARGS...: a weir bench run, 50 clients, open loop at 400/s each
+# over 100 000 keys (LOAD `open`: prints p50 and p99 too) or closed loop over 1 000 keys (LOAD
+# `closed`); prints requests/s, p50, and the server's CPU µs per request. No warm-up: the
+# server's CPU is read around the whole run, so every request it served must be counted.
+measured() {
+  local name=$1 pid=$2 load=$3
+  shift 3
+  local before after shape=(--rate 0 --keys 1000) p99=''
+  if [ "$load" = open ]; then
+    shape=(--rate 400 --keys 100000)
+    p99=' \(.latency_ms.p99) ms |'
+  fi
   before=$(cpu "$pid")
-  "$WEIR_BIN" bench "$@" --clients 50 --rate 400 --keys 100000 --duration "${seconds}s" \
-    --warmup 1s --json >"$bench_dir/open.json"
+  "$WEIR_BIN" bench "$@" --clients 50 "${shape[@]}" --duration "${seconds}s" \
+    --warmup 0s --json >"$bench_dir/run.json"
   after=$(cpu "$pid")
   jq -r --arg name "$name" --argjson ticks $((after - before)) \
-    '"| \($name) | \(.rps | floor) | \(.latency_ms.p50) ms | \(.latency_ms.p99) ms | \((($ticks * 10000) / .sent * 100 | floor) / 100) |"' \
-    "$bench_dir/open.json"
-}
-
-# pairs NAME PID TARGET ARGS...: closed-loop lease pairs; prints pairs/s and CPU µs per pair.
-pairs() {
-  local name=$1 pid=$2
-  shift 2
-  local before after
-  before=$(cpu "$pid")
-  "$WEIR_BIN" bench "$@" --clients 50 --rate 0 --keys 1000 --duration "${seconds}s" \
-    --warmup 1s --json >"$bench_dir/pairs.json"
-  after=$(cpu "$pid")
-  jq -r --arg name "$name" --argjson ticks $((after - before)) \
-    '"| \($name) | \(.rps | floor) | \(.latency_ms.p50) ms | \((($ticks * 10000) / .sent * 100 | floor) / 100) |"' \
-    "$bench_dir/pairs.json"
+    "\"| \\(\$name) | \\(.rps | floor) | \\(.latency_ms.p50) ms |$p99 \\(((\$ticks * 10000) / .sent * 100 | floor) / 100) |\"" \
+    "$bench_dir/run.json"
 }
 
 for round in $(seq 1 "$rounds"); do
@@ -146,24 +138,24 @@ for round in $(seq 1 "$rounds"); do
   echo
   echo "| CL.THROTTLE open loop, 20 000/s (weir bench) | requests/s | p50 | p99 | server CPU µs/request |"
   echo "|---|---:|---:|---:|---:|"
-  open "Weir" "$WEIR_PID" --target cl-throttle --server "redis://$WEIR_RESP"
+  measured "Weir" "$WEIR_PID" open --target cl-throttle --server "redis://$WEIR_RESP"
   if [ -z "$cell_missing" ]; then
-    open "Redis + redis-cell" "$redis_pid" --target cl-throttle --server "redis://127.0.0.1:$redis_port"
+    measured "Redis + redis-cell" "$redis_pid" open --target cl-throttle --server "redis://127.0.0.1:$redis_port"
   fi
-  open "Redis + Lua (same GCRA)" "$redis_pid" --target lua-cell --server "redis://127.0.0.1:$redis_port"
+  measured "Redis + Lua (same GCRA)" "$redis_pid" open --target lua-cell --server "redis://127.0.0.1:$redis_port"
   echo
   echo "| lease pairs closed loop (weir bench, 50 clients) | pairs/s | p50 (take) | server CPU µs/pair |"
   echo "|---|---:|---:|---:|"
-  pairs "Weir WEIR.ACQUIRE + WEIR.RELEASE" "$WEIR_PID" --target resp --policy leases --server "redis://$WEIR_RESP"
-  pairs "Redis Lua lease semaphore" "$redis_pid" --target redis --policy leases \
+  measured "Weir WEIR.ACQUIRE + WEIR.RELEASE" "$WEIR_PID" closed --target resp --policy leases --server "redis://$WEIR_RESP"
+  measured "Redis Lua lease semaphore" "$redis_pid" closed --target redis --policy leases \
     --config "$bench_dir/policies.toml" --server "redis://127.0.0.1:$redis_port"
   echo
   echo "| Weir's front doors closed loop (weir bench, 50 clients) | decisions/s | p50 | server CPU µs/decision |"
   echo "|---|---:|---:|---:|"
-  pairs "HTTP" "$WEIR_PID" --target http --policy open --server "http://$WEIR_HTTP"
-  pairs "gRPC unary" "$WEIR_PID" --target grpc --policy open --server "http://$WEIR_GRPC"
-  pairs "gRPC stream" "$WEIR_PID" --target grpc-stream --policy open --server "http://$WEIR_GRPC"
-  pairs "RESP WEIR.ACQUIRE" "$WEIR_PID" --target resp --policy open --server "redis://$WEIR_RESP"
-  pairs "RESP CL.THROTTLE" "$WEIR_PID" --target cl-throttle --server "redis://$WEIR_RESP"
+  measured "HTTP" "$WEIR_PID" closed --target http --policy open --server "http://$WEIR_HTTP"
+  measured "gRPC unary" "$WEIR_PID" closed --target grpc --policy open --server "http://$WEIR_GRPC"
+  measured "gRPC stream" "$WEIR_PID" closed --target grpc-stream --policy open --server "http://$WEIR_GRPC"
+  measured "RESP WEIR.ACQUIRE" "$WEIR_PID" closed --target resp --policy open --server "redis://$WEIR_RESP"
+  measured "RESP CL.THROTTLE" "$WEIR_PID" closed --target cl-throttle --server "redis://$WEIR_RESP"
   echo
 done
