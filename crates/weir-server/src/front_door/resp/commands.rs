@@ -89,36 +89,41 @@ pub fn counted_as(name: &[u8]) -> &'static str {
         .unwrap_or("other")
 }
 
-/// Runs one request (its name first) for the connection `session`.
-pub fn run(app: &Arc<App>, session: &mut Session, args: Vec<Bytes>) -> Answer {
-    let Some(name) = args.first() else {
+/// Runs one request (its name first) for the connection `session`; `known` is the name as
+/// [`counted_as`] knows it, so a request is classified once.
+pub fn run(
+    app: &Arc<App>,
+    session: &mut Session,
+    known: &'static str,
+    args: Vec<Bytes>,
+) -> Answer {
+    let Some((first, args)) = args.split_first() else {
         return Answer::Now(Reply::err("empty command"));
     };
-    let name = String::from_utf8_lossy(name).to_ascii_uppercase();
-    let args = &args[1..];
+    let name = known;
     // Before the password, only what a client needs to give it, or to leave.
-    if !session.authenticated && !matches!(name.as_str(), "AUTH" | "HELLO" | "QUIT" | "RESET") {
+    if !session.authenticated && !matches!(name, "AUTH" | "HELLO" | "QUIT" | "RESET") {
         return Answer::Now(Reply::Error("NOAUTH Authentication required.".to_owned()));
     }
-    let reply = match name.as_str() {
+    let reply = match name {
         "PING" => match args {
             [] => Reply::Status("PONG"),
             [message] => Reply::Bulk(message.clone()),
-            _ => arity(&name),
+            _ => arity(name),
         },
         "ECHO" => match args {
             [message] => Reply::Bulk(message.clone()),
-            _ => arity(&name),
+            _ => arity(name),
         },
         "HELLO" => hello(app, session, args),
         "AUTH" => match args {
             [password] | [_, password] => auth(app, session, password),
-            _ => arity(&name),
+            _ => arity(name),
         },
         "SELECT" => match args {
             [db] if db.as_ref() == b"0" => Reply::Status("OK"),
             [_] => Reply::err("DB index is out of range"),
-            _ => arity(&name),
+            _ => arity(name),
         },
         "CLIENT" => client(session, args),
         "COMMAND" => command(session, args),
@@ -144,7 +149,7 @@ pub fn run(app: &Arc<App>, session: &mut Session, args: Vec<Bytes>) -> Answer {
                 Ok(()) => Reply::Status("OK"),
                 Err(error) => api_error(&error),
             },
-            _ => arity(&name),
+            _ => arity(name),
         },
         "WEIR.RENEW" => return renew(app, args),
         "WEIR.BUSY" => match args {
@@ -152,9 +157,9 @@ pub fn run(app: &Arc<App>, session: &mut Session, args: Vec<Bytes>) -> Answer {
                 Ok(tightened) => Reply::Integer(i64::from(tightened)),
                 Err(error) => api_error(&error),
             },
-            _ => arity(&name),
+            _ => arity(name),
         },
-        _ => unknown(&name, args),
+        _ => unknown(&String::from_utf8_lossy(first), args),
     };
     Answer::Now(reply)
 }

@@ -165,7 +165,7 @@ async fn connection(
                         .first()
                         .map_or("other", |name| commands::counted_as(name));
                     let resp3 = session.resp3;
-                    match commands::run(app, &mut session, args) {
+                    match commands::run(app, &mut session, command, args) {
                         Answer::Now(reply) => {
                             count(app, command, &reply, asked);
                             pending.0.push_back(Pending::Ready(reply, session.resp3));
