@@ -91,12 +91,7 @@ pub fn counted_as(name: &[u8]) -> &'static str {
 
 /// Runs one request (its name first) for the connection `session`; `known` is the name as
 /// [`counted_as`] knows it, so a request is classified once.
-pub fn run(
-    app: &Arc<App>,
-    session: &mut Session,
-    known: &'static str,
-    args: Vec<Bytes>,
-) -> Answer {
+pub fn run(app: &Arc<App>, session: &mut Session, known: &'static str, args: Vec<Bytes>) -> Answer {
     let Some((first, args)) = args.split_first() else {
         return Answer::Now(Reply::err("empty command"));
     };
