@@ -16,9 +16,12 @@
 //! - [`target`]: what a run measures, a file per target (in-process, HTTP, gRPC, gRPC stream,
 //!   Redis, round robin) behind one trait;
 //! - [`redis`]: the Redis baseline's Lua scripts;
+//! - [`floor`]: a bare axum endpoint and a bare tonic service, the floor Weir's front doors
+//!   are measured against;
 //! - [`nodes`]: local `weir serve` processes a scenario starts and stops;
 //! - [`scenario`]: the named experiments.
 
+pub mod floor;
 pub mod keys;
 pub mod nodes;
 pub mod pacer;

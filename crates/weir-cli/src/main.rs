@@ -218,6 +218,18 @@ enum ScenarioCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Serves the frameworks' floor to measure the front doors against: a bare axum
+    /// `POST /v1/acquire` that parses Weir's body and answers a fixed admission, and a bare
+    /// tonic service of Weir's gRPC API whose `Acquire` and `AcquireStream` answer the same
+    /// (see `bench/floor.sh`). Prints `listening http=ADDR grpc=ADDR` and runs until stopped.
+    Floor {
+        /// The HTTP address (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        http: std::net::SocketAddr,
+        /// The gRPC address (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        grpc: std::net::SocketAddr,
+    },
 }
 
 impl BenchArgs {
@@ -378,6 +390,9 @@ fn parse_burst(text: &str) -> anyhow::Result<Profile> {
 }
 
 async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(ScenarioCommand::Floor { http, grpc }) = args.scenario {
+        return weir_bench::floor::serve(http, grpc).await;
+    }
     if let Some(ScenarioCommand::Scenario {
         name,
         duration,

@@ -115,6 +115,67 @@ fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
     }
 }
 
+/// `weir bench floor`, the frameworks' floor `bench/floor.sh` measures the front doors
+/// against, answers every target it stands in for as an admission, as Weir would.
+#[test]
+fn the_floor_admits_every_request_of_each_target_it_stands_in_for() {
+    use std::io::BufRead;
+    let mut floor = weir()
+        .args([
+            "bench",
+            "floor",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut line = String::new();
+    std::io::BufReader::new(floor.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let floor = Stop(floor);
+    let address = |name: &str| {
+        let field = line
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix(&format!("{name}=")))
+            .unwrap_or_else(|| panic!("no {name}= in {line:?}"));
+        format!("http://{field}")
+    };
+    let (http, grpc) = (address("http"), address("grpc"));
+    for (target, server) in [("http", &http), ("grpc", &grpc), ("grpc-stream", &grpc)] {
+        let report = bench(&[
+            "--target",
+            target,
+            "--server",
+            server,
+            "--clients",
+            "2",
+            "--rate",
+            "100",
+            "--policy",
+            "p",
+        ]);
+        assert_every_due_request_accounted(&report);
+        assert!(count(&report, "sent") > 0, "{target}: {report}");
+        assert_eq!(
+            count(&report, "admitted"),
+            count(&report, "sent"),
+            "{target}: {report}"
+        );
+    }
+    drop(floor);
+}
+
 /// Two servers asked in turn: each lease is given back to the server that granted it, so with a
 /// limit of one in flight on each, back-to-back requests after a held run are all admitted.
 #[test]

@@ -49,7 +49,7 @@ impl Target for InProcess {
             cost: request.cost,
             max_wait_ms: request.max_wait_ms,
         };
-        match self.0.acquire(input).await {
+        match self.0.acquire(&input).await {
             Ok(AcquireOutcome::Admitted { lease, .. }) => {
                 Ok((RequestOutcome::Admitted, lease.map(|(id, _)| id)))
             }

@@ -1,6 +1,7 @@
 //! Admitting one request: the decision every front door asks for, on this node and, in
 //! cluster mode, through the shared pool.
 
+use std::task::Poll;
 use std::time::Duration;
 
 use weir::policy::{Policy, RejectReason, Rejection, Request};
@@ -57,7 +58,7 @@ pub enum AcquireOutcome {
 
 impl App {
     /// Admits (or refuses) one request; waits if the policy says so, unless shutdown begins.
-    pub async fn acquire(&self, input: AcquireInput) -> Result<AcquireOutcome, ApiError> {
+    pub async fn acquire(&self, input: &AcquireInput) -> Result<AcquireOutcome, ApiError> {
         if input.key.is_empty() {
             return Err(ApiError::invalid("`key` must not be empty"));
         }
@@ -93,12 +94,20 @@ impl App {
             request = request.max_wait(Duration::from_millis(ms));
         }
         let limit = policy.limit_for(&input.kind);
-        if let Some(decided) = self.forward_rate(&policy, &input, cost, limit).await {
+        if let Some(decided) = self.forward_rate(&policy, input, cost, limit).await {
             return Ok(decided);
         }
-        let decided = tokio::select! {
-            decided = policy.acquire(&request) => decided,
-            () = self.shutting_down() => return Err(ApiError::shutting_down()),
+        // Most requests are decided on their first poll; only one that waits needs to hear of
+        // a shutdown, and listening for one costs a subscription per request.
+        let acquire = policy.acquire(&request);
+        let mut acquire = std::pin::pin!(acquire);
+        let decided = match std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await
+        {
+            Poll::Ready(decided) => decided,
+            Poll::Pending => tokio::select! {
+                decided = acquire => decided,
+                () = self.shutting_down() => return Err(ApiError::shutting_down()),
+            },
         };
         match decided {
             Ok(admission) => {
@@ -125,7 +134,7 @@ impl App {
                 reason: RejectReason::InFlightFull,
                 ..
             }) if shares && self.cluster.is_some() => {
-                Ok(self.acquire_shared(&policy, &input, limit).await)
+                Ok(self.acquire_shared(&policy, input, limit).await)
             }
             Err(rejection) => Ok(AcquireOutcome::Refused {
                 retry_after: rejection.retry_after(),

@@ -104,6 +104,25 @@ pub struct AppSettings {
     pub cell_max_keys: usize,
 }
 
+#[cfg(test)]
+impl AppSettings {
+    /// A unit test's app: one node, no policies, its state kept in `dir`.
+    pub(crate) fn for_test(dir: &std::path::Path) -> Self {
+        AppSettings {
+            node_id: "test".to_owned(),
+            grpc: "127.0.0.1:0".parse().unwrap(),
+            policies: Vec::new(),
+            data_dir: dir.to_owned(),
+            admin_token: None,
+            max_cost: 1_000_000,
+            body_timeout: Duration::from_secs(30),
+            cluster: None,
+            rls: None,
+            cell_max_keys: 1000,
+        }
+    }
+}
+
 /// The most a lease of a deleted policy is renewed by (the config's default `lease_ttl`).
 const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(30);
 

@@ -353,7 +353,7 @@ fn acquire(app: &Arc<App>, args: &[Bytes]) -> Answer {
         Err(reply) => return Answer::Now(reply),
     };
     let app = Arc::clone(app);
-    now_or_later(async move { acquire_reply(app.acquire(input).await) })
+    now_or_later(async move { acquire_reply(app.acquire(&input).await) })
 }
 
 /// Answers in place with `reply` if it is ready at once — most are — and otherwise gives it a

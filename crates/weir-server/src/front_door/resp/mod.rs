@@ -265,23 +265,8 @@ mod tests {
     use super::*;
     use crate::app::AppSettings;
 
-    fn settings(dir: &std::path::Path) -> AppSettings {
-        AppSettings {
-            node_id: "test".to_owned(),
-            grpc: "127.0.0.1:0".parse().unwrap(),
-            policies: Vec::new(),
-            data_dir: dir.to_owned(),
-            admin_token: None,
-            max_cost: 1_000_000,
-            body_timeout: Duration::from_secs(30),
-            cluster: None,
-            rls: None,
-            cell_max_keys: 1000,
-        }
-    }
-
     fn app(dir: &std::path::Path) -> Arc<App> {
-        App::new(settings(dir)).unwrap()
+        App::new(AppSettings::for_test(dir)).unwrap()
     }
 
     const LIMITS_30S: ConnectionLimits = ConnectionLimits {
@@ -335,7 +320,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let app = App::new(AppSettings {
             admin_token: Some("a-token-of-some-length".to_owned()),
-            ..settings(dir.path())
+            ..AppSettings::for_test(dir.path())
         })
         .unwrap();
         let (mut client, server) = tokio::io::duplex(4096);
