@@ -32,38 +32,46 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Runs a node (on the embedded default config unless --config is given).
+    ///
+    /// Every flag can also come from the environment variable named beside it, as container
+    /// platforms set them; a flag given on the command line wins. The admin token and the
+    /// cluster secret come from WEIR_ADMIN_TOKEN and WEIR_CLUSTER_SECRET (or the config).
     Serve {
         /// A TOML config file.
-        #[arg(long)]
+        #[arg(long, env = "WEIR_CONFIG")]
         config: Option<PathBuf>,
         /// Where policy changes made over the API are kept.
-        #[arg(long)]
+        #[arg(long, env = "WEIR_DATA_DIR")]
         data_dir: Option<PathBuf>,
         /// The HTTP API's address.
-        #[arg(long)]
+        #[arg(long, env = "WEIR_HTTP")]
         http: Option<SocketAddr>,
         /// The gRPC API's address.
-        #[arg(long)]
+        #[arg(long, env = "WEIR_GRPC")]
         grpc: Option<SocketAddr>,
         /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
-        #[arg(long)]
+        #[arg(long, env = "WEIR_RESP")]
         resp: Option<SocketAddr>,
         /// This node's name.
-        #[arg(long)]
+        #[arg(long, env = "WEIR_NODE_ID")]
         node_id: Option<String>,
         /// Cluster mode: the UDP address to gossip on.
-        #[arg(long)]
+        #[arg(long, env = "WEIR_GOSSIP")]
         gossip: Option<SocketAddr>,
-        /// Cluster mode: a node's gossip address to join through (repeatable).
-        #[arg(long)]
+        /// Cluster mode: a node's gossip address to join through (repeatable; in the
+        /// environment, comma-separated).
+        #[arg(long, env = "WEIR_JOIN", value_delimiter = ',')]
         join: Vec<String>,
         /// Envoy's rate limit service: the reference server's YAML rules (a file, or a
         /// directory of .yaml/.yml files).
-        #[arg(long, value_name = "PATH")]
+        #[arg(long, value_name = "PATH", env = "WEIR_RLS_CONFIG")]
         rls_config: Option<PathBuf>,
         /// Log level or filter (else RUST_LOG, else `info`).
-        #[arg(long)]
+        #[arg(long, env = "WEIR_LOG")]
         log: Option<String>,
+        /// Log lines as `text` (for people) or `json` (one JSON object a line, for collectors).
+        #[arg(long, env = "WEIR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
     },
     /// Shows the keys being held back, like top(1).
     Top {
@@ -484,16 +492,29 @@ enum ConfigAction {
     },
 }
 
-fn init_logs(level: Option<&str>) {
+/// How `weir serve` writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    /// For people: a line of text each, coloured on a terminal.
+    Text,
+    /// For log collectors: one JSON object a line (timestamp, level, target, fields).
+    Json,
+}
+
+fn init_logs(level: Option<&str>, format: LogFormat) {
     let filter = match level {
         Some(level) => EnvFilter::new(level),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_current_span(false).init(),
+    }
 }
 
 fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -652,8 +673,9 @@ fn main() -> ExitCode {
                         join,
                         rls_config,
                         log,
+                        log_format,
                     } => {
-                        init_logs(log.as_deref());
+                        init_logs(log.as_deref(), log_format);
                         let overrides = Overrides {
                             http,
                             grpc,

@@ -394,3 +394,36 @@ fn the_redis_walk_through_prints_what_it_says() {
         "the walk-through has fewer commands than it did: {ran}"
     );
 }
+
+/// The table of `weir serve`'s environment variables in docs/configuration.md names the flag
+/// each stands for, as `weir serve --help` does: neither can gain or lose one alone.
+#[test]
+fn the_documented_environment_variables_are_the_ones_serve_reads() {
+    let doc = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let documented: BTreeSet<(String, String)> = doc
+        .lines()
+        .filter_map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let flag = cells.get(1)?.strip_prefix("`--")?.strip_suffix('`')?;
+            let variable = cells.get(2)?.strip_prefix("`WEIR_")?;
+            let variable = variable.split('`').next()?;
+            Some((format!("--{flag}"), format!("WEIR_{variable}")))
+        })
+        .collect();
+    let help = weir().args(["serve", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    // clap writes each flag, its text, then `[env: NAME=]` on the flag's last line.
+    let mut from_help = BTreeSet::new();
+    let mut flag = None;
+    for line in help.lines() {
+        if let Some(name) = line.trim_start().strip_prefix("--") {
+            flag = name.split([' ', '<']).next().map(|f| format!("--{f}"));
+        }
+        if let (Some(at), Some(flag)) = (line.find("[env: "), &flag) {
+            let name = line[at + 6..].split('=').next().unwrap().to_owned();
+            from_help.insert((flag.clone(), name));
+        }
+    }
+    assert!(from_help.len() >= 11, "{help}");
+    assert_eq!(documented, from_help);
+}

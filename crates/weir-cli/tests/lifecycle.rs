@@ -489,3 +489,59 @@ async fn the_config_and_top_commands_talk_to_a_running_server() {
     run(&["config", "delete", "cli"]);
     assert!(policy(&server, "cli").await.is_none());
 }
+
+/// Container platforms configure a process through its environment: a node started with no
+/// arguments at all takes every `serve` flag from its `WEIR_*` variable, and with
+/// `WEIR_LOG_FORMAT=json` every line it logs, from start to a graceful stop, is a JSON object.
+#[tokio::test]
+async fn a_node_configured_only_by_its_environment_serves_and_logs_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, CONFIG).unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_from_env(
+        &[
+            ("WEIR_CONFIG", config.to_str().unwrap()),
+            ("WEIR_DATA_DIR", data.to_str().unwrap()),
+            ("WEIR_HTTP", "127.0.0.1:0"),
+            ("WEIR_GRPC", "127.0.0.1:0"),
+            ("WEIR_NODE_ID", "from-the-environment"),
+            ("WEIR_LOG", "info"),
+            ("WEIR_LOG_FORMAT", "json"),
+        ],
+        &data,
+    );
+    let client = reqwest::Client::new();
+    let cluster: Value = client
+        .get(server.url("/v1/cluster"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(cluster["members"][0]["id"], "from-the-environment");
+    // The config came from WEIR_CONFIG, and the data dir from WEIR_DATA_DIR.
+    assert_eq!(put(&server, "from-env", 3.0).await, StatusCode::CREATED);
+    let policy = client
+        .get(server.url("/v1/policies/from-file"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(policy.status(), StatusCode::OK);
+    assert!(
+        data.join("policies.json").exists(),
+        "the PUT was kept in WEIR_DATA_DIR"
+    );
+    server.signal("TERM");
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines.len() >= 2, "a start and a stop are logged: {stderr}");
+    for line in lines {
+        let entry: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"));
+        assert!(entry["level"].is_string(), "{line}");
+        assert!(entry["timestamp"].is_string(), "{line}");
+    }
+}

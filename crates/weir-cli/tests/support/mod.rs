@@ -70,6 +70,25 @@ impl Server {
         for (name, value) in env {
             command.env(name, value);
         }
+        Server::spawn(command, data_dir)
+    }
+
+    /// Starts `weir serve` with no arguments at all: configured by `env` alone.
+    pub fn start_from_env(env: &[(&str, &str)], data_dir: &Path) -> Server {
+        let mut command = weir();
+        command
+            .arg("serve")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        Server::spawn(command, data_dir)
+    }
+
+    /// Spawns `command` (a `weir serve`) and waits until it says on which ports it listens.
+    fn spawn(mut command: Command, data_dir: &Path) -> Server {
         let mut child = command.spawn().expect("starting weir serve");
         let stderr = child.stderr.take().expect("piped stderr");
         let stderr =
