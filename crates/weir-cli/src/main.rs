@@ -686,8 +686,8 @@ fn main() -> ExitCode {
                             join,
                             rls_config,
                         };
-                        let config = serve::load_config(config.as_ref(), &overrides)?;
-                        serve::serve(config).await.map(|()| ExitCode::SUCCESS)
+                        let file = serve::load_config(config.as_ref(), &overrides)?;
+                        serve::serve(file, config).await.map(|()| ExitCode::SUCCESS)
                     }
                     Command::Top {
                         server,

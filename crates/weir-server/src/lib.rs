@@ -16,6 +16,7 @@
 //! - [`rls`]: Envoy's rate limit service, its YAML rules counted by Weir policies;
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
+//! - [`reload`]: the config file's policies re-applied live when it changes, or on SIGHUP;
 //! - [`top`], [`client`]: the `weir top` and `weir config` commands.
 //!
 //! The `weir` binary itself is the `weir-cli` crate; `weir bench` is the `weir-bench` crate.
@@ -31,6 +32,7 @@ pub mod error;
 pub mod front_door;
 pub mod leases;
 pub mod metrics;
+pub mod reload;
 pub mod rls;
 pub mod serve;
 pub mod top;

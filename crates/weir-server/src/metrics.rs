@@ -72,6 +72,14 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<EndpointLabels, Counter>,
     latency: Family<LatencyLabels, Histogram>,
+    reloads: Family<ReloadLabel, Counter>,
+}
+
+/// `{outcome}` of a config reload.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabel {
+    /// `applied`, `unchanged` or `failed`.
+    outcome: &'static str,
 }
 
 /// An API request's series, found once: its counter and its latency histogram.
@@ -128,6 +136,12 @@ impl Metrics {
             "Time to answer an API request (waiting for a turn included)",
             latency.clone(),
         );
+        let reloads = Family::<ReloadLabel, Counter>::default();
+        registry.register(
+            "weir_config_reloads",
+            "Config file reloads, by outcome: applied, unchanged (its policies as running), failed (the running config kept)",
+            reloads.clone(),
+        );
         registry.register_collector(Box::new(PolicyCollector { policies, leases }));
         if let Some(cluster) = cluster {
             registry.register(
@@ -147,6 +161,7 @@ impl Metrics {
             registry,
             requests,
             latency,
+            reloads,
         }
     }
 
@@ -196,6 +211,11 @@ impl Metrics {
                 }
             });
         }
+    }
+
+    /// Counts a config reload: `applied`, `unchanged` or `failed`.
+    pub fn count_reload(&self, outcome: &'static str) {
+        self.reloads.get_or_create(&ReloadLabel { outcome }).inc();
     }
 
     /// The exposition, in Prometheus text format 0.0.4.

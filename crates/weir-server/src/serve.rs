@@ -205,8 +205,9 @@ impl Termination {
 }
 
 /// Runs a server until ctrl-c or SIGTERM; then stops accepting, answers waiting requests 503,
-/// and returns.
-pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
+/// and returns. `source` is the config file `config` was read from, watched for changes to its
+/// policies (see [`crate::reload`]); `None` for the embedded default.
+pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Result<()> {
     check_exposure(&config)?;
     // Before the first bind: from the first accepted connection on, a stop signal drains.
     let mut termination = Termination::install()?;
@@ -334,6 +335,7 @@ pub async fn serve(config: ConfigFile) -> anyhow::Result<()> {
             },
         ))
     });
+    crate::reload::watch(Arc::clone(&app), source)?;
     app.set_ready(true);
     tracing::info!(
         node = %app.node_id(),

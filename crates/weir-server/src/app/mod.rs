@@ -22,7 +22,7 @@ mod throttles;
 
 pub use admission::{AcquireInput, AcquireOutcome};
 pub use cluster_rates::{AppRates, OWNER_TIER};
-pub use policy_admin::{TaggedPolicy, etag_of};
+pub use policy_admin::{Reloaded, TaggedPolicy, etag_of};
 pub use throttles::{DEFAULT_THROTTLE_ROWS, ThrottleQuery, ThrottleRow};
 
 use std::net::SocketAddr;

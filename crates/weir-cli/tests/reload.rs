@@ -1,0 +1,187 @@
+//! The config file's policies applied live: a Kubernetes-style ConfigMap swap (a `..data`
+//! symlink replaced atomically), the data dir's API changes keeping their precedence, a bad
+//! file keeping the running config, and SIGHUP.
+
+mod support;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+use support::Server;
+
+const FIRST: &str = r#"
+[[policy]]
+name = "x"
+on_exhausted = "reject"
+token_bucket = { rate = 2, burst = 100 }
+
+[[policy]]
+name = "gone"
+on_exhausted = "reject"
+strict = { qps = 10 }
+
+[[policy]]
+name = "pinned"
+on_exhausted = "reject"
+strict = { qps = 1 }
+"#;
+
+const SECOND: &str = r#"
+[[policy]]
+name = "x"
+on_exhausted = "reject"
+token_bucket = { rate = 5, burst = 100 }
+
+[[policy]]
+name = "new"
+on_exhausted = "reject"
+strict = { qps = 10 }
+
+[[policy]]
+name = "pinned"
+on_exhausted = "reject"
+strict = { qps = 3 }
+"#;
+
+const BROKEN: &str = "[[policy]\nname = \"x\"\n";
+
+/// Writes `text` as version `version` of a ConfigMap-style mount in `dir` and swaps it in as
+/// the kubelet does: `weir.toml → ..data/weir.toml`, and `..data` replaced by a rename.
+fn publish(dir: &Path, version: &str, text: &str) {
+    let versioned = dir.join(format!("..{version}"));
+    std::fs::create_dir(&versioned).unwrap();
+    std::fs::write(versioned.join("weir.toml"), text).unwrap();
+    let staged = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..{version}"), &staged).unwrap();
+    std::fs::rename(&staged, dir.join("..data")).unwrap();
+    let link = dir.join("weir.toml");
+    if std::fs::symlink_metadata(&link).is_err() {
+        std::os::unix::fs::symlink("..data/weir.toml", &link).unwrap();
+    }
+}
+
+async fn get(server: &Server, path: &str) -> (StatusCode, Value) {
+    let response = reqwest::get(server.url(path)).await.unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn acquire(server: &Server, cost: u64) -> StatusCode {
+    reqwest::Client::new()
+        .post(server.url("/v1/acquire"))
+        .json(&json!({"policy": "x", "key": "k", "cost": cost}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// `weir_config_reloads_total{outcome}` as `/metrics` shows it.
+async fn reloads(server: &Server, outcome: &str) -> u64 {
+    let text = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = format!("weir_config_reloads_total{{outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Waits (up to `within`) for `done`; false if it never came.
+async fn eventually<F: std::future::Future<Output = bool>>(
+    within: Duration,
+    mut done: impl FnMut() -> F,
+) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if done().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_configmap_swap_is_applied_keeping_state_and_a_bad_file_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("config");
+    std::fs::create_dir(&mount).unwrap();
+    publish(&mount, "first", FIRST);
+    let data = dir.path().join("data");
+    let config = mount.join("weir.toml");
+    let server = Server::start_from_env(
+        &[
+            ("WEIR_CONFIG", config.to_str().unwrap()),
+            ("WEIR_DATA_DIR", data.to_str().unwrap()),
+            ("WEIR_HTTP", "127.0.0.1:0"),
+            ("WEIR_GRPC", "127.0.0.1:0"),
+            ("WEIR_LOG", "warn"),
+        ],
+        &data,
+    );
+    // An API change over a file policy: it keeps precedence over later edits of the file.
+    let pinned = reqwest::Client::new()
+        .put(server.url("/v1/policies/pinned"))
+        .json(&json!({"strict": {"qps": 9}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pinned.status(), StatusCode::OK);
+    // Key `k` spends its whole burst: 50 more are refused.
+    assert_eq!(acquire(&server, 100).await, StatusCode::OK);
+    assert_eq!(acquire(&server, 50).await, StatusCode::TOO_MANY_REQUESTS);
+
+    publish(&mount, "second", SECOND);
+    let swapped = eventually(Duration::from_secs(2), || async {
+        get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"] == json!(5.0)
+    })
+    .await;
+    assert!(swapped, "the new rate was not applied within 2 s");
+    // Reshaped, not restarted: `k` is still spent (a fresh bucket would start full).
+    assert_eq!(acquire(&server, 50).await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        get(&server, "/v1/policies/gone").await.0,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(get(&server, "/v1/policies/new").await.0, StatusCode::OK);
+    assert_eq!(
+        get(&server, "/v1/policies/pinned").await.1["strict"]["qps"],
+        json!(9.0)
+    );
+    assert_eq!(reloads(&server, "applied").await, 1);
+
+    publish(&mount, "broken", BROKEN);
+    let refused = eventually(Duration::from_secs(2), || async {
+        reloads(&server, "failed").await == 1
+    })
+    .await;
+    assert!(refused, "the broken file was not reported within 2 s");
+    assert_eq!(
+        get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"],
+        json!(5.0)
+    );
+    assert_eq!(get(&server, "/v1/policies/new").await.0, StatusCode::OK);
+    assert_eq!(get(&server, "/readyz").await.0, StatusCode::OK);
+    assert_eq!(reloads(&server, "applied").await, 1);
+
+    // SIGHUP reads the file again though it did not change: the same failure, counted again.
+    server.signal("HUP");
+    let reread = eventually(Duration::from_secs(2), || async {
+        reloads(&server, "failed").await == 2
+    })
+    .await;
+    assert!(reread, "SIGHUP did not reload");
+    server.signal("TERM");
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("line 1") && stderr.contains("config not reloaded"),
+        "the failure names the file's line: {stderr}"
+    );
+}
