@@ -209,7 +209,8 @@ enum ScenarioCommand {
     /// `cluster-rate-accuracy` (cluster-scoped rates over 3 local nodes, against per-node ones),
     /// `opensearch-latency` (two-tier admission latency on a local 3-node cluster),
     /// `neon-throttle` (per-tenant page-read workloads with the node's CPU use),
-    /// `doris-backpressure` (adaptive backpressure against a toy busy backend).
+    /// `doris-backpressure` (adaptive backpressure against a toy busy backend, step-wise and
+    /// converging side by side).
     Scenario {
         /// The experiment.
         name: String,
@@ -219,12 +220,16 @@ enum ScenarioCommand {
         /// Time run first in each run and not counted.
         #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
         warmup: std::time::Duration,
-        /// How many times each measurement is repeated; the median is reported.
+        /// How many times each measurement is repeated; the median is reported
+        /// (`doris-backpressure` reports every run).
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        /// `doris-backpressure`: also draw both controls' first run into this SVG file.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Serves the frameworks' floor to measure the front doors against: a bare axum
     /// `POST /v1/acquire` that parses Weir's body and answers a fixed admission, and a bare
@@ -407,8 +412,12 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         warmup,
         runs,
         json,
+        plot,
     }) = args.scenario.take()
     {
+        if plot.is_some() && name != "doris-backpressure" {
+            anyhow::bail!("--plot draws the doris-backpressure scenario only, not {name:?}");
+        }
         let settings = scenario::ScenarioSettings {
             duration,
             warmup,
@@ -439,6 +448,9 @@ async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
             }
             "doris-backpressure" => {
                 let report = scenario::doris_backpressure::doris_backpressure(&settings).await?;
+                if let Some(path) = &plot {
+                    report.plot(path)?;
+                }
                 (report.render(), serde_json::to_value(&report)?)
             }
             other => anyhow::bail!(

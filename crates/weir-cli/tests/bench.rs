@@ -384,26 +384,27 @@ fn the_neon_throttle_scenario_holds_the_tenant_limit() {
     }
 }
 
-/// The real-time run of the backpressure control loop: a timeline a second (how many a
-/// real-time run fits is not asserted), cold tables untouched.
+/// The real-time run of the backpressure control loop, both controls: a timeline a second
+/// each (how well a 2 s steady phase converges is not asserted), cold tables untouched.
 #[test]
 fn the_doris_backpressure_scenario_reports_a_timeline() {
     let report = scenario("doris-backpressure");
-    let seconds: Vec<u64> = report["timeline"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|second| second["at"].as_u64().unwrap())
-        .collect();
-    assert!(!seconds.is_empty(), "{report}");
-    assert!(
-        seconds
+    for control in ["stepwise", "converging"] {
+        let run = &report["runs"][0][control];
+        assert_eq!(run["control"], control, "{report}");
+        let seconds: Vec<u64> = run["timeline"]
+            .as_array()
+            .unwrap()
             .iter()
-            .zip(1..)
-            .all(|(&at, expected)| at == expected),
-        "one row a second, from the first: {seconds:?}"
-    );
-    assert_eq!(report["cold_limited"], false, "{report}");
+            .map(|second| second["at"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            seconds,
+            (1..=4).collect::<Vec<u64>>(),
+            "2 steady seconds, the hot table off for 1 and back for 1: {report}"
+        );
+        assert_eq!(run["cold_limited"], false, "{report}");
+    }
     assert_eq!(report["capacity"], 300);
 }
 

@@ -26,7 +26,7 @@ concurrency = { node_limit = 1, lease_ttl = "300ms" }
 [[policy]]
 name = "adaptive"
 on_exhausted = "reject"
-adaptive = { top_k = 1, ratio = 0.5 }
+adaptive = { control = "stepwise", top_k = 1, ratio = 0.5 }
 
 [[policy]]
 name = "queue"
@@ -209,6 +209,57 @@ async fn busy_signals_reach_adaptive_policies_only() {
     assert_eq!(body["error"], "conflict");
     let (status, _, _) = post(&server, "/v1/busy", json!({"policy": "nope"})).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// The default control: a busy POST (no call attached) cuts the hot key by `ratio`, and the
+/// server's once-a-second tick releases it after two quiet intervals with its limit unused.
+#[tokio::test]
+async fn a_busy_post_limits_the_hot_key_and_the_ticks_relax_it_converging() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        r#"
+[[policy]]
+name = "converging"
+on_exhausted = "reject"
+adaptive = { top_k = 1, ratio = 0.5, upgrade_interval = "1s", downgrade_interval = "2s" }
+"#,
+        &dir.path().join("data"),
+    );
+    for _ in 0..30 {
+        let (status, _, _) = post(
+            &server,
+            "/v1/acquire",
+            json!({"policy": "converging", "key": "table-1", "kind": "PREPARE_ROWSET"}),
+        )
+        .await;
+        assert_eq!(status, StatusCode::OK);
+    }
+    let (status, _, body) = post(&server, "/v1/busy", json!({"policy": "converging"})).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["tightened"], true);
+    let (_, rows) = get(&server, "/v1/throttles?policy=converging").await;
+    let row = &rows["rows"][0];
+    assert_eq!(row["key"].as_str(), Some("table-1"));
+    let limit = row["qps_limit"].as_f64().unwrap();
+    assert!(limit.is_finite() && limit >= 1.0, "limit {limit}");
+    // Released on the server's ticks: two quiet intervals of 2 s, a tick a second. Bounded
+    // well past that, so a slow machine does not fail it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, rows) = get(&server, "/v1/throttles?policy=converging").await;
+        if rows["rows"].as_array().is_some_and(|r| r.is_empty()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still limited: {rows}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (status, _, _) = post(
+        &server,
+        "/v1/acquire",
+        json!({"policy": "converging", "key": "table-1", "kind": "PREPARE_ROWSET"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
 }
 
 #[tokio::test]

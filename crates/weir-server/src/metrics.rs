@@ -416,7 +416,7 @@ impl Collector for PolicyCollector {
             ),
             (
                 "weir_backpressure_downgrades",
-                "Times an adaptive policy relaxed a level",
+                "Times an adaptive policy relaxed limits (a level, or every limited key)",
                 2,
             ),
         ] {

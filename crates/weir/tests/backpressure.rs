@@ -1,10 +1,12 @@
-//! Adaptive backpressure end to end, on a paused clock: the upgrade/downgrade lifecycle, exactly.
+//! Adaptive backpressure end to end, on a paused clock: the step-wise upgrade/downgrade
+//! lifecycle, exactly (`control = "stepwise"`); the control's settings and a live switch between
+//! the two controls.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use weir::TokioClock;
-use weir::backpressure::{AdaptiveConfig, Backpressure};
+use weir::backpressure::{AdaptiveConfig, Backpressure, Control};
+use weir::{ManualClock, SystemClock, TokioClock};
 
 const PREP: &str = "PREPARE_ROWSET";
 
@@ -16,6 +18,7 @@ fn controller(config: AdaptiveConfig) -> Backpressure<TokioClock> {
 fn lifecycle_config() -> AdaptiveConfig {
     AdaptiveConfig {
         enabled: true,
+        control: Control::Stepwise,
         top_k: 2,
         ratio: 0.5,
         floor: 1.0,
@@ -144,6 +147,7 @@ async fn disabled_by_default_and_switchable_live() {
     assert_eq!(bp.stats().busy_signals, 1, "signals are still counted");
     bp.reconfigure(AdaptiveConfig {
         enabled: true,
+        control: Control::Stepwise,
         ..AdaptiveConfig::default()
     })
     .unwrap();
@@ -188,4 +192,213 @@ async fn the_ticker_relaxes_limits_by_itself() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(bp.limit(PREP, "A"), None, "relaxed after 5 quiet seconds");
     assert_eq!(bp.stats().downgrades, 1);
+}
+
+#[test]
+fn the_control_and_its_tuning_are_validated_by_name() {
+    let parsed: AdaptiveConfig = toml::from_str("control = \"stepwise\"").unwrap();
+    assert_eq!(parsed.control, Control::Stepwise);
+    let default: AdaptiveConfig = toml::from_str("").unwrap();
+    assert_eq!(
+        (default.control, default.increase, default.headroom),
+        (Control::Converging, 1.05, 0.05)
+    );
+    let unknown = toml::from_str::<AdaptiveConfig>("control = \"fast\"").unwrap_err();
+    assert!(
+        unknown.to_string().contains("converging"),
+        "the choices are named: {unknown}"
+    );
+    for (config, field) in [
+        (
+            AdaptiveConfig {
+                increase: 1.0,
+                ..AdaptiveConfig::default()
+            },
+            "increase",
+        ),
+        (
+            AdaptiveConfig {
+                increase: f64::NAN,
+                ..AdaptiveConfig::default()
+            },
+            "increase",
+        ),
+        (
+            AdaptiveConfig {
+                headroom: 1.0,
+                ..AdaptiveConfig::default()
+            },
+            "headroom",
+        ),
+        (
+            AdaptiveConfig {
+                headroom: -0.1,
+                ..AdaptiveConfig::default()
+            },
+            "headroom",
+        ),
+    ] {
+        let error = config.validate().unwrap_err();
+        assert_eq!(error.field, field);
+        assert!(
+            error
+                .to_string()
+                .starts_with(&format!("`adaptive.{field}`"))
+        );
+    }
+    // A config serialized and read back is the same config.
+    let json = serde_json::to_string(&parsed).unwrap();
+    assert_eq!(
+        serde_json::from_str::<AdaptiveConfig>(&json).unwrap(),
+        parsed
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn switching_the_control_live_drops_every_limit() {
+    let bp = controller(AdaptiveConfig {
+        enabled: true,
+        ..AdaptiveConfig::default()
+    });
+    calls(&bp, "A", 300);
+    assert!(bp.on_busy());
+    assert!(bp.limit(PREP, "A").is_some(), "converging by default");
+    bp.reconfigure(lifecycle_config()).unwrap();
+    assert!(
+        limits(&bp).is_empty(),
+        "the step-wise control starts afresh"
+    );
+    assert_eq!(bp.stats().capacity, None);
+    // The step-wise control then works as specified: half the observed rate.
+    calls(&bp, "A", 300);
+    assert!(bp.on_busy());
+    assert_eq!(limits(&bp), l(&[("A", 100.0)]));
+}
+
+/// Busy answers are a share of the calls of the RPC types taking part, all of them: an answer
+/// to a type that does not take part is ignored, and keys past `max_keys` (counted together)
+/// are in the total.
+#[test]
+fn busy_answers_and_calls_are_counted_over_the_same_rpc_types() {
+    let clock = ManualClock::new(0);
+    let bp = Backpressure::new(
+        AdaptiveConfig {
+            enabled: true,
+            top_k: 1,
+            max_keys: 2,
+            rpcs: vec![PREP.to_owned()],
+            ..AdaptiveConfig::default()
+        },
+        clock.clone(),
+    )
+    .unwrap();
+    clock.set(3_000_000_000);
+    for _ in 0..200 {
+        bp.after_call(PREP, "hot");
+    }
+    for _ in 0..50 {
+        bp.after_call(PREP, "warm");
+    }
+    // Fifty more keys, past `max_keys`: one call each.
+    for i in 0..50 {
+        bp.after_call(PREP, &format!("cold-{i}"));
+    }
+    for _ in 0..600 {
+        bp.after_call("GET_TABLET_META", "t");
+    }
+    clock.set(4_500_000_000);
+    for _ in 0..300 {
+        assert!(!bp.on_busy_for("GET_TABLET_META"), "not taking part");
+    }
+    assert_eq!(bp.stats().busy_signals, 0);
+    assert!(bp.throttled().is_empty());
+    assert!(bp.on_busy_for(PREP));
+    // 300 calls of PREPARE_ROWSET, one answered busy, over the last 1.5 s.
+    let capacity = bp.stats().capacity.unwrap();
+    assert!((capacity - 299.0 / 1.5).abs() < 1e-9, "{capacity}");
+    // The hot key's share: the estimate less headroom less the other keys' 100 calls.
+    let hot = bp.limit(PREP, "hot").unwrap();
+    let share = capacity * 0.95 - 100.0 / 1.5;
+    assert!((hot - share).abs() < 1e-9, "{hot} vs {share}");
+}
+
+/// `tick` and `reconfigure` take the config and the control state in the same order: run side
+/// by side from two threads, with every tick deciding, they finish (with opposite orders they
+/// deadlock within a few thousand rounds).
+#[test]
+fn ticking_and_reconfiguring_at_once_do_not_deadlock() {
+    let config = AdaptiveConfig {
+        enabled: true,
+        window: Duration::from_millis(3),
+        upgrade_interval: Duration::from_millis(1),
+        downgrade_interval: Duration::from_millis(2),
+        ..AdaptiveConfig::default()
+    };
+    let bp = Arc::new(Backpressure::new(config.clone(), SystemClock::default()).unwrap());
+    let (done, finished) = std::sync::mpsc::channel();
+    let ticking = {
+        let bp = Arc::clone(&bp);
+        let done = done.clone();
+        std::thread::spawn(move || {
+            for _ in 0..20_000 {
+                for _ in 0..10 {
+                    bp.after_call(PREP, "hot");
+                }
+                bp.on_busy();
+                bp.tick(1000);
+            }
+            done.send(()).unwrap();
+        })
+    };
+    let reconfiguring = std::thread::spawn(move || {
+        for i in 0..20_000 {
+            let ratio = if i % 2 == 0 { 0.5 } else { 0.75 };
+            bp.reconfigure(AdaptiveConfig {
+                ratio,
+                ..config.clone()
+            })
+            .unwrap();
+        }
+        done.send(()).unwrap();
+    });
+    for _ in 0..2 {
+        finished
+            .recv_timeout(Duration::from_secs(60))
+            .expect("a tick and a reconfigure deadlocked");
+    }
+    ticking.join().unwrap();
+    reconfiguring.join().unwrap();
+}
+
+#[test]
+fn a_quiet_interval_must_cover_the_span_rates_are_measured_over() {
+    let config = AdaptiveConfig {
+        window: Duration::from_secs(9),
+        downgrade_interval: Duration::from_millis(5_999),
+        ..AdaptiveConfig::default()
+    };
+    let error = config.validate().unwrap_err();
+    assert_eq!(error.field, "downgrade_interval");
+    assert!(error.to_string().contains("`window`"), "{error}");
+    let six = AdaptiveConfig {
+        downgrade_interval: Duration::from_secs(6),
+        ..config.clone()
+    };
+    assert_eq!(six.validate(), Ok(()));
+    // The step-wise control measures rates only for its top-k: no such bound.
+    let stepwise = AdaptiveConfig {
+        control: Control::Stepwise,
+        ..config
+    };
+    assert_eq!(stepwise.validate(), Ok(()));
+    // A live change is checked against the window fixed at creation.
+    let bp = controller(six);
+    let error = bp
+        .reconfigure(AdaptiveConfig {
+            window: Duration::from_secs(3),
+            downgrade_interval: Duration::from_secs(3),
+            ..AdaptiveConfig::default()
+        })
+        .unwrap_err();
+    assert_eq!(error.field, "downgrade_interval");
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use weir::TokioClock;
 use weir::backpressure::host::{HostLimiter, HostLimitsConfig};
-use weir::backpressure::{AdaptiveConfig, Backpressure};
+use weir::backpressure::{AdaptiveConfig, Backpressure, Control};
 use weir::layer::{BusyWhen, Extracted, PolicyLayer, ThrottleLayer};
 use weir::policy::{Policy, PolicyConfig};
 
@@ -51,6 +51,7 @@ async fn busy_answers_throttle_the_hot_table_and_clones_share_the_state() {
         Backpressure::new(
             AdaptiveConfig {
                 enabled: true,
+                control: Control::Stepwise,
                 ratio: 0.5,
                 top_k: 1,
                 ..AdaptiveConfig::default()
@@ -150,6 +151,54 @@ async fn host_limits_apply_per_rpc_type_and_a_custom_classifier_works() {
         "the 11th waited for a token"
     );
     assert!(signalled.load(Ordering::Relaxed));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_slower_than_the_threshold_is_a_busy_signal() {
+    let backpressure = Arc::new(
+        Backpressure::new(
+            AdaptiveConfig {
+                enabled: true,
+                top_k: 1,
+                ..AdaptiveConfig::default()
+            },
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    // The backend answers 200 always, after the delay the request names, in milliseconds.
+    let server = service_fn(|request: Req| async move {
+        let ms: u64 = request.body().parse().unwrap_or(0);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok::<_, Infallible>(Res::default())
+    });
+    let layer = ThrottleLayer::new(Arc::clone(&backpressure), target)
+        .busy_when_slower_than(Duration::from_millis(250));
+    let mut client = layer.layer(server);
+    let timed = |table: &str, ms: u64| {
+        http::Request::builder()
+            .header("rpc", "PREP")
+            .header("table", table)
+            .body(ms.to_string())
+            .unwrap()
+    };
+    // A window of calls first: a slow answer is only taken once the rate it is at is known.
+    for _ in 0..30 {
+        send(&mut client, timed("hot", 0)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    send(&mut client, timed("cold", 249)).await;
+    assert_eq!(backpressure.stats().busy_signals, 0, "249 ms is under 250");
+    assert_eq!(backpressure.limit("PREP", "hot"), None);
+    send(&mut client, timed("cold", 250)).await;
+    let stats = backpressure.stats();
+    assert_eq!(stats.busy_signals, 1, "250 ms is slow");
+    assert_eq!(stats.upgrades, 1);
+    assert!(
+        backpressure.limit("PREP", "hot").is_some(),
+        "the slow answer tightened the hot table"
+    );
+    assert_eq!(backpressure.limit("PREP", "cold"), None);
 }
 
 fn policy(text: &str) -> Arc<Policy<TokioClock>> {
@@ -310,5 +359,96 @@ async fn a_request_waiting_for_its_turn_holds_no_permit_of_the_inner_service() {
             ("b".into(), at(0)),
             ("a".into(), at(1_000))
         ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_answer_says_nothing_until_a_window_of_calls_is_counted() {
+    let backpressure = Arc::new(
+        Backpressure::new(
+            AdaptiveConfig {
+                enabled: true,
+                top_k: 1,
+                ..AdaptiveConfig::default()
+            },
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    let server = service_fn(|_: Req| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, Infallible>(Res::default())
+    });
+    let mut client = ThrottleLayer::new(Arc::clone(&backpressure), target)
+        .busy_when_slower_than(Duration::from_millis(250))
+        .layer(server);
+    send(&mut client, call("PREP", "hot")).await;
+    let stats = backpressure.stats();
+    assert_eq!(
+        (stats.busy_signals, stats.upgrades),
+        (1, 0),
+        "the rate is not known yet"
+    );
+    assert_eq!(backpressure.limit("PREP", "hot"), None);
+}
+
+/// A backend slow on every call, at any load (a latency threshold set too low, or a far-away
+/// backend): every answer is a busy signal, and none is ever quiet. The slow answers are
+/// accepted calls, so the limits must hold near what the backend accepts, not be cut by each
+/// signal down to the floor.
+#[tokio::test(start_paused = true)]
+async fn a_backend_slow_on_every_call_does_not_drive_the_limits_to_the_floor() {
+    let backpressure = Arc::new(
+        Backpressure::new(
+            AdaptiveConfig {
+                enabled: true,
+                top_k: 1,
+                upgrade_interval: Duration::from_secs(1),
+                ..AdaptiveConfig::default()
+            },
+            TokioClock::new(),
+        )
+        .unwrap(),
+    );
+    let server = service_fn(|_: Req| async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        Ok::<_, Infallible>(Res::default())
+    });
+    let client = ThrottleLayer::new(Arc::clone(&backpressure), target)
+        .busy_when_slower_than(Duration::from_millis(250))
+        .layer(server);
+    let mut callers = tokio::task::JoinSet::new();
+    for (table, rate) in [("hot", 100u32), ("warm", 20)] {
+        let client = client.clone();
+        callers.spawn(async move {
+            let mut calls = tokio::task::JoinSet::new();
+            let mut interval = tokio::time::interval(Duration::from_secs(1) / rate);
+            loop {
+                interval.tick().await;
+                let mut client = client.clone();
+                calls.spawn(async move { send(&mut client, call("PREP", table)).await });
+                while calls.try_join_next().is_some() {}
+            }
+        });
+    }
+    let mut lowest = f64::INFINITY;
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lowest = lowest.min(backpressure.limit("PREP", "hot").unwrap_or(f64::INFINITY));
+    }
+    callers.abort_all();
+    let stats = backpressure.stats();
+    assert!(stats.busy_signals > 1000, "{stats:?}");
+    assert!(stats.upgrades >= 1, "a slow answer still cuts: {stats:?}");
+    // 120 calls a second accepted: the hot table keeps all but the headroom (5 % of 120) at
+    // least, and the estimate stays at the accepted rate.
+    assert!(
+        lowest >= 100.0 - 2.0 * 0.05 * 120.0,
+        "the hot limit fell to {lowest}"
+    );
+    assert!(
+        stats.capacity.is_some_and(|c| c >= 110.0),
+        "the estimate fell to {:?}",
+        stats.capacity
     );
 }

@@ -792,7 +792,7 @@ fn an_adaptive_policy_limits_hot_keys_on_busy_and_relaxes_on_ticks() {
         r#"
         name = "ms-tables"
         on_exhausted = "reject"
-        adaptive = { top_k = 1, ratio = 0.5, floor = 1.0, window = "3s", upgrade_interval = "1s", downgrade_interval = "3s" }
+        adaptive = { control = "stepwise", top_k = 1, ratio = 0.5, floor = 1.0, window = "3s", upgrade_interval = "1s", downgrade_interval = "3s" }
         "#,
     );
     assert_eq!(p.limit(), None);
@@ -826,6 +826,53 @@ fn an_adaptive_policy_limits_hot_keys_on_busy_and_relaxes_on_ticks() {
     // A non-adaptive policy has no busy signal to take.
     let plain = on(&clock, "name = \"plain\"\nstrict = { qps = 1 }");
     assert_eq!(plain.busy(), None);
+}
+
+/// Converging, a busy signal with no call attached (what `Policy::busy` is) cannot measure the
+/// overload, so it cuts by `ratio`; a stream of them inside the cooldown cuts no deeper, and
+/// the quiet ticks afterwards release the key.
+#[test]
+fn a_converging_policy_cuts_by_ratio_on_busy_and_relaxes_on_ticks() {
+    let clock = ManualClock::new(0);
+    let p = on(
+        &clock,
+        r#"
+        name = "ms-tables"
+        on_exhausted = "reject"
+        adaptive = { top_k = 1, ratio = 0.5, window = "3s", upgrade_interval = "1s", downgrade_interval = "3s" }
+        "#,
+    );
+    clock.set(1_500 * MS);
+    let hot = Request::new("table-7").kind("PREPARE_ROWSET");
+    let cold = Request::new("table-9").kind("PREPARE_ROWSET");
+    for _ in 0..30 {
+        assert!(p.try_acquire(&hot).unwrap().applied());
+    }
+    assert!(p.try_acquire(&cold).is_ok());
+    // 20 calls a second over the 1.5 s so far: half of it. (Were the signal taken as one busy
+    // answer among 31 calls, the cut would be the headroom only, to about 18.)
+    assert_eq!(p.busy(), Some(true));
+    let limit = p.throttled_keys(10)[0].qps_limit.unwrap();
+    assert!((limit - 10.0).abs() < 1e-9, "{limit}");
+    for _ in 0..100 {
+        assert_eq!(p.busy(), Some(false), "inside the cooldown");
+    }
+    let bp = p.backpressure_stats().unwrap();
+    assert!(bp.capacity.is_some_and(|c| c >= 1.0), "{:?}", bp.capacity);
+    assert_eq!(p.throttled_keys(10)[0].qps_limit, Some(limit));
+    // The hot table stops: two quiet intervals with its limit unused release it.
+    clock.advance(Duration::from_secs(3));
+    p.tick(3000);
+    assert_eq!(
+        p.throttled_keys(10).len(),
+        1,
+        "unused for one interval: kept"
+    );
+    clock.advance(Duration::from_secs(3));
+    p.tick(3000);
+    assert!(p.throttled_keys(10).is_empty());
+    assert!(p.try_acquire(&hot).is_ok());
+    assert_eq!(p.backpressure_stats().unwrap().capacity, None);
 }
 
 #[test]

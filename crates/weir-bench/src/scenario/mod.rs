@@ -6,7 +6,8 @@
 //! - [`opensearch_latency`]: the two tiers' admission-latency table on a local 3-node cluster;
 //! - [`owner_throughput`]: shared admissions of one hot bucket, with loans and without;
 //! - [`neon_throttle`]: per-tenant page-read workloads against one node, with its CPU use;
-//! - [`doris_backpressure`]: adaptive backpressure against a toy busy backend.
+//! - [`doris_backpressure`]: adaptive backpressure against a toy busy backend, the step-wise
+//!   and the converging control side by side.
 
 pub mod cluster_rate_accuracy;
 pub mod doris_backpressure;

@@ -9,6 +9,9 @@
 //!   upgrades are pending and the server has been quiet for `downgrade_after` ticks; the quiet
 //!   timer then starts again, so each further quiet period undoes one more level.
 //!
+//! The converging controller says after each decision whether anything is left to relax
+//! ([`set_pending`](Coordinator::set_pending)); it is then asked again every quiet period.
+//!
 //! Counters saturate rather than overflow, however large a tick.
 
 /// Timing parameters, in ticks (milliseconds).
@@ -65,6 +68,12 @@ impl Coordinator {
     /// The upgrade allowed by the last `report_busy` changed nothing: nothing to undo later.
     pub fn upgrade_skipped(&mut self) {
         self.pending = self.pending.saturating_sub(1);
+    }
+
+    /// Whether anything is left to relax: the converging controller relaxes every quiet period
+    /// while any key is limited, however many decisions limited them.
+    pub fn set_pending(&mut self, pending: bool) {
+        self.pending = u32::from(pending);
     }
 
     /// `ticks` have passed. True: undo one upgrade now.

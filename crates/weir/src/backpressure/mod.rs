@@ -2,29 +2,42 @@
 //!
 //! A library a client embeds to protect a shared server. A uniform limit would penalise every table
 //! while the few hot ones keep dominating; instead, when the server answers "busy", the client
-//! finds the top-k keys by observed rate and limits each to `ratio ×` its rate, then relaxes step
-//! by step once the server has been quiet a while.
+//! limits the top-k keys by observed rate, and relaxes once the server has been quiet a while.
+//! Two ways of doing so, chosen by [`AdaptiveConfig::control`]:
 //!
-//! Four parts, each pure and tested on its own, wired by [`Backpressure`]:
+//! - **converging** (the default, [`Control::Converging`]): a busy signal measures what the
+//!   backend accepts and cuts the limited and top-k keys to a max-min fair share of it; every
+//!   quiet `downgrade_interval` raises every limited key towards a slowly growing estimate and
+//!   releases keys that no longer use their limits. Limits settle just under the capacity; see
+//!   `converging.rs` for the algorithm and why.
+//! - **step-wise** ([`Control::Stepwise`]): the design it comes from, exactly — each upgrade
+//!   limits each top-k key to `ratio ×` its rate or limit, and each quiet period undoes the
+//!   newest upgrade whole, from a history stack.
+//!
+//! Five parts, each pure and tested on its own, wired by [`Backpressure`]:
 //!
 //! ```text
-//! busy signal ─▶ Coordinator (cooldown, quiet timer) ─▶ StateMachine (levels, limits)
-//!                                                            │ actions
-//! after_call ─▶ QpsRegistry (rates, top-k)                   ▼
+//! on_busy… ─▶ Coordinator (cooldown, quiet timer) ─▶ Converging or StateMachine (limits)
+//!   │ busy answers                                           │ actions
+//!   ▼                                                        ▼
+//! after_call ─▶ QpsRegistry (rates, top-k, totals)
 //! before_call ◀──────────────────────────────────────── Throttler (strict limiter per key)
 //! ```
 //!
-//! - `QpsRegistry` (`registry.rs`): per (RPC type, key) rate over a window;
+//! - `QpsRegistry` (`registry.rs`): per (RPC type, key) rate over a window, and per RPC type
+//!   all calls and busy answers;
+//! - `Converging` (`converging.rs`): no time, no I/O — the converging control law;
 //! - `StateMachine` (`machine.rs`): no time, no I/O — tighten the snapshot, undo a level;
-//! - `Coordinator` (`coordinator.rs`): ticks — whether to upgrade now, whether to downgrade now;
+//! - `Coordinator` (`coordinator.rs`): ticks — whether to decide now, whether to relax now;
 //! - `Throttler` (`throttler.rs`): a strict limiter per limited key.
 //!
-//! The four are internal: their contracts are tested in their files and through
+//! The five are internal: their contracts are tested in their files and through
 //! [`Backpressure`], and may change without notice.
 //!
 //! [`host::HostLimiter`] is the other half of client-side protection: a token bucket per RPC
 //! type.
 
+mod converging;
 mod coordinator;
 pub mod host;
 mod machine;
@@ -42,6 +55,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::{Clock, duration_to_nanos};
+use converging::{Converging, Load, Signal, Tuning};
 use coordinator::{Coordinator, Timing};
 use machine::{Action, HotKey, Squeeze, StateMachine};
 use registry::QpsRegistry;
@@ -50,6 +64,19 @@ pub use waits::WaitsByRpc;
 
 fn is_false(value: &bool) -> bool {
     !*value
+}
+
+/// How an adaptive controller tightens and relaxes (`control = "…"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Control {
+    /// Cut the hot keys to a fair share of the capacity measured when busy, and raise every
+    /// limited key gradually while quiet: limits settle just under the capacity.
+    #[default]
+    Converging,
+    /// The design it comes from: each upgrade multiplies the top keys' limits by `ratio`, each
+    /// quiet period undoes the newest upgrade whole.
+    Stepwise,
 }
 
 /// The adaptive controller's settings (`adaptive = { … }` in a policy).
@@ -64,10 +91,15 @@ pub struct AdaptiveConfig {
     /// `mode = "monitor"` is a dry run.
     #[serde(default, skip_serializing_if = "is_false")]
     pub dry_run: bool,
-    /// Keys limited per RPC type per upgrade (default 2).
+    /// How limits are tightened and relaxed (default converging).
+    #[serde(default)]
+    pub control: Control,
+    /// The hottest keys per RPC type a busy signal may newly limit (default 2); keys outside them
+    /// are never newly limited.
     #[serde(default = "default_top_k")]
     pub top_k: usize,
-    /// Each upgrade multiplies a key's limit by this (default 0.75).
+    /// Each upgrade multiplies a key's limit by this (default 0.75). Converging: the deepest
+    /// one cut goes (a key keeps at least this share of its limit or rate).
     #[serde(default = "default_ratio")]
     pub ratio: f64,
     /// Limits never go below this many requests per second (default 1).
@@ -79,9 +111,18 @@ pub struct AdaptiveConfig {
     /// The least time between two upgrades (default 3 s).
     #[serde(default = "three_seconds", with = "humantime_serde")]
     pub upgrade_interval: Duration,
-    /// Quiet time after which one upgrade is undone (default 3 s).
+    /// Quiet time after which one upgrade is undone (default 3 s). Converging: each quiet
+    /// interval relaxes every limited key.
     #[serde(default = "three_seconds", with = "humantime_serde")]
     pub downgrade_interval: Duration,
+    /// Converging: each quiet interval multiplies the capacity estimate by this, probing for
+    /// more; from the third quiet interval in a row the step doubles each time (default 1.05).
+    #[serde(default = "default_increase")]
+    pub increase: f64,
+    /// Converging: the share of the estimated capacity limits leave unused, so that busy
+    /// answers stay rare (default 0.05).
+    #[serde(default = "default_headroom")]
+    pub headroom: f64,
     /// The RPC types that take part (default: every type seen).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub rpcs: Vec<String>,
@@ -99,6 +140,12 @@ fn default_ratio() -> f64 {
 fn default_floor() -> f64 {
     1.0
 }
+fn default_increase() -> f64 {
+    1.05
+}
+fn default_headroom() -> f64 {
+    0.05
+}
 fn three_seconds() -> Duration {
     Duration::from_secs(3)
 }
@@ -111,12 +158,15 @@ impl Default for AdaptiveConfig {
         AdaptiveConfig {
             enabled: false,
             dry_run: false,
+            control: Control::default(),
             top_k: default_top_k(),
             ratio: default_ratio(),
             floor: default_floor(),
             window: three_seconds(),
             upgrade_interval: three_seconds(),
             downgrade_interval: three_seconds(),
+            increase: default_increase(),
+            headroom: default_headroom(),
             rpcs: Vec::new(),
             max_keys: default_max_keys(),
         }
@@ -169,6 +219,21 @@ impl AdaptiveConfig {
         if self.max_keys == 0 {
             return err("max_keys", "must be at least 1");
         }
+        // A key's recent rate is measured over up to two thirds of the window; within one quiet
+        // interval, a key just raised is judged on calls made under its new limit, not released
+        // for still showing its old rate.
+        if self.control == Control::Converging && self.downgrade_interval * 3 < self.window * 2 {
+            return err(
+                "downgrade_interval",
+                "must be at least two thirds of `window` under converging control",
+            );
+        }
+        if !(self.increase.is_finite() && self.increase > 1.0 && self.increase <= 2.0) {
+            return err("increase", "must be greater than 1 and at most 2");
+        }
+        if !(self.headroom >= 0.0 && self.headroom < 1.0) {
+            return err("headroom", "must be at least 0 and less than 1");
+        }
         Ok(())
     }
 
@@ -185,6 +250,15 @@ impl AdaptiveConfig {
             floor: self.floor,
         }
     }
+
+    fn tuning(&self) -> Tuning {
+        Tuning {
+            ratio: self.ratio,
+            floor: self.floor,
+            increase: self.increase,
+            headroom: self.headroom,
+        }
+    }
 }
 
 /// The controller's counters.
@@ -194,10 +268,13 @@ pub struct BackpressureStats {
     pub busy_signals: u64,
     /// Upgrades made (a busy signal past the cooldown that limited something).
     pub upgrades: u64,
-    /// Downgrades made.
+    /// Downgrades made (a quiet period that relaxed something).
     pub downgrades: u64,
-    /// Upgrade levels not yet undone.
+    /// Upgrade levels not yet undone (step-wise control; 0 when converging).
     pub level: usize,
+    /// The converging controller's estimate of the calls a second the backend accepts, while
+    /// it limits a key.
+    pub capacity: Option<f64>,
     /// Limited keys per RPC type.
     pub throttled_keys: BTreeMap<String, usize>,
     /// Per RPC type: total wait and waits per bucket of the wait histogram.
@@ -218,24 +295,30 @@ pub struct ThrottledTarget {
 }
 
 #[derive(Debug)]
-struct Control {
+struct ControlState {
+    control: Control,
     machine: StateMachine,
+    converging: Converging,
     coordinator: Coordinator,
 }
 
 /// The controller: busy signals in, per-key limits out. See the [module docs](self).
 pub struct Backpressure<C: Clock + Clone = crate::clock::SystemClock> {
+    /// Lock order: `config` before `control`. Code holding `control` never takes `config`
+    /// (copy what it needs out of `config` first), or a reconfigure and a tick could deadlock.
     config: Mutex<AdaptiveConfig>,
     enabled: AtomicBool,
     dry_run: AtomicBool,
     registry: QpsRegistry,
-    control: Mutex<Control>,
+    control: Mutex<ControlState>,
     throttler: Throttler<C>,
     waits: WaitsByRpc,
     busy_signals: AtomicU64,
     upgrades: AtomicU64,
     downgrades: AtomicU64,
     clock: C,
+    /// When the controller was made: rates are not measured over time before it.
+    started: crate::clock::Nanos,
 }
 
 impl<C: Clock + Clone> std::fmt::Debug for Backpressure<C> {
@@ -257,8 +340,10 @@ impl<C: Clock + Clone> Backpressure<C> {
             enabled: AtomicBool::new(config.enabled),
             dry_run: AtomicBool::new(config.dry_run),
             registry: QpsRegistry::new(duration_to_nanos(config.window), config.max_keys),
-            control: Mutex::new(Control {
+            control: Mutex::new(ControlState {
+                control: config.control,
                 machine: StateMachine::new(config.squeeze()),
+                converging: Converging::new(config.tuning()),
                 coordinator: Coordinator::new(config.timing()),
             }),
             throttler: Throttler::new(clock.clone()),
@@ -267,41 +352,150 @@ impl<C: Clock + Clone> Backpressure<C> {
             upgrades: AtomicU64::new(0),
             downgrades: AtomicU64::new(0),
             config: Mutex::new(config),
+            started: clock.now(),
             clock,
         })
     }
 
-    fn control(&self) -> std::sync::MutexGuard<'_, Control> {
+    fn control(&self) -> std::sync::MutexGuard<'_, ControlState> {
         self.control.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The server said "busy". Returns true if that tightened some limits.
-    pub fn on_busy(&self) -> bool {
-        self.busy_signals.fetch_add(1, Ordering::Relaxed);
-        if !self.enabled.load(Ordering::Relaxed) {
-            return false;
-        }
-        let (top_k, rpcs) = {
-            let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
-            (config.top_k, config.rpcs.clone())
-        };
-        let mut control = self.control();
-        if !control.coordinator.report_busy() {
-            return false;
-        }
+    /// The controller's clock now: what a caller measures a call's latency with, so that it
+    /// agrees with the controller (and a paused clock in tests).
+    pub fn now(&self) -> crate::clock::Nanos {
+        self.clock.now()
+    }
+
+    /// What the converging controller decides on: rates over the registry's recent span, of
+    /// the RPC types `rpcs`; the top `top_k` keys of each only if asked (a walk over the keys).
+    fn load(&self, converging: &Converging, top_k: Option<usize>, rpcs: &[String]) -> Load {
         let now = self.clock.now();
-        let rpcs = if rpcs.is_empty() {
+        let span = self
+            .registry
+            .recent_span(now)
+            .min(now.saturating_sub(self.started))
+            .max(1_000_000);
+        let seconds = span as f64 / 1e9;
+        let mut load = Load::default();
+        for rpc in rpcs {
+            let (calls, busy) = self.registry.recent_totals(rpc, now);
+            load.total += calls as f64 / seconds;
+            load.busy += busy as f64 / seconds;
+            if let Some(k) = top_k {
+                load.top.extend(
+                    self.registry
+                        .recent_top(rpc, k, now)
+                        .into_iter()
+                        .map(|(key, calls)| ((rpc.clone(), key), calls as f64 / seconds)),
+                );
+            }
+        }
+        load.limited = converging
+            .limited()
+            .map(|target| {
+                let calls = self.registry.recent_calls(&target.0, &target.1, now);
+                (target.clone(), calls as f64 / seconds)
+            })
+            .collect();
+        load
+    }
+
+    fn rpcs(&self, configured: Vec<String>) -> Vec<String> {
+        if configured.is_empty() {
             self.registry.rpcs()
         } else {
-            rpcs
+            configured
+        }
+    }
+
+    /// A downstream said "busy" without saying to which call (as `Policy::busy` and the
+    /// server's busy endpoint do). Returns true if that tightened some limits.
+    ///
+    /// Converging: a signal with no call attached counts no call, so it cannot measure the
+    /// overload; it cuts the capacity estimate by `ratio` (the step-wise control's cut).
+    pub fn on_busy(&self) -> bool {
+        self.signal(Signal::Bare, None)
+    }
+
+    /// A call of RPC type `rpc` was answered "busy". Returns true if that tightened some
+    /// limits. An RPC type not in `rpcs` (when `rpcs` is set) does not take part: its answers
+    /// are ignored.
+    ///
+    /// Converging: the answer is counted against the calls of its type, and the accepted rate
+    /// (calls less busy answers) is the capacity estimate.
+    pub fn on_busy_for(&self, rpc: &str) -> bool {
+        self.signal(Signal::Answer, Some(rpc))
+    }
+
+    /// A call of RPC type `rpc` was answered, but slowly (see
+    /// [`ThrottleLayer::busy_when_slower_than`](crate::layer::ThrottleLayer::busy_when_slower_than)).
+    /// Returns true if that tightened some limits. Ignored for an RPC type not taking part.
+    ///
+    /// Converging: the call was accepted, so it is no refused call; it sets the estimate to
+    /// the accepted rate, and holds it while the limits keep the traffic under it, so a backend
+    /// slow on every call is not cut down to the floor.
+    pub fn on_slow_for(&self, rpc: &str) -> bool {
+        self.signal(Signal::Slow, Some(rpc))
+    }
+
+    fn signal(&self, signal: Signal, rpc: Option<&str>) -> bool {
+        if !self.enabled.load(Ordering::Relaxed) {
+            self.busy_signals.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        // Copied out before `control` is locked: see the lock order on `config`.
+        let (top_k, rpcs, window) = {
+            let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+            (config.top_k, config.rpcs.clone(), config.window)
         };
-        let snapshot: Vec<HotKey> = rpcs
-            .iter()
-            .flat_map(|rpc| self.registry.top_k(rpc, top_k, now))
-            .collect();
-        let actions = control.machine.on_upgrade(&snapshot);
+        if let Some(rpc) = rpc {
+            if !rpcs.is_empty() && !rpcs.iter().any(|r| r == rpc) {
+                return false;
+            }
+        }
+        self.busy_signals.fetch_add(1, Ordering::Relaxed);
+        let now = self.clock.now();
+        if let (Signal::Answer, Some(rpc)) = (signal, rpc) {
+            self.registry.record_busy(rpc, now);
+        }
+        // A slow answer says the backend is at its knee at the rate it takes, which is only
+        // known once a window of answers has been counted: before that, the answers of calls
+        // still in flight are missing, and the rate would be taken too low.
+        if signal == Signal::Slow && now.saturating_sub(self.started) < duration_to_nanos(window) {
+            return false;
+        }
+        let rpcs = self.rpcs(rpcs);
+        let mut control = self.control();
+        let control = &mut *control;
+        if !control.coordinator.report_busy() {
+            if control.control == Control::Converging && control.converging.len() > 0 {
+                let load = self.load(&control.converging, None, &rpcs);
+                control.converging.note_busy(signal, &load);
+            }
+            return false;
+        }
+        let actions = match control.control {
+            Control::Stepwise => {
+                let snapshot: Vec<HotKey> = rpcs
+                    .iter()
+                    .flat_map(|rpc| self.registry.top_k(rpc, top_k, now))
+                    .collect();
+                let actions = control.machine.on_upgrade(&snapshot);
+                if actions.is_empty() {
+                    control.coordinator.upgrade_skipped();
+                }
+                actions
+            }
+            Control::Converging => {
+                let load = self.load(&control.converging, Some(top_k), &rpcs);
+                let actions = control.converging.on_busy(signal, &load);
+                let limited = control.converging.len() > 0;
+                control.coordinator.set_pending(limited);
+                actions
+            }
+        };
         if actions.is_empty() {
-            control.coordinator.upgrade_skipped();
             return false;
         }
         self.apply(&actions);
@@ -309,14 +503,34 @@ impl<C: Clock + Clone> Backpressure<C> {
         true
     }
 
-    /// `ms` milliseconds have passed. Returns true if that relaxed a level of limits. The task
+    /// `ms` milliseconds have passed. Returns true if that relaxed limits (step-wise: a level;
+    /// converging: every limited key that could be raised or released). The task
     /// from [`ticker`](Self::ticker) calls this every second.
     pub fn tick(&self, ms: u64) -> bool {
+        // Copied out before `control` is locked: see the lock order on `config`.
+        let rpcs = {
+            let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
+            config.rpcs.clone()
+        };
         let mut control = self.control();
         if !control.coordinator.tick(ms) {
             return false;
         }
-        let actions = control.machine.on_downgrade();
+        let actions = match control.control {
+            Control::Stepwise => control.machine.on_downgrade(),
+            Control::Converging => {
+                let rpcs = self.rpcs(rpcs);
+                // A quiet round raises and releases limited keys only: no top-k, no key walk.
+                let load = self.load(&control.converging, None, &rpcs);
+                let actions = control.converging.on_quiet(&load);
+                let limited = control.converging.len() > 0;
+                control.coordinator.set_pending(limited);
+                actions
+            }
+        };
+        if actions.is_empty() {
+            return false;
+        }
         self.apply(&actions);
         self.downgrades.fetch_add(1, Ordering::Relaxed);
         true
@@ -422,20 +636,38 @@ impl<C: Clock + Clone> Backpressure<C> {
     /// Applies changed settings (all but `window` and `max_keys`, which are fixed at creation):
     /// they take effect from the next signal, tick or call. A rejected config changes nothing.
     pub fn reconfigure(&self, config: AdaptiveConfig) -> Result<(), AdaptiveError> {
-        config.validate()?;
+        // Lock order: `config`, then `control` (see the field).
         let mut current = self.config.lock().unwrap_or_else(|p| p.into_inner());
-        {
-            let mut control = self.control();
-            control.machine.set_squeeze(config.squeeze());
-            control.coordinator.set_timing(config.timing());
-        }
-        self.enabled.store(config.enabled, Ordering::Relaxed);
-        self.dry_run.store(config.dry_run, Ordering::Relaxed);
-        *current = AdaptiveConfig {
+        let config = AdaptiveConfig {
             window: current.window,
             max_keys: current.max_keys,
             ..config
         };
+        config.validate()?;
+        {
+            let mut control = self.control();
+            if control.control != config.control {
+                // The two keep different state: the new one starts from no limits.
+                let mut actions = control.converging.clear();
+                actions.extend(
+                    self.throttler
+                        .limited()
+                        .into_iter()
+                        .map(|(rpc, key, _)| Action::RemoveLimit { rpc, key }),
+                );
+                self.apply(&actions);
+                control.machine = StateMachine::new(config.squeeze());
+                control.coordinator = Coordinator::new(config.timing());
+                control.control = config.control;
+            }
+            control.machine.set_squeeze(config.squeeze());
+            let lifted = control.converging.set_tuning(config.tuning());
+            self.apply(&lifted);
+            control.coordinator.set_timing(config.timing());
+        }
+        self.enabled.store(config.enabled, Ordering::Relaxed);
+        self.dry_run.store(config.dry_run, Ordering::Relaxed);
+        *current = config;
         Ok(())
     }
 
@@ -478,11 +710,16 @@ impl<C: Clock + Clone> Backpressure<C> {
         for (rpc, _, _) in self.throttler.limited() {
             *throttled_keys.entry(rpc).or_insert(0) += 1;
         }
+        let (level, capacity) = {
+            let control = self.control();
+            (control.machine.level(), control.converging.capacity())
+        };
         BackpressureStats {
             busy_signals: self.busy_signals.load(Ordering::Relaxed),
             upgrades: self.upgrades.load(Ordering::Relaxed),
             downgrades: self.downgrades.load(Ordering::Relaxed),
-            level: self.control().machine.level(),
+            level,
+            capacity,
             throttled_keys,
             waits: self.waits.snapshot(),
         }

@@ -7,8 +7,10 @@
 //!
 //! Keys live in the same bounded map as keyed limiters: at `max_keys` keys per RPC type, keys
 //! that saw no call within the window are dropped, and further new keys are counted together in
-//! an overflow cell that never appears in a top-k. The top-k of an RPC type is computed by a walk
-//! over its keys, which only a busy signal (rare, and limited by the cooldown) asks for.
+//! an overflow cell that never appears in a top-k. Each RPC type also counts all its calls and
+//! its busy answers in two cells of its own, so the totals the converging controller decides on
+//! include the overflow cell and need no walk over the keys. Only a top-k walks the keys, and
+//! only a busy signal past the cooldown (rare) asks for one.
 
 use std::cmp::{Ordering as CmpOrdering, Reverse};
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
@@ -79,13 +81,23 @@ impl Calls {
 
     /// Calls in the window ending now.
     pub(crate) fn count(&self, window: &Window, now: Nanos) -> u64 {
+        self.count_last(window, now, SLOTS)
+    }
+
+    /// Calls in the last `slots` slots, the current (partial) one included.
+    fn count_last(&self, window: &Window, now: Nanos, slots: u64) -> u64 {
         let current = window.slot_of(now) & 0xFFFF_FFFF;
         self.slots
             .iter()
             .map(|slot| slot.load(Ordering::Acquire))
-            .filter(|packed| current.wrapping_sub(packed >> 32) & 0xFFFF_FFFF < SLOTS)
+            .filter(|packed| current.wrapping_sub(packed >> 32) & 0xFFFF_FFFF < slots)
             .map(|packed| packed & 0xFFFF_FFFF)
             .sum()
+    }
+
+    /// Calls in the recent span: the current slot and the one before.
+    fn count_recent(&self, window: &Window, now: Nanos) -> u64 {
+        self.count_last(window, now, 2)
     }
 }
 
@@ -105,8 +117,24 @@ impl Cell<Window> for Calls {
 pub struct QpsRegistry {
     window: Window,
     max_keys: usize,
-    rpcs: ArcSwap<HashMap<String, Arc<Store<Window, Calls>>>>,
+    rpcs: ArcSwap<HashMap<String, Arc<Rpc>>>,
     adding: Mutex<()>,
+}
+
+/// What is counted of one RPC type.
+struct Rpc {
+    /// Calls per key.
+    keys: Store<Window, Calls>,
+    /// Every call of the type, the overflow cell's included: what a busy answer is a share of.
+    calls: Calls,
+    /// Busy answers to calls of the type: the converging controller's overload measure.
+    busy: Calls,
+}
+
+fn calls() -> Calls {
+    Calls {
+        slots: Default::default(),
+    }
 }
 
 impl std::fmt::Debug for QpsRegistry {
@@ -156,19 +184,18 @@ impl QpsRegistry {
         (self.window.slot * SLOTS) as f64 / 1e9
     }
 
-    fn store(&self, rpc: &str, now: Nanos) -> Arc<Store<Window, Calls>> {
+    fn store(&self, rpc: &str, now: Nanos) -> Arc<Rpc> {
         if let Some(store) = self.rpcs.load().get(rpc) {
             return Arc::clone(store);
         }
         let _adding = self.adding.lock().unwrap_or_else(|p| p.into_inner());
         let mut rpcs = HashMap::clone(&self.rpcs.load());
         let store = Arc::clone(rpcs.entry(rpc.to_owned()).or_insert_with(|| {
-            Arc::new(Store::new(
-                self.window,
-                self.max_keys,
-                Overflow::Shared,
-                now,
-            ))
+            Arc::new(Rpc {
+                keys: Store::new(self.window, self.max_keys, Overflow::Shared, now),
+                calls: calls(),
+                busy: calls(),
+            })
         }));
         self.rpcs.store(Arc::new(rpcs));
         store
@@ -178,14 +205,19 @@ impl QpsRegistry {
     #[inline]
     pub fn record(&self, rpc: &str, key: &str, now: Nanos) {
         let rpcs = self.rpcs.load();
-        let _ = match rpcs.get(rpc) {
-            Some(store) => store.with(key, now, |found| found.cell.record(found.shape, now)),
+        let record = |store: &Rpc| {
+            let _ = store
+                .keys
+                .with(key, now, |found| found.cell.record(found.shape, now));
+            store.calls.record(&self.window, now);
+        };
+        match rpcs.get(rpc) {
+            Some(store) => record(store),
             None => {
                 drop(rpcs);
-                self.store(rpc, now)
-                    .with(key, now, |found| found.cell.record(found.shape, now))
+                record(&self.store(rpc, now));
             }
-        };
+        }
     }
 
     /// The observed rate of `rpc`/`key`, requests per second.
@@ -193,7 +225,9 @@ impl QpsRegistry {
         let rpcs = self.rpcs.load();
         rpcs.get(rpc)
             .and_then(|store| {
-                store.with_existing(key, false, |found| found.cell.count(found.shape, now))
+                store
+                    .keys
+                    .with_existing(key, false, |found| found.cell.count(found.shape, now))
             })
             .map_or(0.0, |calls| calls as f64 / self.window_seconds())
     }
@@ -207,7 +241,7 @@ impl QpsRegistry {
         // A min-heap of the k hottest seen so far.
         let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(k + 1);
         let seconds = self.window_seconds();
-        store.for_each(|key, window, calls| {
+        store.keys.for_each(|key, window, calls| {
             let count = calls.count(window, now);
             if count == 0 || k == 0 {
                 return;
@@ -229,6 +263,68 @@ impl QpsRegistry {
             .collect()
     }
 
+    /// Records one busy answer to a call of `rpc`.
+    pub fn record_busy(&self, rpc: &str, now: Nanos) {
+        self.store(rpc, now).busy.record(&self.window, now);
+    }
+
+    /// The span, in nanoseconds, that the recent counts cover at `now`: the previous slot and
+    /// the elapsed part of the current one. The converging controller measures over it rather
+    /// than the whole window, so that it sees a change within about a slot and a rate is not
+    /// understated just after a slot boundary.
+    pub fn recent_span(&self, now: Nanos) -> u64 {
+        self.window.slot + now % self.window.slot
+    }
+
+    /// Calls of `rpc` (every key, the overflow cell's included) and busy answers to them, over
+    /// the recent span.
+    pub fn recent_totals(&self, rpc: &str, now: Nanos) -> (u64, u64) {
+        self.rpcs.load().get(rpc).map_or((0, 0), |store| {
+            (
+                store.calls.count_recent(&self.window, now),
+                store.busy.count_recent(&self.window, now),
+            )
+        })
+    }
+
+    /// Calls of `rpc`/`key` over the recent span.
+    pub fn recent_calls(&self, rpc: &str, key: &str, now: Nanos) -> u64 {
+        let rpcs = self.rpcs.load();
+        rpcs.get(rpc)
+            .and_then(|store| {
+                store.keys.with_existing(key, false, |found| {
+                    found.cell.count_recent(found.shape, now)
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    /// The `k` busiest keys of `rpc` over the recent span (a walk over its keys): (key, calls),
+    /// most first, ties by key.
+    pub fn recent_top(&self, rpc: &str, k: usize, now: Nanos) -> Vec<(String, u64)> {
+        let rpcs = self.rpcs.load();
+        let Some(store) = rpcs.get(rpc) else {
+            return Vec::new();
+        };
+        let mut heap: BinaryHeap<Reverse<Ranked>> = BinaryHeap::with_capacity(k + 1);
+        store.keys.for_each(|key, window, calls| {
+            let count = calls.count_recent(window, now);
+            if count == 0 || k == 0 {
+                return;
+            }
+            heap.push(Reverse(Ranked(count as f64, key.to_owned())));
+            if heap.len() > k {
+                heap.pop();
+            }
+        });
+        let mut busiest: Vec<Ranked> = heap.into_iter().map(|Reverse(r)| r).collect();
+        busiest.sort_by(|a, b| b.cmp(a));
+        busiest
+            .into_iter()
+            .map(|Ranked(count, key)| (key, count as u64))
+            .collect()
+    }
+
     /// The RPC types seen so far, in name order.
     pub fn rpcs(&self) -> Vec<String> {
         let rpcs = self.rpcs.load();
@@ -239,13 +335,17 @@ impl QpsRegistry {
     #[cfg(test)]
     /// Keys tracked, over every RPC type.
     pub fn keys(&self) -> u64 {
-        self.rpcs.load().values().map(|s| s.counters().keys).sum()
+        self.rpcs
+            .load()
+            .values()
+            .map(|s| s.keys.counters().keys)
+            .sum()
     }
 
     #[cfg(test)]
     /// Drops keys with no call in the window; returns how many.
     pub fn sweep(&self, now: Nanos) -> usize {
-        self.rpcs.load().values().map(|s| s.sweep(now)).sum()
+        self.rpcs.load().values().map(|s| s.keys.sweep(now)).sum()
     }
 }
 
@@ -301,6 +401,56 @@ mod tests {
             registry.rpcs(),
             vec!["COMMIT".to_owned(), "PREP".to_owned()]
         );
+    }
+
+    #[test]
+    fn the_recent_span_is_the_previous_slot_and_the_current_part() {
+        let registry = QpsRegistry::new(3 * S, 100);
+        for (at, key, calls) in [(0, "a", 50), (S, "a", 20), (S, "b", 30), (2 * S, "b", 40)] {
+            for _ in 0..calls {
+                registry.record("PREP", key, at);
+            }
+        }
+        for _ in 0..7 {
+            registry.record_busy("PREP", S);
+        }
+        registry.record_busy("PREP", 0);
+        registry.record_busy("COMMIT", S);
+        let now = 2 * S + S / 4;
+        assert_eq!(registry.recent_span(now), S + S / 4);
+        assert_eq!(
+            registry.recent_top("PREP", 1, now),
+            vec![("b".to_owned(), 70)]
+        );
+        assert_eq!(
+            registry.recent_totals("PREP", now),
+            (90, 7),
+            "the slot of 0 s is no longer recent"
+        );
+        assert_eq!(registry.recent_calls("PREP", "a", now), 20);
+        assert_eq!(registry.recent_totals("COMMIT", now), (0, 1));
+        assert!(registry.recent_top("COMMIT", 1, now).is_empty());
+        assert_eq!(registry.recent_totals("OTHER", now), (0, 0));
+    }
+
+    #[test]
+    fn the_total_counts_the_keys_past_the_bound_too() {
+        // Two keys tracked; the other eight share the overflow cell, which is in no top-k but
+        // is in the total a busy answer is a share of.
+        let registry = QpsRegistry::new(3 * S, 2);
+        for i in 0..10 {
+            for _ in 0..5 {
+                registry.record("PREP", &format!("table-{i}"), S);
+            }
+        }
+        assert!(registry.keys() <= 2);
+        assert_eq!(registry.recent_totals("PREP", S), (50, 0));
+        let top = registry.recent_top("PREP", 10, S);
+        assert!(
+            top.iter().all(|(key, _)| key.starts_with("table-")),
+            "{top:?}"
+        );
+        assert!(top.iter().map(|(_, n)| n).sum::<u64>() < 50);
     }
 
     #[test]

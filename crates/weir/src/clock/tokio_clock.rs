@@ -26,6 +26,15 @@ impl TokioClock {
     }
 }
 
+impl TokioClock {
+    /// A clock reading tokio's time since `origin` (0 before it): for a simulation on a paused
+    /// runtime that needs its readings, and so anything that depends on their phase (a rate
+    /// window's slots), to be the same on every run.
+    pub fn with_origin(origin: tokio::time::Instant) -> Self {
+        TokioClock { origin }
+    }
+}
+
 impl Default for TokioClock {
     fn default() -> Self {
         TokioClock::new()
@@ -63,5 +72,18 @@ mod tests {
         let before = clock.now();
         tokio::time::advance(Duration::from_millis(250)).await;
         assert_eq!(clock.now() - before, 250_000_000);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_clock_with_an_origin_reads_from_it() {
+        let origin = tokio::time::Instant::now();
+        let clock = TokioClock::with_origin(origin - Duration::from_millis(40));
+        assert_eq!(clock.now(), 40_000_000);
+        tokio::time::advance(Duration::from_millis(5)).await;
+        assert_eq!(clock.now(), 45_000_000);
+        assert_eq!(
+            TokioClock::with_origin(origin + Duration::from_secs(1)).now(),
+            0
+        );
     }
 }

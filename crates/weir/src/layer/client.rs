@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tower_layer::Layer;
 use tower_service::Service;
@@ -55,6 +56,8 @@ pub struct ThrottleLayer<C: Clock + Clone, F, P = HttpBusy> {
     host: Option<Arc<HostLimiter<C>>>,
     target: Arc<F>,
     busy: P,
+    /// A call that took at least this long (on the controller's clock) is a busy signal too.
+    slow: Option<Duration>,
 }
 
 impl<C: Clock + Clone, F, P: Clone> Clone for ThrottleLayer<C, F, P> {
@@ -64,6 +67,7 @@ impl<C: Clock + Clone, F, P: Clone> Clone for ThrottleLayer<C, F, P> {
             host: self.host.clone(),
             target: Arc::clone(&self.target),
             busy: self.busy.clone(),
+            slow: self.slow,
         }
     }
 }
@@ -77,6 +81,7 @@ impl<C: Clock + Clone, F> ThrottleLayer<C, F, HttpBusy> {
             host: None,
             target: Arc::new(target),
             busy: HttpBusy,
+            slow: None,
         }
     }
 }
@@ -88,14 +93,27 @@ impl<C: Clock + Clone, F, P> ThrottleLayer<C, F, P> {
         self
     }
 
-    /// Classifies outcomes with `busy` instead.
+    /// Classifies outcomes with `busy` instead. (An error rate as the busy signal:
+    /// `BusyWhen(|outcome: &Result<_, _>| outcome.is_err())`.)
     pub fn busy_when<Q>(self, busy: Q) -> ThrottleLayer<C, F, Q> {
         ThrottleLayer {
             backpressure: self.backpressure,
             host: self.host,
             target: self.target,
             busy,
+            slow: self.slow,
         }
+    }
+
+    /// Also takes a call that ran for `threshold` or longer as a busy signal, whatever its
+    /// answer: a backend that slows down before it sheds is overloaded already. The time runs
+    /// from when the call is sent (after any wait for its slot and for the inner service to be
+    /// ready, which are the client's queueing, not the backend's) to its answer, on the
+    /// controller's clock. A slow answer that is not also a busy answer was accepted: it is
+    /// passed on as [`Backpressure::on_slow_for`], not counted as a refused call.
+    pub fn busy_when_slower_than(mut self, threshold: Duration) -> Self {
+        self.slow = Some(threshold);
+        self
     }
 }
 
@@ -159,10 +177,21 @@ where
                 host.acquire(&rpc).await;
             }
             layer.backpressure.before_call(&rpc, &key).await;
-            let outcome = ready_then_call(inner, request).await;
+            let mut inner = inner;
+            let ready = std::future::poll_fn(|cx| inner.poll_ready(cx)).await;
+            let sent = layer.backpressure.now();
+            let outcome = match ready {
+                Ok(()) => inner.call(request).await,
+                Err(e) => Err(e),
+            };
             layer.backpressure.after_call(&rpc, &key);
             if layer.busy.is_busy(&outcome) {
-                layer.backpressure.on_busy();
+                layer.backpressure.on_busy_for(&rpc);
+            } else if layer.slow.is_some_and(|threshold| {
+                let took = layer.backpressure.now().saturating_sub(sent);
+                took >= crate::clock::duration_to_nanos(threshold)
+            }) {
+                layer.backpressure.on_slow_for(&rpc);
             }
             outcome
         })

@@ -3,7 +3,8 @@
 //! - [`ThrottleLayer`] wraps a *client* of a shared server (say, a meta service's): each
 //!   call waits for its RPC type's host-level token and its key's backpressure slot, is recorded
 //!   after it completes, and a "busy" answer (by default HTTP 429 or 503, or gRPC
-//!   `RESOURCE_EXHAUSTED`) tightens the hottest keys.
+//!   `RESOURCE_EXHAUSTED`; optionally also an answer slower than a threshold) tightens the
+//!   hottest keys.
 //! - [`PolicyLayer`] puts a [`Policy`](crate::policy::Policy) in front of a *server*: requests are
 //!   keyed by an extractor and admitted, made to wait (if the policy says `wait`), or shed with
 //!   429 (gRPC:

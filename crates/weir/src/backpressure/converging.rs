@@ -1,0 +1,763 @@
+//! The converging controller: per-key limits that settle just under the backend's capacity.
+//!
+//! Pure logic, no clock and no I/O, like the step-wise [`StateMachine`](super::machine): the
+//! controller hands it what it measured over the recent span (a [`Load`]) when a busy signal
+//! passes the cooldown ([`on_busy`](Converging::on_busy)) and after each quiet
+//! `downgrade_interval` ([`on_quiet`](Converging::on_quiet)), and applies the [`Action`]s it
+//! returns.
+//!
+//! # Why this algorithm
+//!
+//! The step-wise design undoes only its newest step and drops it whole, so it overshoots into
+//! overload on every relax and starves a key whose step sits lower in the stack. The aggregate
+//! controllers that do converge share two ideas, which this keeps:
+//!
+//! - **Tighten to a measured level, relax gently towards it.** Google's client-side throttling
+//!   sizes its admission from *accepted vs requested*; Netflix's Vegas and Gradient2 and Envoy's
+//!   gradient filter estimate the level the backend sustains and grow only slowly above it
+//!   (AIMD's additive probe, without its blind halving). Here a busy signal sets the *capacity
+//!   estimate* to the calls the backend accepted over the recent span (calls sent minus busy
+//!   answers), and each quiet interval raises the estimate by `increase` (× 1.05 by default): a
+//!   probe of a few per cent, so after an overload the limits come back to the last known-good
+//!   level at once and then creep above it, rather than jumping to full demand. From the third
+//!   quiet interval in a row the step doubles each time (× 1.05², × 1.05⁴, … up to × 1.05¹⁶),
+//!   as TCP's slow start does: a busy answer measured in a burst can understate the capacity,
+//!   and a fixed small step would take many intervals to win it back.
+//! - **Limits follow from the estimate, not from a history.** Every decision recomputes the
+//!   limits from the estimate, so every limited key relaxes, not only the newest, and a cut is
+//!   as deep as the overload (sent vs accepted) and no deeper.
+//!
+//! None of the anchors is per key; Weir's addition is how the estimate is shared. The budget is
+//! the estimate less `headroom` (5 % by default, which keeps busy answers rare) less what the
+//! keys outside the set use; the set is the limited keys and the current top-k. The budget is
+//! *water-filled* over the set: max-min fair, a key wanting less than the fair share keeps what
+//! it wants, and the others split the rest equally.
+//!
+//! # The rules
+//!
+//! On a busy signal past the cooldown, with `qps` each key's recent rate, `total` the calls of
+//! the RPC types taking part and `busy` the busy answers to them:
+//!
+//! ```text
+//! accepted = total − busy                     (calls a second the backend took)
+//! capacity = accepted                         (a busy answer: the overload is measured)
+//!          = ratio × accepted                 (a signal with no call attached, say a POST)
+//!          = accepted, or the estimate held   (a slow answer: see below)
+//! budget   = capacity × (1 − headroom) − Σ qps of keys outside the set
+//! share    = water-fill(budget, qps of each key in the set)
+//! a key whose share < qps:  limit = max(share, ratio × (limit or qps), floor), if tighter
+//! ```
+//!
+//! The three kinds of signal differ in what they tell about the backend. A busy answer is one
+//! refused call among `total`, so the accepted rate is the capacity. A signal with no call
+//! attached (`Policy::busy`, `POST /v1/busy`) counts no call, so it cannot measure the overload:
+//! it cuts by `ratio`, as the step-wise control does. A slow answer was accepted: the backend
+//! is at its knee, not over it, so it sets the estimate to the accepted rate (limits then leave
+//! `headroom` of it unused), but while the traffic already stays within the estimate's
+//! headroom it holds the estimate — a backend slow on every call would otherwise be cut by
+//! `headroom` on every signal, down to the floor. The estimate never goes below what the
+//! limited keys at the floor carry.
+//!
+//! A busy signal never raises a limit and never newly limits a key outside the top-k; `ratio`
+//! bounds one cut (no key loses more than `1 − ratio` of its limit or rate at once). A signal
+//! the cooldown refuses cuts nothing, but it is no quiet time either: it restarts the count of
+//! quiet rounds and lowers the estimate to what it measures ([`note_busy`](Converging::note_busy)).
+//!
+//! After each quiet interval the estimate, or the rate the backend accepted over it if higher,
+//! grows (above), and every limited key is looked at: one that used less than 90 % of its
+//! limit for two rounds running is released (its demand is under its limit); the others take
+//! their water-filled share of the grown estimate, if that is more than their limit (at most
+//! × 4 a round), with queued reservations dropped. (A key's rate is measured over at most two
+//! thirds of the window, which the controller's settings keep within one quiet interval: a key
+//! just raised is judged on calls made under its new limit.)
+//!
+//! [`Action`]: super::machine::Action
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::machine::{Action, Target};
+
+/// A key using less than this share of its limit is not held back by it.
+const USED: f64 = 0.9;
+/// Quiet rounds in a row a key must leave its limit unused before it is released.
+const IDLE_ROUNDS: u8 = 2;
+/// The most one quiet round multiplies a limit by.
+const MAX_RAISE: f64 = 4.0;
+/// Limits and estimates stay below this (calls a second); a key that would need more is free.
+const CEILING: f64 = 1e9;
+
+/// The converging controller's parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuning {
+    /// The deepest one cut goes: a key keeps at least this share of its limit (or rate).
+    pub ratio: f64,
+    /// Limits never go below this.
+    pub floor: f64,
+    /// Each quiet round multiplies the capacity estimate by this (> 1).
+    pub increase: f64,
+    /// The share of the capacity estimate left unused (0 ≤ headroom < 1).
+    pub headroom: f64,
+}
+
+/// What a busy signal is, which decides what it says about the backend's capacity (see the
+/// [module docs](self)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signal {
+    /// A call was answered busy (and counted among the load's busy answers).
+    Answer,
+    /// A call was answered, but slowly: accepted, and a sign the backend is at its knee.
+    Slow,
+    /// A signal with no call attached: a downstream said "busy" without saying to what.
+    Bare,
+}
+
+/// What the controller measured over the recent span, in calls a second.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Load {
+    /// Calls sent, every key of every RPC type taking part.
+    pub total: f64,
+    /// Busy answers to those calls.
+    pub busy: f64,
+    /// The top-k busiest keys of each RPC type, with their rates: the only keys a busy signal
+    /// may newly limit.
+    pub top: Vec<(Target, f64)>,
+    /// The rate of each limited key (see [`Converging::limited`]); a missing key counts as 0.
+    pub limited: BTreeMap<Target, f64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Limit {
+    qps: f64,
+    /// Quiet rounds in a row the key left its limit unused.
+    idle: u8,
+}
+
+/// The converging controller's state; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct Converging {
+    tuning: Tuning,
+    limits: BTreeMap<Target, Limit>,
+    /// Accepted calls a second, as last measured and grown since; `None` with no limit.
+    capacity: Option<f64>,
+    /// Quiet rounds in a row: since the last busy signal, whether or not it cut anything.
+    quiet_rounds: u32,
+}
+
+/// Max-min fair shares of `budget` for `demands` (infinite: wants all it can get), in the
+/// order given.
+fn water_fill(budget: f64, demands: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..demands.len()).collect();
+    order.sort_by(|&a, &b| demands[a].total_cmp(&demands[b]));
+    let mut shares = vec![0.0; demands.len()];
+    let mut left = budget.max(0.0);
+    for (done, &i) in order.iter().enumerate() {
+        let fair = left / (order.len() - done) as f64;
+        let share = demands[i].min(fair);
+        shares[i] = share;
+        left -= share;
+    }
+    shares
+}
+
+impl Converging {
+    /// A controller with no limits and no estimate.
+    pub fn new(tuning: Tuning) -> Self {
+        Converging {
+            tuning,
+            limits: BTreeMap::new(),
+            capacity: None,
+            quiet_rounds: 0,
+        }
+    }
+
+    /// Changes the parameters; the next decision uses them. A limit under a raised floor is
+    /// lifted to it at once (no limit is ever below the floor): the actions returned say so.
+    pub fn set_tuning(&mut self, tuning: Tuning) -> Vec<Action> {
+        self.tuning = tuning;
+        let floor = self.tuning.floor;
+        self.limits
+            .iter_mut()
+            .filter(|(_, limit)| limit.qps < floor)
+            .map(|(target, limit)| {
+                limit.qps = floor;
+                set_limit(target, floor, false)
+            })
+            .collect()
+    }
+
+    /// The limited keys.
+    pub fn limited(&self) -> impl Iterator<Item = &Target> {
+        self.limits.keys()
+    }
+
+    /// How many keys are limited.
+    pub fn len(&self) -> usize {
+        self.limits.len()
+    }
+
+    /// The capacity estimate, calls a second, if any key is limited.
+    pub fn capacity(&self) -> Option<f64> {
+        self.capacity
+    }
+
+    /// The capacity `signal` measures in `load` (see the [module docs](self)).
+    fn measured(&self, signal: Signal, load: &Load) -> f64 {
+        let accepted = (load.total - load.busy).clamp(0.0, CEILING);
+        match signal {
+            Signal::Answer => accepted,
+            Signal::Bare => self.tuning.ratio * accepted,
+            Signal::Slow => match self.capacity {
+                // The limits keep the traffic within the estimate's headroom already: a slow
+                // answer now says the backend is slow at this level, not that it takes less.
+                // (Half the headroom: a rate measured just after a cut still has some calls
+                // from before it.)
+                Some(estimate) if accepted <= estimate * (1.0 - self.tuning.headroom / 2.0) => {
+                    estimate
+                }
+                _ => accepted,
+            },
+        }
+    }
+
+    /// The least estimate: what the limited keys carry at the floor (so that a stream of
+    /// signals cannot talk the estimate down to nothing).
+    fn least(&self) -> f64 {
+        self.tuning.floor * self.limits.len().max(1) as f64
+    }
+
+    /// A busy signal the cooldown refused: no cut, but no quiet time either — the count of
+    /// quiet rounds starts again, and the estimate is lowered to what the signal measures (a
+    /// signal with no call attached measures the accepted rate: many of them in a cooldown
+    /// are no deeper an overload than one).
+    pub fn note_busy(&mut self, signal: Signal, load: &Load) {
+        self.quiet_rounds = 0;
+        let measured = match signal {
+            Signal::Bare => self.measured(Signal::Answer, load),
+            _ => self.measured(signal, load),
+        };
+        let least = self.least();
+        if let Some(capacity) = &mut self.capacity {
+            *capacity = capacity.min(measured).max(least);
+        }
+    }
+
+    /// A busy signal past the cooldown: cuts the keys of the set to their fair share of the
+    /// measured capacity.
+    pub fn on_busy(&mut self, signal: Signal, load: &Load) -> Vec<Action> {
+        let Tuning {
+            ratio,
+            floor,
+            headroom,
+            ..
+        } = self.tuning;
+        let accepted = self.measured(signal, load);
+        self.capacity = Some(accepted);
+        self.quiet_rounds = 0;
+        let mut set: BTreeMap<Target, f64> = self
+            .limits
+            .keys()
+            .map(|t| (t.clone(), load.limited.get(t).copied().unwrap_or(0.0)))
+            .collect();
+        let top: BTreeSet<&Target> = load.top.iter().map(|(t, _)| t).collect();
+        for (target, qps) in &load.top {
+            set.entry(target.clone()).or_insert(*qps);
+        }
+        let demands: Vec<f64> = set.values().copied().collect();
+        let others = (load.total - demands.iter().sum::<f64>()).max(0.0);
+        let budget = accepted * (1.0 - headroom) - others;
+        let shares = water_fill(budget, &demands);
+        let mut actions = Vec::new();
+        for ((target, qps), share) in set.into_iter().zip(shares) {
+            if share >= qps {
+                continue;
+            }
+            match self.limits.get_mut(&target) {
+                Some(limit) => {
+                    let new = share.max(limit.qps * ratio).max(floor);
+                    if new < limit.qps {
+                        limit.qps = new;
+                        limit.idle = 0;
+                        actions.push(set_limit(&target, new, false));
+                    }
+                }
+                None if top.contains(&target) => {
+                    let new = share.max(qps * ratio).max(floor).min(CEILING);
+                    if new < qps {
+                        actions.push(set_limit(&target, new, false));
+                        self.limits.insert(target, Limit { qps: new, idle: 0 });
+                    }
+                }
+                None => {}
+            }
+        }
+        if self.limits.is_empty() {
+            self.capacity = None;
+        } else {
+            self.capacity = Some(accepted.max(self.least()));
+        }
+        actions
+    }
+
+    /// A quiet `downgrade_interval` has passed: grows the estimate, releases keys that no
+    /// longer use their limits, and raises the others to their share of it.
+    pub fn on_quiet(&mut self, load: &Load) -> Vec<Action> {
+        if self.limits.is_empty() {
+            self.capacity = None;
+            return Vec::new();
+        }
+        let Tuning {
+            increase, headroom, ..
+        } = self.tuning;
+        // A quiet interval is one in which the backend took `total − busy` without complaint:
+        // an estimate measured low (in a burst, or cut blind by a signal with no call
+        // attached) is at least that.
+        let accepted = load.total - load.busy;
+        let before = self.capacity.map_or(load.total, |c| c.max(accepted));
+        // Two rounds at `increase`, then the step doubles each quiet round: a probe stays
+        // small near the level last measured, and a low estimate is left behind quickly.
+        let steps = 1 << self.quiet_rounds.saturating_sub(1).min(4);
+        self.quiet_rounds = self.quiet_rounds.saturating_add(1);
+        let capacity = (before * increase.powi(steps))
+            .max(before + self.tuning.floor)
+            .min(CEILING);
+        self.capacity = Some(capacity);
+        let mut actions = Vec::new();
+        let mut released = Vec::new();
+        // (key, its rate, its demand: its rate if its limit is not holding it back)
+        let mut set: Vec<(Target, f64, f64)> = Vec::new();
+        for (target, limit) in &mut self.limits {
+            let qps = load.limited.get(target).copied().unwrap_or(0.0);
+            if qps < limit.qps * USED {
+                limit.idle = limit.idle.saturating_add(1);
+                if limit.idle >= IDLE_ROUNDS {
+                    released.push(target.clone());
+                } else {
+                    set.push((target.clone(), qps, qps));
+                }
+            } else {
+                limit.idle = 0;
+                set.push((target.clone(), qps, f64::INFINITY));
+            }
+        }
+        let used: f64 = set.iter().map(|(_, qps, _)| qps).sum();
+        // Released keys' calls are in the total, outside the set.
+        let others = (load.total - used).max(0.0);
+        let budget = capacity * (1.0 - headroom) - others;
+        let demands: Vec<f64> = set.iter().map(|(_, _, demand)| *demand).collect();
+        let shares = water_fill(budget, &demands);
+        let raised: Vec<(Target, f64)> = set
+            .into_iter()
+            .zip(shares)
+            .filter(|((_, _, demand), _)| demand.is_infinite())
+            .filter_map(|((target, _, _), share)| {
+                let old = self.limits[&target].qps;
+                let new = share.min(old * MAX_RAISE);
+                (new > old).then_some((target, new))
+            })
+            .collect();
+        for (target, new) in raised {
+            if new >= CEILING {
+                released.push(target);
+                continue;
+            }
+            if let Some(limit) = self.limits.get_mut(&target) {
+                limit.qps = new;
+            }
+            actions.push(set_limit(&target, new, true));
+        }
+        for target in released {
+            self.limits.remove(&target);
+            actions.push(Action::RemoveLimit {
+                rpc: target.0,
+                key: target.1,
+            });
+        }
+        if self.limits.is_empty() {
+            self.capacity = None;
+        }
+        actions
+    }
+
+    /// Drops every limit and the estimate; returns what to apply.
+    pub fn clear(&mut self) -> Vec<Action> {
+        self.capacity = None;
+        std::mem::take(&mut self.limits)
+            .into_keys()
+            .map(|(rpc, key)| Action::RemoveLimit { rpc, key })
+            .collect()
+    }
+
+    #[cfg(test)]
+    /// The limit on `target`, if any.
+    pub fn limit(&self, target: &Target) -> Option<f64> {
+        self.limits.get(target).map(|l| l.qps)
+    }
+}
+
+fn set_limit(target: &Target, qps: f64, reset: bool) -> Action {
+    Action::SetLimit {
+        rpc: target.0.clone(),
+        key: target.1.clone(),
+        qps,
+        reset,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const PREP: &str = "PREPARE_ROWSET";
+
+    fn tuning() -> Tuning {
+        Tuning {
+            ratio: 0.5,
+            floor: 1.0,
+            increase: 1.05,
+            headroom: 0.05,
+        }
+    }
+
+    fn t(key: &str) -> Target {
+        (PREP.to_owned(), key.to_owned())
+    }
+
+    fn load(total: f64, busy: f64, top: &[(&str, f64)], limited: &[(&str, f64)]) -> Load {
+        Load {
+            total,
+            busy,
+            top: top.iter().map(|&(k, q)| (t(k), q)).collect(),
+            limited: limited.iter().map(|&(k, q)| (t(k), q)).collect(),
+        }
+    }
+
+    fn close(a: Option<f64>, b: f64) -> bool {
+        a.is_some_and(|a| (a - b).abs() < 1e-9)
+    }
+
+    #[test]
+    fn water_filling_gives_small_demands_what_they_want_and_splits_the_rest() {
+        assert_eq!(
+            water_fill(300.0, &[50.0, 400.0, 150.0]),
+            [50.0, 125.0, 125.0]
+        );
+        assert_eq!(water_fill(300.0, &[50.0, 60.0]), [50.0, 60.0]);
+        assert_eq!(water_fill(-5.0, &[50.0, 60.0]), [0.0, 0.0]);
+        let inf = f64::INFINITY;
+        assert_eq!(water_fill(90.0, &[inf, 30.0, inf]), [30.0, 30.0, 30.0]);
+    }
+
+    #[test]
+    fn a_busy_signal_cuts_the_hot_key_to_what_the_backend_accepts() {
+        // 600/s sent, 300 answered busy: capacity 300, budget 285 − 200 outside the top.
+        let mut c = Converging::new(tuning());
+        let actions = c.on_busy(Signal::Answer, &load(600.0, 300.0, &[("hot", 400.0)], &[]));
+        assert_eq!(actions.len(), 1);
+        assert!(close(c.limit(&t("hot")), 400.0 * 0.5), "bounded by ratio");
+        assert_eq!(c.capacity(), Some(300.0));
+        // Still busy: cut again, at most by half…
+        c.on_busy(
+            Signal::Answer,
+            &load(400.0, 100.0, &[("hot", 200.0)], &[("hot", 200.0)]),
+        );
+        assert!(close(c.limit(&t("hot")), 100.0), "{:?}", c.limit(&t("hot")));
+        // …until it reaches the budget, 285 − 200 = 85.
+        c.on_busy(
+            Signal::Answer,
+            &load(300.0, 0.1, &[("hot", 100.0)], &[("hot", 100.0)]),
+        );
+        let budget = (300.0 - 0.1) * 0.95 - 200.0;
+        assert!(
+            close(c.limit(&t("hot")), budget),
+            "{:?}",
+            c.limit(&t("hot"))
+        );
+    }
+
+    #[test]
+    fn limited_keys_share_the_capacity_max_min_fairly() {
+        // hot and warm both in the top 2; cold keys outside use 50. Budget 285 − 50 = 235:
+        // the small key keeps its 20, hot and warm split the rest.
+        let mut c = Converging::new(Tuning {
+            ratio: 0.1,
+            ..tuning()
+        });
+        c.on_busy(
+            Signal::Answer,
+            &load(
+                620.0,
+                320.0,
+                &[("hot", 400.0), ("warm", 150.0), ("small", 20.0)],
+                &[],
+            ),
+        );
+        assert!(close(c.limit(&t("hot")), 107.5), "{:?}", c.limit(&t("hot")));
+        assert!(close(c.limit(&t("warm")), 107.5));
+        assert_eq!(c.limit(&t("small")), None, "under its fair share: not cut");
+    }
+
+    #[test]
+    fn quiet_rounds_raise_every_limited_key_and_release_idle_ones() {
+        let mut c = Converging::new(Tuning {
+            ratio: 0.1,
+            ..tuning()
+        });
+        c.on_busy(
+            Signal::Answer,
+            &load(600.0, 300.0, &[("a", 300.0), ("b", 250.0)], &[]),
+        );
+        let (a, b) = (c.limit(&t("a")).unwrap(), c.limit(&t("b")).unwrap());
+        assert!(close(Some(a), 117.5) && close(Some(b), 117.5), "{a} {b}");
+        // Both use their limits; the others stopped sending: spare for both. (The first two
+        // rounds grow the estimate by `increase`, the third by its square.)
+        let actions = c.on_quiet(&load(235.0, 0.0, &[], &[("a", a), ("b", b)]));
+        assert_eq!(actions.len(), 2, "every limited key relaxes: {actions:?}");
+        let budget = 300.0 * 1.05 * 0.95;
+        assert!(close(c.limit(&t("a")), budget / 2.0));
+        assert!(close(c.limit(&t("b")), budget / 2.0));
+        // b stops: idle for one round, kept; idle two rounds, released.
+        let a = c.limit(&t("a")).unwrap();
+        c.on_quiet(&load(a, 0.0, &[], &[("a", a), ("b", 0.0)]));
+        assert!(c.limit(&t("b")).is_some());
+        let a = c.limit(&t("a")).unwrap();
+        let actions = c.on_quiet(&load(a, 0.0, &[], &[("a", a), ("b", 0.0)]));
+        assert!(actions.contains(&Action::RemoveLimit {
+            rpc: PREP.into(),
+            key: "b".into()
+        }));
+        assert_eq!(c.limit(&t("b")), None);
+    }
+
+    #[test]
+    fn a_busy_signal_never_raises_a_limit_nor_limits_a_key_outside_the_top() {
+        let mut c = Converging::new(tuning());
+        c.on_busy(Signal::Answer, &load(600.0, 300.0, &[("hot", 400.0)], &[]));
+        let before = c.limit(&t("hot")).unwrap();
+        // A small overload, hot now in the top no more: its fair share (all of its 90) is
+        // under its limit, which stays; warm, in the top, is cut to its share. The 70 calls
+        // of the keys outside the set are nobody's to cut.
+        let actions = c.on_busy(
+            Signal::Answer,
+            &load(310.0, 1.0, &[("warm", 150.0)], &[("hot", 90.0)]),
+        );
+        assert_eq!(actions.len(), 1, "{actions:?}");
+        assert!(matches!(&actions[0], Action::SetLimit { key, .. } if key == "warm"));
+        assert_eq!(c.limit(&t("hot")), Some(before));
+        assert_eq!(c.len(), 2, "only hot and warm are limited");
+    }
+
+    #[test]
+    fn a_raised_floor_lifts_the_limits_under_it() {
+        let mut c = Converging::new(tuning());
+        c.on_busy(Signal::Answer, &load(310.0, 10.0, &[("hot", 300.0)], &[]));
+        let before = c.limit(&t("hot")).expect("hot is limited");
+        let raised = Tuning {
+            floor: before + 50.0,
+            ..tuning()
+        };
+        let actions = c.set_tuning(raised);
+        assert_eq!(c.limit(&t("hot")), Some(before + 50.0));
+        assert!(
+            matches!(&actions[..], [Action::SetLimit { key, qps, .. }] if key == "hot" && *qps == before + 50.0),
+            "{actions:?}"
+        );
+        assert!(
+            c.set_tuning(tuning()).is_empty(),
+            "lowering the floor lifts nothing"
+        );
+    }
+
+    #[test]
+    fn a_signal_with_no_call_attached_cuts_by_ratio_and_spam_cannot_empty_the_estimate() {
+        let mut c = Converging::new(tuning());
+        // No busy answer counted: the accepted rate is all that was sent; cut by `ratio`.
+        c.on_busy(Signal::Bare, &load(600.0, 0.0, &[("hot", 400.0)], &[]));
+        assert_eq!(c.capacity(), Some(300.0));
+        assert!(close(c.limit(&t("hot")), 200.0), "{:?}", c.limit(&t("hot")));
+        // Refused by the cooldown: lowered to the accepted rate, not cut by `ratio` again.
+        c.note_busy(Signal::Bare, &load(400.0, 0.0, &[], &[("hot", 200.0)]));
+        assert_eq!(c.capacity(), Some(300.0));
+        c.note_busy(Signal::Bare, &load(250.0, 0.0, &[], &[("hot", 200.0)]));
+        assert_eq!(c.capacity(), Some(250.0));
+        // However many pass the cooldown, the estimate stays at what the floor allows.
+        for _ in 0..200 {
+            let hot = c.limit(&t("hot")).unwrap();
+            c.on_busy(
+                Signal::Bare,
+                &load(hot, 0.0, &[("hot", hot)], &[("hot", hot)]),
+            );
+        }
+        assert_eq!(c.limit(&t("hot")), Some(1.0));
+        assert_eq!(c.capacity(), Some(1.0));
+        c.note_busy(Signal::Answer, &load(5.0, 5.0, &[], &[("hot", 1.0)]));
+        assert_eq!(c.capacity(), Some(1.0), "not below the floor");
+    }
+
+    #[test]
+    fn a_slow_answer_cuts_to_the_accepted_rate_once_and_then_holds() {
+        let mut c = Converging::new(tuning());
+        // Accepted, but slow: the estimate is what was accepted; the cut is the headroom.
+        c.on_busy(Signal::Slow, &load(600.0, 0.0, &[("hot", 400.0)], &[]));
+        assert_eq!(c.capacity(), Some(600.0));
+        let hot = c.limit(&t("hot")).unwrap();
+        assert!(close(Some(hot), 600.0 * 0.95 - 200.0), "{hot}");
+        // Still slow with the traffic under the estimate's headroom: held, no deeper cut.
+        let held = load(hot + 200.0, 0.0, &[("hot", hot)], &[("hot", hot)]);
+        for _ in 0..10 {
+            assert!(c.on_busy(Signal::Slow, &held).is_empty());
+            c.note_busy(Signal::Slow, &held);
+        }
+        assert_eq!(c.capacity(), Some(600.0));
+        assert_eq!(c.limit(&t("hot")), Some(hot));
+        // The traffic grew into the headroom (a key outside the set) and it is slow there:
+        // that is the level now.
+        let grown = load(hot + 250.0, 0.0, &[("hot", hot)], &[("hot", hot)]);
+        c.on_busy(Signal::Slow, &grown);
+        assert_eq!(c.capacity(), Some(hot + 250.0));
+        assert!(c.limit(&t("hot")).unwrap() < hot);
+    }
+
+    #[test]
+    fn a_refused_busy_signal_restarts_the_quiet_rounds_and_lowers_the_estimate() {
+        let mut c = Converging::new(tuning());
+        c.on_busy(Signal::Answer, &load(600.0, 300.0, &[("hot", 400.0)], &[]));
+        // hot sends 92 % of its limit: held back by it, and not more than the estimate.
+        let quiet = |c: &mut Converging| {
+            let hot = c.limit(&t("hot")).unwrap() * 0.92;
+            c.on_quiet(&load(hot, 0.0, &[], &[("hot", hot)]));
+        };
+        quiet(&mut c);
+        quiet(&mut c);
+        assert!(close(c.capacity(), 300.0 * 1.05 * 1.05));
+        // Refused by the cooldown: 310 sent, 20 answered busy.
+        c.note_busy(Signal::Answer, &load(310.0, 20.0, &[], &[("hot", 200.0)]));
+        assert_eq!(c.capacity(), Some(290.0));
+        // The next quiet round is a first one again: × increase, not × increase².
+        quiet(&mut c);
+        assert!(close(c.capacity(), 290.0 * 1.05), "{:?}", c.capacity());
+    }
+
+    #[test]
+    fn a_quiet_round_starts_from_what_the_backend_took_if_more_than_the_estimate() {
+        let mut c = Converging::new(tuning());
+        c.on_busy(Signal::Bare, &load(600.0, 0.0, &[("hot", 400.0)], &[]));
+        assert_eq!(c.capacity(), Some(300.0));
+        // The backend took 450 a second without a busy answer: the estimate was low.
+        c.on_quiet(&load(450.0, 0.0, &[], &[("hot", 200.0)]));
+        assert!(close(c.capacity(), 450.0 * 1.05), "{:?}", c.capacity());
+    }
+
+    #[test]
+    fn a_busy_signal_over_nothing_leaves_no_estimate() {
+        // Once a generated case: nothing sent, nothing busy, no top key.
+        let mut c = Converging::new(tuning());
+        assert!(
+            c.on_busy(Signal::Answer, &load(0.0, 0.0, &[], &[]))
+                .is_empty()
+        );
+        assert_eq!((c.len(), c.capacity()), (0, None));
+        assert!(c.on_quiet(&load(0.0, 0.0, &[], &[])).is_empty());
+        assert_eq!(c.capacity(), None);
+    }
+
+    #[test]
+    fn clearing_removes_every_limit() {
+        let mut c = Converging::new(tuning());
+        c.on_busy(Signal::Answer, &load(600.0, 300.0, &[("hot", 400.0)], &[]));
+        assert_eq!(
+            c.clear(),
+            vec![Action::RemoveLimit {
+                rpc: PREP.into(),
+                key: "hot".into()
+            }]
+        );
+        assert_eq!((c.len(), c.capacity()), (0, None));
+    }
+
+    /// One step of an arbitrary history: a busy signal (sent, busy, top keys' rates) or a
+    /// quiet round.
+    #[derive(Debug, Clone)]
+    enum Step {
+        Busy(f64, f64, Vec<(u8, f64)>),
+        Quiet,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (
+                0.0..2000.0f64,
+                0.0..2000.0f64,
+                prop::collection::vec((0u8..8, 0.0..1000.0f64), 0..3)
+            )
+                .prop_map(|(total, busy, top)| Step::Busy(total, busy, top)),
+            Just(Step::Quiet),
+        ]
+    }
+
+    proptest! {
+        /// Whatever the busy signals and quiet rounds: a key is only ever limited after it was
+        /// in a busy signal's top-k, no limit is below the floor, and once the signals stop,
+        /// keys sending at fixed demands are all released within a bounded number of rounds.
+        #[test]
+        fn limits_stay_in_the_top_above_the_floor_and_go_away_when_quiet(
+            steps in prop::collection::vec(step(), 0..60),
+            demands in prop::collection::vec(0.0..1000.0f64, 8),
+            floor in 0.5..20.0f64,
+            ratio in 0.05..0.95f64,
+            increase in 1.01..2.0f64,
+            headroom in 0.0..0.5f64,
+        ) {
+            let mut c = Converging::new(Tuning { ratio, floor, increase, headroom });
+            let mut ever_top: BTreeSet<Target> = BTreeSet::new();
+            // A limited key sends the least of its demand and its limit.
+            let rates = |c: &Converging| -> BTreeMap<Target, f64> {
+                c.limits
+                    .iter()
+                    .map(|(t, l)| {
+                        let i: usize = t.1.parse().unwrap();
+                        (t.clone(), demands[i].min(l.qps))
+                    })
+                    .collect()
+            };
+            for step in steps {
+                match step {
+                    Step::Busy(total, busy, top) => {
+                        let top: Vec<(Target, f64)> =
+                            top.into_iter().map(|(k, q)| (t(&k.to_string()), q)).collect();
+                        ever_top.extend(top.iter().map(|(t, _)| t.clone()));
+                        let limited = rates(&c);
+                        c.on_busy(Signal::Answer, &Load { total, busy: busy.min(total), top, limited });
+                    }
+                    Step::Quiet => {
+                        let limited = rates(&c);
+                        let total = limited.values().sum();
+                        c.on_quiet(&Load { total, busy: 0.0, top: Vec::new(), limited });
+                    }
+                }
+                for (target, limit) in &c.limits {
+                    prop_assert!(ever_top.contains(target), "{target:?} was never in a top-k");
+                    prop_assert!(limit.qps >= floor, "{} below the floor {floor}", limit.qps);
+                    prop_assert!(limit.qps.is_finite() && limit.qps < CEILING);
+                }
+            }
+            // The bound: the quiet load is at least 100 a second, so after one round the
+            // estimate is at least that; its step is at least `increase`¹⁶ ≥ 1.17 from the sixth
+            // round, so within 6 + 33 rounds it covers eight keys at 1000 / 0.9 each and the
+            // 100 outside, even with half of it left as headroom (100 × 1.17³³ ≥ 18 000).
+            // Limits follow at up to × 4 a round, from the floor to 1111 within 12 rounds of
+            // that; then two idle rounds release each key.
+            const ROUNDS: usize = 6 + 33 + 12 + 2;
+            for _ in 0..ROUNDS {
+                if c.len() == 0 {
+                    break;
+                }
+                let limited = rates(&c);
+                let total = limited.values().sum::<f64>() + 100.0;
+                c.on_quiet(&Load { total, busy: 0.0, top: Vec::new(), limited });
+            }
+            prop_assert_eq!(c.len(), 0, "limits left after {} quiet rounds: {:?}", ROUNDS, c.limits);
+            prop_assert_eq!(c.capacity(), None);
+        }
+    }
+}
