@@ -797,3 +797,56 @@ async fn a_busy_node_takes_lent_units_without_asking_the_owner() {
         "{metrics}"
     );
 }
+
+/// A node started with seeds is ready — `/readyz` 200, gRPC health SERVING — only once it has
+/// joined: before its seed is up it is NOT_SERVING and 503, and it stays ready after.
+#[tokio::test]
+async fn a_joining_node_is_ready_once_it_has_joined() {
+    use tonic_health::pb::HealthCheckRequest;
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let joiner = start_node(dir.path(), "n2", CONFIG, &free_udp(), Some(&seed));
+    let health = |server: &Server| {
+        let url = server.grpc.clone();
+        async move {
+            let channel = tonic::transport::Endpoint::from_shared(url)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut client = HealthClient::new(channel);
+            let answer = client
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .unwrap();
+            answer.into_inner().status
+        }
+    };
+    let readyz = |server: &Server| {
+        let url = server.url("/readyz");
+        async move { reqwest::get(url).await.unwrap().status().as_u16() }
+    };
+    // Alone, with a seed nobody answers on: not joined.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(readyz(&joiner).await, 503);
+    assert_eq!(health(&joiner).await, ServingStatus::NotServing as i32);
+    let first = start_node(dir.path(), "n1", CONFIG, &seed, None);
+    // The first node has no seeds: ready at once.
+    assert_eq!(readyz(&first).await, 200);
+    converge(&[&first, &joiner], 2).await;
+    let start = Instant::now();
+    while health(&joiner).await != ServingStatus::Serving as i32 {
+        assert!(start.elapsed() < Duration::from_secs(10), "never SERVING");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(readyz(&joiner).await, 200);
+    // Joined for good: the seed leaving does not make it unready.
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(readyz(&joiner).await, 200);
+}

@@ -64,6 +64,10 @@ pub struct ClusterMode {
     /// This node's cluster-scoped rate policies, as an owner: what it hands over when the ring
     /// moves their buckets away (set with the service).
     rate_owner: std::sync::OnceLock<Arc<dyn RateOwner>>,
+    /// Started with seeds to join through: not joined until another member is seen.
+    seeded: bool,
+    /// Another member has been seen (for good: a node that has joined stays joined).
+    joined: std::sync::atomic::AtomicBool,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -125,7 +129,8 @@ impl ClusterMode {
     ) -> anyhow::Result<Arc<Self>> {
         let ring = Arc::new(SharedRing::default());
         let pool = Arc::new(SharedPool::new(1_000_000));
-        let quorum = Arc::new(Quorum::new(node_id, DEFAULT_WINDOW, !join.is_empty()));
+        let seeded = !join.is_empty();
+        let quorum = Arc::new(Quorum::new(node_id, DEFAULT_WINDOW, seeded));
         let owner = Arc::new(
             Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool))
                 .with_quorum(Arc::clone(&quorum)),
@@ -159,7 +164,32 @@ impl ClusterMode {
             peer_channels: Mutex::new(HashMap::new()),
             rates: RateCounters::default(),
             rate_owner: std::sync::OnceLock::new(),
+            seeded,
+            joined: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// Whether this node has joined its cluster: at once for a node started without seeds
+    /// (the first of a cluster), else once it has seen another member.
+    pub fn has_joined(&self) -> bool {
+        use std::sync::atomic::Ordering;
+        if !self.seeded || self.joined.load(Ordering::Acquire) {
+            return true;
+        }
+        let seen = self.members() > 1;
+        if seen {
+            self.joined.store(true, Ordering::Release);
+        }
+        seen
+    }
+
+    /// Resolves once this node has joined (see [`has_joined`](Self::has_joined)).
+    pub async fn joined(&self) {
+        let mut members = self.members.clone();
+        let _ = members
+            .wait_for(|members| !self.seeded || members.len() > 1)
+            .await;
+        self.has_joined();
     }
 
     /// This node's owner service, to add to the gRPC server (behind the secret's check when

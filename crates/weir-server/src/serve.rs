@@ -289,18 +289,36 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             .await
         })
     };
-    // grpc.health.v1 as proxies and orchestrators probe it: the server ("") and each service
-    // SERVING while this node serves, NOT_SERVING from the stop signal on.
+    // grpc.health.v1 as proxies and orchestrators probe it, agreeing with `/readyz`: the server
+    // ("") and each service SERVING while this node serves — in cluster mode once it has
+    // joined — and NOT_SERVING from the stop signal on.
     let (health, health_service) = tonic_health::server::health_reporter();
     let mut served = vec![<WeirServer<WeirService> as tonic::server::NamedService>::NAME];
     if app.rls().is_some() {
         served.push(<RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME);
     }
-    for name in &served {
-        health
-            .set_service_status(*name, tonic_health::ServingStatus::Serving)
-            .await;
+    let unjoined = cluster.as_ref().filter(|c| !c.has_joined());
+    let status = match unjoined {
+        Some(_) => tonic_health::ServingStatus::NotServing,
+        None => tonic_health::ServingStatus::Serving,
+    };
+    for name in std::iter::once("").chain(served.iter().copied()) {
+        health.set_service_status(name, status).await;
     }
+    // Set after the statuses above, so that a join coming at once is not overwritten.
+    let joining = unjoined.map(|cluster| {
+        let cluster = Arc::clone(cluster);
+        let health = health.clone();
+        let served = served.clone();
+        tokio::spawn(async move {
+            cluster.joined().await;
+            for name in std::iter::once("").chain(served) {
+                health
+                    .set_service_status(name, tonic_health::ServingStatus::Serving)
+                    .await;
+            }
+        })
+    });
     let grpc = {
         let app = Arc::clone(&app);
         let incoming = without_nagle(grpc_listener);
@@ -354,6 +372,10 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     termination.recv().await;
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
     app.set_ready(false);
+    // A join still awaited must not say SERVING after the drain has begun.
+    if let Some(joining) = &joining {
+        joining.abort();
+    }
     for name in std::iter::once("").chain(served) {
         health
             .set_service_status(name, tonic_health::ServingStatus::NotServing)

@@ -230,9 +230,12 @@ impl App {
         self.body_timeout
     }
 
-    /// Whether the server is ready to serve.
+    /// Whether the server is ready to serve: started, not shutting down, and in cluster mode
+    /// joined to its cluster.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && !*self.shutdown.borrow()
+        self.ready.load(Ordering::Acquire)
+            && !*self.shutdown.borrow()
+            && self.cluster.as_ref().is_none_or(|c| c.has_joined())
     }
 
     /// Starts shutting down: waiting requests are answered 503.
