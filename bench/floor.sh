@@ -51,6 +51,8 @@ request = function()
 end
 LUA
 hz=$(getconf CLK_TCK)
+# Whatever is running when the script ends (an error included) is stopped.
+trap 'kill "${WEIR_PID:-}" "${FLOOR_PID:-}" "${pid:-}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 : >"$bench_dir/results"
 : >"$bench_dir/cg_results"
 
@@ -76,19 +78,30 @@ wait_listening() {
   exit 1
 }
 
-# load KIND HTTP GRPC SECONDS CONNECTIONS: drives one load; prints "REQUESTS SECONDS".
+# load KIND HTTP GRPC SECONDS CONNECTIONS: drives one load; prints "REQUESTS SECONDS", or
+# fails (saying why in $bench_dir/load.err) if the load did not run, or not every request
+# was answered with an admission.
 load() {
   local kind=$1 http=$2 grpc=$3 secs=$4 conns=$5
   case $kind in
     http)
       wrk -t2 -c"$conns" -d"${secs}s" --timeout 30s -s "$bench_dir/acquire.lua" "http://$http" \
-        >"$bench_dir/wrk.txt"
+        >"$bench_dir/wrk.txt" 2>"$bench_dir/load.err" || return 1
+      if grep -q 'Non-2xx' "$bench_dir/wrk.txt"; then
+        grep 'Non-2xx' "$bench_dir/wrk.txt" >"$bench_dir/load.err"
+        return 1
+      fi
       awk '/requests in/ {r = $1} /Requests\/sec/ {print r, r / $2}' "$bench_dir/wrk.txt"
       ;;
     grpc | grpc-stream)
       "$WEIR_BIN" bench --target "$kind" --server "http://$grpc" --policy p --kind limited \
         --keys 1000 --clients "$conns" --rate 0 --warmup 0s --duration "${secs}s" --json \
-        >"$bench_dir/bench.json" 2>"$bench_dir/bench.err"
+        >"$bench_dir/bench.json" 2>"$bench_dir/load.err" || return 1
+      if [ "$(jq '.errors + .throttled' "$bench_dir/bench.json")" != 0 ]; then
+        jq -r '"errors \(.errors), throttled \(.throttled): \(.first_error)"' \
+          "$bench_dir/bench.json" >"$bench_dir/load.err"
+        return 1
+      fi
       jq -r '"\(.sent) \(.span)"' "$bench_dir/bench.json"
       ;;
   esac
@@ -99,7 +112,11 @@ load() {
 measure() {
   local label=$1 kind=$2 pid=$3 http=$4 grpc=$5 before after requests span
   before=$(cpu_ticks "$pid")
-  read -r requests span < <(load "$kind" "$http" "$grpc" "$seconds" 64)
+  if ! load "$kind" "$http" "$grpc" "$seconds" 64 >"$bench_dir/load.out"; then
+    echo "$kind $label: the load failed: $(tail -1 "$bench_dir/load.err")" >&2
+    return 0
+  fi
+  read -r requests span <"$bench_dir/load.out"
   after=$(cpu_ticks "$pid")
   awk -v k="$kind" -v l="$label" -v t=$((after - before)) -v hz="$hz" -v r="$requests" -v s="$span" \
     'BEGIN {printf "%-12s %-6s %9.0f req/s  %6.2f µs CPU/request\n", k, l, r / s, t / hz / r * 1e6}' |
@@ -140,6 +157,7 @@ ratios() {
       $1 == k && $2 == b {f[++nf] = $(NF-2); fr[nf] = $3}
       END {
         lo = 1e9; hi = 0; rlo = 1e9; rhi = 0
+        if (nw == 0 || nf == 0) { printf "%-12s no pairs: a run failed\n", k; exit }
         for (i = 1; i <= nw && i <= nf; i++) {
           x = w[i] / f[i]; if (x < lo) lo = x; if (x > hi) hi = x
           y = wr[i] / fr[i]; if (y < rlo) rlo = y; if (y > rhi) rhi = y
@@ -182,13 +200,13 @@ for kind in http grpc grpc-stream; do
       read -r requests _ <"$bench_dir/cg_load"
       cg -d "$pid"
     else
-      echo "$kind $who: the load failed: $(tail -1 "$bench_dir/bench.err" 2>/dev/null)" >&2
+      echo "$kind $who: the load failed: $(tail -1 "$bench_dir/load.err" 2>/dev/null)" >&2
       kill -TERM "$pid" && wait "$pid" 2>/dev/null || true
       continue
     fi
     kill -TERM "$pid" && wait "$pid" 2>/dev/null || true
     # The dump made on request is the file with a part number; its totals are since zeroing.
-    ir=$(grep -h '^summary:\|^totals:' "$out.$pid".[0-9]* 2>/dev/null | awk '{print $2; exit}')
+    ir=$(grep -h '^summary:\|^totals:' "$out.$pid".[0-9]* 2>/dev/null | awk '{print $2; exit}' || true)
     awk -v k="$kind" -v w="$who" -v ir="$ir" -v r="$requests" \
       'BEGIN {printf "%-12s %-6s %9d requests  %8.0f instructions/request\n", k, w, r, ir / r}' |
       tee -a "$bench_dir/cg_results"

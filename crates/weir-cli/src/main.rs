@@ -688,6 +688,12 @@ fn main() -> ExitCode {
                         log_format,
                     } => {
                         init_logs(log.as_deref(), log_format);
+                        // `WEIR_JOIN=""` or `a, b,` name no empty seed.
+                        let join = join
+                            .iter()
+                            .map(|seed| seed.trim().to_owned())
+                            .filter(|seed| !seed.is_empty())
+                            .collect();
                         let overrides = Overrides {
                             http,
                             grpc,

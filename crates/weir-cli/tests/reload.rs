@@ -185,3 +185,41 @@ async fn a_configmap_swap_is_applied_keeping_state_and_a_bad_file_changes_nothin
         "the failure names the file's line: {stderr}"
     );
 }
+
+/// A plain file edited in place, and one replaced by a rename as editors save, are both seen;
+/// an empty `WEIR_JOIN` names no seed (the node starts, alone and ready).
+#[tokio::test]
+async fn a_plain_file_edited_in_place_or_renamed_over_is_applied() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, FIRST).unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_from_env(
+        &[
+            ("WEIR_CONFIG", config.to_str().unwrap()),
+            ("WEIR_DATA_DIR", data.to_str().unwrap()),
+            ("WEIR_HTTP", "127.0.0.1:0"),
+            ("WEIR_GRPC", "127.0.0.1:0"),
+            ("WEIR_JOIN", ""),
+            ("WEIR_LOG", "warn"),
+        ],
+        &data,
+    );
+    assert_eq!(get(&server, "/readyz").await.0, StatusCode::OK);
+    std::fs::write(&config, SECOND).unwrap();
+    let edited = eventually(Duration::from_secs(2), || async {
+        get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"] == json!(5.0)
+    })
+    .await;
+    assert!(edited, "an edit in place was not applied within 2 s");
+    let renamed = dir.path().join("weir.toml.new");
+    std::fs::write(&renamed, FIRST.replace("rate = 2", "rate = 7")).unwrap();
+    std::fs::rename(&renamed, &config).unwrap();
+    let replaced = eventually(Duration::from_secs(2), || async {
+        get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"] == json!(7.0)
+    })
+    .await;
+    assert!(replaced, "a file renamed over the config was not applied within 2 s");
+    assert_eq!(reloads(&server, "applied").await, 2);
+    assert_eq!(reloads(&server, "failed").await, 0);
+}

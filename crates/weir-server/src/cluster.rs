@@ -183,13 +183,19 @@ impl ClusterMode {
         seen
     }
 
-    /// Resolves once this node has joined (see [`has_joined`](Self::has_joined)).
+    /// Resolves once this node has joined (see [`has_joined`](Self::has_joined)); never, if
+    /// membership ends first.
     pub async fn joined(&self) {
         let mut members = self.members.clone();
-        let _ = members
+        if members
             .wait_for(|members| !self.seeded || members.len() > 1)
-            .await;
-        self.has_joined();
+            .await
+            .is_err()
+        {
+            return std::future::pending().await;
+        }
+        self.joined
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// This node's owner service, to add to the gRPC server (behind the secret's check when

@@ -29,6 +29,9 @@ pub struct ConfigFile {
     /// Envoy's rate limit service.
     #[serde(default, skip_serializing_if = "RlsTable::is_default")]
     pub rls: RlsTable,
+    /// The text this was parsed from (what a reload compares the file with).
+    #[serde(skip)]
+    pub text: String,
 }
 
 /// The `[rls]` table: Envoy's rate limit service on the gRPC port.
@@ -260,7 +263,10 @@ impl ConfigFile {
         };
         let problems = file.problems();
         if problems.is_empty() {
-            Ok(file)
+            Ok(ConfigFile {
+                text: text.to_owned(),
+                ..file
+            })
         } else {
             Err(problems)
         }

@@ -95,7 +95,7 @@ struct RequestSeries {
 /// same address; when it is not, the cost is one more entry.
 type SeriesKey = (u64, [(*const u8, usize); 3]);
 
-/// The most series a thread remembers; past it, requests find their series the long way.
+/// The most series a thread remembers; past it, the least recently used is forgotten.
 const MAX_REMEMBERED: usize = 128;
 
 thread_local! {
@@ -206,9 +206,9 @@ impl Metrics {
             };
             count(&series);
             HANDLES.with_borrow_mut(|handles| {
-                if handles.len() < MAX_REMEMBERED {
-                    handles.insert(0, (key, series));
-                }
+                // The least recently used goes: a dropped instance's series among them.
+                handles.truncate(MAX_REMEMBERED - 1);
+                handles.insert(0, (key, series));
             });
         }
     }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use notify::Watcher as _;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::Signal;
 use tokio::sync::mpsc;
 
 use crate::app::App;
@@ -30,43 +30,39 @@ use crate::config::ConfigFile;
 /// several events in a row.
 const SETTLE: Duration = Duration::from_millis(100);
 
-/// Watches `path` (the config file `weir serve` was started with; `None`: the embedded
-/// default, which never changes) and applies its policies to `app` when it changes or on
-/// SIGHUP, until the process ends.
-pub fn watch(app: Arc<App>, path: Option<PathBuf>) -> anyhow::Result<()> {
-    let mut hangups = signal(SignalKind::hangup()).context("listening for SIGHUP")?;
-    let Some(path) = path else {
-        // SIGHUP's default action would end the process: a reload asked of a node without a
-        // file is said to be one, not obeyed by dying.
+/// Watches `file` — the config file `weir serve` was started with, and the text it parsed —
+/// and applies its policies to `app` when it changes or on `hangups` (SIGHUP), until the
+/// process ends. `None`: the embedded default, which never changes; SIGHUP is then logged.
+///
+/// A watcher that cannot be made (the system's limit on inotify instances, say) does not stop
+/// the node: it is logged, and SIGHUP still reloads.
+pub fn watch(app: Arc<App>, file: Option<(PathBuf, String)>, mut hangups: Signal) {
+    let Some((path, started)) = file else {
         tokio::spawn(async move {
             while hangups.recv().await.is_some() {
                 tracing::warn!("SIGHUP: no config file to reload (running the embedded default)");
             }
         });
-        return Ok(());
-    };
-    // What the node started with, as near as can be read: a change made since is seen at the
-    // next event.
-    let started = std::fs::read_to_string(&path).unwrap_or_default();
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
+        return;
     };
     let (changed, mut changes) = mpsc::channel::<()>(1);
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
-            // A change already signalled and not yet read covers this one.
-            let _ = changed.try_send(());
+    let watcher = match watch_dir(&path, changed) {
+        Ok(watcher) => Some(watcher),
+        Err(error) => {
+            tracing::warn!(
+                file = %path.display(),
+                "config changes will not be seen (SIGHUP still reloads): {error:#}"
+            );
+            None
         }
-    })
-    .context("starting the config file's watcher")?;
-    watcher
-        .watch(&dir, notify::RecursiveMode::NonRecursive)
-        .with_context(|| format!("watching {} for config changes", dir.display()))?;
+    };
     tokio::spawn(async move {
         // Kept for as long as the loop runs: dropped, it would stop watching.
         let _watcher = watcher;
         let mut last = started;
+        // A change made between the file's first reading and the watch's start is applied
+        // now; with none, this finds the text unchanged and does nothing.
+        reload(&app, &path, &mut last, false).await;
         loop {
             let forced = tokio::select! {
                 Some(()) = changes.recv() => false,
@@ -78,7 +74,40 @@ pub fn watch(app: Arc<App>, path: Option<PathBuf>) -> anyhow::Result<()> {
             reload(&app, &path, &mut last, forced).await;
         }
     });
-    Ok(())
+}
+
+/// Watches the directory holding `path`, signalling `changed` at each event that can change
+/// what `path` reads: a change to the file's own name there, or to a `..`-named entry (the
+/// ConfigMap's `..data` and its versions). Opening and reading files — this node's own reads
+/// of the config included — are not changes.
+fn watch_dir(path: &Path, changed: mpsc::Sender<()>) -> anyhow::Result<notify::RecommendedWatcher> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let name = path.file_name().map(|name| name.to_owned());
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        let Ok(event) = event else {
+            return;
+        };
+        if matches!(event.kind, notify::EventKind::Access(_)) {
+            return;
+        }
+        let concerns_the_file = event.paths.iter().any(|changed| {
+            changed.file_name().is_some_and(|changed| {
+                Some(changed) == name.as_deref() || changed.as_encoded_bytes().starts_with(b"..")
+            })
+        });
+        if concerns_the_file {
+            // A change already signalled and not yet read covers this one.
+            let _ = changed.try_send(());
+        }
+    })
+    .context("starting the config file's watcher")?;
+    watcher
+        .watch(&dir, notify::RecursiveMode::NonRecursive)
+        .with_context(|| format!("watching {} for config changes", dir.display()))?;
+    Ok(watcher)
 }
 
 /// Reads `path` and applies its policies if its text is not `last` (or if `forced`).
@@ -93,6 +122,13 @@ async fn reload(app: &App, path: &Path, last: &mut String, forced: bool) {
         }
     };
     if text == *last && !forced {
+        return;
+    }
+    if text.trim().is_empty() {
+        // Caught between an editor's truncation and its write, most likely: an empty file
+        // would remove every policy the file defines.
+        tracing::warn!(file = %path.display(), "config not reloaded: the file is empty");
+        app.metrics().count_reload("failed");
         return;
     }
     // Remembered even if it fails: the same bad text is reported once, not at every event.
@@ -114,6 +150,17 @@ async fn reload(app: &App, path: &Path, last: &mut String, forced: bool) {
         Ok(reloaded) if reloaded.is_empty() => {
             tracing::info!(file = %path.display(), "config reloaded: its policies are as running");
             app.metrics().count_reload("unchanged");
+        }
+        Ok(reloaded) if !reloaded.failed.is_empty() => {
+            tracing::warn!(
+                file = %path.display(),
+                created = ?reloaded.created,
+                changed = ?reloaded.changed,
+                removed = ?reloaded.removed,
+                "config reloaded in part; not applied: {}",
+                reloaded.failed.join("; ")
+            );
+            app.metrics().count_reload("failed");
         }
         Ok(reloaded) => {
             tracing::info!(

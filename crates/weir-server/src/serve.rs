@@ -211,6 +211,9 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     check_exposure(&config)?;
     // Before the first bind: from the first accepted connection on, a stop signal drains.
     let mut termination = Termination::install()?;
+    // SIGHUP too, for the same reason: its default action would end the process.
+    let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .context("listening for SIGHUP")?;
     let server = &config.server;
     let http_listener = connections::bind(server.http, server.listen_backlog)
         .with_context(|| format!("binding the HTTP address {}", server.http))?;
@@ -353,7 +356,11 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             },
         ))
     });
-    crate::reload::watch(Arc::clone(&app), source)?;
+    crate::reload::watch(
+        Arc::clone(&app),
+        source.map(|path| (path, config.text.clone())),
+        hangups,
+    );
     app.set_ready(true);
     tracing::info!(
         node = %app.node_id(),
@@ -372,9 +379,11 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     termination.recv().await;
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
     app.set_ready(false);
-    // A join still awaited must not say SERVING after the drain has begun.
-    if let Some(joining) = &joining {
+    // A join still awaited must not say SERVING after the drain has begun: stopped, and
+    // waited for, in case it was writing SERVING on another thread.
+    if let Some(joining) = joining {
         joining.abort();
+        let _ = joining.await;
     }
     for name in std::iter::once("").chain(served) {
         health

@@ -23,6 +23,16 @@ pub struct Server {
     stderr: Option<std::thread::JoinHandle<String>>,
 }
 
+/// Keeps the `WEIR_*` variables of whoever runs the tests (`WEIR_JOIN`, `WEIR_LOG_FORMAT`, a
+/// token…) away from a test's server: it gets only the ones the test gives.
+fn without_weir_variables(command: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("WEIR_") {
+            command.env_remove(name);
+        }
+    }
+}
+
 /// The `weir` binary under test.
 pub fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
@@ -67,6 +77,7 @@ impl Server {
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        without_weir_variables(&mut command);
         for (name, value) in env {
             command.env(name, value);
         }
@@ -81,6 +92,7 @@ impl Server {
             .env_remove("RUST_LOG")
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        without_weir_variables(&mut command);
         for (name, value) in env {
             command.env(name, value);
         }

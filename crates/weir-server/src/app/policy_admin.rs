@@ -169,9 +169,9 @@ impl App {
                 None => reloaded.created.push(name),
             }
             // Checked above with the rest; a failure here would be a policy that passed the
-            // set's checks but not its own, which upsert reports by name.
+            // set's checks but not its own: reported by name, and the reload counted failed.
             if let Err(error) = self.policies.upsert(config) {
-                tracing::error!("reloading the config: {error}");
+                reloaded.failed.push(error.to_string());
             }
         }
         for name in current.keys().filter(|name| !kept.contains(*name)) {
@@ -200,12 +200,17 @@ pub struct Reloaded {
     pub changed: Vec<String>,
     /// Policies removed.
     pub removed: Vec<String>,
+    /// Policies that could not be applied, each with why (the running one kept).
+    pub failed: Vec<String>,
 }
 
 impl Reloaded {
     /// Whether the reload changed nothing.
     pub fn is_empty(&self) -> bool {
-        self.created.is_empty() && self.changed.is_empty() && self.removed.is_empty()
+        self.created.is_empty()
+            && self.changed.is_empty()
+            && self.removed.is_empty()
+            && self.failed.is_empty()
     }
 }
 

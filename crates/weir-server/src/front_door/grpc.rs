@@ -247,9 +247,10 @@ type Deciding = Pin<Box<dyn Future<Output = AcquireResponse> + Send>>;
 /// The stream itself reads the caller's requests and decides them: no task and no channel
 /// between the two (they cost about a quarter of a decision's instructions, measured against
 /// a bare tonic stream). Acquires that have to wait are kept here until decided, at most
-/// [`MAX_PENDING_PER_STREAM`] at a time (past that, an in-band error), and end with the
-/// stream: when the caller cancels or goes away, each is given up, and none is admitted later
-/// for nobody (it would hold a permit no one releases).
+/// [`MAX_PENDING_PER_STREAM`] at a time (past that, an in-band error, before any deciding),
+/// and end with the stream: when the caller cancels or goes away, each is given up, and none
+/// is admitted later for nobody. (An answer already handed to the transport when the caller
+/// vanishes is lost with it; a lease it carried is held until its TTL.)
 struct Answers {
     app: Arc<App>,
     incoming: Streaming<AcquireRequest>,
@@ -289,20 +290,20 @@ impl Stream for Answers {
         while !this.ended {
             match this.incoming.poll_next_unpin(cx) {
                 Poll::Ready(Some(Ok(request))) => {
-                    let id = request.id;
-                    let mut deciding = decide(Arc::clone(&this.app), request);
-                    if let Poll::Ready(answer) = deciding.as_mut().poll(cx) {
-                        return Poll::Ready(Some(Ok(answer)));
-                    }
                     if this.waiting.len() >= MAX_PENDING_PER_STREAM {
-                        // Dropped, the waiting acquire gives its place back.
+                        // Refused before any of it is decided (in cluster mode, before the
+                        // bucket's owner is asked).
                         return Poll::Ready(Some(Ok(AcquireResponse {
-                            id,
+                            id: request.id,
                             error: format!(
                                 "this stream already has {MAX_PENDING_PER_STREAM} acquires pending, the most one stream may; wait for answers before asking more, or open another stream"
                             ),
                             ..Default::default()
                         })));
+                    }
+                    let mut deciding = decide(Arc::clone(&this.app), request);
+                    if let Poll::Ready(answer) = deciding.as_mut().poll(cx) {
+                        return Poll::Ready(Some(Ok(answer)));
                     }
                     this.waiting.push(deciding);
                 }
