@@ -525,9 +525,18 @@ fn init_logs(level: Option<&str>, format: LogFormat) {
         LogFormat::Text => logs
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
-        LogFormat::Json => logs.json().with_current_span(false).init(),
+        LogFormat::Json => {
+            logs.json().with_current_span(false).init();
+            // Every line a collector reads must parse: a panic and the final error are logged
+            // as JSON too, not printed.
+            JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+            std::panic::set_hook(Box::new(|panic| tracing::error!(%panic, "panicked")));
+        }
     }
 }
+
+/// Whether logs are JSON lines (`--log-format json`).
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let text =
@@ -742,7 +751,11 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+                tracing::error!("{error:#}");
+            } else {
+                eprintln!("error: {error:#}");
+            }
             ExitCode::FAILURE
         }
     }

@@ -545,3 +545,30 @@ async fn a_node_configured_only_by_its_environment_serves_and_logs_json_lines() 
         assert!(entry["timestamp"].is_string(), "{line}");
     }
 }
+
+/// With JSON logs, a node that cannot start says why in a JSON line too.
+#[test]
+fn a_start_that_fails_logs_its_reason_as_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = weir()
+        .arg("serve")
+        .env("WEIR_CONFIG", dir.path().join("missing.toml"))
+        .env("WEIR_DATA_DIR", dir.path().join("data"))
+        .env("WEIR_LOG_FORMAT", "json")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line}")))
+        .collect();
+    let error = lines.last().expect("the reason is logged");
+    assert_eq!(error["level"], "ERROR");
+    assert!(
+        error["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("missing.toml")),
+        "{error}"
+    );
+}

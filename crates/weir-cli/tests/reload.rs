@@ -219,7 +219,10 @@ async fn a_plain_file_edited_in_place_or_renamed_over_is_applied() {
         get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"] == json!(7.0)
     })
     .await;
-    assert!(replaced, "a file renamed over the config was not applied within 2 s");
+    assert!(
+        replaced,
+        "a file renamed over the config was not applied within 2 s"
+    );
     assert_eq!(reloads(&server, "applied").await, 2);
     assert_eq!(reloads(&server, "failed").await, 0);
 }

@@ -221,3 +221,45 @@ async fn connections_past_the_cap_wait_until_one_closes() {
     );
     drop(silent);
 }
+
+/// A body with no length sent in chunks: over the limit it is refused as too large wherever the
+/// limit falls; within it, chunks are joined into the one JSON body they make.
+#[tokio::test]
+async fn a_chunked_body_is_joined_and_held_to_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&config(100), &dir.path().join("data"));
+    let chunked = |parts: &[&[u8]]| {
+        let mut request = b"POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+        for part in parts {
+            request.extend(format!("{:x}\r\n", part.len()).into_bytes());
+            request.extend_from_slice(part);
+            request.extend(b"\r\n");
+        }
+        request.extend(b"0\r\n\r\n");
+        request
+    };
+    // In three pieces, split inside a string: one body.
+    let mut tcp = TcpStream::connect(address(&server)).await.unwrap();
+    let request = chunked(&[b"{\"poli", b"cy\":\"tokens\",\"key\"", b":\"k\"}"]);
+    tcp.write_all(&request).await.unwrap();
+    let (answer, _) = read_to_close(&mut tcp).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    // 100 chunks of 1 KiB, past the 64 KiB limit.
+    let kib = [b' '; 1024];
+    let parts: Vec<&[u8]> = (0..100).map(|_| &kib[..]).collect();
+    let mut tcp = TcpStream::connect(address(&server)).await.unwrap();
+    let request = chunked(&parts);
+    let (reader, mut writer) = tcp.split();
+    let send = async { writer.write_all(&request).await };
+    let mut reader = reader;
+    let read = async {
+        let mut received = Vec::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut received)).await;
+        String::from_utf8_lossy(&received).into_owned()
+    };
+    let (_, answer) = tokio::join!(send, read);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["error"], "too_large");
+}

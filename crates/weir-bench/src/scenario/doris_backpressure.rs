@@ -58,7 +58,7 @@ const UTILIZATION_GOAL: f64 = 0.9;
 /// settled.
 const BUSY_GOAL: f64 = 0.02;
 /// Settled seconds in a row that make a control converged (or a change followed).
-const SETTLED_RUN: usize = 3;
+pub const SETTLED_RUN: usize = 3;
 
 /// A table and its calls a second over time: `(from second, rate)` steps, the first from 0.
 #[derive(Debug, Clone, PartialEq, Serialize)]

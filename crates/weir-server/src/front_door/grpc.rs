@@ -225,7 +225,7 @@ impl Weir for WeirService {
 
     /// A request decided at once is answered at once; one that has to wait waits beside the
     /// stream, so it does not hold up the others. Answers carry the request's `id`. An invalid
-    /// request is answered in-band (`error`) so the stream goes on. See [`Answers`].
+    /// request is answered in-band (`error`) so the stream goes on. See `Answers`.
     async fn acquire_stream(
         &self,
         request: Request<Streaming<AcquireRequest>>,
