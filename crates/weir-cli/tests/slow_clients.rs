@@ -157,6 +157,20 @@ async fn a_stalled_body_is_answered_408() {
     assert!(waited >= Duration::from_millis(900), "{waited:?}");
 }
 
+/// Sends `request` whole while reading the answer (up to 10 s, until the server closes): a
+/// server that answers before reading everything does not stall the sending.
+async fn send_while_reading(tcp: &mut TcpStream, request: &[u8]) -> (std::io::Result<()>, String) {
+    let (mut reader, mut writer) = tcp.split();
+    let send = async { writer.write_all(request).await };
+    let read = async {
+        let mut received = Vec::new();
+        let _ =
+            tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut received)).await;
+        String::from_utf8_lossy(&received).into_owned()
+    };
+    tokio::join!(send, read)
+}
+
 #[tokio::test]
 async fn an_over_limit_body_gets_a_413_the_client_can_read() {
     let dir = tempfile::tempdir().unwrap();
@@ -170,16 +184,7 @@ async fn an_over_limit_body_gets_a_413_the_client_can_read() {
     );
     let mut whole = head.into_bytes();
     whole.extend(std::iter::repeat_n(b' ', big));
-    let (reader, mut writer) = eager.split();
-    let send = async { writer.write_all(&whole).await };
-    let mut reader = reader;
-    let read = async {
-        let mut received = Vec::new();
-        let _ =
-            tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut received)).await;
-        String::from_utf8_lossy(&received).into_owned()
-    };
-    let (sent, answer) = tokio::join!(send, read);
+    let (sent, answer) = send_while_reading(&mut eager, &whole).await;
     assert!(sent.is_ok(), "the body could not be sent: {sent:?}");
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
@@ -249,16 +254,7 @@ async fn a_chunked_body_is_joined_and_held_to_the_limit() {
     let parts: Vec<&[u8]> = (0..100).map(|_| &kib[..]).collect();
     let mut tcp = TcpStream::connect(address(&server)).await.unwrap();
     let request = chunked(&parts);
-    let (reader, mut writer) = tcp.split();
-    let send = async { writer.write_all(&request).await };
-    let mut reader = reader;
-    let read = async {
-        let mut received = Vec::new();
-        let _ =
-            tokio::time::timeout(Duration::from_secs(10), reader.read_to_end(&mut received)).await;
-        String::from_utf8_lossy(&received).into_owned()
-    };
-    let (_, answer) = tokio::join!(send, read);
+    let (_, answer) = send_while_reading(&mut tcp, &request).await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     let body: Value = serde_json::from_str(answer.split("\r\n\r\n").nth(1).unwrap()).unwrap();
     assert_eq!(body["error"], "too_large");
