@@ -13,21 +13,43 @@ const SIZE: (u32, u32) = (960, 640);
 
 /// Draws `timeline` as an SVG document titled `title`.
 pub fn svg(title: &str, timeline: &[Point]) -> anyhow::Result<String> {
-    let mut text = String::new();
-    draw(&mut text, title, timeline).map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;
-    Ok(text)
+    render(|out| draw(out, title, timeline))
 }
 
 /// Draws `timeline` into the SVG file `path`.
 pub fn write(path: &Path, title: &str, timeline: &[Point]) -> anyhow::Result<()> {
-    let text = svg(title, timeline)?;
+    save(path, &svg(title, timeline)?)
+}
+
+/// What drawing with plotters answers.
+pub(crate) type Drawn = Result<(), Box<dyn std::error::Error>>;
+
+/// An SVG document, drawn by `draw` into the string it is given.
+pub(crate) fn render(draw: impl FnOnce(&mut String) -> Drawn) -> anyhow::Result<String> {
+    let mut text = String::new();
+    draw(&mut text).map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;
+    Ok(text)
+}
+
+/// Writes the SVG document `text` to `path`.
+pub(crate) fn save(path: &Path, text: &str) -> anyhow::Result<()> {
     std::fs::write(path, text).with_context(|| format!("writing the plot {}", path.display()))
 }
 
-type Drawn = Result<(), Box<dyn std::error::Error>>;
+/// A point of a timeline a panel draws: when it is, in seconds from the start.
+pub(crate) trait Timed {
+    /// Seconds from the start.
+    fn at(&self) -> f64;
+}
 
-/// A line on a panel: its legend, its value at a point, its colour.
-type Series = (&'static str, fn(&Point) -> f64, RGBColor);
+impl Timed for Point {
+    fn at(&self) -> f64 {
+        self.at
+    }
+}
+
+/// A line on a panel: its legend, its value at a point (not drawn where not finite), its colour.
+pub(crate) type Series<T> = (&'static str, fn(&T) -> f64, RGBColor);
 
 fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
     let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
@@ -37,6 +59,7 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
     let slowest = timeline.iter().map(|p| p.p99).fold(0.0, f64::max);
     panel(
         &upper,
+        None,
         timeline,
         "latency, ms",
         (slowest * 1.1).max(0.001),
@@ -48,6 +71,7 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
         .fold(0.0, f64::max);
     panel(
         &lower,
+        None,
         timeline,
         "requests per second",
         (busiest * 1.1).max(1.0),
@@ -62,16 +86,22 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
     Ok(())
 }
 
-/// One chart: `series` over the run's seconds, the y axis from 0 to `top`.
-fn panel(
+/// One chart, captioned `caption` if given: `series` over the timeline's seconds, the y axis
+/// from 0 to `top`.
+pub(crate) fn panel<T: Timed>(
     area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    timeline: &[Point],
+    caption: Option<&str>,
+    timeline: &[T],
     y_desc: &str,
     top: f64,
-    series: &[Series],
+    series: &[Series<T>],
 ) -> Drawn {
-    let end = timeline.last().map_or(1.0, |p| p.at).max(1.0);
-    let mut chart = ChartBuilder::on(area)
+    let end = timeline.last().map_or(1.0, Timed::at).max(1.0);
+    let mut builder = ChartBuilder::on(area);
+    if let Some(caption) = caption {
+        builder.caption(caption, ("sans-serif", 16));
+    }
+    let mut chart = builder
         .margin(12)
         .x_label_area_size(32)
         .y_label_area_size(64)
@@ -84,7 +114,10 @@ fn panel(
     for &(name, value, color) in series {
         chart
             .draw_series(LineSeries::new(
-                timeline.iter().map(|p| (p.at, value(p))),
+                timeline
+                    .iter()
+                    .map(|p| (p.at(), value(p)))
+                    .filter(|(_, v)| v.is_finite()),
                 color,
             ))?
             .label(name)

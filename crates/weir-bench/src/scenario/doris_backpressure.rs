@@ -31,6 +31,8 @@ use std::time::Duration;
 use anyhow::Context;
 use plotters::prelude::*;
 use serde::Serialize;
+
+use crate::plot::{Drawn, Series, Timed, panel};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use weir::TokioClock;
@@ -555,15 +557,12 @@ impl DorisBackpressure {
 
     /// Draws both modes of the first run into the SVG file `path`.
     pub fn plot(&self, path: &Path) -> anyhow::Result<()> {
-        let text = self.svg()?;
-        std::fs::write(path, text).with_context(|| format!("writing the plot {}", path.display()))
+        crate::plot::save(path, &self.svg()?)
     }
 
     /// Both modes of the first run as an SVG document: a panel each, calls a second over time.
     pub fn svg(&self) -> anyhow::Result<String> {
-        let mut text = String::new();
-        draw(&mut text, self).map_err(|e| anyhow::anyhow!("drawing the chart: {e}"))?;
-        Ok(text)
+        crate::plot::render(|out| draw(out, self))
     }
 }
 
@@ -595,10 +594,11 @@ fn row(second: &Second) -> String {
     )
 }
 
-type Drawn = Result<(), Box<dyn std::error::Error>>;
-
-/// A line on a panel: its legend, its value in a second, its colour.
-type Series = (&'static str, fn(&Second) -> f64, RGBColor);
+impl Timed for Second {
+    fn at(&self) -> f64 {
+        self.at as f64
+    }
+}
 
 fn draw(out: &mut String, report: &DorisBackpressure) -> Drawn {
     const SIZE: (u32, u32) = (960, 720);
@@ -609,7 +609,7 @@ fn draw(out: &mut String, report: &DorisBackpressure) -> Drawn {
         ("sans-serif", 20),
     )?;
     let (upper, lower) = root.split_vertically(SIZE.1 / 2 - 20);
-    let series: [Series; 6] = [
+    let series: [Series<Second>; 6] = [
         ("capacity", |s| s.capacity as f64, BLACK),
         ("accepted", |s| s.accepted as f64, RGBColor(0, 140, 0)),
         ("busy", |s| s.busy as f64, RED),
@@ -630,14 +630,11 @@ fn draw(out: &mut String, report: &DorisBackpressure) -> Drawn {
             .map(|s| s.arrived.max(s.capacity) as f64)
             .fold(1.0, f64::max)
             * 1.1;
-        panel(&upper, "stepwise", &first.stepwise.timeline, top, &series)?;
-        panel(
-            &lower,
-            "converging",
-            &first.converging.timeline,
-            top,
-            &series,
-        )?;
+        let y_desc = "calls a second";
+        let stepwise = &first.stepwise.timeline;
+        panel(&upper, Some("stepwise"), stepwise, y_desc, top, &series)?;
+        let converging = &first.converging.timeline;
+        panel(&lower, Some("converging"), converging, y_desc, top, &series)?;
     }
     root.present()?;
     Ok(())
@@ -645,45 +642,6 @@ fn draw(out: &mut String, report: &DorisBackpressure) -> Drawn {
 
 fn table(second: &Second, name: &str) -> f64 {
     second.accepted_per_table.get(name).copied().unwrap_or(0) as f64
-}
-
-fn panel(
-    area: &DrawingArea<SVGBackend<'_>, plotters::coord::Shift>,
-    caption: &str,
-    timeline: &[Second],
-    top: f64,
-    series: &[Series],
-) -> Drawn {
-    let end = timeline.last().map_or(1.0, |s| s.at as f64).max(1.0);
-    let mut chart = ChartBuilder::on(area)
-        .caption(caption, ("sans-serif", 16))
-        .margin(12)
-        .x_label_area_size(32)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0.0..end, 0.0..top)?;
-    chart
-        .configure_mesh()
-        .x_desc("seconds")
-        .y_desc("calls a second")
-        .draw()?;
-    for &(name, value, color) in series {
-        chart
-            .draw_series(LineSeries::new(
-                timeline
-                    .iter()
-                    .map(|s| (s.at as f64, value(s)))
-                    .filter(|(_, v)| v.is_finite()),
-                color,
-            ))?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color));
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
 }
 
 /// Runs both modes at once, `settings.runs` times in a row, and reports every run.
