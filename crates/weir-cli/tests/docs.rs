@@ -68,6 +68,31 @@ fn commands(block: &str) -> Vec<(String, String)> {
     out
 }
 
+/// The docs' TLS examples name files under `/etc/weir/tls/`: made here (a CA, and a
+/// certificate it signed with its key), and the block pointed at them, so that the check reads
+/// real files as the server would.
+fn with_test_certificates(block: &str, dir: &Path) -> String {
+    const DOCUMENTED: &str = "/etc/weir/tls/";
+    if !block.contains(DOCUMENTED) {
+        return block.to_owned();
+    }
+    let tls = dir.join("tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    std::fs::write(tls.join("ca.crt"), ca.pem()).unwrap();
+    std::fs::write(tls.join("tls.crt"), cert.pem()).unwrap();
+    std::fs::write(tls.join("tls.key"), key.serialize_pem()).unwrap();
+    block.replace(DOCUMENTED, &format!("{}/", tls.display()))
+}
+
 #[test]
 fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
     let dir = tempfile::tempdir().unwrap();
@@ -78,6 +103,7 @@ fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
     let mut checked = 0;
     for doc in ["README.md", "docs/configuration.md", "docs/envoy.md"] {
         for (line, block) in blocks(doc, "toml") {
+            let block = with_test_certificates(&block, dir.path());
             let file = dir.path().join(format!("block-{checked}.toml"));
             std::fs::write(&file, &block).unwrap();
             // Paths in the docs' examples are the repository's.

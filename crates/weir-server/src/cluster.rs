@@ -24,6 +24,8 @@ use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::{ClusterService, GrpcTransport, GuardedCluster};
+
+use crate::tls::PeerConnector;
 use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membership, NodeInfo};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
@@ -58,6 +60,8 @@ pub struct ClusterMode {
     quorum: Arc<Quorum>,
     /// Channels to the other members' public gRPC API, by address.
     peer_channels: Mutex<HashMap<String, Channel>>,
+    /// How calls to other nodes are made secure, if they are.
+    tls: Option<PeerConnector>,
     /// Cluster-scoped rate decisions: sent to owners, failed over to this node, made here for
     /// others.
     rates: RateCounters,
@@ -107,6 +111,17 @@ impl std::fmt::Debug for ClusterMode {
     }
 }
 
+/// A lazily connected channel to the node at `address`: over `tls` if given, else plain.
+fn connect(address: &str, tls: Option<&PeerConnector>) -> Option<Channel> {
+    match tls {
+        Some(tls) => Some(
+            weir_cluster::grpc::endpoint(&crate::tls::plain_uri(address))?
+                .connect_with_connector_lazy(tls.clone()),
+        ),
+        None => Some(weir_cluster::grpc::endpoint(address)?.connect_lazy()),
+    }
+}
+
 /// The tier string an API answer carries.
 pub fn tier_name(tier: Tier) -> &'static str {
     match tier {
@@ -119,6 +134,7 @@ pub fn tier_name(tier: Tier) -> &'static str {
 
 impl ClusterMode {
     /// Joins the cluster: gossips on `gossip` (through `join` seeds), advertising `grpc_url`.
+    /// With `tls`, every call to another node goes over it.
     pub async fn start(
         node_id: &str,
         cluster_id: &str,
@@ -126,6 +142,7 @@ impl ClusterMode {
         join: Vec<String>,
         grpc_url: String,
         secret: Option<ClusterSecret>,
+        tls: Option<PeerConnector>,
     ) -> anyhow::Result<Arc<Self>> {
         let ring = Arc::new(SharedRing::default());
         let pool = Arc::new(SharedPool::new(1_000_000));
@@ -154,7 +171,11 @@ impl ClusterMode {
             pool,
             owner,
             transport: Arc::new(Batching::new(Arc::new(
-                GrpcTransport::new(SystemClock::new()).with_secret(secret.as_ref()),
+                GrpcTransport::with_connect(SystemClock::new(), {
+                    let tls = tls.clone();
+                    Box::new(move |address| connect(address, tls.as_ref()))
+                })
+                .with_secret(secret.as_ref()),
             ))),
             members,
             gossip: tokio::sync::Mutex::new(Some(membership)),
@@ -162,6 +183,7 @@ impl ClusterMode {
             secret,
             quorum,
             peer_channels: Mutex::new(HashMap::new()),
+            tls,
             rates: RateCounters::default(),
             rate_owner: std::sync::OnceLock::new(),
             seeded,
@@ -492,7 +514,7 @@ impl ClusterMode {
                 let channel = match channels.get(&address) {
                     Some(channel) => channel.clone(),
                     None => {
-                        let channel = weir_cluster::grpc::endpoint(&address)?.connect_lazy();
+                        let channel = connect(&address, self.tls.as_ref())?;
                         channels.insert(address, channel.clone());
                         channel
                     }

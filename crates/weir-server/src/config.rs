@@ -154,6 +154,33 @@ pub struct ServerSettings {
     /// `net.core.somaxconn`).
     #[serde(default = "default_listen_backlog")]
     pub listen_backlog: u32,
+    /// `[server.tls]`: serve every listener over TLS (and, in cluster mode, call other nodes
+    /// over it). Absent: plain TCP.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSettings>,
+}
+
+/// `[server.tls]`: the PEM files TLS is served from, reloaded when they change (see
+/// [`crate::tls`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The certificate chain, this node's certificate first (`--tls-cert`).
+    pub cert: PathBuf,
+    /// Its private key: PKCS#8, PKCS#1 or SEC1 (`--tls-key`).
+    pub key: PathBuf,
+    /// Require client certificates signed by this CA on every listener: mutual TLS
+    /// (`--tls-client-ca`). Absent: any client may connect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_ca: Option<PathBuf>,
+    /// Cluster mode: the CA other nodes' certificates are verified by (default: `client_ca`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_ca: Option<PathBuf>,
+    /// Cluster mode: the name other nodes' certificates are verified for (default: the host
+    /// of each node's address). One name every node's certificate carries suits nodes whose
+    /// addresses are not known when certificates are made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_name: Option<String>,
 }
 
 fn default_node_id() -> String {
@@ -217,6 +244,7 @@ impl Default for ServerSettings {
             body_timeout: default_body_timeout(),
             max_connections: default_max_connections(),
             listen_backlog: default_listen_backlog(),
+            tls: None,
         }
     }
 }

@@ -9,6 +9,9 @@
 //! connection that sends nothing at all is closed here, before hyper reads the first bytes to
 //! tell HTTP/1 from HTTP/2). The body's timeout is kept where the body is read, in the HTTP
 //! API's JSON extractor.
+//!
+//! Over TLS the same timeout bounds the handshake, and the protocol the client chose by ALPN
+//! (`h2`, else HTTP/1.1) is served without sniffing the first bytes.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -26,8 +29,11 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpSocket};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::Semaphore;
+use tokio_rustls::server::TlsStream;
+
+use crate::tls::{Listener, Tls};
 
 /// A listener on `addr` with a listen backlog of `backlog`.
 ///
@@ -53,13 +59,14 @@ pub struct HttpLimits {
     pub max_connections: usize,
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves; then stops accepting, lets each
-/// connection finish the request it is on (hyper's graceful shutdown), and returns when all
-/// are closed.
+/// Serves `router` on `listener` (over `tls` if given) until `shutdown` resolves; then stops
+/// accepting, lets each connection finish the request it is on (hyper's graceful shutdown),
+/// and returns when all are closed.
 pub async fn serve_http(
     listener: TcpListener,
     router: crate::front_door::http::HttpApi,
     limits: HttpLimits,
+    tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -100,21 +107,31 @@ pub async fn serve_http(
         let service = TowerToHyperService::new(router.clone());
         let builder = builder.clone();
         let draining = Arc::clone(&draining);
+        let tls = tls.as_ref().map(|tls| tls.acceptor(Listener::Http));
         tokio::spawn(async move {
-            // Telling HTTP/1 from HTTP/2 waits for the first bytes, with no timer of its own:
-            // a connection that never sends is closed here.
-            let mut first = [0u8; 1];
-            let spoke = tokio::time::timeout(limits.header_timeout, tcp.peek(&mut first)).await;
-            if !matches!(spoke, Ok(Ok(1))) {
-                drop(slot);
-                return;
+            match tls {
+                None => {
+                    // Telling HTTP/1 from HTTP/2 waits for the first bytes, with no timer of
+                    // its own: a connection that never sends is closed here.
+                    let mut first = [0u8; 1];
+                    let spoke =
+                        tokio::time::timeout(limits.header_timeout, tcp.peek(&mut first)).await;
+                    if matches!(spoke, Ok(Ok(1))) {
+                        serve_connection(builder, tcp, service, &draining).await;
+                    }
+                }
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp)).await;
+                    if let Ok(Ok(stream)) = handshake {
+                        let builder = match stream.get_ref().1.alpn_protocol() {
+                            Some(b"h2") => builder.http2_only(),
+                            _ => builder.http1_only(),
+                        };
+                        serve_connection(builder, stream, service, &draining).await;
+                    }
+                }
             }
-            let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(tcp), service)
-                .into_owned();
-            // A connection's end (a timeout, a reset) is the client's business, not an error
-            // of the server's.
-            let _ = draining.watch(connection).await;
             drop(slot);
         });
     }
@@ -123,6 +140,66 @@ pub async fn serve_http(
     // Every connection holds a slot until it has closed.
     let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
     let _ = slots.acquire_many(all).await;
+}
+
+/// The connections `listener` accepts, each after its TLS handshake for `kind`, with
+/// TCP_NODELAY set (see `serve::without_nagle`): for tonic's `serve_with_incoming`.
+///
+/// Handshakes run side by side, each bounded by `handshake_timeout`, so that a client slow
+/// to finish its own does not hold up the others; a failed one is the client's business and is
+/// dropped here. Accepting stops when the stream is dropped.
+pub fn accept_tls(
+    listener: TcpListener,
+    tls: Arc<Tls>,
+    kind: Listener,
+    handshake_timeout: Duration,
+) -> impl tokio_stream::Stream<Item = io::Result<TlsStream<TcpStream>>> {
+    let (ready, handshaken) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move {
+        loop {
+            let tcp = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        tracing::warn!("accepting a connection: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+                () = ready.closed() => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let acceptor = tls.acceptor(kind);
+            let ready = ready.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = ready.send(Ok(stream)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!("a TLS handshake failed: {e}"),
+                    Err(_) => tracing::debug!("a TLS handshake timed out"),
+                }
+            });
+        }
+    });
+    tokio_stream::wrappers::ReceiverStream::new(handshaken)
+}
+
+/// Serves one connection until it closes, or, once draining, until the request it is on is
+/// answered. A connection's end (a timeout, a reset) is the client's business, not an error
+/// of the server's.
+async fn serve_connection<I>(
+    builder: auto::Builder<TokioExecutor>,
+    io: I,
+    service: TowerToHyperService<crate::front_door::http::HttpApi>,
+    draining: &Arc<Draining>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let connection = builder
+        .serve_connection_with_upgrades(TokioIo::new(io), service)
+        .into_owned();
+    let _ = Arc::clone(draining).watch(connection).await;
 }
 
 /// Tells the open connections that the server is shutting down, so that each finishes the

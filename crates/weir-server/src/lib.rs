@@ -17,6 +17,7 @@
 //! - [`metrics`]: the `/metrics` exposition;
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
 //! - [`reload`]: the config file's policies re-applied live when it changes, or on SIGHUP;
+//! - [`tls`]: TLS on every listener and between nodes, certificates reloaded live;
 //! - [`top`], [`client`]: the `weir top` and `weir config` commands.
 //!
 //! The `weir` binary itself is the `weir-cli` crate; `weir bench` is the `weir-bench` crate.
@@ -35,6 +36,7 @@ pub mod metrics;
 pub mod reload;
 pub mod rls;
 pub mod serve;
+pub mod tls;
 pub mod top;
 
 /// The gRPC types and services (from the `weir-api` crate).

@@ -28,7 +28,7 @@ use crate::config::ConfigFile;
 
 /// How long events are let settle before the file is read: a swap or an editor's save is
 /// several events in a row.
-const SETTLE: Duration = Duration::from_millis(100);
+pub(crate) const SETTLE: Duration = Duration::from_millis(100);
 
 /// Watches `file` — the config file `weir serve` was started with, and the text it parsed —
 /// and applies its policies to `app` when it changes or on `hangups` (SIGHUP), until the
@@ -46,7 +46,7 @@ pub fn watch(app: Arc<App>, file: Option<(PathBuf, String)>, mut hangups: Signal
         return;
     };
     let (changed, mut changes) = mpsc::channel::<()>(1);
-    let watcher = match watch_dir(&path, changed) {
+    let watcher = match watch_files(&[&path], changed) {
         Ok(watcher) => Some(watcher),
         Err(error) => {
             tracing::warn!(
@@ -76,16 +76,31 @@ pub fn watch(app: Arc<App>, file: Option<(PathBuf, String)>, mut hangups: Signal
     });
 }
 
-/// Watches the directory holding `path`, signalling `changed` at each event that can change
-/// what `path` reads: a change to the file's own name there, or to a `..`-named entry (the
-/// ConfigMap's `..data` and its versions). Opening and reading files — this node's own reads
-/// of the config included — are not changes.
-fn watch_dir(path: &Path, changed: mpsc::Sender<()>) -> anyhow::Result<notify::RecommendedWatcher> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    let name = path.file_name().map(|name| name.to_owned());
+/// Watches the directories holding `paths`, signalling `changed` at each event that can change
+/// what one of them reads: a change to the file's own name there, or to a `..`-named entry (a
+/// mounted ConfigMap's or Secret's `..data` and its versions). Opening and reading files —
+/// this node's own reads included — are not changes. [`crate::tls`] watches its certificates
+/// with it too.
+pub(crate) fn watch_files(
+    paths: &[&Path],
+    changed: mpsc::Sender<()>,
+) -> anyhow::Result<notify::RecommendedWatcher> {
+    let mut watched: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
+    for path in paths {
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        let name = path.file_name().map(|name| name.to_owned());
+        match watched.iter_mut().find(|(d, _)| *d == dir) {
+            Some((_, names)) => names.extend(name),
+            None => watched.push((dir, name.into_iter().collect())),
+        }
+    }
+    let names: Vec<std::ffi::OsString> = watched
+        .iter()
+        .flat_map(|(_, names)| names.clone())
+        .collect();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         let Ok(event) = event else {
             return;
@@ -93,20 +108,23 @@ fn watch_dir(path: &Path, changed: mpsc::Sender<()>) -> anyhow::Result<notify::R
         if matches!(event.kind, notify::EventKind::Access(_)) {
             return;
         }
-        let concerns_the_file = event.paths.iter().any(|changed| {
+        let concerns_a_file = event.paths.iter().any(|changed| {
             changed.file_name().is_some_and(|changed| {
-                Some(changed) == name.as_deref() || changed.as_encoded_bytes().starts_with(b"..")
+                names.iter().any(|name| name == changed)
+                    || changed.as_encoded_bytes().starts_with(b"..")
             })
         });
-        if concerns_the_file {
+        if concerns_a_file {
             // A change already signalled and not yet read covers this one.
             let _ = changed.try_send(());
         }
     })
-    .context("starting the config file's watcher")?;
-    watcher
-        .watch(&dir, notify::RecursiveMode::NonRecursive)
-        .with_context(|| format!("watching {} for config changes", dir.display()))?;
+    .context("starting a file watcher")?;
+    for (dir, _) in &watched {
+        watcher
+            .watch(dir, notify::RecursiveMode::NonRecursive)
+            .with_context(|| format!("watching {} for changes", dir.display()))?;
+    }
     Ok(watcher)
 }
 

@@ -12,12 +12,13 @@ use weir_cluster::secret::ClusterSecret;
 
 use crate::app::{App, AppRates, AppSettings};
 use crate::cluster::ClusterMode;
-use crate::config::{ConfigFile, DEFAULT_CONFIG};
+use crate::config::{ConfigFile, DEFAULT_CONFIG, TlsSettings};
 use crate::connections::{self, HttpLimits};
 use crate::front_door::grpc::WeirService;
 use crate::front_door::rls::RlsService;
 use crate::proto::weir_server::WeirServer;
 use crate::rls::RulesConfig;
+use crate::tls::{Listener, Tls};
 use weir::policy::Scope;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
@@ -40,6 +41,12 @@ pub struct Overrides {
     pub join: Vec<String>,
     /// `--rls-config`: the RLS rules (a YAML file or a directory of them).
     pub rls_config: Option<PathBuf>,
+    /// `--tls-cert`.
+    pub tls_cert: Option<PathBuf>,
+    /// `--tls-key`.
+    pub tls_key: Option<PathBuf>,
+    /// `--tls-client-ca`.
+    pub tls_client_ca: Option<PathBuf>,
 }
 
 /// Loads the config (the file, or the embedded default) and applies the overrides,
@@ -83,6 +90,37 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
         config.rls.config = Some(rules.clone());
     }
     let server = &mut config.server;
+    match (&mut server.tls, &overrides.tls_cert, &overrides.tls_key) {
+        (Some(tls), cert, key) => {
+            if let Some(cert) = cert {
+                tls.cert = cert.clone();
+            }
+            if let Some(key) = key {
+                tls.key = key.clone();
+            }
+        }
+        (None, Some(cert), Some(key)) => {
+            server.tls = Some(TlsSettings {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: None,
+                peer_ca: None,
+                peer_name: None,
+            });
+        }
+        (None, Some(_), None) | (None, None, Some(_)) => {
+            anyhow::bail!("--tls-cert and --tls-key (WEIR_TLS_CERT, WEIR_TLS_KEY) go together")
+        }
+        (None, None, None) => {}
+    }
+    if let Some(ca) = &overrides.tls_client_ca {
+        let Some(tls) = &mut server.tls else {
+            anyhow::bail!(
+                "--tls-client-ca (WEIR_TLS_CLIENT_CA) needs TLS: give --tls-cert and --tls-key too"
+            );
+        };
+        tls.client_ca = Some(ca.clone());
+    }
     if !server.join.is_empty() && server.gossip.is_none() {
         anyhow::bail!("--join needs --gossip ADDR: a node joins a cluster by gossiping");
     }
@@ -174,6 +212,20 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Loads the TLS files `[server.tls]` names, as `weir serve` will; in cluster mode checks there
+/// is a CA to verify other nodes by. `weir check-config` calls it, so that a file that passes
+/// the check is one the server starts with.
+pub fn check_tls(config: &ConfigFile) -> anyhow::Result<()> {
+    let Some(settings) = &config.server.tls else {
+        return Ok(());
+    };
+    let tls = Arc::new(Tls::load(settings.clone()).context("[server.tls]")?);
+    if config.server.gossip.is_some() {
+        tls.peer_connector()?;
+    }
+    Ok(())
+}
+
 /// The stop signals (ctrl-c, SIGTERM), listened for from the moment this is made.
 ///
 /// A signal's handler must be in place before anything is served or announced: until it is,
@@ -215,6 +267,25 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("listening for SIGHUP")?;
     let server = &config.server;
+    // Certificates first: a missing or mismatched file stops the start, naming it, before
+    // anything is bound.
+    let tls = server
+        .tls
+        .clone()
+        .map(Tls::load)
+        .transpose()
+        .context("loading the TLS certificates ([server.tls])")?
+        .map(Arc::new);
+    let peer_connector = match (&tls, server.gossip) {
+        (Some(tls), Some(_)) => Some(tls.peer_connector()?),
+        _ => None,
+    };
+    // Its own SIGHUP listener beside the config's: both reload on one signal.
+    let tls_hangups = tls
+        .as_ref()
+        .map(|_| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()))
+        .transpose()
+        .context("listening for SIGHUP")?;
     let http_listener = connections::bind(server.http, server.listen_backlog)
         .with_context(|| format!("binding the HTTP address {}", server.http))?;
     let grpc_listener = connections::bind(server.grpc, server.listen_backlog)
@@ -239,12 +310,16 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
                 &server.cluster_id,
                 gossip,
                 server.join.clone(),
-                format!("http://{grpc_addr}"),
+                match tls {
+                    Some(_) => format!("https://{grpc_addr}"),
+                    None => format!("http://{grpc_addr}"),
+                },
                 server
                     .cluster_secret
                     .as_deref()
                     .map(ClusterSecret::new)
                     .transpose()?,
+                peer_connector,
             )
             .await
             .with_context(|| format!("joining the cluster (gossip on {gossip})"))?,
@@ -285,8 +360,9 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             header_timeout: server.header_timeout,
             max_connections: server.max_connections,
         };
+        let tls = tls.clone();
         tokio::spawn(async move {
-            connections::serve_http(http_listener, router, limits, async move {
+            connections::serve_http(http_listener, router, limits, tls, async move {
                 app.shutting_down().await
             })
             .await
@@ -324,7 +400,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     });
     let grpc = {
         let app = Arc::clone(&app);
-        let incoming = without_nagle(grpc_listener);
+        let tls = tls.clone();
+        let handshake_timeout = server.header_timeout;
         let owner_service = cluster
             .as_ref()
             .map(|c| c.service(Arc::new(AppRates(Arc::clone(&app)))));
@@ -334,16 +411,33 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             .rls()
             .map(|_| RateLimitServiceServer::new(RlsService::new(Arc::clone(&app))));
         tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            let router = tonic::transport::Server::builder()
                 // A peer that stops answering pings is dropped, not kept for ever.
                 .http2_keepalive_interval(Some(Duration::from_secs(30)))
                 .http2_keepalive_timeout(Some(Duration::from_secs(20)))
                 .add_service(health_service)
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
                 .add_optional_service(owner_service)
-                .add_optional_service(rls_service)
-                .serve_with_incoming_shutdown(incoming, async move { app.shutting_down().await })
-                .await
+                .add_optional_service(rls_service);
+            let shutdown = async move { app.shutting_down().await };
+            match tls {
+                None => {
+                    router
+                        .serve_with_incoming_shutdown(without_nagle(grpc_listener), shutdown)
+                        .await
+                }
+                Some(tls) => {
+                    let incoming = connections::accept_tls(
+                        grpc_listener,
+                        tls,
+                        Listener::Grpc,
+                        handshake_timeout,
+                    );
+                    router
+                        .serve_with_incoming_shutdown(incoming, shutdown)
+                        .await
+                }
+            }
         })
     };
     let resp = resp_listener.map(|listener| {
@@ -354,6 +448,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             crate::front_door::resp::ConnectionLimits {
                 auth_timeout: server.header_timeout,
             },
+            tls.clone(),
         ))
     });
     crate::reload::watch(
@@ -361,6 +456,9 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         source.map(|path| (path, config.text.clone())),
         hangups,
     );
+    if let (Some(tls), Some(hangups)) = (&tls, tls_hangups) {
+        crate::tls::watch(Arc::clone(tls), hangups);
+    }
     app.set_ready(true);
     tracing::info!(
         node = %app.node_id(),

@@ -40,6 +40,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
+use crate::tls::{Listener, Tls};
 use commands::{Answer, Session};
 use framing::Limits;
 use reply::Reply;
@@ -65,6 +66,7 @@ pub async fn serve(
     app: Arc<App>,
     max_connections: usize,
     limits: ConnectionLimits,
+    tls: Option<Arc<Tls>>,
 ) {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let ids = Arc::new(AtomicI64::new(1));
@@ -82,8 +84,20 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let app = Arc::clone(&app);
         let id = ids.fetch_add(1, Ordering::Relaxed);
+        let tls = tls.as_ref().map(|tls| tls.acceptor(Listener::Resp));
         tokio::spawn(async move {
-            if let Err(error) = connection(stream, &app, id, limits).await {
+            let ended = match tls {
+                None => connection(stream, &app, id, limits).await,
+                // The handshake is bounded like the AUTH that follows it.
+                Some(acceptor) => {
+                    match tokio::time::timeout(limits.auth_timeout, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection(stream, &app, id, limits).await,
+                        Ok(Err(error)) => Err(error),
+                        Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
+                    }
+                }
+            };
+            if let Err(error) = ended {
                 tracing::debug!(%error, "a Redis-protocol connection ended");
             }
             drop(slot);
