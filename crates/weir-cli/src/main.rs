@@ -20,6 +20,7 @@ use weir_server::rls::RulesConfig;
 use weir_server::rls::decision::policies_of;
 use weir_server::serve::{self, Overrides};
 use weir_server::top::{self, TopOptions};
+use weir_server::traces::Traces;
 
 /// Weir: throttling and admission control for shared backends.
 #[derive(Debug, Parser)]
@@ -29,8 +30,6 @@ struct Cli {
     command: Command,
 }
 
-// Parsed once at start and matched at once: boxing `Serve` would save nothing that matters.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Runs a node (on the embedded default config unless --config is given).
@@ -38,53 +37,7 @@ enum Command {
     /// Every flag can also come from the environment variable named beside it, as container
     /// platforms set them; a flag given on the command line wins. The admin token and the
     /// cluster secret come from WEIR_ADMIN_TOKEN and WEIR_CLUSTER_SECRET (or the config).
-    Serve {
-        /// A TOML config file.
-        #[arg(long, env = "WEIR_CONFIG")]
-        config: Option<PathBuf>,
-        /// Where policy changes made over the API are kept.
-        #[arg(long, env = "WEIR_DATA_DIR")]
-        data_dir: Option<PathBuf>,
-        /// The HTTP API's address.
-        #[arg(long, env = "WEIR_HTTP")]
-        http: Option<SocketAddr>,
-        /// The gRPC API's address.
-        #[arg(long, env = "WEIR_GRPC")]
-        grpc: Option<SocketAddr>,
-        /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
-        #[arg(long, env = "WEIR_RESP")]
-        resp: Option<SocketAddr>,
-        /// This node's name.
-        #[arg(long, env = "WEIR_NODE_ID")]
-        node_id: Option<String>,
-        /// Cluster mode: the UDP address to gossip on.
-        #[arg(long, env = "WEIR_GOSSIP")]
-        gossip: Option<SocketAddr>,
-        /// Cluster mode: a node's gossip address to join through (repeatable; in the
-        /// environment, comma-separated).
-        #[arg(long, env = "WEIR_JOIN", value_delimiter = ',')]
-        join: Vec<String>,
-        /// Envoy's rate limit service: the reference server's YAML rules (a file, or a
-        /// directory of .yaml/.yml files).
-        #[arg(long, value_name = "PATH", env = "WEIR_RLS_CONFIG")]
-        rls_config: Option<PathBuf>,
-        /// TLS on every listener: the certificate chain (PEM), reloaded when it changes.
-        #[arg(long, value_name = "PATH", env = "WEIR_TLS_CERT")]
-        tls_cert: Option<PathBuf>,
-        /// TLS: the certificate's private key (PEM).
-        #[arg(long, value_name = "PATH", env = "WEIR_TLS_KEY")]
-        tls_key: Option<PathBuf>,
-        /// Mutual TLS: require client certificates signed by this CA (PEM); in cluster mode,
-        /// also the CA other nodes are verified by.
-        #[arg(long, value_name = "PATH", env = "WEIR_TLS_CLIENT_CA")]
-        tls_client_ca: Option<PathBuf>,
-        /// Log level or filter (else RUST_LOG, else `info`).
-        #[arg(long, env = "WEIR_LOG")]
-        log: Option<String>,
-        /// Log lines as `text` (for people) or `json` (one JSON object a line, for collectors).
-        #[arg(long, env = "WEIR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-    },
+    Serve(Box<ServeArgs>),
     /// Shows the keys being held back, like top(1).
     Top {
         /// The server's HTTP address.
@@ -525,26 +478,181 @@ enum LogFormat {
     Json,
 }
 
-fn init_logs(level: Option<&str>, format: LogFormat) {
-    let filter = match level {
+/// `weir serve`'s flags.
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// A TOML config file.
+    #[arg(long, env = "WEIR_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where policy changes made over the API are kept.
+    #[arg(long, env = "WEIR_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// The HTTP API's address.
+    #[arg(long, env = "WEIR_HTTP")]
+    http: Option<SocketAddr>,
+    /// The gRPC API's address.
+    #[arg(long, env = "WEIR_GRPC")]
+    grpc: Option<SocketAddr>,
+    /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
+    #[arg(long, env = "WEIR_RESP")]
+    resp: Option<SocketAddr>,
+    /// This node's name.
+    #[arg(long, env = "WEIR_NODE_ID")]
+    node_id: Option<String>,
+    /// Cluster mode: the UDP address to gossip on.
+    #[arg(long, env = "WEIR_GOSSIP")]
+    gossip: Option<SocketAddr>,
+    /// Cluster mode: a node's gossip address to join through (repeatable; in the
+    /// environment, comma-separated).
+    #[arg(long, env = "WEIR_JOIN", value_delimiter = ',')]
+    join: Vec<String>,
+    /// Envoy's rate limit service: the reference server's YAML rules (a file, or a
+    /// directory of .yaml/.yml files).
+    #[arg(long, value_name = "PATH", env = "WEIR_RLS_CONFIG")]
+    rls_config: Option<PathBuf>,
+    /// TLS on every listener: the certificate chain (PEM), reloaded when it changes.
+    #[arg(long, value_name = "PATH", env = "WEIR_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// TLS: the certificate's private key (PEM).
+    #[arg(long, value_name = "PATH", env = "WEIR_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: require client certificates signed by this CA (PEM); in cluster mode,
+    /// also the CA other nodes are verified by.
+    #[arg(long, value_name = "PATH", env = "WEIR_TLS_CLIENT_CA")]
+    tls_client_ca: Option<PathBuf>,
+    /// Log level or filter (else RUST_LOG, else `info`).
+    #[arg(long, env = "WEIR_LOG")]
+    log: Option<String>,
+    /// OpenTelemetry traces: a collector's OTLP/HTTP address (`http://HOST:4318`); a span per
+    /// admission and per call to another node. Off when absent.
+    #[arg(long, value_name = "URL", env = "WEIR_OTLP_ENDPOINT")]
+    otlp_endpoint: Option<String>,
+    /// Log lines as `text` (for people) or `json` (one JSON object a line, for collectors).
+    #[arg(long, env = "WEIR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+/// `weir serve`: logs and traces set up, the config loaded, the server run on a runtime of
+/// its own; the last spans are sent after the runtime has stopped (the exporter blocks).
+fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let ServeArgs {
+        config,
+        data_dir,
+        http,
+        grpc,
+        resp,
+        node_id,
+        gossip,
+        join,
+        rls_config,
+        tls_cert,
+        tls_key,
+        tls_client_ca,
+        log,
+        otlp_endpoint,
+        log_format,
+    } = args;
+    // `WEIR_OTLP_ENDPOINT=""` is no endpoint, as `WEIR_JOIN=""` or `a, b,` name no empty seed.
+    let otlp_endpoint = otlp_endpoint.filter(|url| !url.trim().is_empty());
+    let join = join
+        .iter()
+        .map(|seed| seed.trim().to_owned())
+        .filter(|seed| !seed.is_empty())
+        .collect();
+    let overrides = Overrides {
+        http,
+        grpc,
+        resp,
+        data_dir,
+        node_id,
+        gossip,
+        join,
+        rls_config,
+        tls_cert,
+        tls_key,
+        tls_client_ca,
+    };
+    // Loaded before the logs are set up, for the node's id on its spans; a config that does
+    // not load is reported after, in the logs' format.
+    let file = serve::load_config(config.as_ref(), &overrides);
+    let node_id = file
+        .as_ref()
+        .map_or("local", |file| file.server.node_id.as_str());
+    let traces = init_logs(
+        log.as_deref(),
+        log_format,
+        otlp_endpoint.as_deref(),
+        node_id,
+    )?;
+    let file = file?;
+    let served = runtime()?.block_on(serve::serve(file, config));
+    if let Some(traces) = traces {
+        traces.shutdown();
+    }
+    served.map(|()| ExitCode::SUCCESS)
+}
+
+/// The async runtime the commands run on.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+/// Sets up the logs (`level`, `format`) and, with an `otlp_endpoint`, the trace exporter
+/// beside them. Each has its own filter: `--log` says what is logged, and the exporter takes
+/// Weir's spans whatever the log level (see `weir_server::traces`).
+fn init_logs(
+    level: Option<&str>,
+    format: LogFormat,
+    otlp_endpoint: Option<&str>,
+    node_id: &str,
+) -> anyhow::Result<Option<Traces>> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::{Layer as _, fmt};
+
+    let filter = || match level {
         Some(level) => EnvFilter::new(level),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .init(),
-        LogFormat::Json => {
-            logs.json().with_current_span(false).init();
-            // Every line a collector reads must parse: a panic and the final error are logged
-            // as JSON too, not printed.
-            JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
-            std::panic::set_hook(Box::new(|panic| tracing::error!(%panic, "panicked")));
+    let (traces, exporter) = match otlp_endpoint {
+        Some(endpoint) => {
+            let (traces, layer) = Traces::start(endpoint, node_id)
+                .with_context(|| format!("--otlp-endpoint {endpoint}"))?;
+            (Some(traces), Some(layer))
         }
+        None => (None, None),
+    };
+    let text = matches!(format, LogFormat::Text).then(|| {
+        fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(filter())
+    });
+    let json = matches!(format, LogFormat::Json).then(|| {
+        fmt::layer()
+            .json()
+            .with_current_span(false)
+            .with_writer(std::io::stderr)
+            .with_filter(filter())
+    });
+    tracing_subscriber::registry()
+        .with(exporter)
+        .with(text)
+        .with(json)
+        .init();
+    if matches!(format, LogFormat::Json) {
+        // Every line a collector reads must parse: a panic and the final error are logged
+        // as JSON too, not printed.
+        JSON_LOGS.store(true, std::sync::atomic::Ordering::Relaxed);
+        std::panic::set_hook(Box::new(|panic| tracing::error!(%panic, "panicked")));
     }
+    if let Some(endpoint) = otlp_endpoint {
+        tracing::info!(endpoint, "exporting traces over OTLP/HTTP");
+    }
+    Ok(traces)
 }
 
 /// Whether logs are JSON lines (`--log-format json`).
@@ -687,58 +795,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::CheckConfig { file, rls_config } => check_config(&file, rls_config),
+        Command::Serve(args) => serve_command(*args),
         command => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
+            let runtime = match runtime() {
                 Ok(runtime) => runtime,
                 Err(e) => {
-                    eprintln!("error: starting the runtime: {e}");
+                    eprintln!("error: {e:#}");
                     return ExitCode::FAILURE;
                 }
             };
             runtime.block_on(async move {
                 match command {
-                    Command::Serve {
-                        config,
-                        data_dir,
-                        http,
-                        grpc,
-                        resp,
-                        node_id,
-                        gossip,
-                        join,
-                        rls_config,
-                        tls_cert,
-                        tls_key,
-                        tls_client_ca,
-                        log,
-                        log_format,
-                    } => {
-                        init_logs(log.as_deref(), log_format);
-                        // `WEIR_JOIN=""` or `a, b,` name no empty seed.
-                        let join = join
-                            .iter()
-                            .map(|seed| seed.trim().to_owned())
-                            .filter(|seed| !seed.is_empty())
-                            .collect();
-                        let overrides = Overrides {
-                            http,
-                            grpc,
-                            resp,
-                            data_dir,
-                            node_id,
-                            gossip,
-                            join,
-                            rls_config,
-                            tls_cert,
-                            tls_key,
-                            tls_client_ca,
-                        };
-                        let file = serve::load_config(config.as_ref(), &overrides)?;
-                        serve::serve(file, config).await.map(|()| ExitCode::SUCCESS)
-                    }
                     Command::Top {
                         server,
                         cluster,
@@ -766,7 +833,9 @@ fn main() -> ExitCode {
                         .await
                         .map(|()| ExitCode::SUCCESS),
                     Command::Bench(args) => bench(*args).await.map(|()| ExitCode::SUCCESS),
-                    Command::CheckConfig { .. } => unreachable!("handled above"),
+                    Command::CheckConfig { .. } | Command::Serve(_) => {
+                        unreachable!("handled above")
+                    }
                 }
             })
         }

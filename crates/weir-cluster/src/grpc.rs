@@ -528,6 +528,44 @@ fn decision_of(reply: proto::DecideReply) -> RateDecision {
     }
 }
 
+/// Runs `call` to `owner` in a span for traces (target `weir::cluster`, level TRACE: enabled
+/// only by a trace exporter, and then free of cost otherwise), recording whether the owner was
+/// reached.
+fn traced<'a, T: Send + 'a>(
+    owner: &str,
+    call: &'static str,
+    requests: usize,
+    reached: fn(&T) -> bool,
+    future: impl Future<Output = T> + Send + 'a,
+) -> BoxFuture<'a, T> {
+    let span = tracing::trace_span!(
+        target: "weir::cluster",
+        "owner_call",
+        owner,
+        call,
+        requests,
+        reached = tracing::field::Empty,
+    );
+    if span.is_disabled() {
+        return Box::pin(future);
+    }
+    Box::pin(async move {
+        let outcome = tracing::Instrument::instrument(future, span.clone()).await;
+        span.record("reached", reached(&outcome));
+        outcome
+    })
+}
+
+fn reached_one<T>(outcome: &Result<T, TransportError>) -> bool {
+    !matches!(outcome, Err(TransportError::Unreachable(_)))
+}
+
+// A `&Vec`, not a slice: it is `traced`'s `fn(&T)` for a batch's answers, `T` being the `Vec`.
+#[allow(clippy::ptr_arg)]
+fn reached_all<T>(outcomes: &Vec<Result<T, TransportError>>) -> bool {
+    outcomes.iter().all(reached_one)
+}
+
 impl<C: Clock> Transport for GrpcTransport<C> {
     /// One unary call, given the request's `max_wait` and [`FORWARD_TIMEOUT`] more; past that
     /// the owner is unreachable.
@@ -537,8 +575,9 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         request: RateRequest,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
         let client = self.client(owner);
+        let asked = owner;
         let owner = owner.to_owned();
-        Box::pin(async move {
+        traced(asked, "decide", 1, reached_one, async move {
             let timeout = request.max_wait.saturating_add(FORWARD_TIMEOUT);
             let mut call = Request::new(wire_decide(request));
             call.set_timeout(timeout);
@@ -556,32 +595,39 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         requests: Vec<RateRequest>,
     ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
         let client = self.client(owner);
+        let asked = owner;
         let owner = owner.to_owned();
-        Box::pin(async move {
-            let count = requests.len();
-            let unreachable = || vec![Err(TransportError::Unreachable(owner.clone())); count];
-            let Ok(mut client) = client else {
-                return unreachable();
-            };
-            let mut call = Request::new(proto::DecideBatchRequest {
-                requests: requests.into_iter().map(wire_decide).collect(),
-            });
-            call.set_timeout(FORWARD_TIMEOUT);
-            match client.decide_batch(call).await {
-                Ok(reply) => {
-                    let mut answers: Vec<_> = reply
-                        .into_inner()
-                        .replies
-                        .into_iter()
-                        .map(|reply| Ok(decision_of(reply)))
-                        .collect();
-                    // A short reply leaves the rest unanswered: their askers decide alone.
-                    answers.resize(count, Err(TransportError::Unreachable(owner.clone())));
-                    answers
+        traced(
+            asked,
+            "decide_batch",
+            requests.len(),
+            reached_all,
+            async move {
+                let count = requests.len();
+                let unreachable = || vec![Err(TransportError::Unreachable(owner.clone())); count];
+                let Ok(mut client) = client else {
+                    return unreachable();
+                };
+                let mut call = Request::new(proto::DecideBatchRequest {
+                    requests: requests.into_iter().map(wire_decide).collect(),
+                });
+                call.set_timeout(FORWARD_TIMEOUT);
+                match client.decide_batch(call).await {
+                    Ok(reply) => {
+                        let mut answers: Vec<_> = reply
+                            .into_inner()
+                            .replies
+                            .into_iter()
+                            .map(|reply| Ok(decision_of(reply)))
+                            .collect();
+                        // A short reply leaves the rest unanswered: their askers decide alone.
+                        answers.resize(count, Err(TransportError::Unreachable(owner.clone())));
+                        answers
+                    }
+                    Err(_) => unreachable(),
                 }
-                Err(_) => unreachable(),
-            }
-        })
+            },
+        )
     }
 
     fn acquire(
@@ -590,8 +636,9 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         request: LeaseRequest,
     ) -> BoxFuture<'_, Result<Grant, TransportError>> {
         let client = self.client(owner);
+        let asked = owner;
         let owner = owner.to_owned();
-        Box::pin(async move {
+        traced(asked, "lease", 1, reached_one, async move {
             let now = request.now;
             let reply = client?
                 .lease(wire_request(request))
@@ -608,28 +655,36 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         requests: Vec<LeaseRequest>,
     ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
         let client = self.client(owner);
+        let asked = owner;
         let owner = owner.to_owned();
-        Box::pin(async move {
-            let unreachable = |n: usize| vec![Err(TransportError::Unreachable(owner.clone())); n];
-            let count = requests.len();
-            let Ok(mut client) = client else {
-                return unreachable(count);
-            };
-            let nows: Vec<Nanos> = requests.iter().map(|r| r.now).collect();
-            let batch = proto::LeaseBatchRequest {
-                requests: requests.into_iter().map(wire_request).collect(),
-            };
-            match client.lease_batch(batch).await {
-                Ok(reply) => reply
-                    .into_inner()
-                    .replies
-                    .iter()
-                    .zip(nows)
-                    .map(|(reply, now)| grant_of(reply, now, &owner))
-                    .collect(),
-                Err(_) => unreachable(count),
-            }
-        })
+        traced(
+            asked,
+            "lease_batch",
+            requests.len(),
+            reached_all,
+            async move {
+                let unreachable =
+                    |n: usize| vec![Err(TransportError::Unreachable(owner.clone())); n];
+                let count = requests.len();
+                let Ok(mut client) = client else {
+                    return unreachable(count);
+                };
+                let nows: Vec<Nanos> = requests.iter().map(|r| r.now).collect();
+                let batch = proto::LeaseBatchRequest {
+                    requests: requests.into_iter().map(wire_request).collect(),
+                };
+                match client.lease_batch(batch).await {
+                    Ok(reply) => reply
+                        .into_inner()
+                        .replies
+                        .iter()
+                        .zip(nows)
+                        .map(|(reply, now)| grant_of(reply, now, &owner))
+                        .collect(),
+                    Err(_) => unreachable(count),
+                }
+            },
+        )
     }
 
     fn release_batch(
@@ -638,22 +693,29 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         leases: Vec<(String, u64)>,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         let client = self.client(owner);
+        let asked = owner;
         let owner = owner.to_owned();
-        Box::pin(async move {
-            let leases = leases
-                .into_iter()
-                .map(|(bucket, id)| proto::UnleaseRequest {
-                    bucket,
-                    id,
-                    units: 0,
-                })
-                .collect();
-            client?
-                .unlease_batch(proto::UnleaseBatchRequest { leases })
-                .await
-                .map(|_| ())
-                .map_err(|_| TransportError::Unreachable(owner))
-        })
+        traced(
+            asked,
+            "unlease_batch",
+            leases.len(),
+            reached_one,
+            async move {
+                let leases = leases
+                    .into_iter()
+                    .map(|(bucket, id)| proto::UnleaseRequest {
+                        bucket,
+                        id,
+                        units: 0,
+                    })
+                    .collect();
+                client?
+                    .unlease_batch(proto::UnleaseBatchRequest { leases })
+                    .await
+                    .map(|_| ())
+                    .map_err(|_| TransportError::Unreachable(owner))
+            },
+        )
     }
 
     fn release(

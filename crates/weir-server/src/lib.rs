@@ -18,6 +18,7 @@
 //! - [`serve`]: bring-up, background tasks and graceful shutdown;
 //! - [`reload`]: the config file's policies re-applied live when it changes, or on SIGHUP;
 //! - [`tls`]: TLS on every listener and between nodes, certificates reloaded live;
+//! - [`traces`]: optional OpenTelemetry traces of admissions and calls between nodes;
 //! - [`top`], [`client`]: the `weir top` and `weir config` commands.
 //!
 //! The `weir` binary itself is the `weir-cli` crate; `weir bench` is the `weir-bench` crate.
@@ -38,6 +39,7 @@ pub mod rls;
 pub mod serve;
 pub mod tls;
 pub mod top;
+pub mod traces;
 
 /// The gRPC types and services (from the `weir-api` crate).
 pub use weir_api::grpc as proto;

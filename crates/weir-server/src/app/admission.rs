@@ -58,7 +58,45 @@ pub enum AcquireOutcome {
 
 impl App {
     /// Admits (or refuses) one request; waits if the policy says so, unless shutdown begins.
+    ///
+    /// Traced (see [`crate::traces`]): one span per admission, with how it ended.
     pub async fn acquire(&self, input: &AcquireInput) -> Result<AcquireOutcome, ApiError> {
+        let span = tracing::trace_span!(
+            target: "weir::admission",
+            "admission",
+            policy = %input.policy,
+            kind = %input.kind,
+            key = %input.key,
+            cost = input.cost.unwrap_or(1),
+            tier = tracing::field::Empty,
+            decision = tracing::field::Empty,
+        );
+        if span.is_disabled() {
+            return self.decide(input).await;
+        }
+        let outcome = tracing::Instrument::instrument(self.decide(input), span.clone()).await;
+        let decision = match &outcome {
+            Ok(AcquireOutcome::Admitted {
+                tier,
+                would_throttle,
+                ..
+            }) => {
+                span.record("tier", *tier);
+                if *would_throttle {
+                    "would_throttle"
+                } else {
+                    "admitted"
+                }
+            }
+            Ok(AcquireOutcome::Refused { .. }) => "refused",
+            Err(_) => "error",
+        };
+        span.record("decision", decision);
+        outcome
+    }
+
+    /// [`acquire`](Self::acquire)'s decision.
+    async fn decide(&self, input: &AcquireInput) -> Result<AcquireOutcome, ApiError> {
         if input.key.is_empty() {
             return Err(ApiError::invalid("`key` must not be empty"));
         }

@@ -1,0 +1,143 @@
+//! Optional OpenTelemetry traces: spans exported over OTLP/HTTP (protobuf) to a collector.
+//!
+//! Off unless an endpoint is given (`--otlp-endpoint`, `WEIR_OTLP_ENDPOINT`). The spans are
+//! `tracing` spans at the `TRACE` level under two targets — `weir::admission`, one per
+//! admission decided (policy, kind, key, cost, then tier and decision), and `weir::cluster`,
+//! one per call to another node (owner, call, requests, whether it was reached) — which only
+//! the exporter's layer enables. With no exporter nothing enables them, so a decision pays a
+//! disabled callsite's check and nothing else; the log filter (`--log`) does not decide what is
+//! traced, and traces do not show in the logs.
+//!
+//! Spans are batched and sent from a thread of the SDK's own (`OTEL_BSP_*` variables tune the
+//! batch); a collector that is down costs dropped spans, never a slower decision. The resource
+//! carries `service.name = "weir"` and `service.instance.id` = the node's id.
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::trace::SdkTracerProvider;
+use tracing_subscriber::Layer;
+use tracing_subscriber::filter::{LevelFilter, Targets};
+
+/// The target of the span each admission gets.
+pub const ADMISSION_TARGET: &str = "weir::admission";
+/// The target of the spans around calls to other nodes.
+pub const CLUSTER_TARGET: &str = "weir::cluster";
+
+/// Why traces could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum TracesError {
+    /// The endpoint is not an `http://` URL.
+    #[error(
+        "the OTLP endpoint {0:?} is not an http:// URL (e.g. http://127.0.0.1:4318; for TLS, send to a collector on the node that forwards over it)"
+    )]
+    Endpoint(String),
+    /// The exporter could not be built.
+    #[error("building the OTLP exporter: {0}")]
+    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+}
+
+/// The exporter, kept so that its last spans are sent at exit.
+#[derive(Debug)]
+pub struct Traces {
+    provider: SdkTracerProvider,
+}
+
+impl Traces {
+    /// An exporter sending to `endpoint` — a collector's OTLP/HTTP base URL
+    /// (`http://host:4318`; `/v1/traces` is added unless the URL has a path) — with this
+    /// node's id on every span, and the layer that feeds it. Plain HTTP only: a collector
+    /// beside the node (an agent, a sidecar) forwards over TLS.
+    pub fn start<S>(
+        endpoint: &str,
+        node_id: &str,
+    ) -> Result<(Traces, impl Layer<S> + Send + Sync + 'static), TracesError>
+    where
+        S: tracing::Subscriber
+            + for<'span> tracing_subscriber::registry::LookupSpan<'span>
+            + Send
+            + Sync,
+    {
+        let url = traces_url(endpoint)?;
+        let exporter = opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(url)
+            .build()?;
+        let resource = Resource::builder()
+            .with_service_name("weir")
+            .with_attribute(opentelemetry::KeyValue::new(
+                "service.instance.id",
+                node_id.to_owned(),
+            ))
+            .build();
+        let provider = SdkTracerProvider::builder()
+            .with_batch_exporter(exporter)
+            .with_resource(resource)
+            .build();
+        let tracer = provider.tracer("weir");
+        let only_weirs_spans = Targets::new()
+            .with_target(ADMISSION_TARGET, LevelFilter::TRACE)
+            .with_target(CLUSTER_TARGET, LevelFilter::TRACE);
+        let layer = tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(only_weirs_spans);
+        Ok((Traces { provider }, layer))
+    }
+
+    /// Sends the spans not sent yet and stops the exporter. Blocks: call it outside the async
+    /// runtime, at exit.
+    pub fn shutdown(self) {
+        if let Err(error) = self.provider.shutdown() {
+            tracing::warn!("the last spans were not all sent: {error}");
+        }
+    }
+}
+
+/// The URL spans are posted to.
+fn traces_url(endpoint: &str) -> Result<String, TracesError> {
+    let uri: http::Uri = endpoint
+        .parse()
+        .map_err(|_| TracesError::Endpoint(endpoint.to_owned()))?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(TracesError::Endpoint(endpoint.to_owned()));
+    }
+    Ok(match uri.path() {
+        "" | "/" => format!("{}/v1/traces", endpoint.trim_end_matches('/')),
+        _ => endpoint.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_url_gets_the_traces_path_and_a_full_one_is_kept() {
+        assert_eq!(
+            traces_url("http://127.0.0.1:4318").unwrap(),
+            "http://127.0.0.1:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("http://collector:4318/").unwrap(),
+            "http://collector:4318/v1/traces"
+        );
+        assert_eq!(
+            traces_url("http://collector/otlp/v1/traces").unwrap(),
+            "http://collector/otlp/v1/traces"
+        );
+        let bad = [
+            "collector:4318",
+            "grpc://collector:4317",
+            "https://collector",
+            "",
+            "http://",
+        ];
+        for bad in bad {
+            assert!(
+                matches!(traces_url(bad), Err(TracesError::Endpoint(_))),
+                "{bad}"
+            );
+        }
+    }
+}
