@@ -1,7 +1,8 @@
 //! OpenTelemetry traces as a collector receives them: a stub OTLP/HTTP receiver on loopback
 //! decodes what `weir serve --otlp-endpoint` sends (OTLP's own protobuf types) and counts the
-//! spans — one per admission, with its policy, kind, tier and decision, and in cluster mode one
-//! per call to the owner.
+//! spans — one per admission, with its policy, kind, tier and decision (over HTTP, the Redis
+//! protocol's `CL.THROTTLE` and Envoy's `ShouldRateLimit` alike), and in cluster mode one per
+//! call to the owner.
 
 mod support;
 
@@ -13,6 +14,15 @@ use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use prost::Message;
 use support::Server;
+use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
+use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+
+/// The repository's root.
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
 
 /// A span as received: its name, its attributes as text, and its resource's.
 #[derive(Debug, Clone)]
@@ -129,17 +139,83 @@ async fn ten_acquires_are_ten_admission_spans_with_how_each_ended() {
         CONFIG,
         &dir.path().join("data"),
         &[("WEIR_OTLP_ENDPOINT", &endpoint)],
-        &["--node-id", "traced"],
+        &[
+            "--node-id",
+            "traced",
+            "--resp",
+            "127.0.0.1:0",
+            "--rls-config",
+            &repo()
+                .join("docs/envoy/ratelimit.yaml")
+                .display()
+                .to_string(),
+        ],
     );
     let mut statuses = Vec::new();
     for _ in 0..10 {
         statuses.push(acquire(&server, "api", "tenant-a").await);
     }
     assert_eq!(statuses, [200, 200, 200, 200, 200, 429, 429, 429, 429, 429]);
+    // The other two ways in: redis-cell's command and Envoy's.
+    let resp = format!("redis://{}/", server.resp.as_deref().unwrap());
+    let mut redis = redis::Client::open(resp)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    for limited in [0, 1] {
+        let reply: Vec<i64> = redis::cmd("CL.THROTTLE")
+            .arg("cell-key")
+            .arg(0)
+            .arg(1)
+            .arg(60)
+            .query_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(reply[0], limited);
+    }
+    let mut rls = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let answer = rls
+        .should_rate_limit(RateLimitRequest {
+            domain: "edge".to_owned(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "user".to_owned(),
+                    value: "alice".to_owned(),
+                }],
+                ..RateLimitDescriptor::default()
+            }],
+            ..RateLimitRequest::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.overall_code, 1, "OK");
     stop(server).await;
 
     let spans = spans.lock().unwrap().clone();
-    let admissions = named(&spans, "admission");
+    let cells = spans
+        .iter()
+        .filter(|s| s.attributes.get("policy").map(String::as_str) == Some("CL.THROTTLE"))
+        .map(|s| s.attributes["decision"].as_str())
+        .collect::<Vec<_>>();
+    assert_eq!(cells, ["admitted", "refused"], "{spans:#?}");
+    let envoy = named(&spans, "rls_decision");
+    assert_eq!(envoy.len(), 1, "{spans:#?}");
+    assert_eq!(
+        (
+            envoy[0].attributes["domain"].as_str(),
+            envoy[0].attributes["descriptors"].as_str(),
+            envoy[0].attributes["decision"].as_str()
+        ),
+        ("edge", "1", "admitted")
+    );
+    let admissions: Vec<&Received> = named(&spans, "admission")
+        .into_iter()
+        .filter(|s| s.attributes["policy"] != "CL.THROTTLE")
+        .collect();
     assert_eq!(admissions.len(), 10, "{spans:#?}");
     let mut decisions = BTreeMap::new();
     for span in &admissions {
@@ -163,7 +239,7 @@ async fn ten_acquires_are_ten_admission_spans_with_how_each_ended() {
         BTreeMap::from([("admitted".to_owned(), 5), ("refused".to_owned(), 5)])
     );
     // Nothing else is exported: the log's own events and spans stay in the log.
-    assert_eq!(spans.len(), 10, "{spans:#?}");
+    assert_eq!(spans.len(), 13, "{spans:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

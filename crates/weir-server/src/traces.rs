@@ -2,8 +2,9 @@
 //!
 //! Off unless an endpoint is given (`--otlp-endpoint`, `WEIR_OTLP_ENDPOINT`). The spans are
 //! `tracing` spans at the `TRACE` level under two targets — `weir::admission`, one per
-//! admission decided (policy, kind, key, cost, then tier and decision), and `weir::cluster`,
-//! one per call to another node (owner, call, requests, whether it was reached) — which only
+//! admission decided (policy, kind, key, cost, then tier and decision; `CL.THROTTLE` and Envoy's
+//! `ShouldRateLimit` included), and `weir::cluster`, one per call to another node (owner,
+//! call, requests, whether it was reached) — which only
 //! the exporter's layer enables. With no exporter nothing enables them, so a decision pays a
 //! disabled callsite's check and nothing else; the log filter (`--log`) does not decide what is
 //! traced, and traces do not show in the logs.

@@ -249,9 +249,29 @@ impl App {
         let _ = rx.wait_for(|down| *down).await;
     }
 
-    /// Decides redis-cell's `CL.THROTTLE` for `key` now (see [`crate::cells`]).
+    /// Decides redis-cell's `CL.THROTTLE` for `key` now (see [`crate::cells`]). Traced as an
+    /// `admission` span of the `CL.THROTTLE` pseudo-policy (see [`crate::traces`]).
     pub fn throttle_cell(&self, key: &[u8], throttle: &Throttle) -> Result<Verdict, CellError> {
-        self.cells.throttle(key, throttle, self.cell_now())
+        let span = tracing::trace_span!(
+            target: "weir::admission",
+            "admission",
+            policy = "CL.THROTTLE",
+            key = %String::from_utf8_lossy(key),
+            cost = throttle.quantity,
+            decision = tracing::field::Empty,
+        );
+        let verdict = self.cells.throttle(key, throttle, self.cell_now());
+        if !span.is_disabled() {
+            span.record(
+                "decision",
+                match &verdict {
+                    Ok(v) if v.limited => "refused",
+                    Ok(_) => "admitted",
+                    Err(_) => "error",
+                },
+            );
+        }
+        verdict
     }
 
     /// The clock `CL.THROTTLE` decides on, in signed nanoseconds.

@@ -151,6 +151,13 @@ impl RateLimitService for RlsService {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = Instant::now();
         let request = request.into_inner();
+        let span = tracing::trace_span!(
+            target: "weir::admission",
+            "rls_decision",
+            domain = %request.domain,
+            descriptors = request.descriptors.len(),
+            decision = tracing::field::Empty,
+        );
         let answered = match self.app.rls() {
             None => Err(Status::unimplemented(
                 "this node has no RLS rules: start it with --rls-config PATH",
@@ -175,7 +182,12 @@ impl RateLimitService for RlsService {
                 match rls.prepare(&request.domain, &descriptors, request.hits_addend) {
                     Err(error) => Err(Status::invalid_argument(error.to_string())),
                     Ok(prepared) => {
-                        let elsewhere = self.decided_by_owners(rls, &prepared).await;
+                        let owners = self.decided_by_owners(rls, &prepared);
+                        let elsewhere = if span.is_disabled() {
+                            owners.await
+                        } else {
+                            tracing::Instrument::instrument(owners, span.clone()).await
+                        };
                         Ok(response(rls.finish(prepared, elsewhere)))
                     }
                 }
@@ -185,6 +197,14 @@ impl RateLimitService for RlsService {
             Ok(_) => "0",
             Err(status) => super::grpc::grpc_code(status.code()),
         };
+        if !span.is_disabled() {
+            let decision = match &answered {
+                Ok(answer) if answer.overall_code == ProtoCode::OverLimit as i32 => "refused",
+                Ok(_) => "admitted",
+                Err(_) => "error",
+            };
+            span.record("decision", decision);
+        }
         self.app
             .metrics()
             .observe("grpc", "ShouldRateLimit", code, start.elapsed());
