@@ -14,7 +14,7 @@ use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_bench::schedule::Profile;
 use weir_bench::target::{CellShape, RespCommand, RlsLoad};
 use weir_bench::{plot, scenario};
-use weir_server::client::Client;
+use weir_server::client::{Client, ClientTls};
 use weir_server::config::ConfigFile;
 use weir_server::rls::RulesConfig;
 use weir_server::rls::decision::policies_of;
@@ -58,6 +58,8 @@ enum Command {
         /// At most this many rows.
         #[arg(long, default_value_t = 50)]
         limit: usize,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
     },
     /// Reads or changes a policy on a running server.
     Config {
@@ -69,6 +71,8 @@ enum Command {
         /// The admin token (else WEIR_ADMIN_TOKEN).
         #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
     },
     /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
     Bench(Box<BenchArgs>),
@@ -80,6 +84,32 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         rls_config: Option<PathBuf>,
     },
+}
+
+/// How `weir top` and `weir config` reach an `https://` server.
+#[derive(Debug, clap::Args)]
+struct ClientTlsArgs {
+    /// An https:// server: the CA certificate to trust (PEM). No other CA is trusted.
+    #[arg(long, global = true, value_name = "PATH", env = "WEIR_CACERT")]
+    cacert: Option<PathBuf>,
+    /// Mutual TLS: the client certificate to present (PEM), with --key.
+    #[arg(long, global = true, value_name = "PATH", env = "WEIR_CLIENT_CERT")]
+    cert: Option<PathBuf>,
+    /// Mutual TLS: the client certificate's key (PEM).
+    #[arg(long, global = true, value_name = "PATH", env = "WEIR_CLIENT_KEY")]
+    key: Option<PathBuf>,
+}
+
+impl ClientTlsArgs {
+    /// A client of `server` with these settings.
+    fn client(self, server: &str, token: Option<String>) -> anyhow::Result<Client> {
+        let tls = ClientTls {
+            ca: self.cacert,
+            cert: self.cert,
+            key: self.key,
+        };
+        Client::with_tls(server, token, &tls)
+    }
 }
 
 /// `weir bench`'s options.
@@ -813,6 +843,7 @@ fn main() -> ExitCode {
                         policy,
                         watch,
                         limit,
+                        tls,
                     } => {
                         let options = TopOptions {
                             cluster,
@@ -821,7 +852,7 @@ fn main() -> ExitCode {
                             watch,
                             limit,
                         };
-                        top::run(&Client::new(&server, None), &options)
+                        top::run(&tls.client(&server, None)?, &options)
                             .await
                             .map(|()| ExitCode::SUCCESS)
                     }
@@ -829,7 +860,8 @@ fn main() -> ExitCode {
                         action,
                         server,
                         token,
-                    } => config(action, Client::new(&server, token))
+                        tls,
+                    } => config(action, tls.client(&server, token)?)
                         .await
                         .map(|()| ExitCode::SUCCESS),
                     Command::Bench(args) => bench(*args).await.map(|()| ExitCode::SUCCESS),

@@ -318,6 +318,32 @@ fn mutual_tls_refuses_a_client_without_a_certificate() {
     let (code, out) = with(&client_cert, &client_key);
     assert_eq!((code, out.as_str()), (0, "200"));
 
+    // Weir's own client, as an operator runs it.
+    let config_get = |client: &[&str]| {
+        support::weir()
+            .args(["config", "get", "api", "--server", &https(&server, "")])
+            .args(trust)
+            .args(client)
+            .env_remove("WEIR_CLIENT_CERT")
+            .env_remove("WEIR_CLIENT_KEY")
+            .output()
+            .unwrap()
+    };
+    let refused = config_get(&[]);
+    assert!(!refused.status.success());
+    let got = config_get(&[
+        "--cert",
+        path_arg(&client_cert),
+        "--key",
+        path_arg(&client_key),
+    ]);
+    let said = String::from_utf8_lossy(&got.stdout);
+    assert!(
+        got.status.success() && said.contains("\"name\": \"api\""),
+        "{said}{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+
     if available("redis-cli", &["--version"], "WEIR_REQUIRE_REDIS") {
         let resp = server.resp.as_deref().unwrap();
         assert_ne!(redis_ping(resp, &ca_path, None), "PONG");

@@ -1,7 +1,57 @@
-//! A small client of the HTTP API, for the `weir top` and `weir config` commands.
+//! A small client of the HTTP API, for the `weir top` and `weir config` commands, over plain
+//! HTTP or TLS (a server with `[server.tls]`: the CA to trust, and a client certificate under
+//! mutual TLS).
+
+use std::path::PathBuf;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
+
+/// How the client reaches an `https://` server: no CA is trusted unless given.
+#[derive(Debug, Clone, Default)]
+pub struct ClientTls {
+    /// The CA certificate(s) to trust (PEM).
+    pub ca: Option<PathBuf>,
+    /// A client certificate chain to present (PEM), for mutual TLS.
+    pub cert: Option<PathBuf>,
+    /// Its private key (PEM).
+    pub key: Option<PathBuf>,
+}
+
+impl ClientTls {
+    /// The HTTP client these settings make.
+    fn client(&self) -> anyhow::Result<reqwest::Client> {
+        let read = |path: &PathBuf| {
+            std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+        };
+        let mut builder = reqwest::Client::builder().use_rustls_tls();
+        if let Some(ca) = &self.ca {
+            for cert in reqwest::Certificate::from_pem_bundle(&read(ca)?)
+                .with_context(|| format!("{}: not PEM certificates", ca.display()))?
+            {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                let mut pem = read(cert)?;
+                pem.push(b'\n');
+                pem.extend(read(key)?);
+                let identity = reqwest::Identity::from_pem(&pem).with_context(|| {
+                    format!(
+                        "{} and {}: not a certificate and its key",
+                        cert.display(),
+                        key.display()
+                    )
+                })?;
+                builder = builder.identity(identity);
+            }
+            (None, None) => {}
+            _ => bail!("a client certificate needs its key: give --cert and --key together"),
+        }
+        builder.build().context("making the HTTP client")
+    }
+}
 
 /// Talks to one server.
 #[derive(Debug, Clone)]
@@ -20,6 +70,14 @@ impl Client {
             token,
             http: reqwest::Client::new(),
         }
+    }
+
+    /// Like [`new`](Self::new), reaching an `https://` server with `tls`.
+    pub fn with_tls(base: &str, token: Option<String>, tls: &ClientTls) -> anyhow::Result<Self> {
+        Ok(Client {
+            http: tls.client()?,
+            ..Client::new(base, token)
+        })
     }
 
     async fn send(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
