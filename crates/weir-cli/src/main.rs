@@ -608,7 +608,8 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let node_id = file
         .as_ref()
         .map_or("local", |file| file.server.node_id.as_str());
-    let traces = init_logs(
+    // Dropped last, after the runtime: it sends the spans it still holds, blocking.
+    let _traces = init_logs(
         log.as_deref(),
         log_format,
         otlp_endpoint.as_deref(),
@@ -616,9 +617,6 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     let file = file?;
     let served = runtime()?.block_on(serve::serve(file, config));
-    if let Some(traces) = traces {
-        traces.shutdown();
-    }
     served.map(|()| ExitCode::SUCCESS)
 }
 

@@ -720,3 +720,80 @@ fn systemd_analyze_accepts_the_unit() {
 fn the_readme_links_the_deployment_guide() {
     assert!(read("README.md").contains("docs/deployment.md"));
 }
+
+/// The image's HEALTHCHECK command, run as Docker runs it (`/bin/sh -c`) against real nodes:
+/// it fails with nothing listening, and passes against a plain node and against one that
+/// requires client certificates (it presents the node's own).
+#[test]
+fn the_image_healthcheck_passes_against_a_plain_node_and_one_under_mutual_tls() {
+    let found = Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("WEIR_REQUIRE_CURL").is_none(),
+            "curl is required here"
+        );
+        eprintln!("skipping: curl is not installed");
+        return;
+    }
+    let text = read("deploy/Dockerfile");
+    let health = dockerfile_instructions(&text, "HEALTHCHECK");
+    let (_, command) = health[0].split_once("CMD ").expect("HEALTHCHECK CMD …");
+    let check = |http: &str, tls: Option<(&Path, &Path)>| {
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg(command)
+            .env("WEIR_HTTP", http)
+            .env_remove("WEIR_TLS_CERT")
+            .env_remove("WEIR_TLS_KEY");
+        if let Some((cert, key)) = tls {
+            sh.env("WEIR_TLS_CERT", cert).env("WEIR_TLS_KEY", key);
+        }
+        sh.output().unwrap().status.success()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let unused = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    assert!(
+        !check(&unused.to_string(), None),
+        "passed with nothing listening"
+    );
+
+    let plain = support::Server::start("", &dir.path().join("plain"));
+    assert!(check(plain.http.trim_start_matches("http://"), None));
+
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut node = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    node.extended_key_usages = vec![
+        rcgen::ExtendedKeyUsagePurpose::ServerAuth,
+        rcgen::ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let node = node.signed_by(&key, &ca, &ca_key).unwrap();
+    let (ca_path, cert, key_path) = (
+        dir.path().join("ca.crt"),
+        dir.path().join("tls.crt"),
+        dir.path().join("tls.key"),
+    );
+    std::fs::write(&ca_path, ca.pem()).unwrap();
+    std::fs::write(&cert, node.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let config = format!(
+        "[server.tls]\ncert = {:?}\nkey = {:?}\nclient_ca = {:?}\n",
+        cert.display().to_string(),
+        key_path.display().to_string(),
+        ca_path.display().to_string()
+    );
+    let mutual = support::Server::start(&config, &dir.path().join("mutual"));
+    let address = mutual.http.trim_start_matches("http://");
+    assert!(check(address, Some((&cert, &key_path))));
+    // The same check without the node's certificate is refused: TLS was really in use.
+    assert!(!check(address, None));
+}

@@ -101,25 +101,23 @@ fn config(cert: &Path, key: &Path, client_ca: Option<&Path>, peer_name: bool) ->
     if peer_name {
         tls.push_str("peer_name = \"localhost\"\n");
     }
-    format!("{tls}{CONFIG}")
+    // A short header timeout, for the test of a client silent after its handshake.
+    format!("[server]\nheader_timeout = \"2s\"\n\n{tls}{CONFIG}")
 }
 
 fn https(server: &Server, path: &str) -> String {
     server.url(path).replacen("http://", "https://", 1)
 }
 
-/// `curl ARGS URL`: its exit code and what it printed (the status code, with `-w`).
+/// `curl ARGS URL`: its exit code and what it printed (the status code).
 fn curl(args: &[&str], url: &str) -> (i32, String) {
+    curl_writing(args, "%{http_code}", url)
+}
+
+/// `curl ARGS URL`: its exit code and what it printed (`-w write_out`).
+fn curl_writing(args: &[&str], write_out: &str, url: &str) -> (i32, String) {
     let output = Command::new("curl")
-        .args([
-            "-sS",
-            "--max-time",
-            "5",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
-        ])
+        .args(["-sS", "--max-time", "5", "-o", "/dev/null", "-w", write_out])
         .args(args)
         .arg(url)
         .output()
@@ -226,10 +224,11 @@ fn curl_reads_over_tls_and_a_rotated_certificate_is_served_after_the_swap() {
     let (code, out) = curl(&["--cacert", path_arg(&first_ca)], &health);
     assert_eq!((code, out.as_str()), (0, "200"), "curl --cacert over TLS");
     // HTTP/2, as ALPN chose it, and HTTP/1.1 when asked for.
-    let (code, out) = curl(&["--http2", "--cacert", path_arg(&first_ca)], &health);
-    assert_eq!((code, out.as_str()), (0, "200"));
-    let (code, out) = curl(&["--http1.1", "--cacert", path_arg(&first_ca)], &health);
-    assert_eq!((code, out.as_str()), (0, "200"));
+    for (asked, spoken) in [("--http2", "200 2"), ("--http1.1", "200 1.1")] {
+        let args = [asked, "--cacert", path_arg(&first_ca)];
+        let (code, out) = curl_writing(&args, "%{http_code} %{http_version}", &health);
+        assert_eq!((code, out.as_str()), (0, spoken));
+    }
     // A client that does not trust the CA is refused by curl itself: TLS is really in use.
     let (code, _) = curl(&[], &health);
     assert_ne!(code, 0, "curl trusted a certificate no system CA signed");
@@ -278,6 +277,52 @@ fn curl_reads_over_tls_and_a_rotated_certificate_is_served_after_the_swap() {
         stderr.contains("TLS certificates not reloaded") && stderr.contains("node.crt"),
         "the refused reload is logged with its file: {stderr}"
     );
+}
+
+#[test]
+fn a_client_silent_after_its_handshake_is_closed_after_the_header_timeout() {
+    if !available("openssl", &["version"], "WEIR_REQUIRE_OPENSSL") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Authority::new("weir CA");
+    let ca_path = ca.write(dir.path(), "ca.crt");
+    let (cert, key) = write_pair(dir.path(), "node", &ca.issue("node"));
+    let server = Server::start(&config(&cert, &key, None, false), &dir.path().join("data"));
+    let address = server.http.trim_start_matches("http://").to_owned();
+    for alpn in ["h2", "http/1.1"] {
+        // openssl completes the handshake, then waits on its standard input: sends nothing.
+        let mut silent = Command::new("openssl")
+            .args(["s_client", "-quiet", "-connect", &address, "-alpn", alpn])
+            .arg("-CAfile")
+            .arg(&ca_path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let opened = Instant::now();
+        let closed = loop {
+            if let Some(status) = silent.try_wait().unwrap() {
+                break Some(status);
+            }
+            if opened.elapsed() > Duration::from_secs(10) {
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _ = silent.kill();
+        let _ = silent.wait();
+        assert!(
+            closed.is_some(),
+            "a silent client ({alpn}) was kept past the 2 s header timeout"
+        );
+        assert!(
+            opened.elapsed() >= Duration::from_millis(1500),
+            "closed before the timeout: {:?}",
+            opened.elapsed()
+        );
+    }
 }
 
 #[test]
@@ -387,7 +432,10 @@ fn a_missing_or_mismatched_file_stops_the_start_and_names_the_file() {
             .unwrap();
         let said = String::from_utf8_lossy(&check.stdout);
         assert!(!check.status.success() && said.contains(named), "{said}");
-        let start = support::weir()
+        // Bounded: a regression that lets it start must fail the test, not hang it.
+        let start = Command::new("timeout")
+            .arg("30")
+            .arg(env!("CARGO_BIN_EXE_weir"))
             .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .arg("--config")
             .arg(&file)
@@ -408,8 +456,12 @@ async fn two_nodes_call_each_other_over_mutual_tls() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    // Nodes' certificates from the cluster's CA, clients' from another: each node verifies
+    // nodes calling in by `peer_ca`, and clients by `client_ca`.
     let ca = Authority::new("cluster CA");
-    let ca_path = ca.write(dir.path(), "ca.crt");
+    let peer_ca = ca.write(dir.path(), "peer-ca.crt");
+    let clients = Authority::new("clients' CA");
+    let client_ca = clients.write(dir.path(), "client-ca.crt");
     let udp = || {
         std::net::UdpSocket::bind("127.0.0.1:0")
             .unwrap()
@@ -418,29 +470,34 @@ async fn two_nodes_call_each_other_over_mutual_tls() {
             .to_string()
     };
     let seed = udp();
+    let (cert, key) = write_pair(dir.path(), "client", &clients.issue("client"));
+    // curl trusts the CA the nodes' certificates come from.
+    let ca_path = peer_ca.clone();
     let mut nodes = Vec::new();
-    let mut client = None;
     for (id, gossip, join) in [
         ("n1", seed.clone(), None),
         ("n2", udp(), Some(seed.clone())),
     ] {
         let node_dir = dir.path().join(id);
         std::fs::create_dir_all(&node_dir).unwrap();
-        let (cert, key) = write_pair(&node_dir, id, &ca.issue(id));
-        client.get_or_insert((cert.clone(), key.clone()));
+        let (node_cert, node_key) = write_pair(&node_dir, id, &ca.issue(id));
         let mut args = vec!["--node-id", id, "--gossip", &gossip];
         if let Some(seed) = &join {
             args.extend(["--join", seed]);
         }
         // Verified for one name all node certificates carry, not for each address.
+        let config = config(&node_cert, &node_key, Some(&client_ca), true).replacen(
+            "peer_name",
+            &format!("peer_ca = {:?}\npeer_name", path_arg(&peer_ca)),
+            1,
+        );
         nodes.push(Server::start_full(
-            &config(&cert, &key, Some(&ca_path), true),
+            &config,
             &node_dir.join("data"),
             &[("WEIR_CLUSTER_SECRET", "two nodes share this secret")],
             &args,
         ));
     }
-    let (cert, key) = client.unwrap();
     let get = |server: &Server, path: &str| -> serde_json::Value {
         let output = Command::new("curl")
             .args(["-sS", "--max-time", "5", "--cacert", path_arg(&ca_path)])

@@ -363,14 +363,21 @@ pub const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_s
 /// …and how long an unanswered ping takes to close it.
 pub const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// How long opening a connection to an owner may take (the TCP connect, and the TLS
+/// handshake where there is one) before the owner counts as unreachable.
+pub const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The endpoint of an owner at `address` (`http://host:port`). HTTP/2 pings find a connection
 /// that died without a word (a partition drops packets; nothing says the peer is gone): it is
 /// closed after [`KEEP_ALIVE_TIMEOUT`] and the next call opens a fresh one. Without them, a
-/// coordinator kept failing open on a dead connection long after the network healed.
+/// coordinator kept failing open on a dead connection long after the network healed. A
+/// connection that cannot be opened within [`CONNECT_TIMEOUT`] fails, rather than stalling
+/// the calls queued on it.
 pub fn endpoint(address: &str) -> Option<Endpoint> {
     Some(
         Endpoint::from_shared(address.to_owned())
             .ok()?
+            .connect_timeout(CONNECT_TIMEOUT)
             .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
             .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
             .keep_alive_while_idle(true),

@@ -26,9 +26,15 @@ impl ClientTls {
         };
         let mut builder = reqwest::Client::builder().use_rustls_tls();
         if let Some(ca) = &self.ca {
-            for cert in reqwest::Certificate::from_pem_bundle(&read(ca)?)
-                .with_context(|| format!("{}: not PEM certificates", ca.display()))?
-            {
+            let certs = reqwest::Certificate::from_pem_bundle(&read(ca)?)
+                .with_context(|| format!("{}: not PEM certificates", ca.display()))?;
+            if certs.is_empty() {
+                bail!(
+                    "{} holds no certificate (no `BEGIN CERTIFICATE` section)",
+                    ca.display()
+                );
+            }
+            for cert in certs {
                 builder = builder.add_root_certificate(cert);
             }
         }
@@ -72,8 +78,12 @@ impl Client {
         }
     }
 
-    /// Like [`new`](Self::new), reaching an `https://` server with `tls`.
+    /// Like [`new`](Self::new), reaching an `https://` server with `tls` (which a plain
+    /// `http://` one ignores).
     pub fn with_tls(base: &str, token: Option<String>, tls: &ClientTls) -> anyhow::Result<Self> {
+        if !base.starts_with("https://") {
+            return Ok(Client::new(base, token));
+        }
         Ok(Client {
             http: tls.client()?,
             ..Client::new(base, token)

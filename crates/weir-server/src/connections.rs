@@ -10,8 +10,8 @@
 //! tell HTTP/1 from HTTP/2). The body's timeout is kept where the body is read, in the HTTP
 //! API's JSON extractor.
 //!
-//! Over TLS the same timeout bounds the handshake, and the protocol the client chose by ALPN
-//! (`h2`, else HTTP/1.1) is served without sniffing the first bytes.
+//! Over TLS the same timeout bounds the handshake, and then the wait for the first bytes
+//! (read into a buffer, since TLS cannot be peeked at).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -124,11 +124,17 @@ pub async fn serve_http(
                     let handshake =
                         tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp)).await;
                     if let Ok(Ok(stream)) = handshake {
-                        let builder = match stream.get_ref().1.alpn_protocol() {
-                            Some(b"h2") => builder.http2_only(),
-                            _ => builder.http1_only(),
-                        };
-                        serve_connection(builder, stream, service, &draining).await;
+                        // No peek through TLS: the first bytes are waited for in a buffer
+                        // hyper then reads from, under the same timeout.
+                        let mut stream = tokio::io::BufReader::new(stream);
+                        let spoke = tokio::time::timeout(
+                            limits.header_timeout,
+                            tokio::io::AsyncBufReadExt::fill_buf(&mut stream),
+                        )
+                        .await;
+                        if matches!(spoke, Ok(Ok(first)) if !first.is_empty()) {
+                            serve_connection(builder, stream, service, &draining).await;
+                        }
                     }
                 }
             }
@@ -146,17 +152,28 @@ pub async fn serve_http(
 /// TCP_NODELAY set (see `serve::without_nagle`): for tonic's `serve_with_incoming`.
 ///
 /// Handshakes run side by side, each bounded by `handshake_timeout`, so that a client slow
-/// to finish its own does not hold up the others; a failed one is the client's business and is
-/// dropped here. Accepting stops when the stream is dropped.
+/// to finish its own does not hold up the others; at most `max_handshakes` at once (more wait
+/// in the listen backlog), so that a flood of connections that never finish theirs cannot take
+/// every descriptor. A failed one is the client's business and is dropped here. Accepting
+/// stops, and the listener closes, when `shutdown` resolves or the stream is dropped.
 pub fn accept_tls(
     listener: TcpListener,
     tls: Arc<Tls>,
     kind: Listener,
     handshake_timeout: Duration,
+    max_handshakes: usize,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> impl tokio_stream::Stream<Item = io::Result<TlsStream<TcpStream>>> {
     let (ready, handshaken) = tokio::sync::mpsc::channel(64);
+    let slots = Arc::new(Semaphore::new(max_handshakes.max(1)));
     tokio::spawn(async move {
+        let mut shutdown = std::pin::pin!(shutdown);
         loop {
+            let slot = tokio::select! {
+                slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
+                () = &mut shutdown => return,
+                () = ready.closed() => return,
+            };
             let tcp = tokio::select! {
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, _)) => tcp,
@@ -166,13 +183,16 @@ pub fn accept_tls(
                         continue;
                     }
                 },
+                () = &mut shutdown => return,
                 () = ready.closed() => return,
             };
             let _ = tcp.set_nodelay(true);
             let acceptor = tls.acceptor(kind);
             let ready = ready.clone();
             tokio::spawn(async move {
-                match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
+                let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await;
+                drop(slot);
+                match handshake {
                     Ok(Ok(stream)) => {
                         let _ = ready.send(Ok(stream)).await;
                     }

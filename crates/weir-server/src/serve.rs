@@ -402,6 +402,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         let app = Arc::clone(&app);
         let tls = tls.clone();
         let handshake_timeout = server.header_timeout;
+        let max_handshakes = server.max_connections;
         let owner_service = cluster
             .as_ref()
             .map(|c| c.service(Arc::new(AppRates(Arc::clone(&app)))));
@@ -419,7 +420,10 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
                 .add_optional_service(owner_service)
                 .add_optional_service(rls_service);
-            let shutdown = async move { app.shutting_down().await };
+            let shutdown = {
+                let app = Arc::clone(&app);
+                async move { app.shutting_down().await }
+            };
             match tls {
                 None => {
                     router
@@ -432,6 +436,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
                         tls,
                         Listener::Grpc,
                         handshake_timeout,
+                        max_handshakes,
+                        async move { app.shutting_down().await },
                     );
                     router
                         .serve_with_incoming_shutdown(incoming, shutdown)

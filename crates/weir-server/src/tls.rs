@@ -6,7 +6,8 @@
 //! (gRPC clients insist on it), the Redis protocol none. With `client_ca`, every listener
 //! requires a client certificate that CA signed (mutual TLS). In cluster mode the same
 //! certificate is this node's client certificate in its calls to other nodes, which it
-//! verifies against `peer_ca` (or `client_ca`).
+//! verifies against `peer_ca` (or `client_ca`); the certificates of nodes calling in are
+//! verified against `peer_ca` as well as `client_ca`.
 //!
 //! Everything is built again from the files on each reload and swapped in whole, so a
 //! connection is accepted or made with one consistent set: a reload that fails (a key that does
@@ -69,6 +70,14 @@ pub enum TlsError {
         file: PathBuf,
         /// rustls's reason.
         reason: rustls::Error,
+    },
+    /// `peer_name` is no name a certificate can carry.
+    #[error("`peer_name` {name:?} is not a DNS name or an IP address: {problem}")]
+    PeerName {
+        /// The name.
+        name: String,
+        /// Why.
+        problem: String,
     },
     /// Cluster mode over TLS needs a CA to verify the other nodes by.
     #[error(
@@ -223,21 +232,35 @@ fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_safe_default_protocol_versions()
         .map_err(refused(&settings.cert))?;
-    let server = match &settings.client_ca {
-        Some(ca) => {
-            let roots = Arc::new(roots(ca)?);
+    // Clients are verified against `client_ca` (required) and other nodes, which present
+    // their own certificates when they call, against `peer_ca` too. With `peer_ca` alone a
+    // certificate is asked for but not required: applications connect without one, and a node's
+    // is verified if it comes (its calls are still guarded by the cluster secret).
+    let mut trusted = RootCertStore::empty();
+    for ca in [&settings.client_ca, &settings.peer_ca]
+        .into_iter()
+        .flatten()
+    {
+        trusted.roots.extend(roots(ca)?.roots);
+    }
+    let server = match (&settings.client_ca, &settings.peer_ca) {
+        (None, None) => builder.with_no_client_auth(),
+        (client_ca, _) => {
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
-                roots,
+                Arc::new(trusted),
                 Arc::clone(&provider),
-            )
-            .build()
-            .map_err(|e| TlsError::Pem {
-                file: ca.clone(),
+            );
+            let verifier = match client_ca {
+                Some(_) => verifier,
+                None => verifier.allow_unauthenticated(),
+            };
+            let ca = client_ca.as_ref().or(settings.peer_ca.as_ref());
+            let verifier = verifier.build().map_err(|e| TlsError::Pem {
+                file: ca.cloned().unwrap_or_default(),
                 problem: format!("not usable to verify clients: {e}"),
             })?;
             builder.with_client_cert_verifier(verifier)
         }
-        None => builder.with_no_client_auth(),
     }
     .with_single_cert(certs.clone(), key.clone_key())
     .map_err(refused(&settings.key))?;
@@ -246,6 +269,12 @@ fn build(settings: &TlsSettings) -> Result<Loaded, TlsError> {
         config.alpn_protocols = protocols.iter().map(|p| p.to_vec()).collect();
         Arc::new(config)
     };
+    if let Some(name) = &settings.peer_name {
+        ServerName::try_from(name.as_str()).map_err(|e| TlsError::PeerName {
+            name: name.clone(),
+            problem: e.to_string(),
+        })?;
+    }
     let peer_ca = settings.peer_ca.as_ref().or(settings.client_ca.as_ref());
     let peers = match peer_ca {
         Some(ca) => {

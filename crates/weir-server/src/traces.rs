@@ -38,10 +38,19 @@ pub enum TracesError {
     Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
 }
 
-/// The exporter, kept so that its last spans are sent at exit.
+/// The exporter, kept so that its last spans are sent at exit: dropping it sends them, on
+/// every way out (an error, a panic unwinding) — outside the async runtime, since it blocks.
 #[derive(Debug)]
 pub struct Traces {
     provider: SdkTracerProvider,
+}
+
+impl Drop for Traces {
+    fn drop(&mut self) {
+        if let Err(error) = self.provider.shutdown() {
+            tracing::warn!("the last spans were not all sent: {error}");
+        }
+    }
 }
 
 impl Traces {
@@ -84,14 +93,6 @@ impl Traces {
             .with_tracer(tracer)
             .with_filter(only_weirs_spans);
         Ok((Traces { provider }, layer))
-    }
-
-    /// Sends the spans not sent yet and stops the exporter. Blocks: call it outside the async
-    /// runtime, at exit.
-    pub fn shutdown(self) {
-        if let Err(error) = self.provider.shutdown() {
-            tracing::warn!("the last spans were not all sent: {error}");
-        }
     }
 }
 
