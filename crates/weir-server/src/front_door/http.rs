@@ -190,6 +190,7 @@ mod route {
     pub const POLICY: &str = "/v1/policies/{name}";
     pub const THROTTLES: &str = "/v1/throttles";
     pub const CLUSTER: &str = "/v1/cluster";
+    pub const STATS: &str = "/v1/stats";
     pub const METRICS: &str = "/metrics";
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
@@ -208,6 +209,7 @@ fn endpoint_of(path: &str) -> &'static str {
         route::POLICIES => route::POLICIES,
         route::THROTTLES => route::THROTTLES,
         route::CLUSTER => route::CLUSTER,
+        route::STATS => route::STATS,
         route::METRICS => route::METRICS,
         route::HEALTHZ => route::HEALTHZ,
         route::READYZ => route::READYZ,
@@ -239,6 +241,7 @@ fn routes(app: Arc<App>) -> Router {
         )
         .route(route::THROTTLES, get(throttles))
         .route(route::CLUSTER, get(cluster))
+        .route(route::STATS, get(stats))
         .route(route::METRICS, get(metrics))
         .route(route::HEALTHZ, get(healthz))
         .route(route::READYZ, get(readyz))
@@ -640,6 +643,10 @@ async fn cluster(State(app): State<Arc<App>>) -> Json<weir_api::http::ClusterVie
     Json(app.cluster())
 }
 
+async fn stats(State(app): State<Arc<App>>) -> Json<crate::app::StatsView> {
+    Json(app.stats())
+}
+
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
         [(
@@ -707,6 +714,7 @@ mod tests {
             "/v1/policies/x/y",
             "/v1/throttles",
             "/v1/cluster",
+            "/v1/stats",
             "/metrics",
             "/healthz",
             "/readyz",
