@@ -94,6 +94,33 @@ impl Ring {
         Some(&self.members[member as usize])
     }
 
+    /// Each placed member's share of the circle (0 to 1; together 1): the fraction of bucket
+    /// names it owns, on average. A point owns the arc from the point before it up to itself.
+    pub fn shares(&self) -> Vec<(String, f64)> {
+        let mut arcs = vec![0u64; self.members.len()];
+        let mut previous = self.points.last().map_or(0, |&(point, _)| point);
+        for &(point, member) in &self.points {
+            // The first point's arc wraps around from the last point.
+            arcs[member as usize] =
+                arcs[member as usize].wrapping_add(point.wrapping_sub(previous));
+            previous = point;
+        }
+        let whole = 2f64.powi(64);
+        self.members
+            .iter()
+            .zip(arcs)
+            .map(|(id, arc)| {
+                // One member alone owns the whole circle, an arc that wraps to 0.
+                let share = if self.members.len() == 1 {
+                    1.0
+                } else {
+                    arc as f64 / whole
+                };
+                (id.clone(), share)
+            })
+            .collect()
+    }
+
     /// The placed members, sorted by id.
     pub fn members(&self) -> &[String] {
         &self.members
@@ -204,6 +231,25 @@ mod tests {
             "max/mean = {:.3}: {counts:?}",
             max / mean
         );
+    }
+
+    /// The shares add up to the whole circle and match the fraction of keys each member owns.
+    #[test]
+    fn shares_are_the_fractions_of_keys_owned() {
+        assert_eq!(ring(&["solo"]).shares(), vec![("solo".to_owned(), 1.0)]);
+        assert!(ring(&[]).shares().is_empty());
+        let r = ring(&["n1", "n2", "n3"]);
+        let shares = r.shares();
+        let total: f64 = shares.iter().map(|(_, s)| s).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{shares:?}");
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for key in keys() {
+            *counts.entry(r.owner_of(&key).unwrap()).or_default() += 1;
+        }
+        for (id, share) in &shares {
+            let seen = counts[id.as_str()] as f64 / 100_000.0;
+            assert!((seen - share).abs() < 0.01, "{id}: {seen} vs {share}");
+        }
     }
 
     /// The keys whose owner differs between two rings, as (before, after).

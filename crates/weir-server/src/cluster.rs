@@ -524,6 +524,13 @@ impl ClusterMode {
             .collect()
     }
 
+    /// The ring in force: its generation (one more each time membership changed it) and each
+    /// owner's share of it.
+    pub fn ring_shares(&self) -> (u64, Vec<(String, f64)>) {
+        let (generation, ring) = self.ring.load_versioned();
+        (generation, ring.shares())
+    }
+
     /// Members, ring and counters, for `/v1/cluster`.
     pub fn describe(&self) -> ClusterView {
         let members = self

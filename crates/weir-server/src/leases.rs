@@ -156,6 +156,20 @@ impl Leases {
         count
     }
 
+    /// Leases held now per policy, split by where each came from: `(node, shared)`, the node's
+    /// own buckets or the cluster's shared pool (a lent unit counts as shared).
+    pub fn held_by_policy(&self) -> std::collections::BTreeMap<String, (u64, u64)> {
+        let mut held = std::collections::BTreeMap::<String, (u64, u64)>::new();
+        for lease in self.lock().values() {
+            let counts = held.entry(lease.policy.clone()).or_default();
+            match lease.admission {
+                Hold::Node(_) => counts.0 += 1,
+                Hold::Shared(..) => counts.1 += 1,
+            }
+        }
+        held
+    }
+
     /// Counts for `/metrics`.
     pub fn counters(&self) -> LeaseCounters {
         LeaseCounters {

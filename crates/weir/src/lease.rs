@@ -137,6 +137,11 @@ impl<T> LeaseTracker<T> {
         self.leases.get(&id).map(|l| &l.value)
     }
 
+    /// The values of the live leases, in no particular order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.leases.values().map(|l| &l.value)
+    }
+
     /// Leases held now.
     pub fn len(&self) -> usize {
         self.leases.len()

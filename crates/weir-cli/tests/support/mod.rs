@@ -57,6 +57,18 @@ impl Server {
         env: &[(&str, &str)],
         args: &[&str],
     ) -> Server {
+        Server::start_logging(config, data_dir, env, args, "warn")
+    }
+
+    /// Like [`start_full`](Self::start_full), logging at `log` (a level or filter) rather
+    /// than `warn`.
+    pub fn start_logging(
+        config: &str,
+        data_dir: &Path,
+        env: &[(&str, &str)],
+        args: &[&str],
+        log: &str,
+    ) -> Server {
         let config_path = data_dir.with_extension("toml");
         std::fs::write(&config_path, config).expect("writing the test config");
         let mut command = weir();
@@ -68,7 +80,7 @@ impl Server {
                 "--grpc",
                 "127.0.0.1:0",
                 "--log",
-                "warn",
+                log,
             ])
             .arg("--config")
             .arg(&config_path)

@@ -11,6 +11,7 @@
 //! | `cluster_rates.rs` | cluster-scoped rate policies: forwarding to a bucket's owner, deciding for others |
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
+//! | `stats.rs` | every policy's counters and gauges at once, as JSON (`/v1/stats`, the live page's) |
 //! | `auth.rs` | the admin token check |
 
 mod admission;
@@ -18,11 +19,13 @@ mod auth;
 mod cluster_rates;
 mod leasing;
 mod policy_admin;
+mod stats;
 mod throttles;
 
 pub use admission::{AcquireInput, AcquireOutcome};
 pub use cluster_rates::{AppRates, OWNER_TIER};
 pub use policy_admin::{Reloaded, TaggedPolicy, etag_of};
+pub use stats::{AdaptiveStats, LeaseStats, PolicyStats, RingShares, StatsView};
 pub use throttles::{DEFAULT_THROTTLE_ROWS, ThrottleQuery, ThrottleRow};
 
 use std::net::SocketAddr;
@@ -69,6 +72,8 @@ pub struct App {
     rls: Option<Arc<Rls>>,
     /// `CL.THROTTLE`'s keys.
     cells: Arc<Cells>,
+    /// When each adaptive policy last took a busy signal.
+    last_busy: std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>,
 }
 
 impl std::fmt::Debug for App {
@@ -192,6 +197,7 @@ impl App {
             cluster: settings.cluster,
             rls,
             cells,
+            last_busy: Default::default(),
         }))
     }
 
@@ -285,11 +291,16 @@ impl App {
             .policies
             .get(policy)
             .ok_or_else(|| ApiError::unknown_policy(policy))?;
-        found.busy().ok_or_else(|| {
+        let tightened = found.busy().ok_or_else(|| {
             ApiError::conflict(format!(
                 "policy `{policy}` is not adaptive: only an `adaptive` policy takes busy signals"
             ))
-        })
+        })?;
+        self.last_busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(policy.to_owned(), std::time::SystemTime::now());
+        Ok(tightened)
     }
 
     /// Advances every adaptive policy by `ms`.

@@ -190,6 +190,9 @@ mod route {
     pub const POLICY: &str = "/v1/policies/{name}";
     pub const THROTTLES: &str = "/v1/throttles";
     pub const CLUSTER: &str = "/v1/cluster";
+    pub const STATS: &str = "/v1/stats";
+    pub const UI: &str = "/ui";
+    pub const UI_ASSET: &str = "/ui/{asset}";
     pub const METRICS: &str = "/metrics";
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
@@ -208,14 +211,22 @@ fn endpoint_of(path: &str) -> &'static str {
         route::POLICIES => route::POLICIES,
         route::THROTTLES => route::THROTTLES,
         route::CLUSTER => route::CLUSTER,
+        route::STATS => route::STATS,
+        route::UI => route::UI,
         route::METRICS => route::METRICS,
         route::HEALTHZ => route::HEALTHZ,
         route::READYZ => route::READYZ,
-        _ => match path.strip_prefix("/v1/policies/") {
-            Some(name) if !name.is_empty() && !name.contains('/') => route::POLICY,
-            _ => route::UNMATCHED,
-        },
+        _ if one_segment_after(path, "/v1/policies/") => route::POLICY,
+        _ if one_segment_after(path, "/ui/") => route::UI_ASSET,
+        _ => route::UNMATCHED,
     }
+}
+
+/// Whether `path` is `prefix` and one non-empty segment after it: what a route ending in a
+/// `{parameter}` matches.
+fn one_segment_after(path: &str, prefix: &str) -> bool {
+    path.strip_prefix(prefix)
+        .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
 /// The router for `app`, counted: every answered request by route and status.
@@ -239,6 +250,9 @@ fn routes(app: Arc<App>) -> Router {
         )
         .route(route::THROTTLES, get(throttles))
         .route(route::CLUSTER, get(cluster))
+        .route(route::STATS, get(stats))
+        .route(route::UI, get(super::ui::page))
+        .route(route::UI_ASSET, get(super::ui::asset))
         .route(route::METRICS, get(metrics))
         .route(route::HEALTHZ, get(healthz))
         .route(route::READYZ, get(readyz))
@@ -640,6 +654,10 @@ async fn cluster(State(app): State<Arc<App>>) -> Json<weir_api::http::ClusterVie
     Json(app.cluster())
 }
 
+async fn stats(State(app): State<Arc<App>>) -> Json<crate::app::StatsView> {
+    Json(app.stats())
+}
+
 async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
         [(
@@ -707,6 +725,13 @@ mod tests {
             "/v1/policies/x/y",
             "/v1/throttles",
             "/v1/cluster",
+            "/v1/stats",
+            "/ui",
+            "/ui/",
+            "/ui/app.js",
+            "/ui/nope.js",
+            "/ui/a/b",
+            "/ui/app.js/",
             "/metrics",
             "/healthz",
             "/readyz",

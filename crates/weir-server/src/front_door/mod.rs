@@ -11,6 +11,7 @@
 //! | `http.rs` | the HTTP API (axum): JSON in and out |
 //! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream |
 //! | `rls.rs` | Envoy's rate limit service (tonic), on the same gRPC listener |
+//! | `ui.rs`, `ui/` | the live page at `/ui` (HTML over the HTTP API), on the HTTP listener |
 //! | `resp/` | the Redis protocol (RESP2 and RESP3): the handshake, `CL.THROTTLE`, `WEIR.*` |
 //!
 //! [`App`]: crate::app::App
@@ -19,3 +20,4 @@ pub mod grpc;
 pub mod http;
 pub mod resp;
 pub mod rls;
+pub mod ui;

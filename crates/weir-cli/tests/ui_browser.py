@@ -1,0 +1,233 @@
+"""Drives Weir's live page in headless Chromium (for crates/weir-cli/tests/ui.rs).
+
+Usage: ui_browser.py BASE_URL ADMIN_TOKEN SCREENSHOT_DIR
+
+BASE_URL is a loopback `http://127.0.0.1:PORT` of a `weir serve` that the caller keeps under
+load: key `hot` of policy `tables` throttled. Prints `ok <check>` per check passed and exits 0,
+or raises. Chromium and chromedriver are stopped by their process ids before it exits.
+"""
+
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select
+
+BASE, TOKEN, SHOTS = sys.argv[1], sys.argv[2], sys.argv[3]
+assert BASE.startswith("http://127.0.0.1:"), "loopback only"
+
+
+def api(method, path, body=None, headers=None):
+    """One API call; returns (status, headers, parsed body)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(BASE + path, data=data, method=method, headers=headers or {})
+    if body is not None:
+        request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.headers, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, json.loads(error.read() or b"null")
+
+
+def throttle_row(policy, key):
+    _, _, body = api("GET", "/v1/throttles?limit=100")
+    rows = [r for r in body["rows"] if r["policy"] == policy and r["key"] == key]
+    assert rows, f"{policy}/{key} is not in /v1/throttles: {body}"
+    return rows[0]
+
+
+def until(what, check, within):
+    deadline = time.monotonic() + within
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {within} s: {what}")
+        time.sleep(0.05)
+
+
+def descendants(pid):
+    """Every process below `pid`, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+profile = tempfile.mkdtemp(prefix="weir-ui-chromium-")
+options = webdriver.ChromeOptions()
+options.binary_location = shutil.which("chromium")
+for argument in [
+    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+    "--window-size=1400,900", "--no-first-run", "--no-default-browser-check",
+    "--disable-extensions", "--disable-background-networking", "--disable-component-update",
+    "--disable-sync", "--disable-default-apps", f"--user-data-dir={profile}",
+    # Nothing but the server on loopback is reachable from the page.
+    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
+]:
+    options.add_argument(argument)
+options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+service = Service(executable_path=shutil.which("chromedriver"),
+                  service_args=["--allowed-ips=127.0.0.1"])
+driver = webdriver.Chrome(service=service, options=options)
+driver_pid = service.process.pid
+browser_pids = descendants(driver_pid)
+try:
+    js = driver.execute_script
+
+    # The throttled key shows in the table within 3 s of opening the page.
+    opened = time.monotonic()
+    driver.get(BASE + "/ui")
+    row_css = 'tr[data-policy="tables"][data-key="hot"]'
+    until("the throttled key in the table", lambda: driver.find_elements(By.CSS_SELECTOR, row_css), 3)
+    print(f"ok throttled key shown after {time.monotonic() - opened:.2f} s", flush=True)
+
+    # Its numbers are /v1/throttles' at the moment the page read it: two reads bracket it. The
+    # page reads its data once a second, one read after the other, so once two more reads
+    # have finished after `before` was read, the one on screen started after it.
+    time.sleep(1.2)
+    before = throttle_row("tables", "hot")
+    since = js("return weirUi.generation")
+    until("two more page reads", lambda: js("return weirUi.generation") >= since + 2, 5)
+    shown = js("""
+        const row = document.querySelector('tr[data-policy="tables"][data-key="hot"]');
+        return row && {generation: weirUi.generation,
+                       qps: Number(row.querySelector('.qps').dataset.value),
+                       limit: Number(row.querySelector('.limit').dataset.value),
+                       kind: row.children[3].textContent, node: row.children[0].textContent};""")
+    after = throttle_row("tables", "hot")
+    assert shown, "the throttled key left the table"
+    assert shown["limit"] == before["qps_limit"] == after["qps_limit"], (shown, before, after)
+    assert shown["kind"] == before["kind"] and shown["node"] == before["node_id"], (shown, before)
+    low = min(before["current_qps"], after["current_qps"])
+    high = max(before["current_qps"], after["current_qps"])
+    # The rate moves between the reads; a tenth either way and one request a second more
+    # allows for that, not for a wrong column or a stale row.
+    assert low * 0.9 - 1 <= shown["qps"] <= high * 1.1 + 1, (shown, before, after)
+    print(f"ok numbers match /v1/throttles: page {shown['qps']:.2f}/s within "
+          f"[{low:.2f}, {high:.2f}], limit {shown['limit']}", flush=True)
+
+    # The policy's chart has points, in uPlot's own data.
+    points = until("points on the chart",
+                   lambda: js("const u = weirUi.charts.get('tables'); return u && u.data[0].length"), 5)
+    assert js("return weirUi.charts.get('tables').data[3].some(v => v > 0)"), "no rejections drawn"
+    print(f"ok chart has {points} points", flush=True)
+
+    # Editing: without the token refused (401), with a wrong one refused (403), with it applied.
+    def result():
+        return driver.find_element(By.ID, "edit-result").text
+
+    def load(name):
+        Select(driver.find_element(By.ID, "edit-policy")).select_by_value(name)
+        driver.find_element(By.ID, "edit-load").click()
+        until("the policy loaded", lambda: result().startswith("Loaded"), 5)
+
+    def edit_qps(qps):
+        js("const t = document.getElementById('edit-text'); const c = JSON.parse(t.value);"
+           "c.strict.qps = arguments[0]; t.value = JSON.stringify(c, null, 2);", qps)
+        driver.find_element(By.ID, "edit-save").click()
+
+    def use_token(value):
+        field = driver.find_element(By.ID, "token")
+        field.clear()
+        field.send_keys(value)
+        driver.find_element(By.ID, "token-use").click()
+
+    def stored_qps():
+        status, headers, body = api("GET", "/v1/policies/edited")
+        assert status == 200, body
+        return body["strict"]["qps"], headers["ETag"]
+
+    original, _ = stored_qps()
+    load("edited")
+    edit_qps(original + 1)
+    until("a 401 shown", lambda: "401" in result(), 5)
+    assert stored_qps()[0] == original
+    print(f"ok edit without the token refused: {result()!r}", flush=True)
+    use_token("not-the-token")
+    edit_qps(original + 1)
+    until("a 403 shown", lambda: "403" in result(), 5)
+    assert stored_qps()[0] == original
+    print(f"ok edit with a wrong token refused: {result()!r}", flush=True)
+    use_token(TOKEN)
+    edit_qps(original + 1)
+    until("saved", lambda: result().startswith("Saved"), 5)
+    assert stored_qps()[0] == original + 1, stored_qps()
+    print(f"ok edit with the token applied: qps {original} -> {original + 1}", flush=True)
+
+    # A conflicting edit: someone else changes the policy after the page loaded it.
+    load("edited")
+    theirs, etag = stored_qps()
+    mine = theirs + 10
+    status, _, body = api("PUT", "/v1/policies/edited",
+                          {**api("GET", "/v1/policies/edited")[2],
+                           "strict": {"qps": theirs + 20}},
+                          {"Authorization": f"Bearer {TOKEN}", "If-Match": etag})
+    assert status == 200, (status, body)
+    edit_qps(mine)
+    until("a conflict shown", lambda: "Conflict (412)" in result(), 5)
+    assert stored_qps()[0] == theirs + 20, "the page overwrote someone else's edit"
+    print(f"ok conflicting edit reported, not applied: {result()!r}", flush=True)
+
+    # The token is in no URL the page asked for, and not kept in storage.
+    urls = js("return [location.href].concat(performance.getEntriesByType('resource').map(e => e.name))")
+    assert all(TOKEN not in url for url in urls), urls
+    stored = js("return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie")
+    assert TOKEN not in stored
+    print(f"ok token in none of {len(urls)} URLs nor in storage", flush=True)
+
+    # Nothing went wrong in the page: no script error, no refused load (the page's own
+    # refusals, 401, 403 and 412, are answers it asked for).
+    problems = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"
+                and not any(f" {code} " in e["message"] for code in ("401", "403", "412"))]
+    assert not problems, problems
+    print("ok no errors in the console", flush=True)
+
+    # Screenshots for the README, wide and narrow, after a few readings.
+    Select(driver.find_element(By.ID, "edit-policy")).select_by_value("tables")
+    driver.find_element(By.ID, "edit-load").click()
+    driver.find_element(By.ID, "token-forget").click()
+    for name, (width, height) in [("ui-wide.png", (1400, 900)), ("ui-narrow.png", (390, 844))]:
+        driver.set_window_size(width, height)
+        js("window.scrollTo(0, 0)")
+        seen = js("return weirUi.generation")
+        until("a reading at the new size", lambda: js("return weirUi.generation") >= seen + 2, 5)
+        assert driver.save_screenshot(os.path.join(SHOTS, name))
+        print(f"ok screenshot {name}", flush=True)
+finally:
+    browser_pids = sorted(set(browser_pids + descendants(driver_pid)))
+    try:
+        driver.quit()
+    finally:
+        # Whatever quit left behind, by process id: the driver and the browser it started.
+        for pid in [driver_pid] + browser_pids:
+            try:
+                with open(f"/proc/{pid}/comm") as comm:
+                    if not comm.read().startswith("chrom"):
+                        continue  # gone, and the id already someone else's
+                os.kill(pid, signal.SIGKILL)
+            except (FileNotFoundError, ProcessLookupError):
+                pass
+        shutil.rmtree(profile, ignore_errors=True)

@@ -1,0 +1,447 @@
+// Weir's live page. Polls the JSON API once a second (only while the page is visible), keeps
+// five minutes of readings for the charts, and edits a policy with its ETag. The admin token
+// lives only in this script's memory and is sent only in the Authorization header.
+"use strict";
+(function () {
+  const POINTS = 300;            // five minutes at one reading a second
+  const PERIOD_MS = 1000;
+  const POLICIES_EVERY = 5;      // the configs change rarely: read them every fifth tick
+  const LIMITERS = ["leaky_bucket", "token_bucket", "strict", "concurrency", "adaptive"];
+
+  let token = null;
+  let policies = new Map();      // name -> {config, etag}, from /v1/policies
+  let prevStats = null;
+  let prevCluster = null;
+  let ticks = 0;
+  const series = new Map();      // name -> arrays for the chart
+  const charts = new Map();      // name -> uPlot
+  const clusterSeries = [[], [], [], []];
+  const markers = [];            // {t, text}: membership changes
+  let lastMembers = null;
+  let lastGeneration = null;
+  let clusterChart = null;
+  let clusterMode = "single node";
+  let throttleRows = [];
+  let sort = { column: "current_qps", descending: true };
+  let editing = { name: null, etag: null };
+
+  const ui = { charts, generation: 0, throttleRows: [], throttleFetchedAt: 0 };
+  window.weirUi = ui;
+
+  const $ = (id) => document.getElementById(id);
+  function el(tag, props, children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (k === "text") node.textContent = v;
+      else if (k === "class") node.className = v;
+      else node.setAttribute(k, v);
+    }
+    for (const c of children || []) node.append(c);
+    return node;
+  }
+  const fmt = (v, digits) => v == null ? "–" :
+    Number(v).toLocaleString("en-US", { maximumFractionDigits: digits ?? 1 });
+
+  async function getJson(path) {
+    const response = await fetch(path, { cache: "no-store" });
+    if (!response.ok) throw new Error(`${path}: ${response.status}`);
+    return { body: await response.json(), etag: response.headers.get("ETag") };
+  }
+
+  // --- policies -------------------------------------------------------------------------
+  function limiterOf(config) {
+    const found = LIMITERS.find((l) => config[l] != null);
+    return found ? [found, config[found]] : ["?", null];
+  }
+  function limitsText(limits) {
+    if (!limits || typeof limits !== "object") return "";
+    return Object.entries(limits)
+      .filter(([, v]) => v != null && typeof v !== "object")
+      .map(([k, v]) => `${k}=${v}`).join(" ");
+  }
+
+  function chartOptions(width, labels, markerHook) {
+    const colors = ["#2f855a", "#b7791f", "#c93c37", "#805ad5", "#1f6feb"];
+    const opts = {
+      width, height: 160, legend: { live: false },
+      cursor: { drag: { x: false, y: false } },
+      scales: { x: { time: true } },
+      axes: [{}, { size: 44 }],
+      series: [{}].concat(labels.map((label, i) => ({
+        label, stroke: colors[i % colors.length], width: 1.5, points: { show: false },
+      }))),
+    };
+    if (markerHook) opts.hooks = { draw: [markerHook] };
+    return opts;
+  }
+
+  function policyCard(name) {
+    const card = el("article", { class: "card", "data-policy": name });
+    card.append(el("h3", { text: name }), el("div", { class: "meta" }), el("div", { class: "now" }));
+    const chart = el("div", { class: "chart", role: "img",
+      "aria-label": `Rates of policy ${name} over time` });
+    card.append(chart);
+    $("policy-cards").append(card);
+    const data = [[], [], [], [], [], []];
+    series.set(name, data);
+    const labels = ["admitted/s", "waited/s", "rejected/s", "would throttle/s", "waiting"];
+    const u = new uPlot(chartOptions(Math.max(chart.clientWidth, 280), labels), data, chart);
+    charts.set(name, u);
+    new ResizeObserver(() => u.setSize({ width: Math.max(chart.clientWidth, 280), height: 160 }))
+      .observe(chart);
+    return card;
+  }
+
+  function renderPolicies(stats) {
+    const cards = $("policy-cards");
+    const seen = new Set();
+    const dt = prevStats ? (stats.at_ms - prevStats.at_ms) / 1000 : 0;
+    const before = new Map((prevStats?.policies || []).map((p) => [p.policy, p]));
+    const t = stats.at_ms / 1000;
+    for (const p of stats.policies) {
+      seen.add(p.policy);
+      const card = cards.querySelector(`[data-policy="${CSS.escape(p.policy)}"]`) || policyCard(p.policy);
+      const config = policies.get(p.policy)?.config || {};
+      const [limiter, limits] = limiterOf(config);
+      const mode = config.mode || "enforce";
+      const meta = card.querySelector(".meta");
+      meta.replaceChildren(
+        el("span", { class: `badge ${mode}`, text: mode }), " ",
+        `${limiter} ${limitsText(limits)}`,
+        config.kinds?.length ? ` · kinds: ${config.kinds.join(", ")}` : "",
+        config.on_exhausted ? ` · on exhausted: ${config.on_exhausted}` : "");
+      const prev = before.get(p.policy);
+      const rate = (field) => prev && dt > 0 ? Math.max(0, (p[field] - prev[field]) / dt) : null;
+      const rates = [rate("admitted"), rate("throttled"), rate("rejected"), rate("would_throttle")];
+      card.querySelector(".now").replaceChildren(
+        el("span", { text: `admitted ${fmt(rates[0])}/s` }),
+        el("span", { text: `waited ${fmt(rates[1])}/s` }),
+        el("span", { text: `rejected ${fmt(rates[2])}/s` }),
+        el("span", { text: `would throttle ${fmt(rates[3])}/s` }),
+        el("span", { text: `waiting ${p.waiters}` }),
+        el("span", { text: `in flight ${p.in_flight}` }),
+        el("span", { text: `keys ${p.keys}` }));
+      if (rates[0] != null) {
+        const data = series.get(p.policy);
+        [t, ...rates, p.waiters].forEach((v, i) => {
+          data[i].push(v);
+          if (data[i].length > POINTS) data[i].shift();
+        });
+        charts.get(p.policy).setData(data);
+      }
+    }
+    for (const card of [...cards.children]) {
+      const name = card.dataset.policy;
+      if (!seen.has(name)) {
+        charts.get(name)?.destroy();
+        charts.delete(name);
+        series.delete(name);
+        card.remove();
+      }
+    }
+  }
+
+  // --- who is throttled -----------------------------------------------------------------
+  function renderThrottles() {
+    const rows = throttleRows.slice();
+    const { column, descending } = sort;
+    rows.sort((a, b) => {
+      let x = a[column], y = b[column];
+      if (column === "qps_limit") { x = x ?? Infinity; y = y ?? Infinity; }
+      const order = typeof x === "number" ? x - y : String(x).localeCompare(String(y));
+      return descending ? -order : order;
+    });
+    const body = $("throttle-table").tBodies[0];
+    body.replaceChildren(...rows.map((r) => {
+      const ratio = r.qps_limit ? r.current_qps / r.qps_limit : null;
+      const meter = el("div", { class: "meter" + (ratio > 1 ? " over" : ""), role: "meter",
+        "aria-label": `rate of ${r.key} against its limit`, "aria-valuemin": "0",
+        "aria-valuenow": ratio == null ? "0" : ratio.toFixed(2) });
+      meter.append(el("span", {}));
+      meter.firstChild.style.width = `${Math.min(100, (ratio || 0) * 100)}%`;
+      return el("tr", { "data-key": r.key, "data-policy": r.policy }, [
+        el("td", { text: r.node_id }), el("td", { text: r.policy }),
+        el("td", { class: "key", text: r.key }), el("td", { text: r.kind }),
+        el("td", { class: "num qps", "data-value": String(r.current_qps), text: fmt(r.current_qps) }),
+        el("td", { class: "num limit", "data-value": String(r.qps_limit), text: fmt(r.qps_limit) }),
+        el("td", {}, [meter, ratio == null ? "" : ` ${fmt(ratio * 100, 0)}%`]),
+        el("td", { class: "num", text: String(r.in_flight) }),
+        el("td", { class: "num", text: String(r.waiters) }),
+      ]);
+    }));
+    $("throttle-empty").hidden = rows.length > 0;
+    for (const th of $("throttle-table").tHead.querySelectorAll("th")) {
+      const b = th.querySelector("button");
+      if (b && b.dataset.sort === column) th.setAttribute("aria-sort", descending ? "descending" : "ascending");
+      else th.removeAttribute("aria-sort");
+    }
+  }
+
+  function renderAdaptive(stats) {
+    const box = $("adaptive");
+    const adaptive = stats.policies.filter((p) => p.adaptive);
+    if (!adaptive.length) {
+      box.replaceChildren(el("p", { class: "muted", text: "No adaptive policy." }));
+      return;
+    }
+    box.replaceChildren(...adaptive.map((p) => {
+      const a = p.adaptive;
+      const ago = a.last_busy_ms == null ? "never" :
+        `${fmt(Math.max(0, (stats.at_ms - a.last_busy_ms) / 1000), 0)} s ago`;
+      const limited = throttleRows.filter((r) => r.policy === p.policy);
+      const perKind = Object.entries(a.throttled_keys).map(([k, n]) => `${k}: ${n}`).join(", ");
+      return el("article", { class: "card", "data-adaptive": p.policy }, [
+        el("h3", { text: p.policy }),
+        el("div", { class: "now" }, [
+          el("span", { text: `step ${a.level}` }),
+          el("span", { text: `last busy signal ${ago}` }),
+          el("span", { text: `busy signals ${a.busy_signals}` }),
+          el("span", { text: `tightened ${a.upgrades} · relaxed ${a.downgrades}` }),
+          a.capacity == null ? "" : el("span", { text: `capacity ≈ ${fmt(a.capacity)}/s` }),
+        ]),
+        el("div", { class: "meta", text: perKind ? `limited keys per kind: ${perKind}` : "no key limited" }),
+        el("ul", {}, limited.map((r) =>
+          el("li", { text: `${r.key} (${r.kind}): limit ${fmt(r.qps_limit)}/s, seen ${fmt(r.current_qps)}/s` }))),
+      ]);
+    }));
+  }
+
+  // --- leases ---------------------------------------------------------------------------
+  function renderLeases(stats) {
+    const rows = stats.policies.filter((p) => policies.get(p.policy)?.config?.concurrency);
+    $("lease-table").tBodies[0].replaceChildren(...rows.map((p) => {
+      const c = policies.get(p.policy).config.concurrency;
+      const ratio = c.node_limit ? p.in_flight / c.node_limit : 0;
+      const meter = el("div", { class: "meter" + (ratio >= 1 ? " over" : ""), role: "meter",
+        "aria-label": `in flight of ${p.policy} against node_limit`, "aria-valuemin": "0",
+        "aria-valuenow": ratio.toFixed(2) });
+      meter.append(el("span", {}));
+      meter.firstChild.style.width = `${Math.min(100, ratio * 100)}%`;
+      return el("tr", { "data-policy": p.policy }, [
+        el("td", { text: p.policy }), el("td", { class: "num", text: String(p.in_flight) }),
+        el("td", { class: "num", text: fmt(c.node_limit) }),
+        el("td", { class: "num", text: c.shared_limit ? fmt(c.shared_limit) : "–" }),
+        el("td", {}, [meter]),
+        el("td", { class: "num", text: String(p.leases_node) }),
+        el("td", { class: "num", text: String(p.leases_shared) }),
+      ]);
+    }));
+    const l = stats.leases;
+    $("lease-totals").textContent = rows.length ?
+      `${l.active} leases held · ${l.released} released · ${l.expired} expired unreleased` :
+      "No concurrency policy.";
+  }
+
+  // --- cluster --------------------------------------------------------------------------
+  function drawMarkers(u) {
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.strokeStyle = "#c93c37";
+    ctx.setLineDash([4, 4]);
+    for (const m of markers) {
+      const x = Math.round(u.valToPos(m.t, "x", true));
+      if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+      ctx.beginPath();
+      ctx.moveTo(x, u.bbox.top);
+      ctx.lineTo(x, u.bbox.top + u.bbox.height);
+      ctx.stroke();
+    }
+    ctx.restore();
+  }
+
+  function renderCluster(view, stats) {
+    clusterMode = view.mode;
+    $("cluster-mode").textContent = `${view.mode} · ${view.ring.members} ring owner(s), ` +
+      `${view.ring.vnodes} points each · ring generation ${stats.ring.generation}`;
+    $("member-table").tBodies[0].replaceChildren(...view.members.map((m) => {
+      const share = stats.ring.shares[m.id];
+      return el("tr", { "data-member": m.id }, [
+        el("td", { text: m.id + (m.id === stats.node_id ? " (this node)" : "") }),
+        el("td", { text: m.grpc }), el("td", { text: m.state + (m.owner ? "" : " (not an owner)") }),
+        el("td", { class: "num", text: share == null ? "–" : `${fmt(share * 100)}%` }),
+        el("td", { class: "num", text: String(view.lent[m.id] ?? 0) }),
+      ]);
+    }));
+    const c = view.counters;
+    const named = [
+      ["shared pool admissions", c.shared], ["fail-open admissions", c.fail_open],
+      ["fail-closed (unavailable)", c.unavailable], ["local share admissions", c.local_share],
+      ["admitted from a loan", c.from_loan], ["units borrowed", c.borrowed],
+      ["refused while lent", c.refused_while_lent], ["leases handed off", c.handed_off],
+      ["buckets owned", c.buckets_owned], ["rate decisions forwarded", c.forwarded],
+      ["forwards failed", c.forward_failed], ["decided for others", c.decided_for_others],
+    ];
+    $("cluster-counters").replaceChildren(...named.map(([k, v]) =>
+      el("div", {}, [el("dt", { text: k }), el("dd", { class: "num", text: fmt(v, 0) })])));
+
+    const t = stats.at_ms / 1000;
+    const ids = view.members.map((m) => m.id).sort().join(",");
+    if ((lastMembers != null && ids !== lastMembers) ||
+        (lastGeneration != null && stats.ring.generation !== lastGeneration)) {
+      const text = `${new Date(stats.at_ms).toLocaleTimeString()}: members now ${view.members.length} (${ids})`;
+      markers.push({ t, text });
+      if (markers.length > 20) markers.shift();
+      $("membership-changes").replaceChildren(...markers.map((m) => el("li", { text: m.text })));
+    }
+    lastMembers = ids;
+    lastGeneration = stats.ring.generation;
+    const dt = prevCluster ? t - prevCluster.t : 0;
+    const rate = (f) => prevCluster && dt > 0 ? Math.max(0, (c[f] - prevCluster.counters[f]) / dt) : null;
+    [t, view.members.length, rate("fail_open"), rate("unavailable")].forEach((v, i) => {
+      clusterSeries[i].push(v);
+      if (clusterSeries[i].length > POINTS) clusterSeries[i].shift();
+    });
+    prevCluster = { t, counters: c };
+    if (!clusterChart) {
+      const box = $("cluster-chart");
+      clusterChart = new uPlot(chartOptions(Math.max(box.clientWidth, 280),
+        ["members", "fail-open/s", "fail-closed/s"], drawMarkers), clusterSeries, box);
+      new ResizeObserver(() => clusterChart.setSize({ width: Math.max(box.clientWidth, 280), height: 160 }))
+        .observe(box);
+      ui.clusterChart = clusterChart;
+    } else {
+      clusterChart.setData(clusterSeries);
+    }
+  }
+
+  // --- the policy editor ----------------------------------------------------------------
+  function fillPolicySelects() {
+    const names = [...policies.keys()].sort();
+    for (const [id, first] of [["throttle-policy", "all policies"], ["edit-policy", null]]) {
+      const select = $(id);
+      const current = select.value;
+      const options = (first == null ? [] : [el("option", { value: "", text: first })])
+        .concat(names.map((n) => el("option", { value: n, text: n })));
+      const before = [...select.options].map((o) => o.value).join("\n");
+      if (before !== options.map((o) => o.value).join("\n")) {
+        select.replaceChildren(...options);
+        if (names.includes(current) || current === "") select.value = current;
+      }
+    }
+  }
+
+  function showEdit(text, kind) {
+    const out = $("edit-result");
+    out.textContent = text;
+    out.className = kind;
+  }
+
+  async function loadPolicy() {
+    const name = $("edit-policy").value;
+    if (!name) return;
+    try {
+      const { body, etag } = await getJson(`/v1/policies/${encodeURIComponent(name)}`);
+      editing = { name, etag };
+      $("edit-text").value = JSON.stringify(body, null, 2);
+      $("edit-etag").textContent = `ETag ${etag}`;
+      showEdit(`Loaded ${name}.`, "");
+    } catch (e) {
+      showEdit(`Could not load ${name}: ${e.message}`, "error");
+    }
+  }
+
+  async function savePolicy() {
+    if (!editing.name) { showEdit("Load a policy first.", "error"); return; }
+    let body;
+    try { body = JSON.parse($("edit-text").value); } catch (e) {
+      showEdit(`Not JSON: ${e.message}`, "error");
+      return;
+    }
+    const headers = { "Content-Type": "application/json", "If-Match": editing.etag };
+    if (token) headers.Authorization = `Bearer ${token}`;
+    let response, answer;
+    try {
+      response = await fetch(`/v1/policies/${encodeURIComponent(editing.name)}`,
+        { method: "PUT", headers, body: JSON.stringify(body), cache: "no-store" });
+      answer = await response.json().catch(() => ({}));
+    } catch (e) {
+      showEdit(`The server did not answer: ${e.message}`, "error");
+      return;
+    }
+    const detail = answer.detail ? ` (${answer.detail})` : "";
+    if (response.ok) {
+      editing.etag = response.headers.get("ETag");
+      $("edit-etag").textContent = `ETag ${editing.etag}`;
+      showEdit(`Saved ${editing.name}: ${response.status}.`, "ok");
+      ticks = 0; // read the configs again at the next tick
+    } else if (response.status === 412) {
+      showEdit(`Conflict (412): ${editing.name} was changed by someone else since it was ` +
+        `loaded; this edit was not applied. Load it again to see theirs.${detail}`, "error");
+    } else if (response.status === 401) {
+      showEdit(`Refused (401): editing needs the admin token; enter it above.${detail}`, "error");
+    } else if (response.status === 403) {
+      showEdit(`Refused (403): that is not the admin token.${detail}`, "error");
+    } else {
+      showEdit(`Refused (${response.status}): ${answer.error || ""}${detail}`, "error");
+    }
+  }
+
+  // --- the loop -------------------------------------------------------------------------
+  async function refresh() {
+    if (ticks % POLICIES_EVERY === 0 || policies.size === 0) {
+      const { body } = await getJson("/v1/policies");
+      policies = new Map(body.policies.map((p) => [p.policy.name, { config: p.policy, etag: p.etag }]));
+      fillPolicySelects();
+    }
+    ticks += 1;
+    const filter = $("throttle-policy").value;
+    const query = new URLSearchParams({ limit: "100" });
+    if (filter) query.set("policy", filter);
+    if (clusterMode === "cluster") query.set("scope", "cluster");
+    const [stats, throttles, cluster] = await Promise.all([
+      getJson("/v1/stats"), getJson(`/v1/throttles?${query}`), getJson("/v1/cluster"),
+    ]);
+    $("node").textContent = `· ${stats.body.node_id}`;
+    throttleRows = throttles.body.rows;
+    ui.throttleRows = throttleRows;
+    ui.throttleFetchedAt = Date.now();
+    renderPolicies(stats.body);
+    renderThrottles();
+    renderAdaptive(stats.body);
+    renderLeases(stats.body);
+    renderCluster(cluster.body, stats.body);
+    prevStats = stats.body;
+  }
+
+  async function loop() {
+    const started = performance.now();
+    if (!document.hidden) {
+      try {
+        await refresh();
+        ui.generation += 1;
+        const status = $("status");
+        status.textContent = `updated ${new Date().toLocaleTimeString()}`;
+        status.className = "muted";
+      } catch (e) {
+        const status = $("status");
+        status.textContent = `cannot reach the server: ${e.message}`;
+        status.className = "error";
+      }
+    }
+    setTimeout(loop, Math.max(100, PERIOD_MS - (performance.now() - started)));
+  }
+
+  $("token-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const value = $("token").value.trim();
+    token = value || null;
+    $("token").value = "";
+    $("token-state").textContent = token ? "token set (kept in this page only)" : "read-only";
+  });
+  $("token-forget").addEventListener("click", () => {
+    token = null;
+    $("token").value = "";
+    $("token-state").textContent = "read-only";
+  });
+  for (const b of document.querySelectorAll("#throttle-table th button")) {
+    b.addEventListener("click", () => {
+      const column = b.dataset.sort;
+      sort = { column, descending: sort.column === column ? !sort.descending :
+        ["current_qps", "qps_limit", "in_flight", "waiters"].includes(column) };
+      renderThrottles();
+    });
+  }
+  $("edit-load").addEventListener("click", loadPolicy);
+  $("edit-save").addEventListener("click", savePolicy);
+  loop();
+})();
