@@ -1,6 +1,7 @@
 //! The live page at `/ui`: its assets as the binary embeds them, and the page itself in
 //! headless Chromium (driven by `ui_browser.py` through selenium) against a real `weir serve`
-//! under load. The browser run also makes the README's screenshots, `docs/ui-*.png`.
+//! under load. The browser run also makes the README's screenshots: into a scratch directory,
+//! or, with `WEIR_SCREENSHOTS=docs`, over `docs/ui-*.png` (how they are made for the README).
 
 mod support;
 
@@ -287,11 +288,18 @@ async fn the_page_in_a_browser_under_load() {
     // A second of load first: the key is held back before the page opens.
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let shots = repo().join("docs");
+    // With no admin token: the page must stay read-only there.
+    let read_only = Server::start(CONFIG, &dir.path().join("read-only"));
+    let shots = match std::env::var_os("WEIR_SCREENSHOTS") {
+        Some(dir) => repo().join(dir),
+        None => dir.path().join("screenshots"),
+    };
+    std::fs::create_dir_all(&shots).unwrap();
     let mut browser = Command::new("python3")
         .arg(repo().join("crates/weir-cli/tests/ui_browser.py"))
         .args([&server.http, TOKEN])
         .arg(&shots)
+        .arg(&read_only.http)
         // Selenium's own driver manager would go looking on the network: the driver is given.
         .env("SE_OFFLINE", "true")
         .stdout(Stdio::piped())
@@ -305,7 +313,17 @@ async fn the_page_in_a_browser_under_load() {
                 break browser.wait_with_output().unwrap();
             }
             if started.elapsed() > Duration::from_secs(120) {
-                // Bounded: the script, and with it its driver, is stopped by its id.
+                // Bounded: SIGTERM lets the script stop its driver and browser by their ids;
+                // SIGKILL if it has not within ten seconds.
+                let _ = Command::new("kill")
+                    .args(["-TERM", &browser.id().to_string()])
+                    .status();
+                let terminated = Instant::now();
+                while browser.try_wait().unwrap().is_none()
+                    && terminated.elapsed() < Duration::from_secs(10)
+                {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
                 let _ = browser.kill();
                 let output = browser.wait_with_output().unwrap();
                 panic!(
@@ -335,6 +353,7 @@ async fn the_page_in_a_browser_under_load() {
         "ok no errors in the console",
         "ok screenshot ui-wide.png",
         "ok screenshot ui-narrow.png",
+        "ok read-only without a server token",
     ] {
         assert!(stdout.contains(check), "missing `{check}`:\n{stdout}");
     }

@@ -1,10 +1,11 @@
 """Drives Weir's live page in headless Chromium (for crates/weir-cli/tests/ui.rs).
 
-Usage: ui_browser.py BASE_URL ADMIN_TOKEN SCREENSHOT_DIR
+Usage: ui_browser.py BASE_URL ADMIN_TOKEN SCREENSHOT_DIR READ_ONLY_URL
 
 BASE_URL is a loopback `http://127.0.0.1:PORT` of a `weir serve` that the caller keeps under
-load: key `hot` of policy `tables` throttled. Prints `ok <check>` per check passed and exits 0,
-or raises. Chromium and chromedriver are stopped by their process ids before it exits.
+load: key `hot` of policy `tables` throttled. READ_ONLY_URL is one with no admin token. Prints
+`ok <check>` per check passed and exits 0, or raises. Chromium and chromedriver are stopped by
+their process ids before it exits, also when it is stopped with SIGTERM.
 """
 
 import json
@@ -22,8 +23,12 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-BASE, TOKEN, SHOTS = sys.argv[1], sys.argv[2], sys.argv[3]
-assert BASE.startswith("http://127.0.0.1:"), "loopback only"
+BASE, TOKEN, SHOTS, READ_ONLY = sys.argv[1:5]
+assert BASE.startswith("http://127.0.0.1:") and READ_ONLY.startswith("http://127.0.0.1:"), \
+    "loopback only"
+# SIGTERM (the caller's time bound) unwinds through the `finally` below, which stops the
+# browser; its default action would leave Chromium running.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
 
 
 def api(method, path, body=None, headers=None):
@@ -163,7 +168,7 @@ try:
     original, _ = stored_qps()
     load("edited")
     edit_qps(original + 1)
-    until("a 401 shown", lambda: "401" in result(), 5)
+    until("a refusal shown", lambda: "needs the admin token" in result(), 5)
     assert stored_qps()[0] == original
     print(f"ok edit without the token refused: {result()!r}", flush=True)
     use_token("not-the-token")
@@ -189,6 +194,8 @@ try:
     edit_qps(mine)
     until("a conflict shown", lambda: "Conflict (412)" in result(), 5)
     assert stored_qps()[0] == theirs + 20, "the page overwrote someone else's edit"
+    kept = js("return JSON.parse(document.getElementById('edit-text').value).strict.qps")
+    assert kept == mine, f"the page dropped the user's text: {kept}"
     print(f"ok conflicting edit reported, not applied: {result()!r}", flush=True)
 
     # The token is in no URL the page asked for, and not kept in storage.
@@ -216,6 +223,15 @@ try:
         until("a reading at the new size", lambda: js("return weirUi.generation") >= seen + 2, 5)
         assert driver.save_screenshot(os.path.join(SHOTS, name))
         print(f"ok screenshot {name}", flush=True)
+
+    # A server with no admin token takes changes from anyone: there the page stays read-only.
+    driver.get(READ_ONLY + "/ui")
+    until("a reading of the read-only server", lambda: js(
+        "return window.weirUi && weirUi.generation >= 1"), 5)
+    assert not driver.find_element(By.ID, "edit-save").is_enabled(), "Save is enabled"
+    mode = driver.find_element(By.ID, "edit-mode").text
+    assert mode.startswith("Read-only"), mode
+    print(f"ok read-only without a server token: {mode!r}", flush=True)
 finally:
     browser_pids = sorted(set(browser_pids + descendants(driver_pid)))
     try:

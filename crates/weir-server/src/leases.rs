@@ -161,7 +161,11 @@ impl Leases {
     pub fn held_by_policy(&self) -> std::collections::BTreeMap<String, (u64, u64)> {
         let mut held = std::collections::BTreeMap::<String, (u64, u64)>::new();
         for lease in self.lock().values() {
-            let counts = held.entry(lease.policy.clone()).or_default();
+            // Looked up before inserting: the name is copied once per policy, not per lease.
+            let counts = match held.get_mut(&lease.policy) {
+                Some(counts) => counts,
+                None => held.entry(lease.policy.clone()).or_default(),
+            };
             match lease.admission {
                 Hold::Node(_) => counts.0 += 1,
                 Hold::Shared(..) => counts.1 += 1,

@@ -303,6 +303,14 @@ impl App {
         Ok(tightened)
     }
 
+    /// Forgets a removed policy's last busy signal: one added again under its name has had none.
+    fn forget_busy(&self, policy: &str) {
+        self.last_busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(policy);
+    }
+
     /// Advances every adaptive policy by `ms`.
     pub fn tick(&self, ms: u64) {
         for policy in self.policies.policies() {

@@ -123,6 +123,7 @@ impl App {
         let next = overlay.with_delete(name);
         self.persist(&next).await?;
         self.policies.remove(name);
+        self.forget_busy(name);
         *overlay = next;
         Ok(deleted)
     }
@@ -176,6 +177,7 @@ impl App {
         }
         for name in current.keys().filter(|name| !kept.contains(*name)) {
             self.policies.remove(name);
+            self.forget_busy(name);
             reloaded.removed.push(name.clone());
         }
         Ok(reloaded)

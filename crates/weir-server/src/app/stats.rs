@@ -23,9 +23,13 @@ pub struct StatsView {
     pub leases: LeaseStats,
     /// The ring's owners and their shares (this node alone, owning all of it, outside a cluster).
     pub ring: RingShares,
+    /// Whether policy changes need the admin token. Without one the server takes them from
+    /// anyone who reaches it (loopback only), and the live page stays read-only.
+    pub writes_need_token: bool,
 }
 
-/// One policy's counters (since the start, or since the policy was last replaced) and gauges.
+/// One policy's counters and gauges. The counters run from the policy's start: a change over
+/// the API or a reload keeps them; a policy removed and added again starts from zero.
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyStats {
     /// The policy.
@@ -167,6 +171,7 @@ impl App {
                 generation,
                 shares: shares.into_iter().collect(),
             },
+            writes_need_token: self.requires_password(),
         }
     }
 }

@@ -6,7 +6,9 @@
   const POINTS = 300;            // five minutes at one reading a second
   const PERIOD_MS = 1000;
   const POLICIES_EVERY = 5;      // the configs change rarely: read them every fifth tick
-  const LIMITERS = ["leaky_bucket", "token_bucket", "strict", "concurrency", "adaptive"];
+  const MIN_CHART = 200;         // px: fits a 320 px phone's card
+  const LIMITERS = ["leaky_bucket", "token_bucket", "strict", "fixed_window", "concurrency",
+    "adaptive"];
 
   let token = null;
   let policies = new Map();      // name -> {config, etag}, from /v1/policies
@@ -24,6 +26,7 @@
   let throttleRows = [];
   let sort = { column: "current_qps", descending: true };
   let editing = { name: null, etag: null };
+  let writesNeedToken = null;    // from /v1/stats: false means the page stays read-only
 
   const ui = { charts, generation: 0, throttleRows: [], throttleFetchedAt: 0 };
   window.weirUi = ui;
@@ -41,6 +44,20 @@
   }
   const fmt = (v, digits) => v == null ? "–" :
     Number(v).toLocaleString("en-US", { maximumFractionDigits: digits ?? 1 });
+
+  // A bar for `used` against `limit`, with its value in words for screen readers.
+  function meter(label, used, limit) {
+    const ratio = limit ? used / limit : 0;
+    const bar = el("div", { class: "meter" + (ratio >= 1 ? " over" : ""), role: "meter",
+      "aria-label": label, "aria-valuemin": "0", "aria-valuemax": String(limit || 0),
+      "aria-valuenow": String(used),
+      "aria-valuetext": `${fmt(used)} of ${fmt(limit)} (${fmt(ratio * 100, 0)}%)` });
+    bar.append(el("span", {}));
+    bar.firstChild.style.width = `${Math.min(100, ratio * 100)}%`;
+    return bar;
+  }
+  // The policies whose limit is a count of requests in flight, not a rate.
+  const isConcurrency = (policy) => policies.get(policy)?.config?.concurrency != null;
 
   async function getJson(path) {
     const response = await fetch(path, { cache: "no-store" });
@@ -85,9 +102,9 @@
     const data = [[], [], [], [], [], []];
     series.set(name, data);
     const labels = ["admitted/s", "waited/s", "rejected/s", "would throttle/s", "waiting"];
-    const u = new uPlot(chartOptions(Math.max(chart.clientWidth, 280), labels), data, chart);
+    const u = new uPlot(chartOptions(Math.max(chart.clientWidth, MIN_CHART), labels), data, chart);
     charts.set(name, u);
-    new ResizeObserver(() => u.setSize({ width: Math.max(chart.clientWidth, 280), height: 160 }))
+    new ResizeObserver(() => u.setSize({ width: Math.max(chart.clientWidth, MIN_CHART), height: 160 }))
       .observe(chart);
     return card;
   }
@@ -153,18 +170,18 @@
     });
     const body = $("throttle-table").tBodies[0];
     body.replaceChildren(...rows.map((r) => {
-      const ratio = r.qps_limit ? r.current_qps / r.qps_limit : null;
-      const meter = el("div", { class: "meter" + (ratio > 1 ? " over" : ""), role: "meter",
-        "aria-label": `rate of ${r.key} against its limit`, "aria-valuemin": "0",
-        "aria-valuenow": ratio == null ? "0" : ratio.toFixed(2) });
-      meter.append(el("span", {}));
-      meter.firstChild.style.width = `${Math.min(100, (ratio || 0) * 100)}%`;
+      // A concurrency policy's limit is a count of requests in flight, not a rate.
+      const used = isConcurrency(r.policy) ? r.in_flight : r.current_qps;
+      const ratio = r.qps_limit ? used / r.qps_limit : null;
+      const bar = ratio == null ? "" : meter(
+        isConcurrency(r.policy) ? `in flight of ${r.key} against its limit`
+          : `rate of ${r.key} against its limit`, used, r.qps_limit);
       return el("tr", { "data-key": r.key, "data-policy": r.policy }, [
         el("td", { text: r.node_id }), el("td", { text: r.policy }),
         el("td", { class: "key", text: r.key }), el("td", { text: r.kind }),
         el("td", { class: "num qps", "data-value": String(r.current_qps), text: fmt(r.current_qps) }),
         el("td", { class: "num limit", "data-value": String(r.qps_limit), text: fmt(r.qps_limit) }),
-        el("td", {}, [meter, ratio == null ? "" : ` ${fmt(ratio * 100, 0)}%`]),
+        el("td", {}, [bar, ratio == null ? "" : ` ${fmt(ratio * 100, 0)}%`]),
         el("td", { class: "num", text: String(r.in_flight) }),
         el("td", { class: "num", text: String(r.waiters) }),
       ]);
@@ -208,27 +225,30 @@
 
   // --- leases ---------------------------------------------------------------------------
   function renderLeases(stats) {
-    const rows = stats.policies.filter((p) => policies.get(p.policy)?.config?.concurrency);
+    const rows = stats.policies.filter((p) => isConcurrency(p.policy));
     $("lease-table").tBodies[0].replaceChildren(...rows.map((p) => {
       const c = policies.get(p.policy).config.concurrency;
-      const ratio = c.node_limit ? p.in_flight / c.node_limit : 0;
-      const meter = el("div", { class: "meter" + (ratio >= 1 ? " over" : ""), role: "meter",
-        "aria-label": `in flight of ${p.policy} against node_limit`, "aria-valuemin": "0",
-        "aria-valuenow": ratio.toFixed(2) });
-      meter.append(el("span", {}));
-      meter.firstChild.style.width = `${Math.min(100, ratio * 100)}%`;
+      // Limits are per key: the bar is the busiest key held back now (from who is
+      // throttled), against its limit on this node; none held back, no bar.
+      const busiest = throttleRows.filter((r) => r.policy === p.policy)
+        .sort((a, b) => b.in_flight - a.in_flight)[0];
+      const bar = busiest ?
+        [meter(`in flight of ${p.policy}'s busiest key against its limit`,
+          busiest.in_flight, busiest.qps_limit), ` ${busiest.key}`] :
+        ["no key at its limit"];
       return el("tr", { "data-policy": p.policy }, [
         el("td", { text: p.policy }), el("td", { class: "num", text: String(p.in_flight) }),
         el("td", { class: "num", text: fmt(c.node_limit) }),
         el("td", { class: "num", text: c.shared_limit ? fmt(c.shared_limit) : "–" }),
-        el("td", {}, [meter]),
+        el("td", {}, bar),
         el("td", { class: "num", text: String(p.leases_node) }),
         el("td", { class: "num", text: String(p.leases_shared) }),
       ]);
     }));
     const l = stats.leases;
     $("lease-totals").textContent = rows.length ?
-      `${l.active} leases held · ${l.released} released · ${l.expired} expired unreleased` :
+      `${l.active} leases held · ${l.released} released · ${l.expired} expired unreleased. ` +
+      "node_limit and shared_limit are per key: in flight is the policy's total over all keys." :
       "No concurrency policy.";
   }
 
@@ -341,14 +361,23 @@
   }
 
   async function savePolicy() {
+    if (writesNeedToken === false) {
+      showEdit("Read-only: this server has no admin token, so the page does not edit " +
+        "policies (set one to edit them here).", "error");
+      return;
+    }
+    if (!token) {
+      showEdit("Refused: editing needs the admin token; enter it above.", "error");
+      return;
+    }
     if (!editing.name) { showEdit("Load a policy first.", "error"); return; }
     let body;
     try { body = JSON.parse($("edit-text").value); } catch (e) {
       showEdit(`Not JSON: ${e.message}`, "error");
       return;
     }
-    const headers = { "Content-Type": "application/json", "If-Match": editing.etag };
-    if (token) headers.Authorization = `Bearer ${token}`;
+    const headers = { "Content-Type": "application/json", "If-Match": editing.etag,
+      Authorization: `Bearer ${token}` };
     let response, answer;
     try {
       response = await fetch(`/v1/policies/${encodeURIComponent(editing.name)}`,
@@ -365,8 +394,9 @@
       showEdit(`Saved ${editing.name}: ${response.status}.`, "ok");
       ticks = 0; // read the configs again at the next tick
     } else if (response.status === 412) {
-      showEdit(`Conflict (412): ${editing.name} was changed by someone else since it was ` +
-        `loaded; this edit was not applied. Load it again to see theirs.${detail}`, "error");
+      showEdit(`Conflict (412): ${editing.name} was changed or removed by someone else since ` +
+        `it was loaded; this edit was not applied and your text is kept. Load it again to ` +
+        `see theirs.${detail}`, "error");
     } else if (response.status === 401) {
       showEdit(`Refused (401): editing needs the admin token; enter it above.${detail}`, "error");
     } else if (response.status === 403) {
@@ -392,6 +422,12 @@
       getJson("/v1/stats"), getJson(`/v1/throttles?${query}`), getJson("/v1/cluster"),
     ]);
     $("node").textContent = `· ${stats.body.node_id}`;
+    if (writesNeedToken !== stats.body.writes_need_token) {
+      writesNeedToken = stats.body.writes_need_token;
+      $("edit-save").disabled = !writesNeedToken;
+      $("edit-mode").textContent = writesNeedToken ? "" :
+        "Read-only: this server has no admin token, so the page does not edit policies.";
+    }
     throttleRows = throttles.body.rows;
     ui.throttleRows = throttleRows;
     ui.throttleFetchedAt = Date.now();
@@ -403,19 +439,23 @@
     prevStats = stats.body;
   }
 
+  // The live region speaks only when the state changes, not at every reading.
+  function setStatus(text, kind) {
+    const status = $("status");
+    if (status.textContent !== text) status.textContent = text;
+    status.className = kind;
+  }
+
   async function loop() {
     const started = performance.now();
     if (!document.hidden) {
       try {
         await refresh();
         ui.generation += 1;
-        const status = $("status");
-        status.textContent = `updated ${new Date().toLocaleTimeString()}`;
-        status.className = "muted";
+        $("updated").textContent = `updated ${new Date().toLocaleTimeString()}`;
+        setStatus("", "muted");
       } catch (e) {
-        const status = $("status");
-        status.textContent = `cannot reach the server: ${e.message}`;
-        status.className = "error";
+        setStatus(`cannot reach the server: ${e.message}`, "error");
       }
     }
     setTimeout(loop, Math.max(100, PERIOD_MS - (performance.now() - started)));
