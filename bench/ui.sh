@@ -57,27 +57,12 @@ cat >"$bench_dir/pages.py" <<'PY'
 import os, shutil, signal, sys, time
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
-url, pages, profile = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+url, pages, profile, tests = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+sys.path.insert(0, tests)
+from processes import descendants, kill_browser
 # SIGTERM unwinds through `finally`, which stops the browser by its ids.
 signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
 
-
-def descendants(pid):
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 options = webdriver.ChromeOptions()
@@ -109,11 +94,7 @@ finally:
     try:
         driver.quit()
     finally:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        kill_browser(pids)
 PY
 
 hz=$(getconf CLK_TCK)
@@ -139,7 +120,7 @@ sleep 3
 pages_window() {
   mkfifo "$bench_dir/hold"
   python3 "$bench_dir/pages.py" "http://$WEIR_HTTP/ui" "$pages" "$bench_dir/profile" \
-    <"$bench_dir/hold" >"$bench_dir/pages.out" &
+    "$root/crates/weir-cli/tests" <"$bench_dir/hold" >"$bench_dir/pages.out" &
   browser_pid=$!
   exec 3>"$bench_dir/hold"
   for _ in $(seq 1 600); do

@@ -23,6 +23,8 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
+from processes import descendants, kill_browser
+
 BASE, TOKEN, SHOTS, READ_ONLY = sys.argv[1:5]
 assert BASE.startswith("http://127.0.0.1:") and READ_ONLY.startswith("http://127.0.0.1:"), \
     "loopback only"
@@ -60,25 +62,6 @@ def until(what, check, within):
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {within} s: {what}")
         time.sleep(0.05)
-
-
-def descendants(pid):
-    """Every process below `pid`, from /proc."""
-    children = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 profile = tempfile.mkdtemp(prefix="weir-ui-chromium-")
@@ -238,12 +221,5 @@ finally:
         driver.quit()
     finally:
         # Whatever quit left behind, by process id: the driver and the browser it started.
-        for pid in [driver_pid] + browser_pids:
-            try:
-                with open(f"/proc/{pid}/comm") as comm:
-                    if not comm.read().startswith("chrom"):
-                        continue  # gone, and the id already someone else's
-                os.kill(pid, signal.SIGKILL)
-            except (FileNotFoundError, ProcessLookupError):
-                pass
+        kill_browser([driver_pid] + browser_pids)
         shutil.rmtree(profile, ignore_errors=True)
