@@ -144,6 +144,36 @@ async fn a_silent_and_an_idle_keep_alive_connection_are_closed() {
     }
 }
 
+/// gRPC: a client that connects and never sends HTTP/2's connection preface is closed after
+/// the header timeout too (hyper would wait for the preface for ever), while a real client is
+/// served beside it.
+#[tokio::test]
+async fn a_silent_grpc_connection_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&config(100), &dir.path().join("data"));
+    let mut silent = TcpStream::connect(server.grpc.trim_start_matches("http://"))
+        .await
+        .unwrap();
+    let (sent, silent_for) = read_to_close(&mut silent).await;
+    assert!(sent.is_empty(), "{sent}");
+    assert!(
+        silent_for >= Duration::from_millis(900) && silent_for < Duration::from_secs(5),
+        "closed after {silent_for:?}"
+    );
+    let channel = tonic::transport::Channel::from_shared(server.grpc.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let answer = health
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.status, 1, "SERVING");
+}
+
 #[tokio::test]
 async fn a_stalled_body_is_answered_408() {
     let dir = tempfile::tempdir().unwrap();

@@ -289,11 +289,12 @@ fn a_client_silent_after_its_handshake_is_closed_after_the_header_timeout() {
     let ca_path = ca.write(dir.path(), "ca.crt");
     let (cert, key) = write_pair(dir.path(), "node", &ca.issue("node"));
     let server = Server::start(&config(&cert, &key, None, false), &dir.path().join("data"));
-    let address = server.http.trim_start_matches("http://").to_owned();
-    for alpn in ["h2", "http/1.1"] {
+    let http = server.http.trim_start_matches("http://").to_owned();
+    let grpc = server.grpc.trim_start_matches("http://").to_owned();
+    for (address, alpn) in [(&http, "h2"), (&http, "http/1.1"), (&grpc, "h2")] {
         // openssl completes the handshake, then waits on its standard input: sends nothing.
         let mut silent = Command::new("openssl")
-            .args(["s_client", "-quiet", "-connect", &address, "-alpn", alpn])
+            .args(["s_client", "-quiet", "-connect", address, "-alpn", alpn])
             .arg("-CAfile")
             .arg(&ca_path)
             .stdin(std::process::Stdio::piped())
@@ -315,7 +316,7 @@ fn a_client_silent_after_its_handshake_is_closed_after_the_header_timeout() {
         let _ = silent.wait();
         assert!(
             closed.is_some(),
-            "a silent client ({alpn}) was kept past the 2 s header timeout"
+            "a silent client ({address}, {alpn}) was kept past the 2 s header timeout"
         );
         assert!(
             opened.elapsed() >= Duration::from_millis(1500),

@@ -102,7 +102,7 @@ pub async fn serve_http(
             },
             () = &mut shutdown => break,
         };
-        // See `serve::without_nagle`.
+        // See `accept_grpc`.
         let _ = tcp.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let builder = builder.clone();
@@ -148,24 +148,29 @@ pub async fn serve_http(
     let _ = slots.acquire_many(all).await;
 }
 
-/// The connections `listener` accepts, each after its TLS handshake for `kind`, with
-/// TCP_NODELAY set (see `serve::without_nagle`): for tonic's `serve_with_incoming`.
+/// The gRPC listener's connections, for tonic's `serve_with_incoming`: each after its TLS
+/// handshake (with `tls`), and once it has sent its first bytes, with TCP_NODELAY set: HTTP/2
+/// writes each frame with a syscall of its own, and with Nagle's algorithm on, a small frame
+/// that follows another waits for the peer's delayed ACK — up to 40 ms on Linux, which showed
+/// as 40 ms stalls between nodes.
 ///
-/// Handshakes run side by side, each bounded by `handshake_timeout`, so that a client slow
-/// to finish its own does not hold up the others; at most `max_handshakes` at once (more wait
-/// in the listen backlog), so that a flood of connections that never finish theirs cannot take
-/// every descriptor. A failed one is the client's business and is dropped here. Accepting
-/// stops, and the listener closes, when `shutdown` resolves or the stream is dropped.
-pub fn accept_tls(
+/// An HTTP/2 client sends its connection preface as soon as it connects; hyper waits for it
+/// with no timer of its own, so a client that connects (and shakes hands) and then says
+/// nothing would hold its connection for ever. Here the handshake and the first bytes are
+/// waited for within `first_bytes_timeout`, side by side, so that a slow client does not hold
+/// up the others; at most `max_pending` at once (more wait in the listen backlog), so that a
+/// flood of silent connections cannot take every descriptor. One that fails is the client's
+/// business and is dropped here. Accepting stops, and the listener closes, when `shutdown`
+/// resolves or the stream is dropped.
+pub fn accept_grpc(
     listener: TcpListener,
-    tls: Arc<Tls>,
-    kind: Listener,
-    handshake_timeout: Duration,
-    max_handshakes: usize,
+    tls: Option<Arc<Tls>>,
+    first_bytes_timeout: Duration,
+    max_pending: usize,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> impl tokio_stream::Stream<Item = io::Result<TlsStream<TcpStream>>> {
-    let (ready, handshaken) = tokio::sync::mpsc::channel(64);
-    let slots = Arc::new(Semaphore::new(max_handshakes.max(1)));
+) -> impl tokio_stream::Stream<Item = io::Result<GrpcConnection>> {
+    let (ready, accepted) = tokio::sync::mpsc::channel(64);
+    let slots = Arc::new(Semaphore::new(max_pending.max(1)));
     tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -178,7 +183,7 @@ pub fn accept_tls(
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, _)) => tcp,
                     Err(e) => {
-                        tracing::warn!("accepting a connection: {e}");
+                        tracing::warn!("accepting a gRPC connection: {e}");
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }
@@ -187,22 +192,121 @@ pub fn accept_tls(
                 () = ready.closed() => return,
             };
             let _ = tcp.set_nodelay(true);
-            let acceptor = tls.acceptor(kind);
+            let acceptor = tls.as_ref().map(|tls| tls.acceptor(Listener::Grpc));
             let ready = ready.clone();
             tokio::spawn(async move {
-                let handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await;
-                drop(slot);
-                match handshake {
-                    Ok(Ok(stream)) => {
-                        let _ = ready.send(Ok(stream)).await;
+                let opened = tokio::time::timeout(first_bytes_timeout, async move {
+                    match acceptor {
+                        None => {
+                            let mut first = [0u8; 1];
+                            match tcp.peek(&mut first).await? {
+                                0 => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                                _ => Ok(GrpcConnection::Plain(tcp)),
+                            }
+                        }
+                        Some(acceptor) => {
+                            let mut stream = tokio::io::BufReader::new(acceptor.accept(tcp).await?);
+                            match tokio::io::AsyncBufReadExt::fill_buf(&mut stream)
+                                .await?
+                                .len()
+                            {
+                                0 => Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+                                _ => Ok(GrpcConnection::Tls(Box::new(stream))),
+                            }
+                        }
                     }
-                    Ok(Err(e)) => tracing::debug!("a TLS handshake failed: {e}"),
-                    Err(_) => tracing::debug!("a TLS handshake timed out"),
+                })
+                .await;
+                drop(slot);
+                match opened {
+                    Ok(Ok(connection)) => {
+                        let _ = ready.send(Ok(connection)).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!("a gRPC connection ended before a request: {e}"),
+                    Err(_) => tracing::debug!("a gRPC connection sent nothing in time"),
                 }
             });
         }
     });
-    tokio_stream::wrappers::ReceiverStream::new(handshaken)
+    tokio_stream::wrappers::ReceiverStream::new(accepted)
+}
+
+/// A gRPC connection, plain or over TLS (its first bytes already read into the buffer).
+#[derive(Debug)]
+pub enum GrpcConnection {
+    /// Plain TCP.
+    Plain(TcpStream),
+    /// TLS, read through a buffer.
+    Tls(Box<tokio::io::BufReader<TlsStream<TcpStream>>>),
+}
+
+impl tonic::transport::server::Connected for GrpcConnection {
+    type ConnectInfo = tonic::transport::server::TcpConnectInfo;
+
+    fn connect_info(&self) -> Self::ConnectInfo {
+        match self {
+            GrpcConnection::Plain(tcp) => tcp.connect_info(),
+            GrpcConnection::Tls(stream) => stream.get_ref().get_ref().0.connect_info(),
+        }
+    }
+}
+
+impl tokio::io::AsyncRead for GrpcConnection {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            GrpcConnection::Tls(stream) => Pin::new(stream.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for GrpcConnection {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            GrpcConnection::Tls(stream) => Pin::new(stream.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(tcp) => Pin::new(tcp).poll_write_vectored(cx, bufs),
+            GrpcConnection::Tls(stream) => Pin::new(stream.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            GrpcConnection::Plain(tcp) => tcp.is_write_vectored(),
+            GrpcConnection::Tls(stream) => stream.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            GrpcConnection::Tls(stream) => Pin::new(stream.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GrpcConnection::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            GrpcConnection::Tls(stream) => Pin::new(stream.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 /// Serves one connection until it closes, or, once draining, until the request it is on is

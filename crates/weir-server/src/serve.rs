@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::net::{TcpListener, TcpStream};
-use tokio_stream::{Stream, StreamExt};
+use tokio::net::TcpListener;
 use weir_cluster::secret::ClusterSecret;
 
 use crate::app::{App, AppRates, AppSettings};
@@ -18,7 +17,7 @@ use crate::front_door::grpc::WeirService;
 use crate::front_door::rls::RlsService;
 use crate::proto::weir_server::WeirServer;
 use crate::rls::RulesConfig;
-use crate::tls::{Listener, Tls};
+use crate::tls::Tls;
 use weir::policy::Scope;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
@@ -401,8 +400,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     let grpc = {
         let app = Arc::clone(&app);
         let tls = tls.clone();
-        let handshake_timeout = server.header_timeout;
-        let max_handshakes = server.max_connections;
+        let first_bytes_timeout = server.header_timeout;
+        let max_pending = server.max_connections;
         let owner_service = cluster
             .as_ref()
             .map(|c| c.service(Arc::new(AppRates(Arc::clone(&app)))));
@@ -424,26 +423,16 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
                 let app = Arc::clone(&app);
                 async move { app.shutting_down().await }
             };
-            match tls {
-                None => {
-                    router
-                        .serve_with_incoming_shutdown(without_nagle(grpc_listener), shutdown)
-                        .await
-                }
-                Some(tls) => {
-                    let incoming = connections::accept_tls(
-                        grpc_listener,
-                        tls,
-                        Listener::Grpc,
-                        handshake_timeout,
-                        max_handshakes,
-                        async move { app.shutting_down().await },
-                    );
-                    router
-                        .serve_with_incoming_shutdown(incoming, shutdown)
-                        .await
-                }
-            }
+            let incoming = connections::accept_grpc(
+                grpc_listener,
+                tls,
+                first_bytes_timeout,
+                max_pending,
+                async move { app.shutting_down().await },
+            );
+            router
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
         })
     };
     let resp = resp_listener.map(|listener| {
@@ -540,16 +529,5 @@ fn spawn_background(
                 _ = report.tick() => app.report(),
             }
         }
-    })
-}
-
-/// The connections `listener` accepts, with TCP_NODELAY set. HTTP/2 writes each frame with a
-/// syscall of its own; with Nagle's algorithm on, a small frame that follows another waits for
-/// the peer's delayed ACK — up to 40 ms on Linux — which showed as 40 ms stalls between nodes.
-fn without_nagle(listener: TcpListener) -> impl Stream<Item = std::io::Result<TcpStream>> {
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        accepted.inspect(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        })
     })
 }

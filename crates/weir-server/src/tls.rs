@@ -152,11 +152,6 @@ impl Tls {
         .collect()
     }
 
-    /// Whether clients must present a certificate.
-    pub fn requires_client_certificates(&self) -> bool {
-        self.settings.client_ca.is_some()
-    }
-
     /// An acceptor for one connection to `listener`, with the set in force now.
     pub fn acceptor(&self, listener: Listener) -> TlsAcceptor {
         let loaded = self.loaded.load();
@@ -404,7 +399,7 @@ impl tower::Service<Uri> for PeerConnector {
                 .clone()
                 .ok_or_else(|| invalid("no CA to verify peers by"))?;
             let tcp = TcpStream::connect((host.as_str(), port)).await?;
-            // See `serve::without_nagle`.
+            // See `connections::accept_grpc`.
             let _ = tcp.set_nodelay(true);
             let stream = TlsConnector::from(config).connect(name, tcp).await?;
             Ok(TokioIo::new(stream))
