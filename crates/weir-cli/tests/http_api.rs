@@ -608,7 +608,7 @@ async fn a_waiting_request_whose_client_hangs_up_stops_waiting() {
     for _ in 0..5 {
         let mut tcp = tokio::net::TcpStream::connect(&address).await.unwrap();
         let request = format!(
-            "POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            "POST /v1/acquire HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
             body.len()
         );
         tcp.write_all(request.as_bytes()).await.unwrap();

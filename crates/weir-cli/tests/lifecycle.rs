@@ -296,17 +296,20 @@ fn a_non_loopback_address_without_a_real_token_is_refused() {
     }
     let stderr = attempt(Some("short"));
     assert!(stderr.contains("at least 16"), "{stderr}");
-    // The Redis-protocol listener too: its password is the admin token.
+    // The Redis-protocol listener needs the data token, its password, and says what it
+    // exposes: quotas and leases, not policies.
     let stderr = refused_start(
         "127.0.0.1:0",
         &["--resp", "0.0.0.0:0"],
-        "WEIR_ADMIN_TOKEN",
+        "WEIR_DATA_TOKEN",
         None,
     );
     assert!(
-        stderr.contains("refusing to listen on 0.0.0.0:0 (`resp`)"),
+        stderr.contains("refusing to listen on 0.0.0.0:0 (`resp`) without a data token"),
         "{stderr}"
     );
+    assert!(stderr.contains("any key's quota"), "{stderr}");
+    assert!(stderr.contains("no admin commands"), "{stderr}");
 }
 
 /// A cluster node whose gossip address is beyond loopback needs a cluster secret (anyone who

@@ -226,3 +226,115 @@ async fn a_plain_file_edited_in_place_or_renamed_over_is_applied() {
     assert_eq!(reloads(&server, "applied").await, 2);
     assert_eq!(reloads(&server, "failed").await, 0);
 }
+
+const WITH_LEASES: &str = r#"
+[server]
+lease_sweep = "1s"
+
+[[policy]]
+name = "conc"
+on_exhausted = "reject"
+concurrency = { node_limit = 5, lease_ttl = "60s" }
+
+[[policy]]
+name = "tb"
+on_exhausted = "reject"
+token_bucket = { rate = 10, burst = 10 }
+"#;
+
+async fn lease(server: &Server) -> (StatusCode, Value) {
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/acquire"))
+        .json(&json!({"policy": "conc", "key": "k"}))
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+async fn renew(server: &Server, lease: &Value) -> StatusCode {
+    reqwest::Client::new()
+        .post(server.url("/v1/renew"))
+        .json(&json!({ "lease": lease }))
+        .send()
+        .await
+        .unwrap()
+        .status()
+}
+
+/// A file with no `[[policy]]` table — comment-only, or cut short after `[server]` by a write
+/// that was not atomic — is refused while policies run, unless it says `policy = []`. A
+/// policy the file does remove takes its leases with it: renewing one is 404, and the policy
+/// made again under the name counts only what it admits itself.
+#[tokio::test]
+async fn a_reload_that_would_remove_every_policy_must_say_so_and_leases_end_with_their_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, WITH_LEASES).unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start_from_env(
+        &[
+            ("WEIR_CONFIG", config.to_str().unwrap()),
+            ("WEIR_DATA_DIR", data.to_str().unwrap()),
+            ("WEIR_HTTP", "127.0.0.1:0"),
+            ("WEIR_GRPC", "127.0.0.1:0"),
+            ("WEIR_LOG", "warn"),
+        ],
+        &data,
+    );
+    let mut old = Vec::new();
+    for _ in 0..2 {
+        let (status, body) = lease(&server).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+        old.push(body["lease"].clone());
+    }
+    let cut = WITH_LEASES.split("[[policy]]").next().unwrap().to_owned();
+    for (n, text) in [
+        "# every policy was commented out\n# [[policy]]\n".to_owned(),
+        cut,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        std::fs::write(&config, text).unwrap();
+        let refused = eventually(Duration::from_secs(3), || async {
+            reloads(&server, "failed").await == n as u64 + 1
+        })
+        .await;
+        assert!(refused, "reload {n} was not counted as failed");
+        assert_eq!(get(&server, "/v1/policies/conc").await.0, StatusCode::OK);
+        assert_eq!(renew(&server, &old[0]).await, StatusCode::OK);
+    }
+    // `conc` removed by the file: its leases end with it.
+    std::fs::write(
+        &config,
+        WITH_LEASES.replace("name = \"conc\"", "name = \"other\""),
+    )
+    .unwrap();
+    let removed = eventually(Duration::from_secs(3), || async {
+        get(&server, "/v1/policies/conc").await.0 == StatusCode::NOT_FOUND
+    })
+    .await;
+    assert!(removed, "the reload removing `conc` was not applied");
+    assert_eq!(renew(&server, &old[1]).await, StatusCode::NOT_FOUND);
+    // Back again: five in flight is five new leases, not three beside two old ones.
+    std::fs::write(&config, WITH_LEASES).unwrap();
+    let back = eventually(Duration::from_secs(3), || async {
+        get(&server, "/v1/policies/conc").await.0 == StatusCode::OK
+    })
+    .await;
+    assert!(back);
+    for n in 0..5 {
+        assert_eq!(lease(&server).await.0, StatusCode::OK, "lease {n}");
+    }
+    assert_eq!(lease(&server).await.0, StatusCode::TOO_MANY_REQUESTS);
+    // Said explicitly, every policy goes.
+    std::fs::write(&config, "policy = []\n").unwrap();
+    let emptied = eventually(Duration::from_secs(3), || async {
+        get(&server, "/v1/policies").await.1["policies"] == json!([])
+    })
+    .await;
+    assert!(emptied, "`policy = []` did not remove every policy");
+    assert_eq!(reloads(&server, "failed").await, 2);
+}

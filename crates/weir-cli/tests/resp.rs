@@ -168,13 +168,36 @@ fn fetch(url: &str) -> String {
 }
 
 #[test]
-fn a_password_is_asked_for_when_the_server_has_an_admin_token() {
+fn a_password_is_asked_for_when_the_server_has_a_data_token() {
     if !available("redis-cli", &["--version"]) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let token = "a-token-of-some-length";
-    let (_server, resp) = server(&dir.path().join("data"), &[("WEIR_ADMIN_TOKEN", token)]);
+    let admin = "the-admin-token-is-another";
+    let (_server, resp) = server(
+        &dir.path().join("data"),
+        &[("WEIR_DATA_TOKEN", token), ("WEIR_ADMIN_TOKEN", admin)],
+    );
+    // The admin token is not a password here: services that throttle through Redis never
+    // hold the credential that rewrites policies. Nor is a user other than `default`.
+    for (user, password) in [("default", admin), ("ops", token)] {
+        let (out, err) = cli_output(
+            &resp,
+            &[
+                "--no-auth-warning",
+                "--user",
+                user,
+                "--pass",
+                password,
+                "PING",
+            ],
+        );
+        assert!(
+            err.contains("WRONGPASS") && out.contains("NOAUTH"),
+            "{user}/{password} is refused: {out} {err}"
+        );
+    }
     assert_eq!(
         cli(&resp, &["CL.THROTTLE", "k", "1", "1", "1"]).trim(),
         "NOAUTH Authentication required."
@@ -228,7 +251,7 @@ fn redis_py_speaks_both_protocols() {
     }
     let dir = tempfile::tempdir().unwrap();
     let token = "a-token-of-some-length";
-    let (_server, resp) = server(&dir.path().join("data"), &[("WEIR_ADMIN_TOKEN", token)]);
+    let (_server, resp) = server(&dir.path().join("data"), &[("WEIR_DATA_TOKEN", token)]);
     let (host, port) = resp.rsplit_once(':').unwrap();
     let script = r#"
 import json, sys, redis
@@ -427,4 +450,87 @@ fn bad_input_gets_an_error_that_names_it_and_the_server_goes_on() {
         exchange(&resp, b"PING\r\nQUIT\r\n"),
         ("+PONG\r\n+OK\r\n".to_owned(), true)
     );
+}
+
+/// Sockets that connect and say nothing, or start a command and never finish it, cannot lock
+/// the port: at `max_connections` the connection silent longest makes room for a newcomer, and
+/// a command begun is given `header_timeout` to arrive whole. Through such an attack on every
+/// slot, `redis-cli PING` is answered within a second each time it is tried.
+#[test]
+fn silent_and_half_sent_connections_do_not_lock_the_port() {
+    if !available("redis-cli", &["--version"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("[server]\nmax_connections = 20\nheader_timeout = \"2s\"\n{CONFIG}");
+    let server = Server::start_full(
+        &config,
+        &dir.path().join("data"),
+        &[],
+        &["--resp", "127.0.0.1:0"],
+    );
+    let resp = server.resp.clone().unwrap();
+    let mut attackers = Vec::new();
+    for n in 0..20 {
+        let mut socket = TcpStream::connect(&resp).unwrap();
+        if n % 2 == 1 {
+            socket.write_all(b"*2\r\n$4\r\nPI").unwrap();
+        }
+        attackers.push(socket);
+    }
+    // A trickler: a byte every 200 ms of a request that never ends.
+    let mut trickler = TcpStream::connect(&resp).unwrap();
+    trickler
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let trickling = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        let head = b"*2\r\n$4\r\nPING\r\n$100000\r\n".iter();
+        for byte in head.chain(std::iter::repeat(&b'a')) {
+            if trickler.write_all(&[*byte]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            if started.elapsed() > Duration::from_secs(10) {
+                break;
+            }
+        }
+        // Closed by the server: reading finds the end (or a reset), not the timeout.
+        let mut rest = Vec::new();
+        let read = trickler.read_to_end(&mut rest);
+        (started.elapsed(), read.map_err(|e| e.kind()))
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    let (host, port) = resp.rsplit_once(':').unwrap();
+    for probe in 0..8 {
+        let started = std::time::Instant::now();
+        let output = Command::new("timeout")
+            .args(["5", "redis-cli", "-h", host, "-p", port, "PING"])
+            .output()
+            .unwrap();
+        let took = started.elapsed();
+        assert_eq!(
+            String::from_utf8_lossy(&output.stdout).trim(),
+            "PONG",
+            "probe {probe}: {output:?}"
+        );
+        assert!(took < Duration::from_secs(1), "probe {probe} took {took:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let (took, read) = trickling.join().unwrap();
+    assert!(
+        took < Duration::from_secs(6) && !matches!(read, Err(std::io::ErrorKind::WouldBlock)),
+        "the trickler was kept {took:?} ({read:?})"
+    );
+    let metrics = fetch(&server.url("/metrics"));
+    let closed = |reason: &str| -> u64 {
+        let series = format!("weir_resp_connections_closed_total{{reason=\"{reason}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    };
+    assert!(closed("evicted") >= 1, "{metrics}");
+    assert!(closed("command_timeout") >= 1, "{metrics}");
+    drop(attackers);
 }

@@ -182,6 +182,37 @@ async fn malformed_requests_are_invalid_argument_and_leave_the_port_healthy() {
         status.message().contains("101 hits") && status.message().contains("100 per DAY"),
         "{status:?}"
     );
+    // Hits no window can count are refused for what they are, not against a made-up limit.
+    let mut huge = descriptor(&[("to_number", "1")]);
+    huge.hits_addend = Some(u64::MAX);
+    let status = client
+        .should_rate_limit(RateLimitRequest {
+            domain: "messaging".into(),
+            descriptors: vec![huge],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        status.message().contains("18446744073709551615 hits")
+            && status.message().contains("at most 4294967295"),
+        "{status:?}"
+    );
+    assert!(!status.message().contains("limit of"), "{status:?}");
+    // One call carries at most `[rls] max_descriptors` (64): more are refused whole.
+    let many = RateLimitRequest {
+        domain: "messaging".into(),
+        descriptors: (0..65)
+            .map(|n| descriptor(&[("to_number", &n.to_string())]))
+            .collect(),
+        hits_addend: 0,
+    };
+    let status = client.should_rate_limit(many).await.unwrap_err();
+    assert_eq!(status.code(), Code::InvalidArgument);
+    assert!(
+        status.message().contains("65 descriptors") && status.message().contains("max_descriptors"),
+        "{status:?}"
+    );
     let channel = tonic::transport::Endpoint::from_shared(server.grpc.clone())
         .unwrap()
         .connect()
@@ -298,4 +329,80 @@ fn bad_rules_stop_the_start_and_check_config_names_each_mistake() {
     let (passed, out) = check_config(&config, &rules);
     assert!(passed, "{out}");
     assert!(out.contains("1 RLS domain(s), 2 counted rule(s)"), "{out}");
+}
+
+/// A client that fills a rule's key table with day-long keys does not lock out everyone else
+/// for the day: past `[rls] max_keys` each newcomer is counted in the rule's sketch, held to
+/// its own limit there (not one bucket shared by all newcomers, which five would spend).
+#[tokio::test]
+async fn a_full_key_table_does_not_lock_out_newcomers() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(&dir, "max_keys = 200\n");
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let over = |answer: &weir_api::envoy::service::ratelimit::v3::RateLimitResponse| {
+        answer.overall_code == RlsCode::OverLimit as i32
+    };
+    // The attacker: 200 numbers, each spent to its day limit of 5 marketing messages.
+    let spend = |number: String, hits: u32| RateLimitRequest {
+        domain: "messaging".into(),
+        descriptors: vec![descriptor(&[
+            ("message_type", "marketing"),
+            ("to_number", &number),
+        ])],
+        hits_addend: hits,
+    };
+    for n in 0..200 {
+        let answer = client
+            .should_rate_limit(spend(format!("attacker{n}"), 5))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!over(&answer), "attacker{n}");
+    }
+    // 100 newcomers, one message each: every one goes through (a shared overflow bucket of
+    // 5 a day would have let five through).
+    let mut admitted = 0;
+    for n in 0..100 {
+        let answer = client
+            .should_rate_limit(spend(format!("newcomer{n}"), 1))
+            .await
+            .unwrap()
+            .into_inner();
+        admitted += u32::from(!over(&answer));
+    }
+    assert_eq!(admitted, 100);
+    // And each is held to its own limit in the sketch: a newcomer's sixth message is refused.
+    for _ in 0..4 {
+        let answer = client
+            .should_rate_limit(spend("newcomer0".into(), 1))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!over(&answer));
+    }
+    let sixth = client
+        .should_rate_limit(spend("newcomer0".into(), 1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(over(&sixth));
+    let metrics = reqwest::get(format!("{}/metrics", server.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let sketched: u64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "weir_sketched_total{policy=\"rls:messaging.message_type_marketing.to_number\"}",
+            )
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no sketched counter for the rule:\n{metrics}"));
+    assert_eq!(sketched, 105);
 }

@@ -38,7 +38,7 @@ const BODY: &str = r#"{"policy":"tokens","key":"k"}"#;
 
 fn acquire_request() -> String {
     format!(
-        "POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
+        "POST /v1/acquire HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{BODY}",
         BODY.len()
     )
 }
@@ -179,7 +179,7 @@ async fn a_stalled_body_is_answered_408() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&config(100), &dir.path().join("data"));
     let mut tcp = TcpStream::connect(address(&server)).await.unwrap();
-    let head = "POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"policy\":";
+    let head = "POST /v1/acquire HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"policy\":";
     tcp.write_all(head.as_bytes()).await.unwrap();
     let (answer, waited) = read_to_close(&mut tcp).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
@@ -210,7 +210,7 @@ async fn an_over_limit_body_gets_a_413_the_client_can_read() {
     // not lost to a reset.
     let mut eager = TcpStream::connect(address(&server)).await.unwrap();
     let head = format!(
-        "POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {big}\r\n\r\n"
+        "POST /v1/acquire HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {big}\r\n\r\n"
     );
     let mut whole = head.into_bytes();
     whole.extend(std::iter::repeat_n(b' ', big));
@@ -223,7 +223,7 @@ async fn an_over_limit_body_gets_a_413_the_client_can_read() {
     // Asked with `Expect: 100-continue`: the 413 comes instead of the 100, before any body.
     let mut careful = TcpStream::connect(address(&server)).await.unwrap();
     let head = format!(
-        "POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {big}\r\nexpect: 100-continue\r\n\r\n"
+        "POST /v1/acquire HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {big}\r\nexpect: 100-continue\r\n\r\n"
     );
     careful.write_all(head.as_bytes()).await.unwrap();
     let (answer, _) = read_to_close(&mut careful).await;
@@ -264,7 +264,7 @@ async fn a_chunked_body_is_joined_and_held_to_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(&config(100), &dir.path().join("data"));
     let chunked = |parts: &[&[u8]]| {
-        let mut request = b"POST /v1/acquire HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
+        let mut request = b"POST /v1/acquire HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n".to_vec();
         for part in parts {
             request.extend(format!("{:x}\r\n", part.len()).into_bytes());
             request.extend_from_slice(part);

@@ -129,6 +129,15 @@ fn curl_writing(args: &[&str], write_out: &str, url: &str) -> (i32, String) {
     )
 }
 
+/// The CA whose certificate the test's server serves now: the second once it is written.
+fn second_or_first_ca(dir: &tempfile::TempDir) -> PathBuf {
+    let second = dir.path().join("second-ca.crt");
+    match second.exists() {
+        true => second,
+        false => dir.path().join("first-ca.crt"),
+    }
+}
+
 fn path_arg(path: &Path) -> &str {
     path.to_str().unwrap()
 }
@@ -232,6 +241,17 @@ fn curl_reads_over_tls_and_a_rotated_certificate_is_served_after_the_swap() {
     // A client that does not trust the CA is refused by curl itself: TLS is really in use.
     let (code, _) = curl(&[], &health);
     assert_ne!(code, 0, "curl trusted a certificate no system CA signed");
+    // Plain HTTP to the TLS port: a plain 400 that says TLS is required, not a raw alert.
+    let plain = Command::new("curl")
+        .args(["-sS", "--max-time", "5", "-w", " %{http_code}"])
+        .arg(server.url("/healthz"))
+        .output()
+        .unwrap();
+    let answer = String::from_utf8_lossy(&plain.stdout);
+    assert!(
+        answer.ends_with(" 400") && answer.contains("tls_required") && answer.contains("https://"),
+        "{plain:?}"
+    );
     if available("redis-cli", &["--version"], "WEIR_REQUIRE_REDIS") {
         let resp = server.resp.as_deref().unwrap();
         assert_eq!(redis_ping(resp, &first_ca, None), "PONG");
@@ -253,6 +273,24 @@ fn curl_reads_over_tls_and_a_rotated_certificate_is_served_after_the_swap() {
         );
     }
 
+    let tls_reloads = |outcome: &str| -> u64 {
+        let metrics = Command::new("curl")
+            .args(["-sS", "--max-time", "5", "--cacert"])
+            .arg(second_or_first_ca(&dir))
+            .arg(https(&server, "/metrics"))
+            .output()
+            .unwrap();
+        let series = format!("weir_tls_reloads_total{{outcome=\"{outcome}\"}} ");
+        String::from_utf8_lossy(&metrics.stdout)
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(&series)
+                    .map(|n| n.trim().parse().unwrap())
+            })
+            .unwrap_or_else(|| panic!("no {series} in {metrics:?}"))
+    };
+    assert!(tls_reloads("failed") >= 1, "the refused reload is counted");
+
     // Rotated to a certificate of another CA: served without a restart.
     let second = Authority::new("second CA");
     let second_ca = second.write(dir.path(), "second-ca.crt");
@@ -269,6 +307,7 @@ fn curl_reads_over_tls_and_a_rotated_certificate_is_served_after_the_swap() {
         code, 0,
         "the old certificate is still served after the swap"
     );
+    assert!(tls_reloads("applied") >= 1, "the rotation is counted");
 
     server.signal("TERM");
     let (status, stderr) = server.wait();

@@ -335,3 +335,61 @@ async fn a_forwarded_decision_is_a_span_around_the_owner_call() {
     // The owner calls the other only if it stopped first: to hand the bucket over as it left.
     assert!(requests.get(owner).is_none_or(|&n| n <= 1), "{calls:#?}");
 }
+
+/// A collector that refuses every export leaves a trace of its own: the failures are counted
+/// in `/metrics` (batches and the spans they carried) and logged, at most once a minute.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusing_collector_is_counted_and_logged() {
+    let refusing = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|| async { http::StatusCode::SERVICE_UNAVAILABLE }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, refusing).await });
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_full(
+        CONFIG,
+        &dir.path().join("data"),
+        &[
+            ("WEIR_OTLP_ENDPOINT", &endpoint),
+            // Batches sent every 100 ms, so the first failure comes at once.
+            ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ],
+        &[],
+    );
+    for _ in 0..3 {
+        acquire(&server, "api", "tenant-a").await;
+    }
+    let failures = |metrics: &str, unit: &str| -> u64 {
+        let series = format!("weir_trace_export_failures_total{{unit=\"{unit}\"}} ");
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(&series))
+            .map_or(0, |n| n.trim().parse().unwrap())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let metrics = loop {
+        let metrics = reqwest::get(server.url("/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if failures(&metrics, "batches") > 0 || std::time::Instant::now() > deadline {
+            break metrics;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(failures(&metrics, "batches") >= 1, "{metrics}");
+    assert!(failures(&metrics, "spans") >= 3, "{metrics}");
+    server.signal("TERM");
+    let (_, stderr) = tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap();
+    assert_eq!(
+        stderr.matches("trace spans not exported").count(),
+        1,
+        "logged once, not per batch: {stderr}"
+    );
+}

@@ -249,6 +249,8 @@ async fn load(server: String, stop: tokio::sync::watch::Receiver<bool>) {
     let mut round = 0u64;
     while !*stop.borrow() {
         acquire(serde_json::json!({"policy": "tables", "key": "hot"})).await;
+        // A key that would show as "invoice…exe.png" if its override were obeyed.
+        acquire(serde_json::json!({"policy": "tables", "key": "invoice\u{202e}gnp.exe"})).await;
         if round % 4 == 0 {
             acquire(serde_json::json!({"policy": "tables", "key": "cold"})).await;
             acquire(serde_json::json!({"policy": "getpage", "key": "tenant-1", "kind": "PageRequestHandler"})).await;
@@ -343,6 +345,7 @@ async fn the_page_in_a_browser_under_load() {
     assert!(output.status.success(), "{stdout}\n{stderr}");
     for check in [
         "ok throttled key shown",
+        "ok bidirectional override shown escaped",
         "ok numbers match /v1/throttles",
         "ok chart has",
         "ok edit without the token refused",

@@ -92,6 +92,18 @@ try:
     until("the throttled key in the table", lambda: driver.find_elements(By.CSS_SELECTOR, row_css), 3)
     print(f"ok throttled key shown after {time.monotonic() - opened:.2f} s", flush=True)
 
+    # A key with a right-to-left override is shown with the override escaped, not obeyed, and
+    # the cell is isolated from its neighbours.
+    spoof = "invoice\u202egnp.exe"
+    shown_key = until("the spoofing key in the table", lambda: js("""
+        const row = [...document.querySelectorAll('tr[data-policy="tables"]')]
+            .find(r => r.dataset.key === arguments[0]);
+        return row && {text: row.querySelector('td.key').textContent,
+                       bidi: getComputedStyle(row.querySelector('td.key')).unicodeBidi};""", spoof), 5)
+    assert shown_key["text"] == "invoice\\u{202e}gnp.exe", shown_key
+    assert "\u202e" not in shown_key["text"] and shown_key["bidi"] == "isolate", shown_key
+    print("ok bidirectional override shown escaped", flush=True)
+
     # Its numbers are /v1/throttles' at the moment the page read it: two reads bracket it. The
     # page reads its data once a second, one read after the other, so once two more reads
     # have finished after `before` was read, the one on screen started after it.

@@ -22,16 +22,21 @@
 //!
 //! Keys are bounded as a policy's are: at most `max_keys`, spread over shards; a key whole
 //! again holds nothing a new key would not, so at the cap the whole ones are dropped first,
-//! and only when none is whole is a new key refused. Refused keys go to a "who is throttled"
+//! and when none is whole a new key is counted in a fixed-size sketch of TATs
+//! ([`weir::keyed::MaxSketch`]) that never lets a key through more than its own bucket would:
+//! one client that fills the map with day-long keys does not lock every newcomer out for a
+//! day. Keys in the sketch keep no parameters of their own, so one asked with new parameters
+//! is read with its TAT unchanged rather than reshaped. Refused keys go to a "who is throttled"
 //! table as a policy's do (shown as the policy `CL.THROTTLE`), and the decisions are counted
 //! for `/metrics`. Pure: time comes in as an argument.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use weir::Nanos;
+use weir::keyed::MaxSketch;
 use weir::policy::ThrottledRow;
 use weir::policy::throttled::{DEFAULT_CAPACITY, DEFAULT_WINDOW, ThrottledKeys};
 
@@ -91,9 +96,6 @@ pub enum CellError {
         "the bucket's tolerance, period / count × (max_burst + 1), does not fit in 292 years of nanoseconds"
     )]
     TooLarge,
-    /// The key cap is reached and no key is whole.
-    #[error("CL.THROTTLE holds {0} keys, none of them idle: a new key cannot be added")]
-    Full(usize),
 }
 
 /// A key's bucket: its shape and its theoretical arrival time.
@@ -196,6 +198,9 @@ pub struct Cells {
     shards: Vec<Mutex<HashMap<Box<[u8]>, Cell>>>,
     hasher: std::hash::RandomState,
     max_keys: usize,
+    /// Keys past the cap; made when a key first overflows.
+    sketch: OnceLock<MaxSketch>,
+    sketched: AtomicU64,
     admitted: AtomicU64,
     limited: AtomicU64,
     throttled: ThrottledKeys,
@@ -208,6 +213,8 @@ impl Cells {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: std::hash::RandomState::new(),
             max_keys: max_keys.max(SHARDS),
+            sketch: OnceLock::new(),
+            sketched: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
             limited: AtomicU64::new(0),
             throttled: ThrottledKeys::new(DEFAULT_CAPACITY, DEFAULT_WINDOW),
@@ -232,7 +239,22 @@ impl Cells {
                 }
                 cell.tat
             }
-            None => now,
+            None => {
+                let per_shard = self.max_keys / SHARDS;
+                if cells.len() >= per_shard {
+                    cells.retain(|_, cell| cell.tat > now);
+                }
+                if cells.len() >= per_shard {
+                    drop(cells);
+                    let verdict = self.throttle_sketched(key, throttle, (interval, tolerance), now);
+                    self.count(&verdict);
+                    return Ok(verdict);
+                }
+                // A key the sketch has counted starts from what it spent there.
+                self.sketch.get().map_or(now, |sketch| {
+                    from_word(sketch.estimate(self.hasher.hash_one(key))).max(now)
+                })
+            }
         };
         let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
         let stamp = Nanos::try_from(now).unwrap_or(0);
@@ -249,14 +271,8 @@ impl Cells {
         if kept > now {
             match cells.get_mut(key) {
                 Some(cell) => cell.tat = kept,
+                // Room was made above, under the same lock.
                 None => {
-                    let per_shard = self.max_keys / SHARDS;
-                    if cells.len() >= per_shard {
-                        cells.retain(|_, cell| cell.tat > now);
-                    }
-                    if cells.len() >= per_shard {
-                        return Err(CellError::Full(self.max_keys));
-                    }
                     cells.insert(
                         key.into(),
                         Cell {
@@ -269,12 +285,50 @@ impl Cells {
                 }
             }
         }
+        self.count(&verdict);
+        Ok(verdict)
+    }
+
+    /// Decides for a key the map has no room for, on its estimate in the sketch: its TAT as
+    /// the sketch has it, never earlier than an exact cell's.
+    fn throttle_sketched(
+        &self,
+        key: &[u8],
+        throttle: &Throttle,
+        (interval, tolerance): (i64, i64),
+        now: i64,
+    ) -> Verdict {
+        let sketch = self
+            .sketch
+            .get_or_init(|| MaxSketch::for_max_keys(self.max_keys));
+        self.sketched.fetch_add(1, Ordering::Relaxed);
+        let verdict = sketch.decide(self.hasher.hash_one(key), |estimate| {
+            let tat = from_word(estimate).max(now);
+            let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
+            (to_word(kept), verdict)
+        });
+        if verdict.limited {
+            let stamp = Nanos::try_from(now).unwrap_or(0);
+            self.throttled
+                .throttled(&String::from_utf8_lossy(key), "", stamp);
+        }
+        verdict
+    }
+
+    fn count(&self, verdict: &Verdict) {
         let counter = match verdict.limited {
             true => &self.limited,
             false => &self.admitted,
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        Ok(verdict)
+    }
+
+    /// Decisions made in the sketch, and the memory it takes in bytes.
+    pub fn sketch_counts(&self) -> (u64, u64) {
+        (
+            self.sketched.load(Ordering::Relaxed),
+            self.sketch.get().map_or(0, |s| s.bytes() as u64),
+        )
     }
 
     /// The shard `key` lives in, locked.
@@ -338,6 +392,16 @@ impl Cells {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// A TAT as a sketch word, in the same order (the sketch keeps the largest).
+fn to_word(tat: i64) -> u64 {
+    (tat as u64) ^ (1 << 63)
+}
+
+/// A sketch word as a TAT; the zero word, which no key has written, is as early as can be.
+fn from_word(word: u64) -> i64 {
+    (word ^ (1 << 63)) as i64
 }
 
 /// The TAT that keeps `cell`'s fill, in requests, in a new shape; a fill above the new limit
@@ -529,23 +593,77 @@ mod tests {
     }
 
     #[test]
-    fn at_the_cap_whole_keys_make_room_and_busy_ones_refuse_a_new_key() {
+    fn at_the_cap_whole_keys_make_room_and_newcomers_are_sketched_not_refused() {
         let cells = Cells::new(SHARDS);
         let slow = call(0, 1, 60, 1);
-        // One key per shard at most: fill until a key is refused.
+        // One key per shard at most: fill until a key is decided in the sketch.
         let mut n = 0;
-        let refused = loop {
-            match cells.throttle(format!("k{n}").as_bytes(), &slow, 0) {
-                Ok(_) => n += 1,
-                Err(error) => break error,
-            }
-        };
-        assert_eq!(refused, CellError::Full(SHARDS));
-        // A minute later every key is whole again: the same new key is let in.
+        while cells.sketch_counts().0 == 0 {
+            assert!(
+                !cells
+                    .throttle(format!("k{n}").as_bytes(), &slow, 0)
+                    .unwrap()
+                    .limited
+            );
+            n += 1;
+        }
+        assert!(cells.len() <= SHARDS);
+        // The key counted in the sketch was admitted once, and is held to its own limit of one
+        // a minute there: its second call is refused with the right wait.
+        let newcomer = format!("k{}", n - 1);
+        let again = cells.throttle(newcomer.as_bytes(), &slow, SECOND).unwrap();
+        assert!(again.limited);
+        assert_eq!(again.retry_after, 59);
+        // Other newcomers past the cap are still let in (their words are their own here).
+        let mut admitted = 0;
+        for m in 0..20 {
+            let verdict = cells
+                .throttle(format!("new{m}").as_bytes(), &slow, SECOND)
+                .unwrap();
+            admitted += u32::from(!verdict.limited);
+        }
+        assert!(admitted >= 15, "{admitted} of 20 newcomers admitted");
+        // A minute later every key is whole again: a new key is kept exactly.
+        let before = cells.sketch_counts().0;
         assert!(
-            cells
-                .throttle(format!("k{n}").as_bytes(), &slow, 60 * SECOND)
-                .is_ok()
+            !cells
+                .throttle(b"later", &slow, 61 * SECOND)
+                .unwrap()
+                .limited
         );
+        assert_eq!(cells.sketch_counts().0, before);
+    }
+
+    #[test]
+    fn the_sketch_never_admits_a_key_more_than_its_own_bucket_would() {
+        // A full map, then keys past it asked at random. Each key's admissions are replayed on
+        // an exact bucket of its own: every request the sketch admits, that bucket — having
+        // admitted the same ones before — admits too, so no key gets past its own limit.
+        let cells = Cells::new(SHARDS);
+        let hour = call(2, 3, 3600, 1);
+        for n in 0..SHARDS * 4 {
+            let _ = cells.throttle(format!("filler{n}").as_bytes(), &hour, 0);
+        }
+        let mut exact: HashMap<String, i64> = HashMap::new();
+        let (interval, tolerance) = shape(&hour).unwrap();
+        let mut state = 7u64;
+        for step in 0..5000i64 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = format!("user{}", (state >> 33) % 300);
+            let now = step * 50 * MILLI;
+            let sketched = cells.throttle(key.as_bytes(), &hour, now).unwrap();
+            let tat = exact.get(&key).copied().unwrap_or(now);
+            let (own, kept) = decide(&hour, interval, tolerance, tat, now);
+            if !sketched.limited {
+                exact.insert(key.clone(), kept);
+            }
+            assert!(
+                sketched.limited || !own.limited,
+                "{key} admitted by the sketch at {now} where its own bucket refused"
+            );
+        }
+        assert!(cells.sketch_counts().0 > 0);
     }
 }

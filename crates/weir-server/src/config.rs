@@ -52,6 +52,11 @@ pub struct RlsTable {
     /// Answer the RateLimit header fields for Envoy to add to responses (default false).
     #[serde(default)]
     pub response_headers: bool,
+    /// The most descriptors one `ShouldRateLimit` call may carry (default 64); a call with
+    /// more is refused with `INVALID_ARGUMENT`, counting nothing. Envoy sends one descriptor
+    /// per matching rate limit action: a handful.
+    #[serde(default = "default_max_descriptors")]
+    pub max_descriptors: usize,
 }
 
 fn default_rls_max_keys() -> usize {
@@ -59,6 +64,9 @@ fn default_rls_max_keys() -> usize {
 }
 fn default_near_limit_ratio() -> f64 {
     crate::rls::RlsSettings::default().near_limit_ratio
+}
+fn default_max_descriptors() -> usize {
+    crate::rls::RlsSettings::default().max_descriptors
 }
 
 impl Default for RlsTable {
@@ -68,6 +76,7 @@ impl Default for RlsTable {
             max_keys: default_rls_max_keys(),
             near_limit_ratio: default_near_limit_ratio(),
             response_headers: false,
+            max_descriptors: default_max_descriptors(),
         }
     }
 }
@@ -83,6 +92,7 @@ impl RlsTable {
             max_keys: self.max_keys,
             near_limit_ratio: self.near_limit_ratio,
             response_headers: self.response_headers,
+            max_descriptors: self.max_descriptors,
         }
     }
 }
@@ -143,6 +153,24 @@ pub struct ServerSettings {
     /// never sends are kept (default 30 s).
     #[serde(default = "default_header_timeout", with = "humantime_serde")]
     pub header_timeout: Duration,
+    /// The Redis-protocol listener: how long a connection with nothing asked of it is kept
+    /// (default `0s`: for ever, as Redis's `timeout 0`). A request begun must arrive whole
+    /// within `header_timeout` whatever this says.
+    #[serde(default, with = "humantime_serde")]
+    pub resp_idle_timeout: Duration,
+    /// The bearer token data-plane calls must carry (also `WEIR_DATA_TOKEN`): acquire, release,
+    /// renew and busy over HTTP and gRPC, and the Redis protocol's password. Absent: the data
+    /// plane is open to whoever reaches it. The admin token is accepted in its place over HTTP
+    /// and gRPC; the Redis port takes this one only, so a service that throttles through Redis
+    /// never holds the credential that rewrites policies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_token: Option<String>,
+    /// HTTP: host names (or `host:port`) besides loopback's that a server without an admin
+    /// token accepts state-changing requests for. Such a server listens on loopback only, and
+    /// a `Host` check is what keeps a web page from reaching it through a visitor's browser
+    /// (DNS rebinding).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_hosts: Vec<String>,
     /// HTTP: how long a request's body may take to arrive (default 30 s); past it, 408.
     #[serde(default = "default_body_timeout", with = "humantime_serde")]
     pub body_timeout: Duration,
@@ -241,6 +269,9 @@ impl Default for ServerSettings {
             cluster_id: default_cluster_id(),
             cluster_secret: None,
             header_timeout: default_header_timeout(),
+            resp_idle_timeout: Duration::ZERO,
+            data_token: None,
+            allowed_hosts: Vec::new(),
             body_timeout: default_body_timeout(),
             max_connections: default_max_connections(),
             listen_backlog: default_listen_backlog(),
@@ -398,11 +429,16 @@ impl ConfigFile {
                 problem: "needs `server.gossip`: a node joins a cluster by gossiping".into(),
             });
         }
-        if self.rls.max_keys == 0 {
-            problems.push(ConfigProblem::Rls {
-                field: "max_keys",
-                problem: "must be at least 1".into(),
-            });
+        for (field, value) in [
+            ("max_keys", self.rls.max_keys),
+            ("max_descriptors", self.rls.max_descriptors),
+        ] {
+            if value == 0 {
+                problems.push(ConfigProblem::Rls {
+                    field,
+                    problem: "must be at least 1".into(),
+                });
+            }
         }
         let ratio = self.rls.near_limit_ratio;
         if !(ratio > 0.0 && ratio <= 1.0) {
@@ -413,14 +449,11 @@ impl ConfigFile {
         }
         let mut names = std::collections::BTreeSet::new();
         for policy in &self.policy {
-            if policy.name.starts_with(crate::rls::POLICY_PREFIX) {
+            if let Some(why) = crate::app::reserved_name(&policy.name) {
                 problems.push(ConfigProblem::Policy(PolicyError {
                     policy: policy.name.clone(),
                     field: "name".into(),
-                    problem: format!(
-                        "must not start with `{}`: that prefix names the policies of RLS rules",
-                        crate::rls::POLICY_PREFIX
-                    ),
+                    problem: format!("is reserved: {why}"),
                 }));
             }
             problems.extend(policy.problems().into_iter().map(ConfigProblem::Policy));

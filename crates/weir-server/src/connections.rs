@@ -50,6 +50,31 @@ pub fn bind(addr: SocketAddr, backlog: u32) -> io::Result<TcpListener> {
     socket.listen(backlog)
 }
 
+/// The first byte of a TLS connection: a handshake record's content type.
+pub(crate) const TLS_HANDSHAKE: u8 = 0x16;
+
+/// Answers a client that sent plain HTTP to a TLS port with a plain `400` that says so, then
+/// closes. The request is read only to be dropped — the answer is the same whatever it asked —
+/// and the client's side is drained before closing (for a second at most), since closing a
+/// socket with unread bytes resets it and can take the answer with it.
+async fn refuse_plain_http(mut tcp: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BODY: &str = r#"{"error":"tls_required","detail":"this port serves HTTPS: send the request over TLS (https://)"}"#;
+    let response = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{BODY}",
+        BODY.len()
+    );
+    let mut dropped = [0u8; 4096];
+    let _ = tokio::time::timeout(Duration::from_secs(1), async {
+        let _ = tcp.read(&mut dropped).await;
+        tcp.write_all(response.as_bytes()).await?;
+        tcp.shutdown().await?;
+        while tcp.read(&mut dropped).await? > 0 {}
+        Ok::<(), io::Error>(())
+    })
+    .await;
+}
+
 /// How the HTTP listener bounds its clients.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
@@ -121,6 +146,21 @@ pub async fn serve_http(
                     }
                 }
                 Some(acceptor) => {
+                    // A TLS client opens with a handshake record (0x16); anything else is a
+                    // client speaking plain HTTP to a TLS port, told so in plain HTTP rather
+                    // than with a TLS alert it cannot read.
+                    let mut first = [0u8; 1];
+                    let spoke =
+                        tokio::time::timeout(limits.header_timeout, tcp.peek(&mut first)).await;
+                    if !matches!(spoke, Ok(Ok(1))) {
+                        drop(slot);
+                        return;
+                    }
+                    if first[0] != TLS_HANDSHAKE {
+                        refuse_plain_http(tcp).await;
+                        drop(slot);
+                        return;
+                    }
                     let handshake =
                         tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp)).await;
                     if let Ok(Ok(stream)) = handshake {

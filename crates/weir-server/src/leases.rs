@@ -140,6 +140,19 @@ impl Leases {
         }
     }
 
+    /// Releases every lease `policy` holds, as its holders would: the policy was removed, and a
+    /// lease belongs to its policy's life (renewing one then answers that it is unknown, and a
+    /// policy of that name made later starts with nothing in flight). Returns how many.
+    pub fn release_policy(&self, policy: &str) -> usize {
+        let ended = self.lock().release_where(|held| held.policy == policy);
+        let count = ended.len();
+        for held in ended {
+            held.admission.release();
+        }
+        self.released.fetch_add(count as u64, Ordering::Relaxed);
+        count
+    }
+
     /// The policy holding a live lease.
     pub fn policy_of(&self, id: LeaseId) -> Option<String> {
         self.lock().get(id).map(|h| h.policy.clone())

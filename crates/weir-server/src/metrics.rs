@@ -73,6 +73,8 @@ pub struct Metrics {
     requests: Family<EndpointLabels, Counter>,
     latency: Family<LatencyLabels, Histogram>,
     reloads: Family<ReloadLabel, Counter>,
+    tls_reloads: Family<ReloadLabel, Counter>,
+    resp_closed: Family<ReasonLabel, Counter>,
 }
 
 /// `{outcome}` of a config reload.
@@ -80,6 +82,13 @@ pub struct Metrics {
 struct ReloadLabel {
     /// `applied`, `unchanged` or `failed`.
     outcome: &'static str,
+}
+
+/// `{reason}` a Redis-protocol connection was closed by the server.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    /// `auth_timeout`, `command_timeout`, `idle_timeout` or `evicted`.
+    reason: &'static str,
 }
 
 /// An API request's series, found once: its counter and its latency histogram.
@@ -142,6 +151,30 @@ impl Metrics {
             "Config file reloads, by outcome: applied, unchanged (its policies as running), failed (the running config kept)",
             reloads.clone(),
         );
+        // Each outcome exported from the start, at zero: an alert on a rate needs the series
+        // before the first event.
+        for outcome in ["applied", "unchanged", "failed"] {
+            let _ = reloads.get_or_create(&ReloadLabel { outcome });
+        }
+        let tls_reloads = Family::<ReloadLabel, Counter>::default();
+        registry.register(
+            "weir_tls_reloads",
+            "TLS certificate reloads, by outcome: applied, failed (the certificates in use kept)",
+            tls_reloads.clone(),
+        );
+        for outcome in ["applied", "failed"] {
+            let _ = tls_reloads.get_or_create(&ReloadLabel { outcome });
+        }
+        registry.register_collector(Box::new(TraceExportCollector));
+        let resp_closed = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "weir_resp_connections_closed",
+            "Redis-protocol connections the server closed, by reason: auth_timeout, command_timeout (a request begun and not finished in time), idle_timeout, evicted (silent longest when a newcomer found the port full)",
+            resp_closed.clone(),
+        );
+        for reason in ["auth_timeout", "command_timeout", "idle_timeout", "evicted"] {
+            let _ = resp_closed.get_or_create(&ReasonLabel { reason });
+        }
         registry.register_collector(Box::new(PolicyCollector { policies, leases }));
         if let Some(cluster) = cluster {
             registry.register(
@@ -162,6 +195,8 @@ impl Metrics {
             requests,
             latency,
             reloads,
+            tls_reloads,
+            resp_closed,
         }
     }
 
@@ -216,6 +251,20 @@ impl Metrics {
     /// Counts a config reload: `applied`, `unchanged` or `failed`.
     pub fn count_reload(&self, outcome: &'static str) {
         self.reloads.get_or_create(&ReloadLabel { outcome }).inc();
+    }
+
+    /// Counts a TLS certificate reload: `applied` or `failed`.
+    pub fn count_tls_reload(&self, outcome: &'static str) {
+        self.tls_reloads
+            .get_or_create(&ReloadLabel { outcome })
+            .inc();
+    }
+
+    /// Counts a Redis-protocol connection the server closed, by why.
+    pub fn count_resp_closed(&self, reason: &'static str) {
+        self.resp_closed
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
     }
 
     /// The exposition, in Prometheus text format 0.0.4.
@@ -397,6 +446,15 @@ impl Collector for PolicyCollector {
             stats
                 .iter()
                 .map(|(n, s, _)| (label(n), ConstCounter::new(s.overflow_hits))),
+        )?;
+        family(
+            &mut encoder,
+            "weir_sketched",
+            "Decisions on keys past the key map's cap, made in the policy's sketch",
+            MetricType::Counter,
+            stats
+                .iter()
+                .map(|(n, s, _)| (label(n), ConstCounter::new(s.sketched))),
         )?;
 
         let adaptive: Vec<_> = stats
@@ -663,6 +721,14 @@ impl Collector for CellsCollector {
             [("admitted", admitted), ("limited", limited)]
                 .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
         )?;
+        let (sketched, _) = self.cells.sketch_counts();
+        single(
+            &mut encoder,
+            "weir_cl_throttle_sketched",
+            "CL.THROTTLE decisions on keys past `[server] resp_max_keys`, made in the sketch",
+            MetricType::Counter,
+            ConstCounter::new(sketched),
+        )?;
         single(
             &mut encoder,
             "weir_cl_throttle_keys",
@@ -671,6 +737,30 @@ impl Collector for CellsCollector {
             ConstGauge::new(self.cells.len() as i64),
         )
     }
+}
+
+/// The trace exporter's failures, kept by [`crate::traces`] (it starts before the metrics).
+#[derive(Debug)]
+struct TraceExportCollector;
+
+impl Collector for TraceExportCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let (batches, spans) = crate::traces::export_failures();
+        family(
+            &mut encoder,
+            "weir_trace_export_failures",
+            "Trace exports to the OTLP collector that failed (refused, unreachable or timed out), in batches and in the spans they carried, which are lost",
+            MetricType::Counter,
+            [("batches", batches), ("spans", spans)]
+                .map(|(unit, v)| (UnitLabel { unit }, ConstCounter::new(v))),
+        )
+    }
+}
+
+/// `{unit}` of a count.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnitLabel {
+    unit: &'static str,
 }
 
 /// Envoy rate limit rules' counters, read at scrape time.

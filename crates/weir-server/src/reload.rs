@@ -12,7 +12,9 @@
 //! Only the `[[policy]]` tables are applied live ([`App::reload_policies`]); `[server]` and
 //! `[rls]` take effect at the next start. A file that does not parse or check keeps the running
 //! config: the reason is logged (with the line, for TOML) and counted in
-//! `weir_config_reloads_total{outcome="failed"}`; the node stays ready.
+//! `weir_config_reloads_total{outcome="failed"}`; the node stays ready. So does a file with no
+//! `[[policy]]` table at all while policies run — an empty or comment-only file, or one cut
+//! short by a write that was not atomic — unless it says `policy = []`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -74,6 +76,13 @@ pub fn watch(app: Arc<App>, file: Option<(PathBuf, String)>, mut hangups: Signal
             reload(&app, &path, &mut last, forced).await;
         }
     });
+}
+
+/// Whether the config text has a top-level `policy` key, if only `policy = []`: a file that
+/// means to have no policies says so.
+fn names_policies(text: &str) -> bool {
+    text.parse::<toml::Table>()
+        .is_ok_and(|table| table.contains_key("policy"))
 }
 
 /// Watches the directories holding `paths`, signalling `changed` at each event that can change
@@ -164,6 +173,16 @@ async fn reload(app: &App, path: &Path, last: &mut String, forced: bool) {
             return;
         }
     };
+    if config.policy.is_empty() && !names_policies(&text) && app.runs_file_policies() {
+        // A comment-only file, or one cut short by a write that was not atomic: taken as is, it
+        // would remove every policy, leases and all.
+        tracing::warn!(
+            file = %path.display(),
+            "config not reloaded, the running one is kept: the file has no [[policy]] tables, which would remove every policy; to remove them all, say so with `policy = []`"
+        );
+        app.metrics().count_reload("failed");
+        return;
+    }
     match app.reload_policies(config.policy).await {
         Ok(reloaded) if reloaded.is_empty() => {
             tracing::info!(file = %path.display(), "config reloaded: its policies are as running");

@@ -128,6 +128,11 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
             server.admin_token = Some(token);
         }
     }
+    if let Ok(token) = std::env::var("WEIR_DATA_TOKEN") {
+        if !token.trim().is_empty() {
+            server.data_token = Some(token);
+        }
+    }
     if let Ok(secret) = std::env::var("WEIR_CLUSTER_SECRET") {
         if !secret.trim().is_empty() {
             server.cluster_secret = Some(secret);
@@ -137,12 +142,10 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
         anyhow::bail!("cluster_secret (or WEIR_CLUSTER_SECRET): {error}");
     }
     // A token of blanks is no token: it would be compared as given, and guessed at once.
-    if server
-        .admin_token
-        .as_ref()
-        .is_some_and(|t| t.trim().is_empty())
-    {
-        server.admin_token = None;
+    for token in [&mut server.admin_token, &mut server.data_token] {
+        if token.as_ref().is_some_and(|t| t.trim().is_empty()) {
+            *token = None;
+        }
     }
     Ok(config)
 }
@@ -165,16 +168,16 @@ pub fn load_rules(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>> {
 /// The fewest characters an admin token must have to guard an address beyond loopback.
 const MIN_PUBLIC_TOKEN_CHARS: usize = 16;
 
-/// Refuses an address beyond loopback without an admin token of at least 16 characters, and a
-/// cluster node beyond loopback without a cluster secret. `weir serve` calls it before binding
-/// anything; `weir check-config` calls it too, so a file that passes the check is one the server
-/// starts with.
+/// Refuses an address beyond loopback without the credential that guards what it exposes, and
+/// a cluster node beyond loopback without a cluster secret: the HTTP and gRPC ports need an
+/// admin token of at least 16 characters (HTTP's admin calls change and delete policies), the
+/// Redis port a data token as long (its clients spend any key's quota and take leases; it has
+/// no admin commands). `weir serve` calls it before binding anything; `weir check-config` calls
+/// it too, so a file that passes the check is one the server starts with.
 pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
-    let token_chars = config
-        .server
-        .admin_token
-        .as_deref()
-        .map_or(0, |t| t.trim().chars().count());
+    let chars = |token: &Option<String>| token.as_deref().map_or(0, |t| t.trim().chars().count());
+    let admin_chars = chars(&config.server.admin_token);
+    let data_chars = chars(&config.server.data_token);
     let listeners = [
         Some(("http", config.server.http)),
         Some(("grpc", config.server.grpc)),
@@ -184,14 +187,34 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
         if addr.ip().is_loopback() {
             continue;
         }
-        if token_chars == 0 {
+        let (token, chars, exposes, setting) = match name {
+            "resp" => (
+                "a data token",
+                data_chars,
+                "could spend or inspect any key's quota (CL.THROTTLE, WEIR.ACQUIRE) and take and release leases; the Redis port has no admin commands",
+                "`data_token` in [server] or WEIR_DATA_TOKEN (clients give it as their Redis password)",
+            ),
+            "http" => (
+                "an admin token",
+                admin_chars,
+                "could change or delete policies (PUT and DELETE /v1/policies), besides acquiring",
+                "`admin_token` in [server] or WEIR_ADMIN_TOKEN",
+            ),
+            _ => (
+                "an admin token",
+                admin_chars,
+                "could acquire and release leases on any policy, and the HTTP port beside it would be open to policy changes",
+                "`admin_token` in [server] or WEIR_ADMIN_TOKEN",
+            ),
+        };
+        if chars == 0 {
             anyhow::bail!(
-                "refusing to listen on {addr} (`{name}`) without an admin token: anyone who can reach it could change or delete policies, or take and release leases. Set `admin_token` in [server] or WEIR_ADMIN_TOKEN (the Redis protocol asks for it as its password), or listen on 127.0.0.1"
+                "refusing to listen on {addr} (`{name}`) without {token}: anyone who can reach it {exposes}. Set {setting}, or listen on 127.0.0.1"
             );
         }
-        if token_chars < MIN_PUBLIC_TOKEN_CHARS {
+        if chars < MIN_PUBLIC_TOKEN_CHARS {
             anyhow::bail!(
-                "refusing to listen on {addr} (`{name}`) with an admin token of {token_chars} characters: beyond loopback it must have at least {MIN_PUBLIC_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
+                "refusing to listen on {addr} (`{name}`) with {token} of {chars} characters: beyond loopback it must have at least {MIN_PUBLIC_TOKEN_CHARS} (e.g. `openssl rand -hex 16`)"
             );
         }
     }
@@ -334,7 +357,11 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         grpc: grpc_addr,
         policies: config.policy.clone(),
         data_dir: server.data_dir.clone(),
-        admin_token: server.admin_token.clone(),
+        access: crate::app::Access {
+            admin_token: server.admin_token.clone(),
+            data_token: server.data_token.clone(),
+            allowed_hosts: server.allowed_hosts.clone(),
+        },
         max_cost: server.max_cost,
         body_timeout: server.body_timeout,
         cluster: cluster.clone(),
@@ -442,6 +469,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             server.max_connections,
             crate::front_door::resp::ConnectionLimits {
                 auth_timeout: server.header_timeout,
+                command_timeout: server.header_timeout,
+                idle_timeout: Some(server.resp_idle_timeout).filter(|t| !t.is_zero()),
             },
             tls.clone(),
         ))
@@ -452,7 +481,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         hangups,
     );
     if let (Some(tls), Some(hangups)) = (&tls, tls_hangups) {
-        crate::tls::watch(Arc::clone(tls), hangups);
+        crate::tls::watch(Arc::clone(tls), Arc::clone(&app), hangups);
     }
     app.set_ready(true);
     tracing::info!(

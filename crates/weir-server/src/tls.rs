@@ -175,9 +175,9 @@ impl Tls {
 }
 
 /// Reloads `tls` when one of its files changes (a mounted Secret's `..data` swap included), or
-/// on `hangups` (SIGHUP), until the process ends. A watcher that cannot be made is logged, and
-/// SIGHUP still reloads.
-pub fn watch(tls: Arc<Tls>, mut hangups: Signal) {
+/// on `hangups` (SIGHUP), until the process ends, counting each outcome in `app`'s metrics. A
+/// watcher that cannot be made is logged, and SIGHUP still reloads.
+pub fn watch(tls: Arc<Tls>, app: Arc<crate::app::App>, mut hangups: Signal) {
     let (changed, mut changes) = mpsc::channel::<()>(1);
     let watcher = match crate::reload::watch_files(&tls.files(), changed) {
         Ok(watcher) => Some(watcher),
@@ -200,9 +200,13 @@ pub fn watch(tls: Arc<Tls>, mut hangups: Signal) {
             tokio::time::sleep(crate::reload::SETTLE).await;
             while changes.try_recv().is_ok() {}
             match tls.reload() {
-                Ok(()) => tracing::info!("TLS certificates reloaded"),
+                Ok(()) => {
+                    tracing::info!("TLS certificates reloaded");
+                    app.metrics().count_tls_reload("applied");
+                }
                 Err(error) => {
-                    tracing::warn!("TLS certificates not reloaded; the ones in use stay: {error}")
+                    tracing::warn!("TLS certificates not reloaded; the ones in use stay: {error}");
+                    app.metrics().count_tls_reload("failed");
                 }
             }
         }

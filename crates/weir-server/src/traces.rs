@@ -10,13 +10,21 @@
 //! traced, and traces do not show in the logs.
 //!
 //! Spans are batched and sent from a thread of the SDK's own (`OTEL_BSP_*` variables tune the
-//! batch); a collector that is down costs dropped spans, never a slower decision. The resource
-//! carries `service.name = "weir"` and `service.instance.id` = the node's id.
+//! batch); a collector that is down costs dropped spans, never a slower decision. A failed
+//! export (refused, unreachable, or past `OTEL_EXPORTER_OTLP_TIMEOUT`) is counted in
+//! `weir_trace_export_failures_total` and logged, at most once a minute. The resource carries
+//! `service.name = "weir"` and `service.instance.id` = the node's id.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::trace::SdkTracerProvider;
+use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{LevelFilter, Targets};
 
@@ -82,7 +90,7 @@ impl Traces {
             ))
             .build();
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_batch_exporter(Counted::new(exporter))
             .with_resource(resource)
             .build();
         let tracer = provider.tracer("weir");
@@ -93,6 +101,76 @@ impl Traces {
             .with_tracer(tracer)
             .with_filter(only_weirs_spans);
         Ok((Traces { provider }, layer))
+    }
+}
+
+/// Failed exports so far, in this process: batches, and the spans they carried.
+pub fn export_failures() -> (u64, u64) {
+    (
+        FAILED_BATCHES.load(Ordering::Relaxed),
+        FAILED_SPANS.load(Ordering::Relaxed),
+    )
+}
+
+static FAILED_BATCHES: AtomicU64 = AtomicU64::new(0);
+static FAILED_SPANS: AtomicU64 = AtomicU64::new(0);
+
+/// How often a failing exporter is logged.
+const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// An exporter whose failures are counted and logged: the SDK itself reports them only
+/// through its own diagnostics, which nothing here shows.
+#[derive(Debug)]
+struct Counted<E> {
+    inner: E,
+    last_logged: Mutex<Option<Instant>>,
+}
+
+impl<E> Counted<E> {
+    fn new(inner: E) -> Self {
+        Counted {
+            inner,
+            last_logged: Mutex::new(None),
+        }
+    }
+
+    /// Counts a failed batch of `spans`, and logs it unless one was logged within a minute.
+    fn failed(&self, spans: usize, error: &dyn std::fmt::Display) {
+        FAILED_BATCHES.fetch_add(1, Ordering::Relaxed);
+        FAILED_SPANS.fetch_add(spans as u64, Ordering::Relaxed);
+        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
+            *last = Some(Instant::now());
+            let (batches, lost) = export_failures();
+            tracing::warn!(
+                failed_exports = batches,
+                spans_lost = lost,
+                "trace spans not exported to the OTLP collector (logged at most once a minute; see weir_trace_export_failures_total): {error}"
+            );
+        }
+    }
+}
+
+impl<E: SpanExporter> SpanExporter for Counted<E> {
+    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+        let spans = batch.len();
+        let exported = self.inner.export(batch).await;
+        if let Err(error) = &exported {
+            self.failed(spans, error);
+        }
+        exported
+    }
+
+    fn shutdown_with_timeout(&mut self, timeout: Duration) -> OTelSdkResult {
+        self.inner.shutdown_with_timeout(timeout)
+    }
+
+    fn force_flush(&mut self) -> OTelSdkResult {
+        self.inner.force_flush()
+    }
+
+    fn set_resource(&mut self, resource: &Resource) {
+        self.inner.set_resource(resource);
     }
 }
 

@@ -611,7 +611,6 @@ descriptors:
         PolicySet::new(policies_of(&config, &settings, Scope::Node), clock.clone()).unwrap();
     let rls = Rls::new(&config, settings, &policies, clock.clone());
     let policy = policies.get("rls:ips.remote_address").unwrap();
-    let mut over = 0;
     for round in 0..20u64 {
         for address in 0..500u64 {
             let ip = format!("10.{round}.{}.{}", address / 256, address % 256);
@@ -619,30 +618,31 @@ descriptors:
                 .should_rate_limit("ips", &[descriptor(&[("remote_address", &ip)])], 0)
                 .unwrap();
             // Each second the first hundred addresses have windows of their own (last
-            // second's were idle and dropped); past the cap, with none idle, the rest share
-            // one window: stricter, never looser.
-            if address < 100 {
-                assert_eq!(answer.overall, Code::Ok, "round {round}, address {address}");
-            } else if answer.overall == Code::OverLimit {
-                over += 1;
-            }
+            // second's were idle and dropped); past the cap, with none idle, the rest are
+            // counted in the sketch, each held to its own limit there: one hit each is
+            // within it, whoever filled the map.
+            assert_eq!(answer.overall, Code::Ok, "round {round}, address {address}");
         }
-        // The 400 past the cap share one window of 5: all but 5 are refused, and say so.
-        assert_eq!(over, 395, "round {round}");
-        over = 0;
+        // And past the cap a sixth hit in the window is refused, as its own window would.
+        let last = format!("10.{round}.1.243");
+        for hit in 2..=6 {
+            let answer = rls
+                .should_rate_limit("ips", &[descriptor(&[("remote_address", &last)])], 0)
+                .unwrap();
+            let expected = if hit <= 5 { Code::Ok } else { Code::OverLimit };
+            assert_eq!(answer.overall, expected, "round {round}, hit {hit}");
+        }
         assert!(policy.stats().keys <= 100, "{:?}", policy.stats());
         // A new second: last second's windows are idle and may go.
         clock.advance(Duration::from_secs(1));
     }
     let stats = policy.stats();
     assert!(stats.evictions > 0, "{stats:?}");
+    assert_eq!(stats.sketched, 20 * 405, "{stats:?}");
     let (_, _, counts) = rls.counts().next().unwrap();
-    // total, over, near, within, shadow: the refused past the cap are over, not within.
+    // total, over, near, within, shadow: only the sixth hits are over.
     let [total, over_limit, _, within, _] = counts.rule.read();
-    assert_eq!(
-        (total, over_limit, within),
-        (10_000, 20 * 395, 10_000 - 20 * 395)
-    );
+    assert_eq!((total, over_limit, within), (20 * 505, 20, 20 * 504));
 }
 
 #[test]

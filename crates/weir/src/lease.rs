@@ -132,6 +132,18 @@ impl<T> LeaseTracker<T> {
         expired
     }
 
+    /// Ends every lease whose value `ends` picks and returns their values: what a lease
+    /// belongs to (its policy, say) has gone.
+    pub fn release_where(&mut self, mut ends: impl FnMut(&T) -> bool) -> Vec<T> {
+        let ids: Vec<LeaseId> = self
+            .leases
+            .iter()
+            .filter(|(_, lease)| ends(&lease.value))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter().filter_map(|id| self.release(id)).collect()
+    }
+
     /// The value held by a live lease.
     pub fn get(&self, id: LeaseId) -> Option<&T> {
         self.leases.get(&id).map(|l| &l.value)
@@ -156,6 +168,24 @@ impl<T> LeaseTracker<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leases_picked_by_their_value_end_and_the_rest_stay() {
+        let mut tracker = LeaseTracker::new();
+        for (n, owner) in [(1, "a"), (2, "b"), (3, "a")] {
+            tracker
+                .insert(id(n), owner, Duration::from_secs(10), 0)
+                .unwrap();
+        }
+        let mut ended = tracker.release_where(|owner| *owner == "a");
+        ended.sort();
+        assert_eq!(ended, ["a", "a"]);
+        assert_eq!(tracker.len(), 1);
+        assert_eq!(tracker.get(id(2)), Some(&"b"));
+        assert_eq!(tracker.renew(id(1), Duration::from_secs(1), 1), None);
+        // Nothing left behind in the expiry order: only b expires.
+        assert_eq!(tracker.expire(u64::MAX), ["b"]);
+    }
 
     fn id(n: u128) -> LeaseId {
         LeaseId::from_bits(n)

@@ -455,7 +455,7 @@ fn the_key_cap_holds_under_churn_with_shared_overflow() {
 }
 
 #[test]
-fn busy_keys_are_kept_and_new_keys_overflow_to_a_shared_bucket_or_are_refused() {
+fn busy_keys_are_kept_and_new_keys_overflow_to_the_sketch_a_shared_bucket_or_are_refused() {
     let clock = ManualClock::new(0);
     let shape = Shape::Gcra {
         interval: 1000 * MS,
@@ -463,7 +463,7 @@ fn busy_keys_are_kept_and_new_keys_overflow_to_a_shared_bucket_or_are_refused() 
         initial: 2,
         fair: false,
     };
-    for overflow in [Overflow::Shared, Overflow::Reject] {
+    for overflow in [Overflow::Sketch, Overflow::Shared, Overflow::Reject] {
         let limiter = KeyedLimiter::new(shape, 2, overflow, clock.clone());
         limiter.try_acquire("a", 1).unwrap();
         limiter.try_acquire("b", 1).unwrap();
@@ -477,17 +477,74 @@ fn busy_keys_are_kept_and_new_keys_overflow_to_a_shared_bucket_or_are_refused() 
                 limiter.try_acquire("d", 1).unwrap();
                 assert!(limiter.try_acquire("e", 1).is_err());
             }
+            Overflow::Sketch => {
+                let grant = third.expect("a fresh key in the sketch has its burst");
+                assert!(grant.taken.overflowed());
+                // Each overflowing key is held to its own bucket: "c" has one token left,
+                // and "d" and "e" their own two.
+                limiter.try_acquire("c", 1).unwrap();
+                assert!(limiter.try_acquire("c", 1).is_err());
+                for key in ["d", "e"] {
+                    limiter.try_acquire(key, 2).unwrap();
+                    assert!(limiter.try_acquire(key, 1).is_err());
+                }
+            }
             Overflow::Reject => assert_eq!(third.unwrap_err(), KeyedRefusal::KeysExhausted),
         }
         // "a" kept its state: one token left, not a fresh burst of two.
         assert!(limiter.try_acquire("a", 1).is_ok());
         assert!(limiter.try_acquire("a", 1).is_err());
         assert_eq!(limiter.counters().keys, 2);
-        assert_eq!(
-            limiter.counters().overflow_hits,
-            if overflow == Overflow::Shared { 3 } else { 1 }
-        );
+        let hits = match overflow {
+            Overflow::Sketch => 7,
+            Overflow::Shared => 3,
+            Overflow::Reject => 1,
+        };
+        assert_eq!(limiter.counters().overflow_hits, hits);
     }
+}
+
+#[test]
+fn a_key_moving_from_the_sketch_to_the_map_keeps_what_it_spent() {
+    let clock = ManualClock::new(0);
+    let shape = Shape::Gcra {
+        interval: 1000 * MS,
+        capacity: 3,
+        initial: 3,
+        fair: false,
+    };
+    let limiter = KeyedLimiter::new(shape, 1, Overflow::Sketch, clock.clone());
+    // "a" holds the map's one place; "b" spends its burst in the sketch.
+    limiter.try_acquire("a", 1).unwrap();
+    limiter.try_acquire("b", 3).unwrap();
+    assert_eq!(limiter.counters().sketched, 1);
+    // Once "a" is whole again, "b" takes the place: with what it spent, not a new burst.
+    clock.advance(Duration::from_millis(1500));
+    assert!(
+        limiter.try_acquire("b", 1).is_ok(),
+        "a second and a half refilled one"
+    );
+    assert_eq!(limiter.counters().keys, 1);
+    assert_eq!(limiter.counters().sketched, 1, "decided in the map");
+    assert!(limiter.try_acquire("b", 1).is_err());
+}
+
+#[test]
+fn a_concurrency_limiter_past_its_cap_shares_one_bucket_under_sketch() {
+    let limiter = KeyedLimiter::new(
+        Shape::Concurrency { limit: 1 },
+        1,
+        Overflow::Sketch,
+        ManualClock::new(0),
+    );
+    let _a = limiter.try_acquire("a", 1).unwrap();
+    let b = limiter.try_acquire("b", 1).unwrap();
+    assert!(b.taken.overflowed());
+    assert!(
+        limiter.try_acquire("c", 1).is_err(),
+        "b and c share one permit"
+    );
+    assert_eq!(limiter.counters().sketch_bytes, 0);
 }
 
 #[test]

@@ -28,7 +28,7 @@ impl InProcess {
             grpc: config.server.grpc,
             policies: config.policy.clone(),
             data_dir: data_dir.clone(),
-            admin_token: None,
+            access: Default::default(),
             max_cost: config.server.max_cost,
             body_timeout: config.server.body_timeout,
             cluster: None,

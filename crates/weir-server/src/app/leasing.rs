@@ -38,7 +38,8 @@ impl App {
             .leases
             .policy_of(id)
             .ok_or_else(ApiError::unknown_lease)?;
-        // A policy deleted since keeps its leases until they end; they renew by the default.
+        // A removed policy's leases are released with it; one removed between the two lookups
+        // renews by the default.
         let most = self
             .policies
             .get(&policy)

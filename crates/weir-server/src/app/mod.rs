@@ -23,8 +23,9 @@ mod stats;
 mod throttles;
 
 pub use admission::{AcquireInput, AcquireOutcome};
+pub use auth::Access;
 pub use cluster_rates::{AppRates, OWNER_TIER};
-pub use policy_admin::{Reloaded, TaggedPolicy, etag_of};
+pub use policy_admin::{Reloaded, TaggedPolicy, etag_of, reserved_name};
 pub use stats::{AdaptiveStats, LeaseStats, PolicyStats, RingShares, StatsView};
 pub use throttles::{DEFAULT_THROTTLE_ROWS, ThrottleQuery, ThrottleRow};
 
@@ -61,7 +62,7 @@ pub struct App {
     /// The overlay in force; the lock also serialises admin changes.
     overlay: AsyncMutex<Overlay>,
     leases: Arc<Leases>,
-    admin_token: Option<String>,
+    access: auth::Access,
     max_cost: u64,
     body_timeout: Duration,
     metrics: Metrics,
@@ -95,8 +96,8 @@ pub struct AppSettings {
     pub policies: Vec<PolicyConfig>,
     /// Where API changes are kept.
     pub data_dir: PathBuf,
-    /// The admin token, if any.
-    pub admin_token: Option<String>,
+    /// The credentials and host names requests are checked by.
+    pub access: auth::Access,
     /// The default most one request may cost.
     pub max_cost: u64,
     /// How long an HTTP request's body may take to arrive.
@@ -118,7 +119,7 @@ impl AppSettings {
             grpc: "127.0.0.1:0".parse().unwrap(),
             policies: Vec::new(),
             data_dir: dir.to_owned(),
-            admin_token: None,
+            access: auth::Access::default(),
             max_cost: 1_000_000,
             body_timeout: Duration::from_secs(30),
             cluster: None,
@@ -187,7 +188,7 @@ impl App {
             data_dir: settings.data_dir,
             overlay: AsyncMutex::new(overlay),
             leases,
-            admin_token: settings.admin_token,
+            access: settings.access,
             max_cost: settings.max_cost,
             body_timeout: settings.body_timeout,
             metrics,
@@ -303,8 +304,24 @@ impl App {
         Ok(tightened)
     }
 
-    /// Forgets a removed policy's last busy signal: one added again under its name has had none.
-    fn forget_busy(&self, policy: &str) {
+    /// Whether any policy runs besides the RLS rules' (which come from their YAML, not the
+    /// config file).
+    pub fn runs_file_policies(&self) -> bool {
+        self.policies
+            .policies()
+            .iter()
+            .any(|p| !p.name().starts_with(crate::rls::POLICY_PREFIX))
+    }
+
+    /// Removes a policy with all it held: its leases are released (a lease belongs to its
+    /// policy's life, so one made again under the name starts with nothing in flight) and its
+    /// last busy signal is forgotten.
+    fn remove_policy(&self, policy: &str) {
+        self.policies.remove(policy);
+        let released = self.leases.release_policy(policy);
+        if released > 0 {
+            tracing::info!(policy, released, "policy removed: its leases are released");
+        }
         self.last_busy
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -109,8 +109,8 @@ impl App {
         ))
     }
 
-    /// Deletes a policy: written to the data dir, then applied. Returns the policy as it was,
-    /// with its tag.
+    /// Deletes a policy: written to the data dir, then applied, its leases released. Returns
+    /// the policy as it was, with its tag.
     pub async fn delete_policy(
         &self,
         name: &str,
@@ -122,8 +122,7 @@ impl App {
         self.check_if_match(name, if_match)?;
         let next = overlay.with_delete(name);
         self.persist(&next).await?;
-        self.policies.remove(name);
-        self.forget_busy(name);
+        self.remove_policy(name);
         *overlay = next;
         Ok(deleted)
     }
@@ -176,8 +175,7 @@ impl App {
             }
         }
         for name in current.keys().filter(|name| !kept.contains(*name)) {
-            self.policies.remove(name);
-            self.forget_busy(name);
+            self.remove_policy(name);
             reloaded.removed.push(name.clone());
         }
         Ok(reloaded)
@@ -216,14 +214,36 @@ impl Reloaded {
     }
 }
 
-/// The policies of RLS rules are their YAML's: changing one over the API would be undone at
-/// the next start, so it is refused, and the prefix is kept for them.
-fn refuse_rule_policy(name: &str) -> Result<(), ApiError> {
+/// Why `name` is kept from policies made in the config file or over the API, if it is: the
+/// protocols' own rows share the "who is throttled" table, `weir top` and `/metrics` with
+/// policies, so their names are reserved — `rls:…` for the policies of RLS rules (their YAML's:
+/// a change over the API would be undone at the next start), and `CL.…` (in any case) for the
+/// Redis protocol's `CL.THROTTLE` keys.
+pub fn reserved_name(name: &str) -> Option<String> {
     if name.starts_with(crate::rls::POLICY_PREFIX) {
-        return Err(ApiError::conflict(format!(
-            "policy `{name}` counts for an RLS rule: change the rule in its YAML file (`[rls] config`), not over the API; the `{}` prefix is kept for such policies",
+        return Some(format!(
+            "the `{}` prefix names the policies of RLS rules: change the rule in its YAML file (`[rls] config`), not here",
             crate::rls::POLICY_PREFIX
-        )));
+        ));
     }
-    Ok(())
+    if name
+        .get(..3)
+        .is_some_and(|head| head.eq_ignore_ascii_case("cl."))
+    {
+        return Some(format!(
+            "the `CL.` prefix is the Redis protocol's: `{}` rows are its CL.THROTTLE keys",
+            crate::cells::CELLS_POLICY
+        ));
+    }
+    None
+}
+
+/// Refuses a change over the API to a reserved name (see [`reserved_name`]).
+fn refuse_rule_policy(name: &str) -> Result<(), ApiError> {
+    match reserved_name(name) {
+        Some(why) => Err(ApiError::conflict(format!(
+            "policy `{name}` cannot be changed over the API: {why}"
+        ))),
+        None => Ok(()),
+    }
 }

@@ -171,7 +171,7 @@ impl App {
                 generation,
                 shares: shares.into_iter().collect(),
             },
-            writes_need_token: self.requires_password(),
+            writes_need_token: self.writes_need_token(),
         }
     }
 }

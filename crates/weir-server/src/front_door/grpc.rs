@@ -121,6 +121,20 @@ pub const MAX_PENDING_PER_STREAM: usize = 1024;
 
 type AcquireStream = Pin<Box<dyn Stream<Item = Result<AcquireResponse, Status>> + Send + 'static>>;
 
+impl WeirService {
+    /// Checks a data-plane call's `authorization` metadata against the data token.
+    fn check_data<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .and_then(|value| value.to_str().ok());
+        // gRPC is not reachable from a web page: no host to check.
+        self.app
+            .check_data(authorization, None)
+            .map_err(Status::from)
+    }
+}
+
 #[tonic::async_trait]
 impl Weir for WeirService {
     async fn acquire(
@@ -128,6 +142,11 @@ impl Weir for WeirService {
         request: Request<AcquireRequest>,
     ) -> Result<Response<AcquireResponse>, Status> {
         let start = Instant::now();
+        if let Err(refused) = self.check_data(&request) {
+            let refused = Err(refused);
+            self.observe("Acquire", start, &refused);
+            return refused;
+        }
         let request = input(request.into_inner());
         let id = request.id;
         let result = self
@@ -146,10 +165,13 @@ impl Weir for WeirService {
     ) -> Result<Response<ReleaseResponse>, Status> {
         let start = Instant::now();
         let result = self
-            .app
-            .release(&request.into_inner().lease)
-            .map(|()| Response::new(ReleaseResponse { released: true }))
-            .map_err(Status::from);
+            .check_data(&request)
+            .and_then(|()| {
+                self.app
+                    .release(&request.get_ref().lease)
+                    .map_err(Status::from)
+            })
+            .map(|()| Response::new(ReleaseResponse { released: true }));
         self.observe("Release", start, &result);
         result
     }
@@ -159,17 +181,21 @@ impl Weir for WeirService {
         request: Request<RenewRequest>,
     ) -> Result<Response<RenewResponse>, Status> {
         let start = Instant::now();
-        let request = request.into_inner();
-        let result = self
-            .app
-            .renew(&request.lease, request.ttl_ms)
-            .await
-            .map(|left| {
-                Response::new(RenewResponse {
-                    expires_in_ms: left.as_millis() as u64,
-                })
-            })
-            .map_err(Status::from);
+        let result = match self.check_data(&request) {
+            Err(refused) => Err(refused),
+            Ok(()) => {
+                let request = request.into_inner();
+                self.app
+                    .renew(&request.lease, request.ttl_ms)
+                    .await
+                    .map(|left| {
+                        Response::new(RenewResponse {
+                            expires_in_ms: left.as_millis() as u64,
+                        })
+                    })
+                    .map_err(Status::from)
+            }
+        };
         self.observe("Renew", start, &result);
         result
     }
@@ -177,10 +203,13 @@ impl Weir for WeirService {
     async fn busy(&self, request: Request<BusyRequest>) -> Result<Response<BusyResponse>, Status> {
         let start = Instant::now();
         let result = self
-            .app
-            .busy(&request.into_inner().policy)
-            .map(|tightened| Response::new(BusyResponse { tightened }))
-            .map_err(Status::from);
+            .check_data(&request)
+            .and_then(|()| {
+                self.app
+                    .busy(&request.get_ref().policy)
+                    .map_err(Status::from)
+            })
+            .map(|tightened| Response::new(BusyResponse { tightened }));
         self.observe("Busy", start, &result);
         result
     }
@@ -230,6 +259,7 @@ impl Weir for WeirService {
         &self,
         request: Request<Streaming<AcquireRequest>>,
     ) -> Result<Response<Self::AcquireStreamStream>, Status> {
+        self.check_data(&request)?;
         Ok(Response::new(Box::pin(Answers {
             app: Arc::clone(&self.app),
             incoming: request.into_inner(),

@@ -369,9 +369,41 @@ impl FromRequestParts<Arc<App>> for Admin {
         parts: &mut axum::http::request::Parts,
         app: &Arc<App>,
     ) -> Result<Self, Self::Rejection> {
-        app.check_admin(header_str(&parts.headers, header::AUTHORIZATION))?;
+        app.check_admin(
+            header_str(&parts.headers, header::AUTHORIZATION),
+            host_of(parts),
+        )?;
         Ok(Admin)
     }
+}
+
+/// Proof that a data-plane call (acquire, release, renew, busy) may be served: it carries the
+/// data token if one is configured, and, on a server without an admin token, was sent to a
+/// loopback or listed host.
+struct DataPlane;
+
+impl FromRequestParts<Arc<App>> for DataPlane {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        app: &Arc<App>,
+    ) -> Result<Self, Self::Rejection> {
+        app.check_data(
+            header_str(&parts.headers, header::AUTHORIZATION),
+            host_of(parts),
+        )?;
+        Ok(DataPlane)
+    }
+}
+
+/// The host a request was sent to: HTTP/2's authority, or HTTP/1's `Host` header.
+fn host_of(parts: &axum::http::request::Parts) -> Option<&str> {
+    parts
+        .uri
+        .authority()
+        .map(|authority| authority.as_str())
+        .or_else(|| header_str(&parts.headers, header::HOST))
 }
 
 /// `RateLimit-Policy` (and, when refused, `RateLimit`) per the IETF draft: the quota is the
@@ -461,6 +493,7 @@ fn write_quota(out: &mut Vec<u8>, quota: f64) {
 
 async fn acquire(
     State(app): State<Arc<App>>,
+    _: DataPlane,
     ApiJson(body): ApiJson<AcquireBody>,
 ) -> Result<Response, ApiError> {
     let input = AcquireInput {
@@ -522,6 +555,7 @@ async fn acquire(
 
 async fn release(
     State(app): State<Arc<App>>,
+    _: DataPlane,
     ApiJson(body): ApiJson<ReleaseBody>,
 ) -> Result<Json<Released>, ApiError> {
     app.release(&body.lease)?;
@@ -530,6 +564,7 @@ async fn release(
 
 async fn renew(
     State(app): State<Arc<App>>,
+    _: DataPlane,
     ApiJson(body): ApiJson<RenewBody>,
 ) -> Result<Json<Renewed>, ApiError> {
     let left = app.renew(&body.lease, body.ttl_ms).await?;
@@ -540,6 +575,7 @@ async fn renew(
 
 async fn busy(
     State(app): State<Arc<App>>,
+    _: DataPlane,
     ApiJson(body): ApiJson<BusyBody>,
 ) -> Result<Json<Tightened>, ApiError> {
     let tightened = app.busy(&body.policy)?;

@@ -42,6 +42,8 @@ pub struct RlsSettings {
     /// Answer the RateLimit header fields (`RateLimit-Limit`, `-Remaining`, `-Reset`) for
     /// Envoy to add to the client's response.
     pub response_headers: bool,
+    /// The most descriptors one call may carry.
+    pub max_descriptors: usize,
 }
 
 impl Default for RlsSettings {
@@ -50,6 +52,7 @@ impl Default for RlsSettings {
             max_keys: 100_000,
             near_limit_ratio: 0.8,
             response_headers: false,
+            max_descriptors: 64,
         }
     }
 }
@@ -164,6 +167,24 @@ pub enum RequestError {
         limit: u32,
         /// The limit's unit.
         unit: &'static str,
+    },
+    /// More hits than any window can count.
+    #[error(
+        "descriptor {index} adds {hits} hits; one call may add at most 4294967295 (2^32 - 1), the most a window counts"
+    )]
+    HitsTooMany {
+        /// The descriptor's index.
+        index: usize,
+        /// The hits asked for.
+        hits: u64,
+    },
+    /// More descriptors than one call may carry.
+    #[error("the call carries {count} descriptors; the most is {max} (`[rls] max_descriptors`)")]
+    TooManyDescriptors {
+        /// Descriptors in the call.
+        count: usize,
+        /// The cap.
+        max: usize,
     },
     /// A limit override with no unit.
     #[error("descriptor {index}: the `limit` override needs a unit (SECOND to YEAR)")]
@@ -325,8 +346,9 @@ pub fn policy_of(
         on_exhausted: OnExhausted::Reject,
         max_wait: Duration::ZERO,
         max_keys: settings.max_keys,
-        // Keys past the cap with none idle share one bucket: stricter, never looser.
-        overflow: Overflow::Shared,
+        // Keys past the cap with none idle are counted in the sketch: never looser than a
+        // bucket of their own, and one client filling the map does not lock out the rest.
+        overflow: Overflow::Sketch,
         max_cost: None,
         scope,
         learning_period: Duration::ZERO,
@@ -469,6 +491,14 @@ impl<C: Clock + Clone> Rls<C> {
         if descriptors.is_empty() {
             return Err(RequestError::NoDescriptors);
         }
+        // Checked before any descriptor is looked at: one call cannot make the node walk (or
+        // create keys for) an unbounded list.
+        if descriptors.len() > self.settings.max_descriptors {
+            return Err(RequestError::TooManyDescriptors {
+                count: descriptors.len(),
+                max: self.settings.max_descriptors,
+            });
+        }
         let request_hits = u64::from(hits_addend.max(1));
         let known = self.tree.has_domain(domain);
         let mut plans = Vec::with_capacity(descriptors.len());
@@ -590,12 +620,7 @@ impl<C: Clock + Clone> Rls<C> {
         // the limit (and the counters, which sum hits, cannot wrap).
         let hits = descriptor.hits.unwrap_or(request_hits);
         if hits > u64::from(u32::MAX) {
-            return Err(RequestError::HitsAboveLimit {
-                index,
-                hits,
-                limit: u32::MAX,
-                unit: "window",
-            });
+            return Err(RequestError::HitsTooMany { index, hits });
         }
         let too_many = |limit: u32, unit: Unit| {
             (limit > 0 && hits > u64::from(limit)).then_some(RequestError::HitsAboveLimit {

@@ -12,6 +12,7 @@
 
 #[cfg(feature = "tokio")]
 mod lines;
+pub mod sketch;
 pub(crate) mod store;
 #[cfg(feature = "tokio")]
 mod waiting;
@@ -29,6 +30,7 @@ use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
 use crate::limiter::{ConcurrencyConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
 use crate::sync::AtomicU64;
+pub use sketch::MaxSketch;
 use store::{Cell, Found, KeysExhausted, Store};
 pub use store::{Overflow, StoreCounters};
 
@@ -287,6 +289,11 @@ impl Cell<RateShape> for RateCell {
         // passed banks nothing. Either way a fresh cell would be no looser.
         self.waiting.load(Ordering::Acquire) == 0 && self.value.load(Ordering::Acquire) <= now
     }
+
+    /// The TAT, or the next slot: later is emptier.
+    fn word(&self) -> Option<&AtomicU64> {
+        Some(&self.value)
+    }
 }
 
 /// A fixed window's cell: the window's number and hits in `value` (`waiting` stays 0).
@@ -303,6 +310,12 @@ impl Cell<Window> for RateCell {
     fn is_idle(&self, window: &Window, now: Nanos) -> bool {
         // A window with no hits now (an ended one) holds nothing a fresh cell would not.
         window.is_empty(self.value.load(Ordering::Acquire), now)
+    }
+
+    /// The window's number above its hits: a later window, or more hits in the same one, is
+    /// a larger word.
+    fn word(&self) -> Option<&AtomicU64> {
+        Some(&self.value)
     }
 }
 
@@ -323,7 +336,7 @@ impl Cell<Limit> for Arc<Concurrency> {
 #[must_use = "dropping a concurrency admission releases its permit"]
 pub struct Taken {
     what: What,
-    /// The request went to the shared overflow bucket.
+    /// The request went to the shared overflow bucket, or was decided in the sketch.
     overflowed: bool,
 }
 

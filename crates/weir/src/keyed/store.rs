@@ -23,8 +23,11 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use std::sync::OnceLock;
+
 use hashbrown::HashTable;
 
+use super::sketch::MaxSketch;
 use crate::clock::Nanos;
 
 /// A per-key cell that can tell whether it is idle.
@@ -34,14 +37,23 @@ pub(crate) trait Cell<S>: Send + Sync {
     /// Whether dropping this cell would lose nothing: the bucket is back to its initial state
     /// (full, nothing in flight) and nothing outside the map is waiting on it or holding it.
     fn is_idle(&self, shape: &S, now: Nanos) -> bool;
+    /// The cell's whole state as one word that only grows as the bucket empties, if it is one:
+    /// such cells can be counted in a sketch past the cap (see `sketch.rs`).
+    fn word(&self) -> Option<&AtomicU64> {
+        None
+    }
 }
 
 /// What to do with a new key when the map is at its cap and nothing is idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Overflow {
-    /// All overflowing keys share one bucket with the policy's limits.
+    /// Overflowing keys are counted in a fixed-size sketch that never admits a key more than
+    /// its own bucket would (see `sketch.rs`); they are decided at once, without waiting. A
+    /// concurrency limiter, whose permits cannot be sketched, shares one bucket instead.
     #[default]
+    Sketch,
+    /// All overflowing keys share one bucket with the policy's limits.
     Shared,
     /// Overflowing keys are refused.
     Reject,
@@ -53,8 +65,14 @@ pub(crate) struct Found<'a, S, C> {
     pub shape: &'a S,
     /// The key's cell.
     pub cell: &'a C,
-    /// True if the key is not tracked and shares the overflow cell.
+    /// True if the key is not tracked: it shares the overflow cell, or (if `sketched`) is
+    /// counted in the sketch.
     pub overflowed: bool,
+    /// The cell is the key's estimate from the sketch, made for this decision: what is done
+    /// to it is kept in the sketch, but it cannot be found again (no waiting on it, nothing
+    /// given back to it). Read by waiting acquires.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub sketched: bool,
 }
 
 /// The map was full, nothing was idle and the policy refuses overflowing keys.
@@ -85,6 +103,10 @@ pub struct StoreCounters {
     pub evictions: u64,
     /// New keys that found the map full (shared the overflow cell or were refused).
     pub overflow_hits: u64,
+    /// Of those, the decisions made in the sketch.
+    pub sketched: u64,
+    /// Memory the sketch takes, in bytes (0 until a key first overflows).
+    pub sketch_bytes: u64,
 }
 
 /// The sharded, bounded key → cell map. See the [module docs](self).
@@ -101,6 +123,11 @@ pub(crate) struct Store<S, C> {
     overflow_hits: AtomicU64,
     /// When a sweep last freed nothing (0: never).
     fruitless_sweep_at: AtomicU64,
+    /// Keys past the cap, with [`Overflow::Sketch`] and cells that can be sketched; made the
+    /// first time a key overflows, so a map that never fills pays nothing for it.
+    sketch: OnceLock<MaxSketch>,
+    /// Decisions made in the sketch.
+    sketched: AtomicU64,
 }
 
 fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
@@ -142,6 +169,8 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             evictions: AtomicU64::new(0),
             overflow_hits: AtomicU64::new(0),
             fruitless_sweep_at: AtomicU64::new(0),
+            sketch: OnceLock::new(),
+            sketched: AtomicU64::new(0),
         }
     }
 
@@ -172,6 +201,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                     shape: &data.shape,
                     cell,
                     overflowed: false,
+                    sketched: false,
                 }));
             }
         }
@@ -197,6 +227,10 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                 if present || self.take_slot() {
                     if !present {
                         let cell = C::new(&data.shape, now);
+                        // A key the sketch has counted starts from what it spent there.
+                        if let (Some(sketch), Some(word)) = (self.sketch.get(), cell.word()) {
+                            word.fetch_max(sketch.estimate(hash), Ordering::AcqRel);
+                        }
                         let hasher = &self.hasher;
                         data.table
                             .insert_unique(hash, (Box::from(key), cell), |(k, _)| {
@@ -211,12 +245,13 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                         shape: &data.shape,
                         cell,
                         overflowed: false,
+                        sketched: false,
                     }));
                 }
             }
             // Full. Sweep once (never while holding a shard lock: the sweep takes them all).
             if swept || !self.make_room(now) {
-                return self.with_overflow(f);
+                return self.with_overflow(hash, now, f);
             }
             swept = true;
         }
@@ -232,12 +267,38 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             .is_ok()
     }
 
-    fn with_overflow<R>(&self, f: impl FnOnce(Found<'_, S, C>) -> R) -> Result<R, KeysExhausted> {
+    fn with_overflow<R>(
+        &self,
+        hash: u64,
+        now: Nanos,
+        f: impl FnOnce(Found<'_, S, C>) -> R,
+    ) -> Result<R, KeysExhausted> {
         self.overflow_hits.fetch_add(1, Ordering::Relaxed);
-        if *read(&self.overflow) == Overflow::Reject {
+        let overflow = *read(&self.overflow);
+        if overflow == Overflow::Reject {
             return Err(KeysExhausted);
         }
+        // The shape under the overflow cell's lock, which a reshape holds while it converts
+        // the sketch too: no decision sees a new shape with old words.
         let data = read(&self.overflow_cell);
+        if overflow == Overflow::Sketch {
+            let fresh = C::new(&data.shape, now);
+            if let Some(word) = fresh.word() {
+                let sketch = self.sketch_of_max_keys();
+                self.sketched.fetch_add(1, Ordering::Relaxed);
+                return Ok(sketch.decide(hash, |estimate| {
+                    // No fuller than a new bucket, nor than the sketch says.
+                    word.fetch_max(estimate, Ordering::AcqRel);
+                    let answer = f(Found {
+                        shape: &data.shape,
+                        cell: &fresh,
+                        overflowed: true,
+                        sketched: true,
+                    });
+                    (word.load(Ordering::Acquire), answer)
+                }));
+            }
+        }
         let (_, cell) = data
             .table
             .iter()
@@ -247,7 +308,14 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             shape: &data.shape,
             cell,
             overflowed: true,
+            sketched: false,
         }))
+    }
+
+    /// The sketch, made at the size of the cap when first needed.
+    fn sketch_of_max_keys(&self) -> &MaxSketch {
+        self.sketch
+            .get_or_init(|| MaxSketch::for_max_keys(self.max_keys.load(Ordering::Acquire)))
     }
 
     /// At the cap: sweeps, unless a recent sweep found nothing to drop. True if there is room.
@@ -288,6 +356,22 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             for (_, cell) in data.table.iter() {
                 convert(&data.shape, new, cell);
             }
+            if std::ptr::eq(lock, &self.overflow_cell) {
+                if let Some(sketch) = self.sketch.get() {
+                    // Each word as a cell of its own, converted as a key's would be.
+                    sketch.convert(|value| {
+                        let cell = C::new(&data.shape, 0);
+                        match cell.word() {
+                            Some(word) => {
+                                word.store(value, Ordering::Release);
+                                convert(&data.shape, new, &cell);
+                                word.load(Ordering::Acquire)
+                            }
+                            None => value,
+                        }
+                    });
+                }
+            }
             data.shape = new.clone();
         }
     }
@@ -310,12 +394,18 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
         f: impl FnOnce(Found<'_, S, C>) -> R,
     ) -> Option<R> {
         if overflowed {
+            // A key decided in the sketch is not found again: what it took stays taken, which
+            // only ever makes its words stricter.
+            if self.sketch.get().is_some() && *read(&self.overflow) == Overflow::Sketch {
+                return None;
+            }
             let data = read(&self.overflow_cell);
             let (_, cell) = data.table.iter().next()?;
             return Some(f(Found {
                 shape: &data.shape,
                 cell,
                 overflowed: true,
+                sketched: false,
             }));
         }
         let hash = self.hasher.hash_one(key);
@@ -325,6 +415,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             shape: &data.shape,
             cell,
             overflowed: false,
+            sketched: false,
         }))
     }
 
@@ -350,6 +441,8 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             keys: self.len.load(Ordering::Acquire) as u64,
             evictions: self.evictions.load(Ordering::Relaxed),
             overflow_hits: self.overflow_hits.load(Ordering::Relaxed),
+            sketched: self.sketched.load(Ordering::Relaxed),
+            sketch_bytes: self.sketch.get().map_or(0, |s| s.bytes() as u64),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::store::{Found, Store};
 use super::{
-    Buckets, KeyedAdmission, KeyedLimiter, KeyedRefusal, RateCell, RateShape, Taken, What,
+    Buckets, Decided, KeyedAdmission, KeyedLimiter, KeyedRefusal, RateCell, RateShape, Taken, What,
     try_rate, undo,
 };
 use crate::clock::{Clock, Nanos};
@@ -123,6 +123,17 @@ enum Plan {
 
 fn plan_wait(found: &Found<'_, RateShape, RateCell>, cost: u64, now: Nanos, max_wait: u64) -> Plan {
     let cell = found.cell;
+    if found.sketched {
+        // A key past the cap is decided at once: its reservation could not be found again to
+        // be given back, nor could a line be kept for it.
+        return match try_rate(found, cost, now) {
+            Ok(taken) => Plan::Admitted(taken),
+            Err(Decided::Refused(refused)) => Plan::Refused(refused),
+            Err(Decided::BehindLine) => Plan::Refused(Refused::RetryAfter {
+                retry_after: Duration::ZERO,
+            }),
+        };
+    }
     let (ready, what) = match *found.shape {
         RateShape::Gcra { fair: true, .. } => {
             if let Ok(taken) = try_rate(found, cost, now) {

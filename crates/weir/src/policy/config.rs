@@ -583,12 +583,21 @@ impl PolicyConfig {
         if name.trim().is_empty() {
             errors.push(PolicyError::new(name, "name", "must not be empty"));
         }
-        // Names and kinds are printed in logs, tables and metrics: no terminal control codes.
+        // Names and kinds are printed in logs, tables and metrics: no terminal control codes,
+        // and no bidirectional overrides that would show a name as another (`…\u{202e}gnp.exe`
+        // read as `…exe.png`).
         if name.chars().any(char::is_control) {
             errors.push(PolicyError::new(
                 name,
                 "name",
                 "must not contain control characters",
+            ));
+        }
+        if name.chars().any(is_bidi_control) {
+            errors.push(PolicyError::new(
+                name,
+                "name",
+                "must not contain bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)",
             ));
         }
         if self.kinds.iter().any(|k| k.chars().any(char::is_control)) {
@@ -874,4 +883,10 @@ impl fmt::Display for Mode {
             Mode::Monitor => "monitor",
         })
     }
+}
+
+/// Whether `c` changes the direction text is shown in (Unicode's bidirectional formatting
+/// characters).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

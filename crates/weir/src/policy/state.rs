@@ -97,6 +97,8 @@ impl<C: Clock + Clone> PolicyState<C> {
                 total.keys += c.keys;
                 total.evictions += c.evictions;
                 total.overflow_hits += c.overflow_hits;
+                total.sketched += c.sketched;
+                total.sketch_bytes += c.sketch_bytes;
                 total
             })
     }

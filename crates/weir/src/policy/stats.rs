@@ -151,6 +151,8 @@ impl PolicyStats {
             keys: keys.keys,
             evictions: keys.evictions,
             overflow_hits: keys.overflow_hits,
+            sketched: keys.sketched,
+            sketch_bytes: keys.sketch_bytes,
         }
     }
 }
@@ -186,6 +188,10 @@ pub struct StatsSnapshot {
     pub evictions: u64,
     /// New keys that found the key map full.
     pub overflow_hits: u64,
+    /// Of those, the decisions made in the sketch.
+    pub sketched: u64,
+    /// Memory the sketches take, in bytes.
+    pub sketch_bytes: u64,
 }
 
 /// "Policy P was throttled in the last N s": what changed over one reporting period.

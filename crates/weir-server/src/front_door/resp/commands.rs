@@ -112,7 +112,8 @@ pub fn run(app: &Arc<App>, session: &mut Session, known: &'static str, args: Vec
         },
         "HELLO" => hello(app, session, args),
         "AUTH" => match args {
-            [password] | [_, password] => auth(app, session, password),
+            [password] => auth(app, session, None, password),
+            [user, password] => auth(app, session, Some(user), password),
             _ => arity(name),
         },
         "SELECT" => match args {
@@ -185,15 +186,17 @@ fn api_error(error: &ApiError) -> Reply {
     Reply::err(&error.detail)
 }
 
-/// The password is the admin token; any user name is taken (Weir has one user).
-fn auth(app: &App, session: &mut Session, password: &[u8]) -> Reply {
+/// The password is the data token, given alone or as user `default`'s (Redis's one user
+/// without ACLs). The admin token is never a password here: a service that throttles through
+/// Redis holds no credential that rewrites policies.
+fn auth(app: &App, session: &mut Session, user: Option<&[u8]>, password: &[u8]) -> Reply {
     let given = String::from_utf8_lossy(password);
     if !app.requires_password() {
         return Reply::err(
             "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         );
     }
-    if app.check_password(&given) {
+    if user.is_none_or(|user| user == b"default") && app.check_password(&given) {
         session.authenticated = true;
         Reply::Status("OK")
     } else {
@@ -216,8 +219,8 @@ fn hello(app: &App, session: &mut Session, args: &[Bytes]) -> Reply {
     let mut name = None;
     while let [option, tail @ ..] = rest {
         match (option.to_ascii_uppercase().as_slice(), tail) {
-            (b"AUTH", [_user, password, more @ ..]) => {
-                if let Reply::Error(error) = auth(app, session, password) {
+            (b"AUTH", [user, password, more @ ..]) => {
+                if let Reply::Error(error) = auth(app, session, Some(user), password) {
                     return Reply::Error(error);
                 }
                 rest = more;

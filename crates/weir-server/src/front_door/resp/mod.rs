@@ -17,9 +17,16 @@
 //! a request larger than [`MAX_REQUEST`] or with more than [`MAX_ARGS`] arguments is refused
 //! before it is buffered (an announced 1 GB bulk string costs nothing); at most
 //! [`MAX_PENDING`] replies wait for one that is still being decided, after which nothing more
-//! is read; and a client that does not read its replies for [`WRITE_TIMEOUT`] is cut off. A
-//! connection that has not given the password within `auth_timeout` (the HTTP header timeout)
-//! is closed, and a connection that ends stops the commands still being decided for it. A
+//! is read; replies are written [`MAX_OUTPUT`] bytes at a time at most; and a client that does
+//! not read its replies for [`WRITE_TIMEOUT`] is cut off.
+//!
+//! Time is bounded as on the HTTP port. A connection that has not given the password within
+//! `auth_timeout` is closed, and so is one that starts a request and does not finish it within
+//! `command_timeout` (both `server.header_timeout`); one with nothing asked of it for
+//! `idle_timeout` (`server.resp_idle_timeout`, 0 = never, as Redis's `timeout`) is closed too.
+//! At `max_connections`, the connection silent longest makes room for a newcomer (`room.rs`),
+//! so sockets that connect and say nothing cannot lock the port. A connection that ends stops
+//! the commands still being decided for it. A
 //! malformed request gets its error, then the connection closes: the bytes after it cannot be
 //! told apart into requests any more. The server goes on. Each command is counted in
 //! `weir_api_requests{api="resp"}` under its name (`other` for names Weir does not answer).
@@ -27,6 +34,7 @@
 mod commands;
 mod framing;
 mod reply;
+mod room;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -44,6 +52,7 @@ use crate::tls::{Listener, Tls};
 use commands::{Answer, Session};
 use framing::Limits;
 use reply::Reply;
+use room::{Room, Seat};
 
 /// The largest request, in bytes. Weir's commands are short: a key is at most 256 bytes.
 pub const MAX_REQUEST: usize = 64 * 1024;
@@ -53,6 +62,9 @@ pub const MAX_ARGS: usize = 1024;
 pub const MAX_PENDING: usize = 1024;
 /// How long a write may wait for a client to read its replies.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The most reply bytes encoded before they are written: a connection's output buffer stays
+/// about this size whatever it is asked.
+pub const MAX_OUTPUT: usize = 64 * 1024;
 
 const LIMITS: Limits = Limits {
     max_request: MAX_REQUEST,
@@ -60,7 +72,8 @@ const LIMITS: Limits = Limits {
 };
 
 /// Serves the Redis protocol on `listener` until shutdown begins, at most `max_connections`
-/// at once (more wait in the listen backlog).
+/// at once: at the cap, a newcomer is let in when a connection closes, or in place of the one
+/// silent longest (see `room.rs`).
 pub async fn serve(
     listener: TcpListener,
     app: Arc<App>,
@@ -69,11 +82,10 @@ pub async fn serve(
     tls: Option<Arc<Tls>>,
 ) {
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
+    let room = Arc::new(Room::default());
+    let epoch = tokio::time::Instant::now();
     let ids = Arc::new(AtomicI64::new(1));
     loop {
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
-            return;
-        };
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
             () = app.shutting_down() => return,
@@ -81,17 +93,23 @@ pub async fn serve(
         let Ok((stream, _)) = accepted else {
             continue;
         };
+        let Some(slot) = room_for_one(&slots, &room, epoch, &app).await else {
+            return;
+        };
         let _ = stream.set_nodelay(true);
         let app = Arc::clone(&app);
         let id = ids.fetch_add(1, Ordering::Relaxed);
+        let seat = room.enter(id, since(epoch));
         let tls = tls.as_ref().map(|tls| tls.acceptor(Listener::Resp));
         tokio::spawn(async move {
             let ended = match tls {
-                None => connection(stream, &app, id, limits).await,
+                None => connection(stream, &app, id, limits, (&seat, epoch)).await,
                 // The handshake is bounded like the AUTH that follows it.
                 Some(acceptor) => {
                     match tokio::time::timeout(limits.auth_timeout, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection(stream, &app, id, limits).await,
+                        Ok(Ok(stream)) => {
+                            connection(stream, &app, id, limits, (&seat, epoch)).await
+                        }
                         Ok(Err(error)) => Err(error),
                         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
                     }
@@ -100,8 +118,40 @@ pub async fn serve(
             if let Err(error) = ended {
                 tracing::debug!(%error, "a Redis-protocol connection ended");
             }
+            drop(seat);
             drop(slot);
         });
+    }
+}
+
+/// Nanoseconds since `epoch`, the room's clock.
+fn since(epoch: tokio::time::Instant) -> u64 {
+    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// A slot for a connection just accepted: a free one, or one that a silent connection gives
+/// up (asked again while none has been silent long enough). `None` once shutdown begins.
+async fn room_for_one(
+    slots: &Arc<Semaphore>,
+    room: &Room,
+    epoch: tokio::time::Instant,
+    app: &App,
+) -> Option<tokio::sync::OwnedSemaphorePermit> {
+    if let Ok(slot) = Arc::clone(slots).try_acquire_owned() {
+        return Some(slot);
+    }
+    let mut asked = tokio::time::interval(room::MIN_SILENCE / 4);
+    loop {
+        tokio::select! {
+            slot = Arc::clone(slots).acquire_owned() => return slot.ok(),
+            _ = asked.tick() => {
+                if let Some(id) = room.make_room(since(epoch)) {
+                    tracing::debug!(connection = id, "closing a silent Redis-protocol connection to make room");
+                    app.metrics().count_resp_closed("evicted");
+                }
+            }
+            () = app.shutting_down() => return None,
+        }
     }
 }
 
@@ -143,6 +193,10 @@ fn count(app: &App, command: &'static str, reply: &Reply, asked: Instant) {
 pub struct ConnectionLimits {
     /// How long a connection may stay without giving the password, when one is asked for.
     pub auth_timeout: Duration,
+    /// How long a request may take to arrive whole, from its first byte.
+    pub command_timeout: Duration,
+    /// How long a connection with nothing asked of it is kept; `None`: for ever.
+    pub idle_timeout: Option<Duration>,
 }
 
 /// One connection, until the client leaves, sends what cannot be read, stops reading its
@@ -152,7 +206,9 @@ async fn connection(
     app: &Arc<App>,
     id: i64,
     limits: ConnectionLimits,
+    (seat, epoch): (&Seat, tokio::time::Instant),
 ) -> std::io::Result<()> {
+    let occupant = seat.occupant();
     let mut session = Session::new(id, app);
     let mut input = BytesMut::with_capacity(16 * 1024);
     let mut output = BytesMut::with_capacity(16 * 1024);
@@ -163,6 +219,10 @@ async fn connection(
     let mut done_reading = false;
     let mut shutting_down = false;
     let auth_deadline = tokio::time::Instant::now() + limits.auth_timeout;
+    // When the request at the head of `input` began arriving (`None`: nothing partial), and
+    // when the client last completed a request.
+    let mut command_started: Option<tokio::time::Instant> = None;
+    let mut last_request = tokio::time::Instant::now();
     loop {
         // Every whole request read so far, in order, as long as replies can be held; whole
         // requests may be left in the buffer (held back) when they cannot.
@@ -175,6 +235,9 @@ async fn connection(
             match framing::next_request(&mut input, LIMITS) {
                 Ok(Some(args)) => {
                     let asked = Instant::now();
+                    last_request = tokio::time::Instant::now();
+                    command_started = None;
+                    occupant.requested(since(epoch));
                     let command = args
                         .first()
                         .map_or("other", |name| commands::counted_as(name));
@@ -205,8 +268,15 @@ async fn connection(
                 }
             }
         }
-        // The replies that are ready, up to the first one still being decided.
-        while let Some(Pending::Ready(..)) = pending.0.front() {
+        // A request begun and not yet whole: timed from when its first bytes were seen.
+        if input.is_empty() || held_back {
+            command_started = None;
+        } else if command_started.is_none() {
+            command_started = Some(tokio::time::Instant::now());
+        }
+        // The replies that are ready, up to the first one still being decided, as many as fit
+        // one write.
+        while output.len() < MAX_OUTPUT && matches!(pending.0.front(), Some(Pending::Ready(..))) {
             if let Some(Pending::Ready(reply, resp3)) = pending.0.pop_front() {
                 reply.encode(&mut output, resp3);
             }
@@ -222,7 +292,11 @@ async fn connection(
                 }
             }
             output.clear();
+            if let Some(Pending::Ready(..)) = pending.0.front() {
+                continue;
+            }
         }
+        occupant.set_busy(!pending.0.is_empty());
         if pending.0.is_empty() && (done_taking || (done_reading && !held_back)) {
             return Ok(());
         }
@@ -232,6 +306,12 @@ async fn connection(
         }
         let reading = !done_reading && !done_taking && pending.0.len() < MAX_PENDING;
         let awaiting_auth = !session.authenticated;
+        let idle = input.is_empty() && pending.0.is_empty();
+        let far = tokio::time::Instant::now() + Duration::from_secs(86_400 * 365);
+        let command_deadline = command_started.map_or(far, |at| at + limits.command_timeout);
+        let idle_deadline = limits
+            .idle_timeout
+            .map_or(far, |timeout| last_request + timeout);
         tokio::select! {
             read = stream.read_buf(&mut input), if reading => {
                 if read? == 0 {
@@ -246,9 +326,28 @@ async fn connection(
                 }
             }
             () = tokio::time::sleep_until(auth_deadline), if awaiting_auth => {
+                app.metrics().count_resp_closed("auth_timeout");
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the client did not give the password in time",
+                ));
+            }
+            () = tokio::time::sleep_until(command_deadline), if reading && command_started.is_some() => {
+                app.metrics().count_resp_closed("command_timeout");
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the client did not finish its request within `server.header_timeout`",
+                ));
+            }
+            () = tokio::time::sleep_until(idle_deadline), if idle && limits.idle_timeout.is_some() => {
+                // As Redis does at its `timeout`: closed without a word.
+                app.metrics().count_resp_closed("idle_timeout");
+                return Ok(());
+            }
+            () = occupant.evicted() => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::ConnectionAborted,
+                    "closed to make room for a new connection",
                 ));
             }
             () = app.shutting_down(), if !shutting_down => {
@@ -285,14 +384,112 @@ mod tests {
 
     const LIMITS_30S: ConnectionLimits = ConnectionLimits {
         auth_timeout: Duration::from_secs(30),
+        command_timeout: Duration::from_secs(30),
+        idle_timeout: None,
     };
+
+    /// Serves one connection as the listener would, in a room of its own.
+    async fn open(
+        stream: impl AsyncRead + AsyncWrite + Unpin,
+        app: &Arc<App>,
+        limits: ConnectionLimits,
+    ) -> std::io::Result<()> {
+        let room = Arc::new(Room::default());
+        let seat = room.enter(1, 0);
+        connection(stream, app, 1, limits, (&seat, tokio::time::Instant::now())).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn half_a_command_is_given_the_command_timeout_and_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path());
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { open(server, &app, LIMITS_30S).await });
+        // A whole request first: answered. Then one sent a byte a second, never finished.
+        client.write_all(b"PING\r\n").await.unwrap();
+        let mut pong = [0u8; 7];
+        client.read_exact(&mut pong).await.unwrap();
+        assert_eq!(&pong, b"+PONG\r\n");
+        let started = tokio::time::Instant::now();
+        let trickle = tokio::spawn(async move {
+            // An argument of 1000 bytes: at a byte a second, never whole within the timeout.
+            let head = b"*2\r\n$4\r\nPING\r\n$1000\r\n".iter();
+            for byte in head.chain(std::iter::repeat(&b'a')) {
+                if client.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        let ended = served.await.unwrap().unwrap_err();
+        assert_eq!(ended.kind(), std::io::ErrorKind::TimedOut);
+        // From the request's first byte: each later byte does not start the clock again.
+        let took = started.elapsed();
+        assert!(took >= LIMITS_30S.command_timeout, "{took:?}");
+        assert!(
+            took < LIMITS_30S.command_timeout + Duration::from_secs(2),
+            "{took:?}"
+        );
+        trickle.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_is_closed_at_the_idle_timeout_and_kept_without_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path());
+        let limits = ConnectionLimits {
+            idle_timeout: Some(Duration::from_secs(300)),
+            ..LIMITS_30S
+        };
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = {
+            let app = Arc::clone(&app);
+            tokio::spawn(async move { open(server, &app, limits).await })
+        };
+        let started = tokio::time::Instant::now();
+        client.write_all(b"PING\r\n").await.unwrap();
+        let mut replies = String::new();
+        // Closed without a word once 300 s pass with nothing asked.
+        client.read_to_string(&mut replies).await.unwrap();
+        served.await.unwrap().unwrap();
+        assert_eq!(replies, "+PONG\r\n");
+        assert!(started.elapsed() >= Duration::from_secs(300));
+        // Without an idle timeout, the same silence is kept (here for an hour).
+        let (mut client, server) = tokio::io::duplex(4096);
+        let served = tokio::spawn(async move { open(server, &app, LIMITS_30S).await });
+        client.write_all(b"PING\r\n").await.unwrap();
+        let mut pong = [0u8; 7];
+        client.read_exact(&mut pong).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        assert!(!served.is_finished());
+        client.write_all(b"QUIT\r\n").await.unwrap();
+        served.await.unwrap().unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_told_to_make_room_closes() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = app(dir.path());
+        let room = Arc::new(Room::default());
+        let seat = room.enter(1, 0);
+        let (_client, server) = tokio::io::duplex(4096);
+        let epoch = tokio::time::Instant::now();
+        let served =
+            tokio::spawn(
+                async move { connection(server, &app, 1, LIMITS_30S, (&seat, epoch)).await },
+            );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(room.make_room(since(epoch)), Some(1));
+        let ended = served.await.unwrap().unwrap_err();
+        assert_eq!(ended.kind(), std::io::ErrorKind::ConnectionAborted);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_client_that_never_reads_its_replies_is_cut_off() {
         let dir = tempfile::tempdir().unwrap();
         let app = app(dir.path());
         let (mut client, server) = tokio::io::duplex(4096);
-        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
+        let served = tokio::spawn(async move { open(server, &app, LIMITS_30S).await });
         // Requests go on being sent; replies are never read. Once the pipe's buffers are
         // full both ways, the server's write waits — and gives up after WRITE_TIMEOUT.
         let started = tokio::time::Instant::now();
@@ -314,7 +511,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let app = app(dir.path());
         let (mut client, server) = tokio::io::duplex(1 << 20);
-        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
+        let served = tokio::spawn(async move { open(server, &app, LIMITS_30S).await });
         // More whole requests in one read than replies may be held: every one is answered,
         // then the client's closing its side ends the connection.
         let requests = MAX_PENDING * 2 + 5;
@@ -333,12 +530,15 @@ mod tests {
     async fn a_connection_that_never_gives_the_password_is_closed() {
         let dir = tempfile::tempdir().unwrap();
         let app = App::new(AppSettings {
-            admin_token: Some("a-token-of-some-length".to_owned()),
+            access: crate::app::Access {
+                data_token: Some("a-token-of-some-length".to_owned()),
+                ..Default::default()
+            },
             ..AppSettings::for_test(dir.path())
         })
         .unwrap();
         let (mut client, server) = tokio::io::duplex(4096);
-        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
+        let served = tokio::spawn(async move { open(server, &app, LIMITS_30S).await });
         client.write_all(b"PING\r\n").await.unwrap();
         let started = tokio::time::Instant::now();
         let ended = served.await.unwrap().unwrap_err();
@@ -359,7 +559,7 @@ mod tests {
         .unwrap();
         app.policies().upsert(policy).unwrap();
         let (mut client, server) = tokio::io::duplex(64 * 1024);
-        let served = tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S).await });
+        let served = tokio::spawn(async move { open(server, &app, LIMITS_30S).await });
         // The second acquire waits a second for its token; the PING behind it is decided at
         // once, but its reply comes after the acquire's.
         client

@@ -32,10 +32,16 @@
   window.weirUi = ui;
 
   const $ = (id) => document.getElementById(id);
+  // Text from the server, as `weir top` shows it: control characters and bidirectional
+  // overrides as escapes (`\u{202e}`), a backslash doubled, so that a key cannot show itself as
+  // another ("…\u{202e}gnp.exe" read as "…exe.png"). Each piece is also isolated (style.css).
+  const BIDI_OR_CONTROL = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\\]/g;
+  const shown = (text) => String(text).replace(BIDI_OR_CONTROL, (c) => c === "\\" ? "\\\\" :
+    c === "\n" ? "\\n" : `\\u{${c.codePointAt(0).toString(16)}}`);
   function el(tag, props, children) {
     const node = document.createElement(tag);
     for (const [k, v] of Object.entries(props || {})) {
-      if (k === "text") node.textContent = v;
+      if (k === "text") node.textContent = shown(v);
       else if (k === "class") node.className = v;
       else node.setAttribute(k, v);
     }
