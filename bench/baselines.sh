@@ -83,7 +83,7 @@ run() {
   shift
   "$WEIR_BIN" bench --json --duration "${seconds}s" --warmup 1s "$@" 2>/dev/null >"$bench_dir/$name.json"
   jq -r --arg name "$name" --argjson seconds "$seconds" '
-    [$name, .target, (.rps|floor), .missed, (.admitted/$seconds|floor), .throttled, .errors,
+    [$name, .target, (.rps|floor), .missed, (.admitted/$seconds|floor), .refused, .errors,
      .latency_ms.p50, .latency_ms.p99, .admitted_per_key.min, .admitted_per_key.max]
     | @tsv' "$bench_dir/$name.json" |
     awk -F'\t' '{printf "%-16s %-6s %7d %7d %9d %9d %6d %8.3f %8.3f %8.1f %8.1f\n", $1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11}'
@@ -91,7 +91,7 @@ run() {
 
 header() {
   printf '%-16s %-6s %7s %7s %9s %9s %6s %8s %8s %8s %8s\n' \
-    run target rps missed admitted/s throttled errors "p50 ms" "p99 ms" "key min" "key max"
+    run target rps missed admitted/s refused errors "p50 ms" "p99 ms" "key min" "key max"
 }
 
 load=(--clients 8 --rate 250 --keys 10 --policy bucket)

@@ -97,8 +97,8 @@ load() {
       "$WEIR_BIN" bench --target "$kind" --server "http://$grpc" --policy p --kind limited \
         --keys 1000 --clients "$conns" --rate 0 --warmup 0s --duration "${secs}s" --json \
         >"$bench_dir/bench.json" 2>"$bench_dir/load.err" || return 1
-      if [ "$(jq '.errors + .throttled' "$bench_dir/bench.json")" != 0 ]; then
-        jq -r '"errors \(.errors), throttled \(.throttled): \(.first_error)"' \
+      if [ "$(jq '.errors + .refused' "$bench_dir/bench.json")" != 0 ]; then
+        jq -r '"errors \(.errors), refused \(.refused): \(.first_error)"' \
           "$bench_dir/bench.json" >"$bench_dir/load.err"
         return 1
       fi

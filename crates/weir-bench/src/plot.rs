@@ -67,7 +67,7 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
     )?;
     let busiest = timeline
         .iter()
-        .map(|p| p.rps.max(p.admitted + p.throttled))
+        .map(|p| p.rps.max(p.admitted + p.refused))
         .fold(0.0, f64::max);
     panel(
         &lower,
@@ -78,7 +78,7 @@ fn draw(out: &mut String, title: &str, timeline: &[Point]) -> Drawn {
         &[
             ("sent", |p| p.rps, BLACK),
             ("admitted", |p| p.admitted, RGBColor(0, 140, 0)),
-            ("throttled", |p| p.throttled, RGBColor(230, 120, 0)),
+            ("refused", |p| p.refused, RGBColor(230, 120, 0)),
             ("missed", |p| p.missed, MAGENTA),
         ],
     )?;
@@ -140,7 +140,7 @@ mod tests {
             at,
             rps: 300.0,
             admitted: 100.0,
-            throttled: 200.0,
+            refused: 200.0,
             missed: 0.0,
             p50: p99 / 2.0,
             p99,
@@ -159,7 +159,7 @@ mod tests {
             "p50",
             "p99",
             "admitted",
-            "throttled",
+            "refused",
             "missed",
         ] {
             assert!(text.contains(label), "no {label:?} in the chart");

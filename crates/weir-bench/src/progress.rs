@@ -20,7 +20,7 @@ pub struct Live {
     sent: AtomicU64,
     missed: AtomicU64,
     admitted: AtomicU64,
-    throttled: AtomicU64,
+    refused: AtomicU64,
     errors: AtomicU64,
     /// Latencies (µs) since the last sample.
     second: Mutex<Histogram<u64>>,
@@ -32,7 +32,7 @@ impl Default for Live {
             sent: AtomicU64::new(0),
             missed: AtomicU64::new(0),
             admitted: AtomicU64::new(0),
-            throttled: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             second: Mutex::new(new_latency_histogram()),
         }
@@ -49,7 +49,7 @@ pub struct Point {
     /// Requests admitted per second.
     pub admitted: f64,
     /// Requests refused by the limiter per second.
-    pub throttled: f64,
+    pub refused: f64,
     /// Requests missed per second.
     pub missed: f64,
     /// Median latency of this second's answers, in milliseconds (0 when none came).
@@ -95,7 +95,7 @@ impl Live {
             (&self.sent, counts.sent),
             (&self.missed, counts.missed),
             (&self.admitted, counts.admitted),
-            (&self.throttled, counts.throttled),
+            (&self.refused, counts.refused),
             (&self.errors, counts.errors),
         ] {
             if n > 0 {
@@ -121,7 +121,7 @@ impl Live {
             at: at.as_secs_f64(),
             rps: per_second(now.sent, before.sent),
             admitted: per_second(now.admitted, before.admitted),
-            throttled: per_second(now.throttled, before.throttled),
+            refused: per_second(now.refused, before.refused),
             missed: per_second(now.missed, before.missed),
             p50: ms(0.5),
             p99: ms(0.99),
@@ -135,7 +135,7 @@ impl Live {
             sent: self.sent.load(Ordering::Relaxed),
             missed: self.missed.load(Ordering::Relaxed),
             admitted: self.admitted.load(Ordering::Relaxed),
-            throttled: self.throttled.load(Ordering::Relaxed),
+            refused: self.refused.load(Ordering::Relaxed),
             errors: self.errors.load(Ordering::Relaxed),
         }
     }
@@ -144,8 +144,8 @@ impl Live {
 /// One progress line: this second's rates and p99, and the totals so far.
 pub fn line(point: &Point, now: Counts) -> String {
     format!(
-        "{:>4.0}s  {:>9.0} rps  p99 {:.3} ms  MISSED {}  admitted {}  throttled {}  errors {}",
-        point.at, point.rps, point.p99, now.missed, now.admitted, now.throttled, now.errors
+        "{:>4.0}s  {:>9.0} rps  p99 {:.3} ms  MISSED {}  admitted {}  refused {}  errors {}",
+        point.at, point.rps, point.p99, now.missed, now.admitted, now.refused, now.errors
     )
 }
 
@@ -236,7 +236,7 @@ mod tests {
         for us in 1..=100 {
             batch.record(RequestOutcome::Admitted, us * 1000);
         }
-        batch.record(RequestOutcome::Throttled, 1000);
+        batch.record(RequestOutcome::Refused, 1000);
         live.add(&mut batch);
         assert_eq!(batch.counts, Counts::default());
         assert!(batch.latencies.is_empty());
@@ -254,18 +254,18 @@ mod tests {
                 sent: 102,
                 missed: 2,
                 admitted: 100,
-                throttled: 1,
+                refused: 1,
                 errors: 1
             }
         );
         assert_eq!(
-            (point.rps, point.admitted, point.throttled, point.missed),
+            (point.rps, point.admitted, point.refused, point.missed),
             (204.0, 200.0, 2.0, 4.0)
         );
         assert!((point.p99 - 99.0).abs() < 0.1, "{}", point.p99);
         assert_eq!(
             line(&point, now),
-            "   4s        204 rps  p99 99.007 ms  MISSED 2  admitted 100  throttled 1  errors 1"
+            "   4s        204 rps  p99 99.007 ms  MISSED 2  admitted 100  refused 1  errors 1"
         );
         // The next second starts empty.
         let (point, _) = live.sample(Duration::from_secs(5), Duration::from_secs(1), now);

@@ -14,13 +14,38 @@ pub fn new_latency_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("constant, valid bounds")
 }
 
+/// The kind of a failed request's error, for the report's breakdown: the HTTP status or gRPC
+/// code it came back with, or what kept it from an answer.
+pub fn error_kind(message: &str) -> String {
+    let lower = message.to_ascii_lowercase();
+    if let Some(status) = message.strip_prefix("HTTP ") {
+        return format!("HTTP {}", status.split([' ', ':']).next().unwrap_or(""));
+    }
+    if let Some(code) = lower.split("status: ").nth(1) {
+        return format!("gRPC {}", code.split([',', ' ']).next().unwrap_or(""));
+    }
+    let kind = if lower.contains("connection refused") {
+        "connection refused"
+    } else if lower.contains("timed out") || lower.contains("timeout") || lower.contains("deadline")
+    {
+        "timed out"
+    } else if lower.contains("connection reset") || lower.contains("broken pipe") {
+        "connection reset"
+    } else if lower.contains("dns") || lower.contains("resolve") {
+        "name not resolved"
+    } else {
+        "other"
+    };
+    kind.to_owned()
+}
+
 /// How one request ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestOutcome {
     /// Admitted.
     Admitted,
     /// Refused by the limiter (HTTP 429, gRPC `admitted: false`).
-    Throttled,
+    Refused,
     /// Anything else: a transport error, an unknown policy, a 5xx.
     Error,
 }
@@ -42,7 +67,7 @@ pub struct Counts {
     /// Requests admitted.
     pub admitted: u64,
     /// Requests refused by the limiter.
-    pub throttled: u64,
+    pub refused: u64,
     /// Requests that failed otherwise.
     pub errors: u64,
 }
@@ -53,7 +78,7 @@ impl Counts {
         self.sent += 1;
         match outcome {
             RequestOutcome::Admitted => self.admitted += 1,
-            RequestOutcome::Throttled => self.throttled += 1,
+            RequestOutcome::Refused => self.refused += 1,
             RequestOutcome::Error => self.errors += 1,
         }
     }
@@ -63,7 +88,7 @@ impl Counts {
         self.sent += other.sent;
         self.missed += other.missed;
         self.admitted += other.admitted;
-        self.throttled += other.throttled;
+        self.refused += other.refused;
         self.errors += other.errors;
     }
 }
@@ -81,6 +106,8 @@ pub struct Tally {
     pub latency: Histogram<u64>,
     /// The first error's message, so a run against a wrong address or policy says why.
     pub first_error: Option<String>,
+    /// Errors by kind (see [`error_kind`]).
+    pub error_kinds: std::collections::BTreeMap<String, u64>,
     /// When the last counted answer came back.
     pub last_answer: Option<tokio::time::Instant>,
 }
@@ -94,6 +121,7 @@ impl Tally {
             sent_per_key: vec![0; keys],
             latency: new_latency_histogram(),
             first_error: None,
+            error_kinds: Default::default(),
             last_answer: None,
         }
     }
@@ -123,6 +151,7 @@ impl Tally {
             Ok(outcome) => self.record(key, outcome, latency_us),
             Err(message) => {
                 self.record(key, RequestOutcome::Error, latency_us);
+                *self.error_kinds.entry(error_kind(&message)).or_default() += 1;
                 self.first_error.get_or_insert(message);
             }
         }
@@ -138,6 +167,9 @@ impl Tally {
             .expect("every tally has the same bounds");
         if self.first_error.is_none() {
             self.first_error.clone_from(&other.first_error);
+        }
+        for (kind, count) in &other.error_kinds {
+            *self.error_kinds.entry(kind.clone()).or_default() += count;
         }
         self.last_answer = self.last_answer.max(other.last_answer);
     }
@@ -217,7 +249,7 @@ pub struct Report {
     /// Requests admitted.
     pub admitted: u64,
     /// Requests refused by the limiter.
-    pub throttled: u64,
+    pub refused: u64,
     /// Requests that failed otherwise.
     pub errors: u64,
     /// Latency from due time (open loop) or send time (closed loop).
@@ -228,6 +260,8 @@ pub struct Report {
     pub against_configured: Option<AgainstConfigured>,
     /// The first error's message, if any request failed.
     pub first_error: Option<String>,
+    /// Errors by kind: `HTTP 503`, `connection refused`, `timed out`, `other`…
+    pub error_kinds: std::collections::BTreeMap<String, u64>,
     /// A point a second, warm-up included (empty for a run shorter than a second).
     pub timeline: Vec<Point>,
 }
@@ -276,7 +310,7 @@ impl Report {
             sent: tally.counts.sent,
             missed: tally.counts.missed,
             admitted: tally.counts.admitted,
-            throttled: tally.counts.throttled,
+            refused: tally.counts.refused,
             errors: tally.counts.errors,
             latency_ms: Latency {
                 mean: h.mean() / 1000.0,
@@ -289,6 +323,7 @@ impl Report {
             admitted_per_key,
             against_configured,
             first_error: tally.first_error.clone(),
+            error_kinds: tally.error_kinds.clone(),
             timeline: Vec::new(),
         }
     }
@@ -299,7 +334,7 @@ impl Report {
         let k = &self.admitted_per_key;
         let mut text = format!(
             "target {} over {:.1}s: {:.0} rps, sent {}, MISSED {}\n\
-             admitted {}, throttled {}, errors {}\n\
+             admitted {}, refused {}, errors {}\n\
              latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}\n\
              admitted per key per second ({} keys): min {:.1}  median {:.1}  max {:.1}\n",
             self.target,
@@ -308,7 +343,7 @@ impl Report {
             self.sent,
             self.missed,
             self.admitted,
-            self.throttled,
+            self.refused,
             self.errors,
             l.mean,
             l.p50,
@@ -327,6 +362,14 @@ impl Report {
                 a.configured, a.saturated_keys, a.min, a.median, a.max
             ));
         }
+        if !self.error_kinds.is_empty() {
+            let kinds: Vec<String> = self
+                .error_kinds
+                .iter()
+                .map(|(kind, count)| format!("{kind} {count}"))
+                .collect();
+            text.push_str(&format!("errors by kind: {}\n", kinds.join(", ")));
+        }
         if let Some(error) = &self.first_error {
             text.push_str(&format!("first error: {error}\n"));
         }
@@ -342,19 +385,20 @@ mod tests {
     fn merged_tallies_add_counts_and_histograms() {
         let mut a = Tally::new(3);
         a.record(0, RequestOutcome::Admitted, 1_000);
-        a.record(1, RequestOutcome::Throttled, 2_000);
+        a.record(1, RequestOutcome::Refused, 2_000);
         a.counts.missed = 2;
         let mut b = Tally::new(3);
         b.record(0, RequestOutcome::Admitted, 3_000);
         b.record(2, RequestOutcome::Error, 4_000);
         b.first_error = Some("connection refused".to_owned());
+        b.error_kinds.insert("connection refused".to_owned(), 1);
         b.counts.missed = 1;
         a.merge(&b);
         assert_eq!(
             (
                 a.counts.sent,
                 a.counts.admitted,
-                a.counts.throttled,
+                a.counts.refused,
                 a.counts.errors,
                 a.counts.missed
             ),
@@ -364,7 +408,48 @@ mod tests {
         assert_eq!(a.sent_per_key, vec![2, 1, 1]);
         assert_eq!(a.latency.len(), 4);
         assert_eq!(a.first_error.as_deref(), Some("connection refused"));
+        assert_eq!(a.error_kinds.get("connection refused"), Some(&1));
         assert_eq!(a.latency.max(), a.latency.highest_equivalent(4_000));
+    }
+
+    #[test]
+    fn errors_are_told_apart_by_kind() {
+        let mut tally = Tally::new(1);
+        for message in [
+            "HTTP 503 Service Unavailable: {\"error\":\"shutting_down\"}",
+            "HTTP 503 Service Unavailable: again",
+            "HTTP 404 Not Found: {}",
+            "error sending request: client error (Connect): tcp connect error: Connection refused (os error 111)",
+            "operation timed out",
+            "status: Unavailable, message: \"the owner is gone\"",
+            "something else entirely",
+        ] {
+            tally.record_answer(0, Err(message.to_owned()), 10);
+        }
+        let kinds: Vec<(&str, u64)> = tally
+            .error_kinds
+            .iter()
+            .map(|(kind, count)| (kind.as_str(), *count))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("HTTP 404", 1),
+                ("HTTP 503", 2),
+                ("connection refused", 1),
+                ("gRPC Unavailable", 1),
+                ("other", 1),
+                ("timed out", 1),
+            ]
+        );
+        let report = Report::new("http", 1.0, &tally, None);
+        assert!(
+            report
+                .render()
+                .contains("errors by kind: HTTP 404 1, HTTP 503 2, connection refused 1"),
+            "{}",
+            report.render()
+        );
     }
 
     #[test]
@@ -393,10 +478,7 @@ mod tests {
             text.starts_with("target inproc over 2.0s: 50 rps, sent 100, MISSED 5\n"),
             "{text}"
         );
-        assert!(
-            text.contains("admitted 100, throttled 0, errors 0"),
-            "{text}"
-        );
+        assert!(text.contains("admitted 100, refused 0, errors 0"), "{text}");
         assert!(report.against_configured.is_none());
         let json = serde_json::to_value(&report).unwrap();
         assert_eq!(json["missed"], 5);
@@ -412,7 +494,7 @@ mod tests {
             for i in 0..sent {
                 let outcome = match i < admitted {
                     true => RequestOutcome::Admitted,
-                    false => RequestOutcome::Throttled,
+                    false => RequestOutcome::Refused,
                 };
                 tally.record(key, outcome, 100);
             }

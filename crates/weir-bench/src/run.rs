@@ -522,7 +522,7 @@ mod tests {
         assert_eq!(report.sent, 120);
         assert_eq!(report.missed, 0);
         assert_eq!(report.errors, 0);
-        assert_eq!(report.admitted + report.throttled, 120);
+        assert_eq!(report.admitted + report.refused, 120);
         assert_eq!(report.target, "inproc");
     }
 
@@ -535,11 +535,11 @@ mod tests {
         s.clients = 1;
         s.keys = 1;
         let report = run(&s).await.unwrap();
-        assert_eq!((report.admitted, report.throttled), (300, 0));
+        assert_eq!((report.admitted, report.refused), (300, 0));
 
         s.hold = HoldTime::Fixed(Duration::from_millis(195));
         let report = run(&s).await.unwrap();
-        assert_eq!((report.admitted, report.throttled), (150, 150));
+        assert_eq!((report.admitted, report.refused), (150, 150));
         assert_eq!(report.missed, 0);
     }
 

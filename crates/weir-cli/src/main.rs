@@ -76,10 +76,12 @@ enum Command {
     },
     /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
     Bench(Box<BenchArgs>),
-    /// Checks a config file (and the RLS rules it names) and prints every problem.
+    /// Checks a config file (and the RLS rules it names), or RLS rules alone, and prints every
+    /// problem.
     CheckConfig {
-        /// The TOML config file.
-        file: PathBuf,
+        /// The TOML config file (absent: check `--rls-config` alone).
+        #[arg(required_unless_present = "rls_config")]
+        file: Option<PathBuf>,
         /// RLS rules to check with it, as `serve --rls-config` takes them.
         #[arg(long, value_name = "PATH")]
         rls_config: Option<PathBuf>,
@@ -180,10 +182,10 @@ struct BenchArgs {
     #[arg(long, conflicts_with = "zipf")]
     key_per_client: bool,
     /// The measured time.
-    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = weir::duration::parse)]
     duration: std::time::Duration,
     /// Time run first and not counted.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = weir::duration::parse)]
     warmup: std::time::Duration,
     /// Concurrency policies: hold each lease this long (`50ms`), or an exponentially
     /// distributed time with this mean (`exp:50ms`), then give it back.
@@ -210,10 +212,10 @@ enum ScenarioCommand {
         /// The experiment.
         name: String,
         /// The measured time of each run.
-        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "10s", value_parser = weir::duration::parse)]
         duration: std::time::Duration,
         /// Time run first in each run and not counted.
-        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        #[arg(long, default_value = "1s", value_parser = weir::duration::parse)]
         warmup: std::time::Duration,
         /// How many times each measurement is repeated; the median is reported
         /// (`doris-backpressure` reports every run).
@@ -259,6 +261,20 @@ impl BenchArgs {
             .iter()
             .find(|policy| policy.name == self.policy)
             .and_then(|policy| run::configured_rate(policy, &self.kind));
+        // An HTTP or gRPC server is a URL: a bare address is told so before any request,
+        // rather than failing each one with the client library's words.
+        if matches!(
+            self.target.as_str(),
+            "http" | "grpc" | "grpc-stream" | "rls"
+        ) {
+            for server in servers("http://127.0.0.1") {
+                if !(server.starts_with("http://") || server.starts_with("https://")) {
+                    anyhow::bail!(
+                        "--server `{server}` has no scheme: give a URL, e.g. --server http://{server}"
+                    );
+                }
+            }
+        }
         let target = match self.target.as_str() {
             "inproc" => TargetSpec::InProcess(Box::new(config)),
             "http" => TargetSpec::Http(servers("http://127.0.0.1:8080")),
@@ -371,7 +387,7 @@ fn parse_hold(text: &str) -> anyhow::Result<HoldTime> {
         Some(mean) => (true, mean),
         None => (false, text),
     };
-    let duration = humantime::parse_duration(duration)
+    let duration = weir::duration::parse(duration)
         .with_context(|| format!("--hold is DURATION or exp:MEAN (e.g. 50ms), not {text:?}"))?;
     Ok(match exponential {
         true => HoldTime::Exponential(duration),
@@ -388,9 +404,9 @@ fn parse_burst(text: &str) -> anyhow::Result<Profile> {
     let factor: f64 = factor
         .parse()
         .with_context(|| format!("--burst factor {factor:?}"))?;
-    let on = humantime::parse_duration(on).with_context(|| format!("--burst length {on:?}"))?;
+    let on = weir::duration::parse(on).with_context(|| format!("--burst length {on:?}"))?;
     let every =
-        humantime::parse_duration(every).with_context(|| format!("--burst period {every:?}"))?;
+        weir::duration::parse(every).with_context(|| format!("--burst period {every:?}"))?;
     if !(factor > 0.0 && factor.is_finite()) || on.is_zero() || on >= every {
         anyhow::bail!("--burst needs a positive factor and 0 < ON < EVERY, not {text:?}");
     }
@@ -517,20 +533,20 @@ struct ServeArgs {
     /// Where policy changes made over the API are kept.
     #[arg(long, env = "WEIR_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// The HTTP API's address.
-    #[arg(long, env = "WEIR_HTTP")]
+    /// The HTTP API's address (IP:PORT, or HOST:PORT resolved at start).
+    #[arg(long, env = "WEIR_HTTP", value_parser = weir_server::config::listen_address)]
     http: Option<SocketAddr>,
     /// The gRPC API's address.
-    #[arg(long, env = "WEIR_GRPC")]
+    #[arg(long, env = "WEIR_GRPC", value_parser = weir_server::config::listen_address)]
     grpc: Option<SocketAddr>,
     /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
-    #[arg(long, env = "WEIR_RESP")]
+    #[arg(long, env = "WEIR_RESP", value_parser = weir_server::config::listen_address)]
     resp: Option<SocketAddr>,
     /// This node's name.
     #[arg(long, env = "WEIR_NODE_ID")]
     node_id: Option<String>,
     /// Cluster mode: the UDP address to gossip on.
-    #[arg(long, env = "WEIR_GOSSIP")]
+    #[arg(long, env = "WEIR_GOSSIP", value_parser = weir_server::config::listen_address)]
     gossip: Option<SocketAddr>,
     /// Cluster mode: a node's gossip address to join through (repeatable; in the
     /// environment, comma-separated).
@@ -616,7 +632,14 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
         node_id,
     )?;
     let file = file?;
-    let served = runtime()?.block_on(serve::serve(file, config));
+    let runtime = runtime()?;
+    let served = runtime.block_on(serve::serve(file, config));
+    // What still runs on the runtime (a file write under way, a name being looked up) gets a
+    // moment to end, not for ever; then "stopped" is said when it is true.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    if served.is_ok() {
+        tracing::info!("stopped");
+    }
     served.map(|()| ExitCode::SUCCESS)
 }
 
@@ -686,7 +709,25 @@ fn init_logs(
 /// Whether logs are JSON lines (`--log-format json`).
 static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn check_config(file: Option<&PathBuf>, rls_config: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let Some(file) = file else {
+        // The rules alone, with the `[rls]` table's defaults.
+        let path = rls_config.expect("clap requires FILE or --rls-config");
+        let settings = weir_server::config::RlsTable::default().settings();
+        return Ok(match check_rules(&path, &settings) {
+            Ok(summary) => {
+                println!("{}: ok ({summary})", path.display());
+                ExitCode::SUCCESS
+            }
+            Err(problems) => {
+                for problem in &problems {
+                    println!("{problem}");
+                }
+                println!("{} problem(s)", problems.len());
+                ExitCode::FAILURE
+            }
+        });
+    };
     let text =
         std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?;
     match ConfigFile::parse(&text) {
@@ -713,29 +754,13 @@ fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<E
             };
             let rules = match &loaded.rls.config {
                 None => String::new(),
-                Some(path) => match RulesConfig::load(path) {
-                    Ok(rules) => {
-                        // The rules' policies built as `serve` builds them: a rate a token
-                        // bucket cannot hold is found here, not at start.
-                        let policies = policies_of(&rules, &loaded.rls.settings(), Scope::Node);
-                        let count = policies.len();
-                        if let Err(error) =
-                            weir::policy::PolicySet::new(policies, SystemClock::new())
-                        {
-                            println!("{}: {error}", path.display());
-                            println!("1 problem(s)");
-                            return Ok(ExitCode::FAILURE);
+                Some(path) => match check_rules(path, &loaded.rls.settings()) {
+                    Ok(summary) => format!(", {summary}"),
+                    Err(problems) => {
+                        for problem in &problems {
+                            println!("{problem}");
                         }
-                        format!(
-                            ", {} RLS domain(s), {count} counted rule(s)",
-                            rules.domains.len()
-                        )
-                    }
-                    Err(errors) => {
-                        for error in &errors {
-                            println!("{error}");
-                        }
-                        println!("{} problem(s)", errors.len());
+                        println!("{} problem(s)", problems.len());
                         return Ok(ExitCode::FAILURE);
                     }
                 },
@@ -755,6 +780,24 @@ fn check_config(file: &PathBuf, rls_config: Option<PathBuf>) -> anyhow::Result<E
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+/// Loads the RLS rules at `path` and builds their policies as `serve` builds them (a rate a
+/// token bucket cannot hold is found here, not at start): a summary, or every problem.
+fn check_rules(
+    path: &std::path::Path,
+    settings: &weir_server::rls::RlsSettings,
+) -> Result<String, Vec<String>> {
+    let rules = RulesConfig::load(path)
+        .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
+    let policies = policies_of(&rules, settings, Scope::Node);
+    let count = policies.len();
+    weir::policy::PolicySet::new(policies, SystemClock::new())
+        .map_err(|error| vec![format!("{}: {error}", path.display())])?;
+    Ok(format!(
+        "{} RLS domain(s), {count} counted rule(s)",
+        rules.domains.len()
+    ))
 }
 
 /// The policy `name` as `weir config set` reads it from `file`: one policy's fields (JSON or
@@ -822,7 +865,7 @@ async fn config(action: ConfigAction, client: Client) -> anyhow::Result<()> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::CheckConfig { file, rls_config } => check_config(&file, rls_config),
+        Command::CheckConfig { file, rls_config } => check_config(file.as_ref(), rls_config),
         Command::Serve(args) => serve_command(*args),
         command => {
             let runtime = match runtime() {

@@ -66,10 +66,10 @@ fn assert_leases_come_back(target: &[&str]) -> Value {
         "one-at-a-time",
     ];
     let held = bench(&[target, &one[..], &["--hold", "30ms"]].concat());
-    assert!(count(&held, "throttled") > 0, "{held}");
+    assert!(count(&held, "refused") > 0, "{held}");
     assert!(count(&held, "admitted") > 0, "{held}");
     let after = bench(&[target, &one[..]].concat());
-    assert_eq!(count(&after, "throttled"), 0, "{after}");
+    assert_eq!(count(&after, "refused"), 0, "{after}");
     assert_eq!(count(&after, "errors"), 0, "{after}");
     assert_eq!(count(&after, "admitted"), count(&after, "sent"), "{after}");
     held
@@ -107,7 +107,7 @@ fn http_and_grpc_targets_hold_the_limit_and_give_leases_back() {
         let admitted = count(&limited, "admitted");
         assert!(admitted <= 51, "{target}: {limited}");
         assert_eq!(
-            admitted + count(&limited, "throttled"),
+            admitted + count(&limited, "refused"),
             count(&limited, "sent")
         );
 

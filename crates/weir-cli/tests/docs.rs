@@ -14,7 +14,9 @@
 //! - the command-line synopsis in `docs/configuration.md` names exactly the flags each command's
 //!   `--help` lists, both ways;
 //! - every `redis-cli` line of `docs/redis.md`'s walk-through runs against a server on the
-//!   embedded default config with `--resp`, and prints what its comment shows.
+//!   embedded default config with `--resp`, and prints what its comment shows;
+//! - `docs/deployment.md`'s three nodes on one machine run as the block stands (moved to free
+//!   ports), and print what its comments show.
 
 mod support;
 
@@ -348,7 +350,7 @@ fn every_bench_example_in_the_readme_runs() {
         if args.contains(&"--json".to_owned()) && !args.contains(&"scenario".to_owned()) {
             let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
             let answered =
-                report["admitted"].as_u64().unwrap() + report["throttled"].as_u64().unwrap();
+                report["admitted"].as_u64().unwrap() + report["refused"].as_u64().unwrap();
             assert!(answered > 0 && report["errors"] == 0, "{example}: {report}");
         }
     }
@@ -452,4 +454,88 @@ fn the_documented_environment_variables_are_the_ones_serve_reads() {
     }
     assert!(from_help.len() >= 11, "{help}");
     assert_eq!(documented, from_help);
+}
+
+/// A port free for TCP and UDP alike on loopback now (the gossip address is UDP), other than
+/// those in `taken`.
+fn free_port(taken: &BTreeSet<u16>) -> u16 {
+    loop {
+        let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = tcp.local_addr().unwrap().port();
+        if !taken.contains(&port) && std::net::UdpSocket::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+}
+
+#[test]
+fn the_three_node_walk_through_prints_what_its_comments_say() {
+    if std::process::Command::new("jq")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("WEIR_REQUIRE_CURL").is_none(),
+            "jq is required here"
+        );
+        eprintln!("skipping: jq is not installed");
+        return;
+    }
+    let (line, block) = blocks("docs/deployment.md", "sh")
+        .into_iter()
+        .find(|(_, block)| block.contains("--node-id a"))
+        .expect("the three-node walk-through in docs/deployment.md");
+    // Every address the block names, moved to a free port of its own.
+    let mut documented = BTreeSet::new();
+    for piece in block.split("127.0.0.1:").skip(1) {
+        let digits: String = piece.chars().take_while(char::is_ascii_digit).collect();
+        documented.insert(digits.parse::<u16>().unwrap());
+    }
+    assert!(documented.len() >= 9, "{documented:?}");
+    let mut script = block.clone();
+    let mut taken = BTreeSet::new();
+    for port in &documented {
+        let free = free_port(&taken);
+        taken.insert(free);
+        script = script.replace(&format!("127.0.0.1:{port}"), &format!("127.0.0.1:{free}"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let binaries = Path::new(env!("CARGO_BIN_EXE_weir")).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        binaries.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("timeout");
+    command
+        .args(["120", "bash", "-e", "-c", &script])
+        .current_dir(dir.path())
+        .env("PATH", path);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("WEIR_") {
+            command.env_remove(name);
+        }
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "docs/deployment.md:{line}: {output:?}"
+    );
+    let mut checked = 0;
+    for (command, comment) in commands(&block) {
+        if comment.is_empty() {
+            continue;
+        }
+        assert!(
+            stdout.contains(&comment),
+            "docs/deployment.md:{line}: `{command}` should print `{comment}`; the block printed:\n{stdout}"
+        );
+        checked += 1;
+    }
+    assert!(
+        checked >= 2,
+        "the walk-through shows fewer answers than it did"
+    );
 }

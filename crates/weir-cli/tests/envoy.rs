@@ -143,10 +143,10 @@ async fn start_envoy(binary: &Path, dir: &Path, weir_grpc_port: u16, upstream: u
     let ready = format!("http://127.0.0.1:{admin}/ready");
     let started = Instant::now();
     loop {
-        if let Ok(answer) = reqwest::get(&ready).await {
-            if answer.text().await.is_ok_and(|t| t.trim() == "LIVE") {
-                break;
-            }
+        if let Ok(answer) = reqwest::get(&ready).await
+            && answer.text().await.is_ok_and(|t| t.trim() == "LIVE")
+        {
+            break;
         }
         assert!(
             started.elapsed() < Duration::from_secs(20),

@@ -373,21 +373,19 @@ async fn a_full_key_table_does_not_lock_out_newcomers() {
         admitted += u32::from(!over(&answer));
     }
     assert_eq!(admitted, 100);
-    // And each is held to its own limit in the sketch: a newcomer's sixth message is refused.
-    for _ in 0..4 {
+    // And each is held to its own limit in the sketch: of a newcomer's six messages at most
+    // five go through, its sixth never (the sketch errs strict: a key whose words are all
+    // shared may lose one of its five, which a hundred keys in 1 024 words a row make rare).
+    let mut through = 1;
+    for _ in 0..5 {
         let answer = client
             .should_rate_limit(spend("newcomer0".into(), 1))
             .await
             .unwrap()
             .into_inner();
-        assert!(!over(&answer));
+        through += u32::from(!over(&answer));
     }
-    let sixth = client
-        .should_rate_limit(spend("newcomer0".into(), 1))
-        .await
-        .unwrap()
-        .into_inner();
-    assert!(over(&sixth));
+    assert!((4..=5).contains(&through), "{through} of 6 went through");
     let metrics = reqwest::get(format!("{}/metrics", server.http))
         .await
         .unwrap()

@@ -251,7 +251,7 @@ async fn load(server: String, stop: tokio::sync::watch::Receiver<bool>) {
         acquire(serde_json::json!({"policy": "tables", "key": "hot"})).await;
         // A key that would show as "invoice…exe.png" if its override were obeyed.
         acquire(serde_json::json!({"policy": "tables", "key": "invoice\u{202e}gnp.exe"})).await;
-        if round % 4 == 0 {
+        if round.is_multiple_of(4) {
             acquire(serde_json::json!({"policy": "tables", "key": "cold"})).await;
             acquire(serde_json::json!({"policy": "getpage", "key": "tenant-1", "kind": "PageRequestHandler"})).await;
             acquire(
@@ -259,7 +259,7 @@ async fn load(server: String, stop: tokio::sync::watch::Receiver<bool>) {
             )
             .await;
         }
-        if round % 40 == 0 {
+        if round.is_multiple_of(40) {
             let _ = client
                 .post(format!("{server}/v1/busy"))
                 .json(&serde_json::json!({"policy": "ms-tables"}))

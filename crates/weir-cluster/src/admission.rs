@@ -377,13 +377,13 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
 
     /// Admits a request for `bucket`, or says why not.
     pub async fn acquire(&self, bucket: &str) -> Result<ClusterAdmission, ClusterRefusal> {
-        if let Some(node_tier) = &self.node_tier {
-            if let Ok(grant) = node_tier.try_acquire(bucket, 1) {
-                return Ok(ClusterAdmission {
-                    tier: Tier::Node,
-                    hold: Holding::Permit(grant.taken),
-                });
-            }
+        if let Some(node_tier) = &self.node_tier
+            && let Ok(grant) = node_tier.try_acquire(bucket, 1)
+        {
+            return Ok(ClusterAdmission {
+                tier: Tier::Node,
+                hold: Holding::Permit(grant.taken),
+            });
         }
         if self.config.shared_limit == 0 {
             return Err(self.refusal(bucket, self.full()));
@@ -835,10 +835,8 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             .await
             .unwrap_or(false)
         };
-        if renewed {
-            if let Some(entry) = self.held_leases().get_mut(&handle) {
-                entry.expires_at = weir::clock::after(now, ttl);
-            }
+        if renewed && let Some(entry) = self.held_leases().get_mut(&handle) {
+            entry.expires_at = weir::clock::after(now, ttl);
         }
         renewed
     }

@@ -315,6 +315,8 @@ fn admitted(
 pub struct Applied {
     /// Members that left since the previous change.
     pub departed: Vec<String>,
+    /// Members that joined since the previous change.
+    pub joined: Vec<String>,
 }
 
 /// Applies a new member list: publishes the ring of eligible members, hands `addresses` the
@@ -345,8 +347,9 @@ pub fn apply(
     );
     let now: BTreeSet<String> = members.iter().map(|m| m.id.clone()).collect();
     let departed: Vec<String> = previous.difference(&now).cloned().collect();
+    let joined: Vec<String> = now.difference(previous).cloned().collect();
     *previous = now;
-    Applied { departed }
+    Applied { departed, joined }
 }
 
 #[cfg(test)]

@@ -89,10 +89,10 @@ impl Tenure {
     /// beat. Called on a period well under `pause_after`.
     pub fn observe(&self, ring: &SharedRing, now: Nanos) {
         let mut state = self.lock();
-        if let Some(last) = state.last_beat {
-            if now.saturating_sub(last) > self.pause_after_ns {
-                state.awake_since = Some(now);
-            }
+        if let Some(last) = state.last_beat
+            && now.saturating_sub(last) > self.pause_after_ns
+        {
+            state.awake_since = Some(now);
         }
         state.last_beat = Some(now.max(state.last_beat.unwrap_or(0)));
         Self::look(&mut state, ring, now);

@@ -103,7 +103,15 @@ impl Client {
         let body: Value = response.json().await.unwrap_or(Value::Null);
         if !status.is_success() {
             let detail = body["detail"].as_str().unwrap_or("no detail");
-            bail!("the server answered {status}: {detail}");
+            // The server speaks of headers; this CLI's users give a flag or a variable.
+            let hint = match (status.as_u16(), self.token.is_some()) {
+                (401, _) => " (give the admin token with --token or WEIR_ADMIN_TOKEN)",
+                (403, true) => {
+                    " (the token given with --token or WEIR_ADMIN_TOKEN is not the server's admin token)"
+                }
+                _ => "",
+            };
+            bail!("the server answered {status}: {detail}{hint}");
         }
         Ok(body)
     }

@@ -70,6 +70,11 @@ pub struct ClusterMode {
     rate_owner: std::sync::OnceLock<Arc<dyn RateOwner>>,
     /// Started with seeds to join through: not joined until another member is seen.
     seeded: bool,
+    /// The seeds and this node's gossip address, and when it started: what a node that has
+    /// not joined yet says it is waiting for.
+    seeds: Vec<String>,
+    gossip_address: SocketAddr,
+    started: std::time::Instant,
     /// Another member has been seen (for good: a node that has joined stays joined).
     joined: std::sync::atomic::AtomicBool,
 }
@@ -147,6 +152,7 @@ impl ClusterMode {
         let ring = Arc::new(SharedRing::default());
         let pool = Arc::new(SharedPool::new(1_000_000));
         let seeded = !join.is_empty();
+        let seeds = join.clone();
         let quorum = Arc::new(Quorum::new(node_id, DEFAULT_WINDOW, seeded));
         let owner = Arc::new(
             Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool))
@@ -187,8 +193,51 @@ impl ClusterMode {
             rates: RateCounters::default(),
             rate_owner: std::sync::OnceLock::new(),
             seeded,
+            seeds,
+            gossip_address: gossip,
+            started: std::time::Instant::now(),
             joined: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// What this node is waiting for, if it has not joined its cluster yet: the seeds it gossips
+    /// to, for how long, and what to check. `None` once joined.
+    pub fn joining(&self) -> Option<String> {
+        if self.has_joined() {
+            return None;
+        }
+        Some(format!(
+            "joining the cluster: no other member seen in {} s through the seed(s) {} (gossiping on {}); check that a seed's gossip address is right and reachable, and that the nodes share `cluster_id` and `cluster_secret`",
+            self.started.elapsed().as_secs(),
+            self.seeds.join(", "),
+            self.gossip_address
+        ))
+    }
+
+    /// Says in the log what a node that has not joined is waiting for: within 5 s of the
+    /// start, then every 30 s until it joins (said once, at INFO, when it does).
+    pub async fn report_joining(self: Arc<Self>) {
+        if !self.seeded {
+            return;
+        }
+        let mut wait = Duration::from_secs(5);
+        let mut warned = false;
+        loop {
+            tokio::select! {
+                () = self.joined() => {
+                    if warned {
+                        tracing::info!(members = self.members(), "joined the cluster");
+                    }
+                    return;
+                }
+                () = tokio::time::sleep(wait) => {}
+            }
+            if let Some(waiting) = self.joining() {
+                tracing::warn!("not ready: {waiting}");
+                warned = true;
+            }
+            wait = Duration::from_secs(30);
+        }
     }
 
     /// Whether this node has joined its cluster: at once for a node started without seeds
@@ -309,10 +358,12 @@ impl ClusterMode {
         self.rates
             .handed_over
             .fetch_add(taken as u64, Ordering::Relaxed);
-        tracing::debug!(
-            buckets = taken,
-            "rate buckets handed over to their new owners"
-        );
+        if taken > 0 {
+            tracing::info!(
+                buckets = taken,
+                "rate buckets handed over to their new owners"
+            );
+        }
     }
 
     /// Follows membership until the process ends: each change rebuilds the ring, updates
@@ -366,8 +417,22 @@ impl ClusterMode {
                     transport.inner().set_addresses(addresses);
                 },
             );
+            // Membership changes are normal operation (a rolling restart is one per node):
+            // INFO, not a warning that pages someone.
+            let joined: Vec<&String> = applied
+                .joined
+                .iter()
+                .filter(|id| **id != self.node_id)
+                .collect();
+            if !joined.is_empty() {
+                tracing::info!(
+                    ?joined,
+                    members = members.len(),
+                    "members joined the cluster"
+                );
+            }
             if !applied.departed.is_empty() {
-                tracing::warn!(departed = ?applied.departed, "members left the cluster; their shared leases here expire with their TTL");
+                tracing::info!(departed = ?applied.departed, members = members.len(), "members left the cluster; their shared leases here expire with their TTL");
             }
             for coordinator in self.coordinators() {
                 coordinator.rehome().await;
@@ -397,10 +462,10 @@ impl ClusterMode {
             learning_period: spec.learning_period,
         };
         let mut coordinators = self.coordinators.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((current, coordinator)) = coordinators.get(policy) {
-            if *current == config {
-                return Arc::clone(coordinator);
-            }
+        if let Some((current, coordinator)) = coordinators.get(policy)
+            && *current == config
+        {
+            return Arc::clone(coordinator);
         }
         let coordinator = Arc::new(TwoTier::new(
             &self.node_id,

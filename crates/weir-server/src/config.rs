@@ -104,14 +104,18 @@ pub struct ServerSettings {
     /// This node's name (default `local`).
     #[serde(default = "default_node_id")]
     pub node_id: String,
-    /// The HTTP API's address (default `127.0.0.1:8080`).
-    #[serde(default = "default_http")]
+    /// The HTTP API's address (default `127.0.0.1:8080`); a host name is resolved at start.
+    #[serde(default = "default_http", deserialize_with = "listen_address::one")]
     pub http: SocketAddr,
     /// The gRPC API's address (default `127.0.0.1:50051`).
-    #[serde(default = "default_grpc")]
+    #[serde(default = "default_grpc", deserialize_with = "listen_address::one")]
     pub grpc: SocketAddr,
     /// The Redis-protocol listener's address (`--resp`); absent: none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "listen_address::some"
+    )]
     pub resp: Option<SocketAddr>,
     /// The most keys `CL.THROTTLE` keeps at once (default 100 000); at the cap, keys whole
     /// again are dropped first, and a new key is refused only when none is.
@@ -125,17 +129,21 @@ pub struct ServerSettings {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin_token: Option<String>,
     /// How often the "policy P was throttled" log line may be written (default 10 s).
-    #[serde(default = "default_report_interval", with = "humantime_serde")]
+    #[serde(default = "default_report_interval", with = "weir::duration::serde")]
     pub report_interval: Duration,
     /// How often expired leases are reclaimed (default 1 s).
-    #[serde(default = "default_lease_sweep", with = "humantime_serde")]
+    #[serde(default = "default_lease_sweep", with = "weir::duration::serde")]
     pub lease_sweep: Duration,
     /// The most one request may cost, for policies without their own `max_cost`
     /// (default 1 000 000).
     #[serde(default = "default_max_cost")]
     pub max_cost: u64,
     /// Cluster mode: the UDP address to gossip on. Absent: a single node.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "listen_address::some"
+    )]
     pub gossip: Option<SocketAddr>,
     /// Cluster mode: gossip addresses of nodes to join through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -151,12 +159,12 @@ pub struct ServerSettings {
     /// HTTP: how long a client has to send a request's headers, counted from when the server
     /// starts waiting for them — so also how long an idle keep-alive connection and one that
     /// never sends are kept (default 30 s).
-    #[serde(default = "default_header_timeout", with = "humantime_serde")]
+    #[serde(default = "default_header_timeout", with = "weir::duration::serde")]
     pub header_timeout: Duration,
     /// The Redis-protocol listener: how long a connection with nothing asked of it is kept
     /// (default `0s`: for ever, as Redis's `timeout 0`). A request begun must arrive whole
     /// within `header_timeout` whatever this says.
-    #[serde(default, with = "humantime_serde")]
+    #[serde(default, with = "weir::duration::serde")]
     pub resp_idle_timeout: Duration,
     /// The bearer token data-plane calls must carry (also `WEIR_DATA_TOKEN`): acquire, release,
     /// renew and busy over HTTP and gRPC, and the Redis protocol's password. Absent: the data
@@ -172,7 +180,7 @@ pub struct ServerSettings {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_hosts: Vec<String>,
     /// HTTP: how long a request's body may take to arrive (default 30 s); past it, 408.
-    #[serde(default = "default_body_timeout", with = "humantime_serde")]
+    #[serde(default = "default_body_timeout", with = "weir::duration::serde")]
     pub body_timeout: Duration,
     /// The most connections served at once on each listener (default 10 000); more wait in
     /// the listen backlog until one closes.
@@ -209,6 +217,52 @@ pub struct TlsSettings {
     /// addresses are not known when certificates are made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_name: Option<String>,
+}
+
+/// An address to listen on: `IP:PORT`, or `HOST:PORT` with the host resolved now (the first
+/// IPv4 address it has, else the first; `localhost:8080` is `127.0.0.1:8080`). For the flags
+/// and the config file alike.
+pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "`{text}` is not an address to listen on: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:8080"
+        ));
+    };
+    if port.parse::<u16>().is_err() {
+        return Err(format!("`{text}`: `{port}` is not a port (0 to 65535)"));
+    }
+    let found: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|error| format!("`{text}`: the host `{host}` could not be resolved: {error}"))?
+        .collect();
+    found
+        .iter()
+        .find(|address| address.is_ipv4())
+        .or(found.first())
+        .copied()
+        .ok_or_else(|| format!("`{text}`: the host `{host}` has no address"))
+}
+
+/// [`listen_address`] for serde.
+mod listen_address {
+    use std::net::SocketAddr;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub fn one<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        super::listen_address(&text).map_err(serde::de::Error::custom)
+    }
+
+    pub fn some<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<SocketAddr>, D::Error> {
+        one(deserializer).map(Some)
+    }
 }
 
 fn default_node_id() -> String {
@@ -343,34 +397,27 @@ impl ConfigFile {
             None => Vec::new(),
         };
         let mut problems = Vec::new();
-        let mut rest = match toml::Value::Table(table).try_into::<ConfigFile>() {
-            Ok(rest) => rest,
-            Err(e) => {
-                problems.push(ConfigProblem::Syntax(e.to_string()));
-                ConfigFile::default()
-            }
-        };
+        let (rest, mistakes) = every_mistake::<ConfigFile>(toml::Value::Table(table));
+        problems.extend(mistakes.into_iter().map(ConfigProblem::Syntax));
+        let mut rest = rest.unwrap_or_default();
         for (index, entry) in entries.into_iter().enumerate() {
             let name = entry
                 .get("name")
                 .and_then(|n| n.as_str())
                 .map(str::to_owned);
-            match entry.try_into::<PolicyConfig>() {
-                Ok(policy) => rest.policy.push(policy),
-                Err(e) => {
-                    let message = e.to_string();
-                    let message = message.trim_end();
-                    // The limiter's own check already names the policy.
-                    problems.push(ConfigProblem::Syntax(if message.starts_with("policy `") {
-                        message.to_owned()
-                    } else {
-                        let which = name.map_or_else(
-                            || format!("policy #{} (no name)", index + 1),
-                            |name| format!("policy `{}`", name.escape_debug()),
-                        );
-                        format!("{which}: {message}")
-                    }));
-                }
+            let (policy, mistakes) = every_mistake::<PolicyConfig>(entry);
+            rest.policy.extend(policy);
+            for message in mistakes {
+                // The limiter's own check already names the policy.
+                problems.push(ConfigProblem::Syntax(if message.starts_with("policy `") {
+                    message
+                } else {
+                    let which = name.as_ref().map_or_else(
+                        || format!("policy #{} (no name)", index + 1),
+                        |name| format!("policy `{}`", name.escape_debug()),
+                    );
+                    format!("{which}: {message}")
+                }));
             }
         }
         problems.extend(rest.problems());
@@ -469,10 +516,144 @@ impl ConfigFile {
     }
 }
 
+/// Reads `value` as a `T`, listing every unknown field rather than the first: each one serde
+/// names is reported (with the nearest field it expected, when one is close) and taken out, and
+/// the rest read again. Another kind of mistake ends the list. The `T` read once every unknown
+/// field is out, if it then reads.
+fn every_mistake<T: serde::de::DeserializeOwned>(
+    mut value: toml::Value,
+) -> (Option<T>, Vec<String>) {
+    let mut mistakes = Vec::new();
+    // Bounded: each round takes one field out of the value.
+    for _ in 0..64 {
+        let error = match value.clone().try_into::<T>() {
+            Ok(read) => return (Some(read), mistakes),
+            Err(error) => error.to_string(),
+        };
+        let error = error.trim_end().to_owned();
+        let Some(field) = unknown_field(&error) else {
+            mistakes.push(error);
+            return (None, mistakes);
+        };
+        if !remove_first(&mut value, &field) {
+            mistakes.push(error);
+            return (None, mistakes);
+        }
+        mistakes.push(match nearest(&field, &error) {
+            Some(meant) => format!("unknown field `{field}` (did you mean `{meant}`?)"),
+            None => error,
+        });
+    }
+    (None, mistakes)
+}
+
+/// The field serde's "unknown field `X`, expected …" names.
+fn unknown_field(error: &str) -> Option<String> {
+    let rest = error.split("unknown field `").nth(1)?;
+    Some(rest.split('`').next()?.to_owned())
+}
+
+/// The expected field (from serde's "expected one of `a`, `b`" list) nearest to `field`, if one
+/// is within two edits — a typo, not another word.
+fn nearest(field: &str, error: &str) -> Option<String> {
+    let expected = error.split("expected").nth(1)?;
+    expected
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|candidate| (strsim::damerau_levenshtein(field, candidate), candidate))
+        .filter(|(distance, _)| *distance <= 2)
+        .min_by_key(|(distance, _)| *distance)
+        .map(|(_, candidate)| candidate.to_owned())
+}
+
+/// Takes the first `key` out of `value`, its own keys first, then its tables' (depth first).
+fn remove_first(value: &mut toml::Value, key: &str) -> bool {
+    let Some(table) = value.as_table_mut() else {
+        return false;
+    };
+    if table.remove(key).is_some() {
+        return true;
+    }
+    table.iter_mut().any(|(_, inner)| remove_first(inner, key))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use weir::policy::{KeyedSpec, Limiter};
+
+    fn problems_of(text: &str) -> Vec<String> {
+        ConfigFile::parse(text)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn every_unknown_field_of_a_policy_is_listed_with_the_name_meant() {
+        let problems = problems_of(
+            "[server]\nheader_timout = \"5s\"\n\n[[policy]]\nname = \"p\"\non_exausted = \"reject\"\ntoken_bucket = { rate = 1, burts = 2 }\n\n[[policy]]\nname = \"q\"\nstrict = { qps = 0 }\n",
+        );
+        let joined = problems.join("\n");
+        assert!(
+            joined.contains("unknown field `header_timout` (did you mean `header_timeout`?)"),
+            "{joined}"
+        );
+        assert!(
+            joined
+                .contains("policy `p`: unknown field `on_exausted` (did you mean `on_exhausted`?)"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("policy `p`: unknown field `burts` (did you mean `burst`?)"),
+            "{joined}"
+        );
+        // The other policy's own problem is found too, and nothing is said twice.
+        assert!(joined.contains("policy `q`"), "{joined}");
+        assert_eq!(problems.len(), 4, "{joined}");
+    }
+
+    #[test]
+    fn a_month_is_not_a_window_and_a_bare_number_is_not_a_wait() {
+        let problems = problems_of(
+            "[[policy]]\nname = \"w\"\nfixed_window = { limit = 60, window = \"1M\" }\n\n[[policy]]\nname = \"t\"\nmax_wait = \"5\"\ntoken_bucket = { rate = 1, burst = 1 }\n",
+        );
+        let joined = problems.join("\n");
+        assert!(joined.contains("`1M` is not a duration"), "{joined}");
+        assert!(joined.contains("for minutes write `m`"), "{joined}");
+        assert!(
+            joined.contains("`5` is not a duration: a number needs a unit"),
+            "{joined}"
+        );
+        assert!(
+            joined.contains("\"5s\""),
+            "the form expected is shown: {joined}"
+        );
+    }
+
+    #[test]
+    fn listen_addresses_may_name_a_host() {
+        assert_eq!(
+            listen_address("localhost:8080").unwrap(),
+            "127.0.0.1:8080".parse::<SocketAddr>().unwrap()
+        );
+        assert_eq!(
+            listen_address("[::1]:80").unwrap(),
+            "[::1]:80".parse::<SocketAddr>().unwrap()
+        );
+        let config = ConfigFile::parse("[server]\nhttp = \"localhost:9000\"\n").unwrap();
+        assert_eq!(config.server.http.port(), 9000);
+        for (bad, says) in [
+            ("8080", "give HOST:PORT or IP:PORT"),
+            ("localhost:http", "is not a port"),
+            ("no-such-host.invalid:80", "could not be resolved"),
+        ] {
+            let error = listen_address(bad).unwrap_err();
+            assert!(error.contains(says), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn the_embedded_default_is_valid_and_on_loopback() {

@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use weir::policy::PolicyConfig;
 
 const FILE: &str = "policies.json";
+const LOCK: &str = "lock";
 const TEMP: &str = "policies.json.tmp";
 
 /// What the API changed: laid over the config file's policies.
@@ -86,6 +87,16 @@ pub enum DurableError {
         /// What failed.
         source: io::Error,
     },
+    /// Another process holds the data dir.
+    #[error(
+        "the data dir {dir} is in use by another weir serve ({holder}): two processes sharing a data dir would overwrite each other's policy changes. Give each node its own --data-dir (WEIR_DATA_DIR), or stop the other one first"
+    )]
+    Locked {
+        /// The data dir.
+        dir: PathBuf,
+        /// Who holds it, as it wrote itself in the lock file.
+        holder: String,
+    },
     /// The file does not parse. It is left as it is for the operator to inspect.
     #[error(
         "{path} is not a valid policy file ({detail}). It holds the policy changes made over the API; Weir does not overwrite it. To start without them, move it away (e.g. to {path}.corrupt): the config file's policies then apply as written"
@@ -125,6 +136,47 @@ pub fn load(dir: &Path) -> Result<Overlay, DurableError> {
         path,
         detail: e.to_string(),
     })
+}
+
+/// The lock on a data dir, held for as long as this lives (see the [module docs](self)).
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+}
+
+/// Takes the lock on `dir` (creating `dir` if needed) and writes `holder` (who this process
+/// is: its pid, node and address) into the lock file; refuses if another process holds it,
+/// naming what that one wrote.
+pub fn lock(dir: &Path, holder: &str) -> Result<DataDirLock, DurableError> {
+    fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let path = dir.join(LOCK);
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io_error(&path))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            let written = fs::read_to_string(&path).unwrap_or_default();
+            let holder = match written.trim() {
+                "" => "it did not say who it is".to_owned(),
+                said => said.to_owned(),
+            };
+            return Err(DurableError::Locked {
+                dir: dir.to_owned(),
+                holder,
+            });
+        }
+        Err(fs::TryLockError::Error(error)) => return Err(io_error(&path)(error)),
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(holder.as_bytes()))
+        .and_then(|()| file.write_all(b"\n"))
+        .map_err(io_error(&path))?;
+    Ok(DataDirLock { _file: file })
 }
 
 /// Checks that changes can be written to `dir`, the way [`store`] writes them (a temporary
@@ -222,6 +274,26 @@ mod tests {
         assert!(check_writable(dir.path()).is_ok());
         assert!(!dir.path().join(TEMP).exists(), "the probe is removed");
         assert_eq!(load(dir.path()).unwrap(), before);
+    }
+
+    #[test]
+    fn a_locked_data_dir_is_refused_naming_its_holder_and_free_once_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = lock(dir.path(), "pid 41, node a, http 127.0.0.1:8080").unwrap();
+        let refused = lock(dir.path(), "pid 42, node b").unwrap_err().to_string();
+        assert!(
+            refused.contains("in use by another weir serve (pid 41, node a, http 127.0.0.1:8080)"),
+            "{refused}"
+        );
+        assert!(refused.contains("--data-dir"), "{refused}");
+        drop(held);
+        let again = lock(dir.path(), "pid 42, node b").unwrap();
+        let said = fs::read_to_string(dir.path().join(LOCK)).unwrap();
+        assert_eq!(
+            said, "pid 42, node b\n",
+            "the new holder's words, the old ones gone"
+        );
+        drop(again);
     }
 
     #[test]

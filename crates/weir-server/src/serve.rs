@@ -123,20 +123,20 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     if !server.join.is_empty() && server.gossip.is_none() {
         anyhow::bail!("--join needs --gossip ADDR: a node joins a cluster by gossiping");
     }
-    if let Ok(token) = std::env::var("WEIR_ADMIN_TOKEN") {
-        if !token.trim().is_empty() {
-            server.admin_token = Some(token);
-        }
+    if let Ok(token) = std::env::var("WEIR_ADMIN_TOKEN")
+        && !token.trim().is_empty()
+    {
+        server.admin_token = Some(token);
     }
-    if let Ok(token) = std::env::var("WEIR_DATA_TOKEN") {
-        if !token.trim().is_empty() {
-            server.data_token = Some(token);
-        }
+    if let Ok(token) = std::env::var("WEIR_DATA_TOKEN")
+        && !token.trim().is_empty()
+    {
+        server.data_token = Some(token);
     }
-    if let Ok(secret) = std::env::var("WEIR_CLUSTER_SECRET") {
-        if !secret.trim().is_empty() {
-            server.cluster_secret = Some(secret);
-        }
+    if let Ok(secret) = std::env::var("WEIR_CLUSTER_SECRET")
+        && !secret.trim().is_empty()
+    {
+        server.cluster_secret = Some(secret);
     }
     if let Some(Err(error)) = server.cluster_secret.as_deref().map(ClusterSecret::new) {
         anyhow::bail!("cluster_secret (or WEIR_CLUSTER_SECRET): {error}");
@@ -289,8 +289,19 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     let hangups = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
         .context("listening for SIGHUP")?;
     let server = &config.server;
-    // Certificates first: a missing or mismatched file stops the start, naming it, before
-    // anything is bound.
+    // The data dir is this process's for as long as it runs: a second node pointed at it
+    // stops here, naming this one, before it binds anything.
+    let _data_dir_lock = crate::durable::lock(
+        &server.data_dir,
+        &format!(
+            "pid {}, node {}, http {}",
+            std::process::id(),
+            server.node_id,
+            server.http
+        ),
+    )?;
+    // Certificates: a missing or mismatched file stops the start, naming it, before anything
+    // is bound.
     let tls = server
         .tls
         .clone()
@@ -350,6 +361,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     };
     if let Some(cluster) = &cluster {
         tokio::spawn(Arc::clone(cluster).follow());
+        tokio::spawn(Arc::clone(cluster).report_joining());
     }
     let rls = load_rules(&config)?.map(|rules| (rules, config.rls.settings()));
     let app = App::new(AppSettings {
@@ -530,7 +542,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     }
     // Every acknowledged policy change was written before it was acknowledged; nothing else is
     // kept across restarts (leases are not: their holders' permits are this process's).
-    tracing::info!("stopped");
+    tracing::info!("drained");
     Ok(())
 }
 

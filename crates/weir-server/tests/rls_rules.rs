@@ -611,6 +611,8 @@ descriptors:
         PolicySet::new(policies_of(&config, &settings, Scope::Node), clock.clone()).unwrap();
     let rls = Rls::new(&config, settings, &policies, clock.clone());
     let policy = policies.get("rls:ips.remote_address").unwrap();
+    let mut first_hits_refused = 0;
+    let mut own_limit_refusals = 0;
     for round in 0..20u64 {
         for address in 0..500u64 {
             let ip = format!("10.{round}.{}.{}", address / 256, address % 256);
@@ -621,28 +623,44 @@ descriptors:
             // second's were idle and dropped); past the cap, with none idle, the rest are
             // counted in the sketch, each held to its own limit there: one hit each is
             // within it, whoever filled the map.
-            assert_eq!(answer.overall, Code::Ok, "round {round}, address {address}");
+            if address < 100 {
+                assert_eq!(answer.overall, Code::Ok, "round {round}, address {address}");
+            } else if answer.overall == Code::OverLimit {
+                first_hits_refused += 1;
+            }
         }
-        // And past the cap a sixth hit in the window is refused, as its own window would.
+        // Past the cap a key gets at most its own 5 in the window, never more: its sixth
+        // hit is refused whatever it shares words with. (Sharing all four of its words with
+        // keys already counted can cost it one of the five: the sketch errs on the strict side.)
         let last = format!("10.{round}.1.243");
-        for hit in 2..=6 {
+        let mut admitted = 1;
+        for _ in 2..=6 {
             let answer = rls
                 .should_rate_limit("ips", &[descriptor(&[("remote_address", &last)])], 0)
                 .unwrap();
-            let expected = if hit <= 5 { Code::Ok } else { Code::OverLimit };
-            assert_eq!(answer.overall, expected, "round {round}, hit {hit}");
+            admitted += u32::from(answer.overall == Code::Ok);
         }
+        assert!(
+            (4..=5).contains(&admitted),
+            "round {round}: {admitted} of 6 admitted"
+        );
+        own_limit_refusals += 6 - admitted;
         assert!(policy.stats().keys <= 100, "{:?}", policy.stats());
         // A new second: last second's windows are idle and may go.
         clock.advance(Duration::from_secs(1));
     }
+    // No newcomer's first hit was refused: a word reaches the limit only when five keys have
+    // stacked on it, which 400 keys in 1 024 words a row do not do.
+    assert_eq!(first_hits_refused, 0);
     let stats = policy.stats();
     assert!(stats.evictions > 0, "{stats:?}");
     assert_eq!(stats.sketched, 20 * 405, "{stats:?}");
     let (_, _, counts) = rls.counts().next().unwrap();
-    // total, over, near, within, shadow: only the sixth hits are over.
+    // total, over, near, within, shadow: only the hits past each key's own limit are over.
     let [total, over_limit, _, within, _] = counts.rule.read();
-    assert_eq!((total, over_limit, within), (20 * 505, 20, 20 * 504));
+    assert_eq!(total, 20 * 505);
+    assert_eq!(over_limit, u64::from(own_limit_refusals));
+    assert_eq!(within, total - over_limit);
 }
 
 #[test]

@@ -39,6 +39,7 @@
 
 pub mod backpressure;
 pub mod clock;
+pub mod duration;
 pub mod error;
 pub mod keyed;
 #[cfg(feature = "tower")]

@@ -252,7 +252,7 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
                 p90: column(|r| r.latency_ms.p90),
                 p99: column(|r| r.latency_ms.p99),
                 rps: column(|r| r.rps),
-                refused: cell.iter().map(|r| r.throttled + r.errors).sum(),
+                refused: cell.iter().map(|r| r.refused + r.errors).sum(),
                 missed: cell.iter().map(|r| r.missed).sum(),
             });
         }

@@ -237,7 +237,7 @@ async fn run_once(
         cluster_cpu_us: cpu.iter().map(Duration::as_secs_f64).sum::<f64>() * 1e6 / admissions,
         from_loan: from_loan as f64 / admissions,
         p50_ms: report.latency_ms.p50,
-        refused: report.throttled + report.errors,
+        refused: report.refused + report.errors,
     })
 }
 

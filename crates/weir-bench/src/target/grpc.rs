@@ -45,7 +45,7 @@ pub(super) fn answer(answer: AcquireResponse) -> Answer {
             RequestOutcome::Admitted,
             Some(answer.lease).filter(|lease| !lease.is_empty()),
         )),
-        false => Ok((RequestOutcome::Throttled, None)),
+        false => Ok((RequestOutcome::Refused, None)),
     }
 }
 

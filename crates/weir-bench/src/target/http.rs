@@ -52,7 +52,7 @@ impl Target for Http {
                     body.lease.map(|lease| lease.into_owned()),
                 ))
             }
-            429 => Ok((RequestOutcome::Throttled, None)),
+            429 => Ok((RequestOutcome::Refused, None)),
             _ => Err(format!(
                 "HTTP {status}: {}",
                 answer.text().await.unwrap_or_default()

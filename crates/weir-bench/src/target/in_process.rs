@@ -53,7 +53,7 @@ impl Target for InProcess {
             Ok(AcquireOutcome::Admitted { lease, .. }) => {
                 Ok((RequestOutcome::Admitted, lease.map(|(id, _)| id)))
             }
-            Ok(AcquireOutcome::Refused { .. }) => Ok((RequestOutcome::Throttled, None)),
+            Ok(AcquireOutcome::Refused { .. }) => Ok((RequestOutcome::Refused, None)),
             Err(error) => Err(error.to_string()),
         }
     }

@@ -10,7 +10,7 @@ impl Target for RedisTarget {
     async fn acquire(&mut self, request: AcquireBody) -> Answer {
         match RedisTarget::acquire(self, &request.key, request.cost.unwrap_or(1)).await {
             Ok((true, lease)) => Ok((RequestOutcome::Admitted, lease)),
-            Ok((false, _)) => Ok((RequestOutcome::Throttled, None)),
+            Ok((false, _)) => Ok((RequestOutcome::Refused, None)),
             Err(error) => Err(format!("redis: {error}")),
         }
     }

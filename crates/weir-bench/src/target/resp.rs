@@ -149,7 +149,7 @@ impl Target for Resp {
                         return acquired(&reply).map(|(admitted, lease)| {
                             let outcome = match admitted {
                                 true => RequestOutcome::Admitted,
-                                false => RequestOutcome::Throttled,
+                                false => RequestOutcome::Refused,
                             };
                             (outcome, lease)
                         });
@@ -179,7 +179,7 @@ impl Target for Resp {
         };
         match decided {
             Ok((true, lease)) => Ok((RequestOutcome::Admitted, lease)),
-            Ok((false, _)) => Ok((RequestOutcome::Throttled, None)),
+            Ok((false, _)) => Ok((RequestOutcome::Refused, None)),
             Err(error) => Err(format!("resp: {error}")),
         }
     }

@@ -111,7 +111,7 @@ impl Target for Rls {
         match self.client.should_rate_limit(request).await {
             Ok(reply) => match Code::try_from(reply.into_inner().overall_code) {
                 Ok(Code::Ok) => Ok((RequestOutcome::Admitted, None)),
-                Ok(Code::OverLimit) => Ok((RequestOutcome::Throttled, None)),
+                Ok(Code::OverLimit) => Ok((RequestOutcome::Refused, None)),
                 _ => Err("RLS answered UNKNOWN".to_owned()),
             },
             Err(status) => Err(format!("gRPC {:?}: {}", status.code(), status.message())),
@@ -194,7 +194,7 @@ impl Target for RedisFixedWindow {
             .any(|(count, limit)| count > limit);
         Ok((
             if over {
-                RequestOutcome::Throttled
+                RequestOutcome::Refused
             } else {
                 RequestOutcome::Admitted
             },

@@ -46,11 +46,11 @@ impl App {
             .and_then(|p| p.with_config(|c| c.concurrency().map(|c| c.lease_ttl)))
             .unwrap_or(DEFAULT_LEASE_TTL);
         let ttl = ttl_ms.map_or(most, |ms| Duration::from_millis(ms).min(most));
-        if let Some((coordinator, shared)) = self.leases.shared_of(id) {
-            if !coordinator.renew(shared, ttl).await {
-                self.leases.release(id);
-                return Err(ApiError::unknown_lease());
-            }
+        if let Some((coordinator, shared)) = self.leases.shared_of(id)
+            && !coordinator.renew(shared, ttl).await
+        {
+            self.leases.release(id);
+            return Err(ApiError::unknown_lease());
         }
         let now = self.clock.now();
         self.leases

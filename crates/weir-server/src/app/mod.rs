@@ -245,6 +245,18 @@ impl App {
             && self.cluster.as_ref().is_none_or(|c| c.has_joined())
     }
 
+    /// Why the server is not ready, if it is not: starting, shutting down, or in cluster mode
+    /// still joining (with the seeds it tried and what to check).
+    pub fn not_ready_because(&self) -> Option<String> {
+        if *self.shutdown.borrow() {
+            return Some("shutting down: draining its connections".to_owned());
+        }
+        if !self.ready.load(Ordering::Acquire) {
+            return Some("starting up".to_owned());
+        }
+        self.cluster.as_ref().and_then(|c| c.joining())
+    }
+
     /// Starts shutting down: waiting requests are answered 503.
     pub fn begin_shutdown(&self) {
         self.shutdown.send_replace(true);
@@ -339,7 +351,7 @@ impl App {
     pub fn report(&self) {
         for policy in self.policies.policies() {
             if let Some(report) = policy.report() {
-                tracing::warn!(target: "weir::report", "{report}");
+                tracing::info!(target: "weir::report", "{report}");
             }
         }
     }

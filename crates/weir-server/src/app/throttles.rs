@@ -91,10 +91,10 @@ fn sort_rows(
 impl App {
     /// The keys held back, filtered and sorted.
     pub fn throttles(&self, query: &ThrottleQuery) -> Result<Vec<ThrottleRow>, ApiError> {
-        if let Some(node) = &query.node {
-            if *node != self.node_id {
-                return Ok(Vec::new());
-            }
+        if let Some(node) = &query.node
+            && *node != self.node_id
+        {
+            return Ok(Vec::new());
         }
         let limit = query.limit.unwrap_or(DEFAULT_THROTTLE_ROWS);
         // `CL.THROTTLE`'s keys show as a policy of that name.

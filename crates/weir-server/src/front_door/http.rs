@@ -710,15 +710,14 @@ async fn healthz() -> Json<serde_json::Value> {
 }
 
 async fn readyz(State(app): State<Arc<App>>) -> Response {
-    if app.is_ready() {
-        Json(json!({ "status": "ready" })).into_response()
-    } else {
-        ApiError {
+    match app.not_ready_because() {
+        None => Json(json!({ "status": "ready" })).into_response(),
+        Some(why) => ApiError {
             status: 503,
             code: "not_ready",
-            detail: "starting up or shutting down".into(),
+            detail: why,
         }
-        .into_response()
+        .into_response(),
     }
 }
 

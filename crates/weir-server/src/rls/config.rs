@@ -429,7 +429,102 @@ fn parse_algorithm(
     }
 }
 
+/// The fields each level of a rules file may have: a file, a descriptor node, a `rate_limit`,
+/// one of its `replaces`.
+const FILE_FIELDS: &[&str] = &["domain", "descriptors", "weir_algorithm"];
+const NODE_FIELDS: &[&str] = &[
+    "key",
+    "value",
+    "rate_limit",
+    "descriptors",
+    "shadow_mode",
+    "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "quota_mode",
+    "metadata",
+    "weir_algorithm",
+];
+const RATE_LIMIT_FIELDS: &[&str] = &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
+const REPLACE_FIELDS: &[&str] = &["name"];
+
+/// Every field of `node` (a mapping at a level whose fields are `known`) that is not one, at
+/// its line and column and with the nearest field meant when one is close; then the same in
+/// the levels below. serde would stop at the first, and without a place.
+fn unknown_fields(
+    file: &Path,
+    node: &marked_yaml::Node,
+    known: &[&str],
+    errors: &mut Vec<RuleError>,
+) {
+    let Some(mapping) = node.as_mapping() else {
+        return;
+    };
+    for (key, value) in mapping.iter() {
+        let name = key.as_str();
+        if !known.contains(&name) {
+            let (line, column) = key
+                .span()
+                .start()
+                .map_or((0, 0), |m| (m.line(), m.column()));
+            let meant = known
+                .iter()
+                .map(|field| (strsim::damerau_levenshtein(name, field), field))
+                .filter(|(distance, _)| *distance <= 2)
+                .min_by_key(|(distance, _)| *distance)
+                .map_or(String::new(), |(_, field)| {
+                    format!(" (did you mean `{field}`?)")
+                });
+            errors.push(RuleError {
+                place: Place {
+                    file: file.to_owned(),
+                    line,
+                    column,
+                },
+                rule: None,
+                problem: format!(
+                    "unknown field `{name}`{meant}; a {} has {}",
+                    match known {
+                        k if k == FILE_FIELDS => "file",
+                        k if k == NODE_FIELDS => "descriptor",
+                        k if k == RATE_LIMIT_FIELDS => "rate_limit",
+                        _ => "replaces entry",
+                    },
+                    known
+                        .iter()
+                        .map(|f| format!("`{f}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+            continue;
+        }
+        let (below, each) = match name {
+            "descriptors" => (NODE_FIELDS, true),
+            "rate_limit" => (RATE_LIMIT_FIELDS, false),
+            "replaces" => (REPLACE_FIELDS, true),
+            _ => continue,
+        };
+        match (each, value.as_sequence()) {
+            (true, Some(items)) => {
+                for item in items.iter() {
+                    unknown_fields(file, item, below, errors);
+                }
+            }
+            _ => unknown_fields(file, value, below, errors),
+        }
+    }
+}
+
 fn parse_file(file: &Path, text: &str, errors: &mut Vec<RuleError>) -> Option<DomainRules> {
+    // Every unknown field first, each at its place: a file with any is not read further.
+    if let Ok(tree) = marked_yaml::parse_yaml(0, text) {
+        let before = errors.len();
+        unknown_fields(file, &tree, FILE_FIELDS, errors);
+        if errors.len() > before {
+            return None;
+        }
+    }
     let parsed: FileYaml = match marked_yaml::from_yaml(0, text) {
         Ok(parsed) => parsed,
         Err(error) => {
@@ -526,15 +621,15 @@ impl Context<'_> {
                     "`share_threshold` needs a `value` with `*`: it makes every value the pattern matches share one counter",
                 );
             }
-            if let Some(quota) = &node.quota_mode {
-                if **quota {
-                    let at = place_of(self.file, quota);
-                    self.error(
+            if let Some(quota) = &node.quota_mode
+                && **quota
+            {
+                let at = place_of(self.file, quota);
+                self.error(
                         at,
                         &path,
                         "`quota_mode` is not supported by Weir: remove it (the rule then answers OVER_LIMIT as any other)",
                     );
-                }
             }
             let algorithm =
                 parse_algorithm(self.file, &node.weir_algorithm, Some(&path), self.errors)

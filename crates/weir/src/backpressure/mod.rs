@@ -106,14 +106,14 @@ pub struct AdaptiveConfig {
     #[serde(default = "default_floor")]
     pub floor: f64,
     /// The window rates are measured over (default 3 s). Fixed at creation.
-    #[serde(default = "three_seconds", with = "humantime_serde")]
+    #[serde(default = "three_seconds", with = "crate::duration::serde")]
     pub window: Duration,
     /// The least time between two upgrades (default 3 s).
-    #[serde(default = "three_seconds", with = "humantime_serde")]
+    #[serde(default = "three_seconds", with = "crate::duration::serde")]
     pub upgrade_interval: Duration,
     /// Quiet time after which one upgrade is undone (default 3 s). Converging: each quiet
     /// interval relaxes every limited key.
-    #[serde(default = "three_seconds", with = "humantime_serde")]
+    #[serde(default = "three_seconds", with = "crate::duration::serde")]
     pub downgrade_interval: Duration,
     /// Converging: each quiet interval multiplies the capacity estimate by this, probing for
     /// more; from the third quiet interval in a row the step doubles each time (default 1.05).
@@ -449,10 +449,11 @@ impl<C: Clock + Clone> Backpressure<C> {
             let config = self.config.lock().unwrap_or_else(|p| p.into_inner());
             (config.top_k, config.rpcs.clone(), config.window)
         };
-        if let Some(rpc) = rpc {
-            if !rpcs.is_empty() && !rpcs.iter().any(|r| r == rpc) {
-                return false;
-            }
+        if let Some(rpc) = rpc
+            && !rpcs.is_empty()
+            && !rpcs.iter().any(|r| r == rpc)
+        {
+            return false;
         }
         self.busy_signals.fetch_add(1, Ordering::Relaxed);
         let now = self.clock.now();

@@ -356,21 +356,21 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             for (_, cell) in data.table.iter() {
                 convert(&data.shape, new, cell);
             }
-            if std::ptr::eq(lock, &self.overflow_cell) {
-                if let Some(sketch) = self.sketch.get() {
-                    // Each word as a cell of its own, converted as a key's would be.
-                    sketch.convert(|value| {
-                        let cell = C::new(&data.shape, 0);
-                        match cell.word() {
-                            Some(word) => {
-                                word.store(value, Ordering::Release);
-                                convert(&data.shape, new, &cell);
-                                word.load(Ordering::Acquire)
-                            }
-                            None => value,
+            if std::ptr::eq(lock, &self.overflow_cell)
+                && let Some(sketch) = self.sketch.get()
+            {
+                // Each word as a cell of its own, converted as a key's would be.
+                sketch.convert(|value| {
+                    let cell = C::new(&data.shape, 0);
+                    match cell.word() {
+                        Some(word) => {
+                            word.store(value, Ordering::Release);
+                            convert(&data.shape, new, &cell);
+                            word.load(Ordering::Acquire)
                         }
-                    });
-                }
+                        None => value,
+                    }
+                });
             }
             data.shape = new.clone();
         }

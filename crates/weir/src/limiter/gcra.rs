@@ -584,7 +584,11 @@ mod tests {
             std::thread::spawn(move || {
                 let mut flips = 0u64;
                 while !done.load(Ordering::Relaxed) || flips < 1_000 {
-                    let interval = if flips % 2 == 0 { 1_000 * MS } else { MS };
+                    let interval = if flips.is_multiple_of(2) {
+                        1_000 * MS
+                    } else {
+                        MS
+                    };
                     bucket.reshape(Params::new(interval, 1_000_000), 0);
                     flips += 1;
                 }

@@ -102,7 +102,7 @@ pub struct LeakyBucketSpec {
     #[serde(default)]
     pub initial: u64,
     /// Over this interval, `refill_amount` tokens are added.
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::duration::serde")]
     pub refill_interval: Duration,
     /// Tokens added per interval.
     pub refill_amount: u64,
@@ -143,7 +143,7 @@ pub struct FixedWindowSpec {
     /// Hits per window.
     pub limit: u64,
     /// A window's length (at least 1 ms).
-    #[serde(with = "humantime_serde")]
+    #[serde(with = "crate::duration::serde")]
     pub window: Duration,
     /// Multiply `limit` by the number of cores.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -168,7 +168,7 @@ pub struct ConcurrencySpec {
     #[serde(default)]
     pub shared_limit: u64,
     /// How long a shared permit lives unless renewed (default 30 s).
-    #[serde(default = "default_lease_ttl", with = "humantime_serde")]
+    #[serde(default = "default_lease_ttl", with = "crate::duration::serde")]
     pub lease_ttl: Duration,
     /// What to do when the shared pool cannot be asked (default `open`).
     #[serde(default)]
@@ -185,7 +185,7 @@ pub struct ConcurrencySpec {
     /// at once; at most `lease_ttl`; `closed` policies always wait a full `lease_ttl`).
     #[serde(
         default,
-        with = "humantime_serde",
+        with = "crate::duration::serde",
         skip_serializing_if = "Duration::is_zero"
     )]
     pub learning_period: Duration,
@@ -369,7 +369,7 @@ struct RawPolicyConfig {
     #[serde(default)]
     on_exhausted: OnExhausted,
     /// The longest a request waits (default 5 s).
-    #[serde(default = "default_max_wait", with = "humantime_serde")]
+    #[serde(default = "default_max_wait", with = "crate::duration::serde")]
     max_wait: Duration,
     /// The most keys tracked at once (default 100 000).
     #[serde(default = "default_max_keys")]
@@ -386,7 +386,7 @@ struct RawPolicyConfig {
     /// `scope = "cluster"`: how long a bucket's new owner holds it to its tenure's share.
     #[serde(
         default,
-        with = "humantime_serde",
+        with = "crate::duration::serde",
         skip_serializing_if = "Duration::is_zero"
     )]
     learning_period: Duration,
@@ -708,14 +708,14 @@ impl PolicyConfig {
                             format!("{table}.overrides.{kind}"),
                             format!("must be a whole number, got {value}"),
                         ));
-                    } else if value > 0.0 {
-                        if let Err(e) = self.shape_with_value(spec, value, 1.0) {
-                            errors.push(PolicyError::new(
-                                name,
-                                format!("{table}.overrides.{kind}"),
-                                e.problem,
-                            ));
-                        }
+                    } else if value > 0.0
+                        && let Err(e) = self.shape_with_value(spec, value, 1.0)
+                    {
+                        errors.push(PolicyError::new(
+                            name,
+                            format!("{table}.overrides.{kind}"),
+                            e.problem,
+                        ));
                     }
                 }
             }

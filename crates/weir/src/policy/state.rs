@@ -141,11 +141,11 @@ pub(super) fn build_state<C: Clock + Clone>(
         }
     };
     let reuse = |existing: Option<&Arc<KeyedLimiter<C>>>, shape: Shape| {
-        if let Some(limiter) = existing {
-            if limiter.reshape(shape) {
-                limiter.set_bounds(config.max_keys, config.overflow);
-                return Arc::clone(limiter);
-            }
+        if let Some(limiter) = existing
+            && limiter.reshape(shape)
+        {
+            limiter.set_bounds(config.max_keys, config.overflow);
+            return Arc::clone(limiter);
         }
         Arc::new(KeyedLimiter::new(
             shape,
