@@ -270,19 +270,10 @@ async fn renew(server: &Server, lease: &Value) -> StatusCode {
 #[tokio::test]
 async fn a_reload_that_would_remove_every_policy_must_say_so_and_leases_end_with_their_policy() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("weir.toml");
-    std::fs::write(&config, WITH_LEASES).unwrap();
     let data = dir.path().join("data");
-    let server = Server::start_from_env(
-        &[
-            ("WEIR_CONFIG", config.to_str().unwrap()),
-            ("WEIR_DATA_DIR", data.to_str().unwrap()),
-            ("WEIR_HTTP", "127.0.0.1:0"),
-            ("WEIR_GRPC", "127.0.0.1:0"),
-            ("WEIR_LOG", "warn"),
-        ],
-        &data,
-    );
+    // The server runs on the file it is given, which is watched: edited below.
+    let server = Server::start(WITH_LEASES, &data);
+    let config = data.with_extension("toml");
     let mut old = Vec::new();
     for _ in 0..2 {
         let (status, body) = lease(&server).await;

@@ -105,8 +105,9 @@ impl App {
         })
     }
 
-    /// Whether Redis-protocol clients must give a password: the data token.
-    pub fn requires_password(&self) -> bool {
+    /// Whether data-plane calls must carry the data token (and Redis-protocol clients give it
+    /// as their password).
+    pub fn needs_data_token(&self) -> bool {
         self.access.data_token.is_some()
     }
 
@@ -148,10 +149,23 @@ fn host_name(host: &str) -> &str {
 /// Whether `host` names this machine's loopback: `localhost` (and names under it, RFC 6761),
 /// or a loopback address.
 fn is_loopback_host(host: &str) -> bool {
-    let name = host_name(host).trim_end_matches('.');
-    name.eq_ignore_ascii_case("localhost")
-        || name.to_ascii_lowercase().ends_with(".localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    // On every state-changing request of a server without a token, so nothing is allocated,
+    // and the two forms local clients send are recognised before anything is parsed.
+    let bytes = host.as_bytes();
+    for common in [&b"127.0.0.1"[..], b"localhost"] {
+        if bytes.starts_with(common) && bytes.get(common.len()).is_none_or(|after| *after == b':') {
+            return true;
+        }
+    }
+    let name = host_name(host).trim_end_matches('.').as_bytes();
+    const SUFFIX: &[u8] = b".localhost";
+    name.eq_ignore_ascii_case(b"localhost")
+        || (name.len() > SUFFIX.len()
+            && name[name.len() - SUFFIX.len()..].eq_ignore_ascii_case(SUFFIX))
+        || std::str::from_utf8(name)
+            .ok()
+            .and_then(|name| name.parse::<IpAddr>().ok())
+            .is_some_and(|ip| ip.is_loopback())
 }
 
 /// Whether `host` is the operator's `allowed` entry: the same `host:port`, or, for an entry

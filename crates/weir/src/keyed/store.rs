@@ -39,7 +39,7 @@ pub(crate) trait Cell<S>: Send + Sync {
     fn is_idle(&self, shape: &S, now: Nanos) -> bool;
     /// The cell's whole state as one word that only grows as the bucket empties, if it is one:
     /// such cells can be counted in a sketch past the cap (see `sketch.rs`).
-    fn word(&self) -> Option<&AtomicU64> {
+    fn word(&self) -> Option<&crate::sync::AtomicU64> {
         None
     }
 }
@@ -394,11 +394,9 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
         f: impl FnOnce(Found<'_, S, C>) -> R,
     ) -> Option<R> {
         if overflowed {
-            // A key decided in the sketch is not found again: what it took stays taken, which
-            // only ever makes its words stricter.
-            if self.sketch.get().is_some() && *read(&self.overflow) == Overflow::Sketch {
-                return None;
-            }
+            // A key decided in the sketch gets the overflow cell here, which no decision uses
+            // while the sketch is in force: what it took stays taken in the sketch (its words
+            // only ever stricter), and a give-back lands where it changes nothing.
             let data = read(&self.overflow_cell);
             let (_, cell) = data.table.iter().next()?;
             return Some(f(Found {

@@ -44,7 +44,7 @@ impl Session {
         Session {
             id,
             resp3: false,
-            authenticated: !app.requires_password(),
+            authenticated: !app.needs_data_token(),
             name: None,
         }
     }
@@ -191,7 +191,7 @@ fn api_error(error: &ApiError) -> Reply {
 /// Redis holds no credential that rewrites policies.
 fn auth(app: &App, session: &mut Session, user: Option<&[u8]>, password: &[u8]) -> Reply {
     let given = String::from_utf8_lossy(password);
-    if !app.requires_password() {
+    if !app.needs_data_token() {
         return Reply::err(
             "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         );
