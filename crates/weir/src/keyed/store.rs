@@ -14,16 +14,15 @@
 //! cells (a cell is idle when its bucket is back to its initial state and nothing outside the
 //! map depends on it: no permit, no waiter). Cells that are not idle are never dropped — dropping one would give its
 //! key a fresh burst, so key churn would become a way around the limit. If nothing can be
-//! dropped, the new key overflows: it shares one overflow cell with every other overflowing key,
-//! or is refused, as the policy says. A sweep that frees nothing is not repeated for a while, so
+//! dropped, the new key overflows: it is counted in the sketch (`sketch.rs`, the default for
+//! rate cells), shares one overflow cell with every other overflowing key, or is refused, as
+//! the policy says. A sweep that frees nothing is not repeated for a while, so
 //! a flood of new keys at the cap costs one lookup each, not one sweep each.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
-
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
@@ -69,8 +68,8 @@ pub(crate) struct Found<'a, S, C> {
     /// counted in the sketch.
     pub overflowed: bool,
     /// The cell is the key's estimate from the sketch, made for this decision: what is done
-    /// to it is kept in the sketch, but it cannot be found again (no waiting on it, nothing
-    /// given back to it). Read by waiting acquires.
+    /// to it is kept in the sketch, but it cannot be found again, so a waiting acquire decides
+    /// at once on it (and a give-back lands on the unused overflow cell).
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub sketched: bool,
 }
