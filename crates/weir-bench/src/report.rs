@@ -21,7 +21,7 @@ pub fn error_kind(message: &str) -> String {
     if let Some(status) = message.strip_prefix("HTTP ") {
         return format!("HTTP {}", status.split([' ', ':']).next().unwrap_or(""));
     }
-    if let Some(code) = lower.split("status: ").nth(1) {
+    if let Some(code) = message.split("status: ").nth(1) {
         return format!("gRPC {}", code.split([',', ' ']).next().unwrap_or(""));
     }
     let kind = if lower.contains("connection refused") {

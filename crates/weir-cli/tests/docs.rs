@@ -539,3 +539,43 @@ fn the_three_node_walk_through_prints_what_its_comments_say() {
         "the walk-through shows fewer answers than it did"
     );
 }
+
+/// The counters the docs name for `GET /v1/cluster` are the ones a node answers with, and the
+/// migration guide's claim that RLS counts are handed over names one of them: a counter renamed
+/// or dropped in the code fails here, not in an operator's dashboard.
+#[tokio::test]
+async fn the_documented_cluster_counters_are_the_ones_a_node_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        weir_server::config::DEFAULT_CONFIG,
+        &dir.path().join("data"),
+    );
+    let live: serde_json::Value = reqwest::get(server.url("/v1/cluster"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let live = live["counters"]
+        .as_object()
+        .expect("counters in /v1/cluster");
+    let text = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let row = text
+        .lines()
+        .find(|line| line.starts_with("| `GET /v1/cluster`"))
+        .expect("the /v1/cluster row of the API table");
+    let listed = row
+        .split("counters: {")
+        .nth(1)
+        .and_then(|rest| rest.split('}').next())
+        .expect("the counters the row lists");
+    let documented: BTreeSet<&str> = listed.split(',').map(str::trim).collect();
+    let answered: BTreeSet<&str> = live.keys().map(String::as_str).collect();
+    assert_eq!(
+        documented, answered,
+        "docs/configuration.md against a live node"
+    );
+    let envoy = std::fs::read_to_string(repo().join("docs/envoy.md")).unwrap();
+    let named = "rate_buckets_handed_over";
+    assert!(envoy.contains(named) && answered.contains(named), "{named}");
+}

@@ -107,7 +107,7 @@ async fn envoy_rate_limit_service_answers_from_the_reference_yaml() {
     assert_eq!(listed.status(), 200);
     let body: serde_json::Value = listed.json().await.unwrap();
     assert_eq!(body["fixed_window"]["limit"], 5);
-    assert_eq!(body["fixed_window"]["window"], "1day");
+    assert_eq!(body["fixed_window"]["window"], "1d");
     let put = reqwest::Client::new()
         .put(server.url(&format!("/v1/policies/{policy}")))
         .json(&serde_json::json!({"on_exhausted": "reject", "fixed_window": {"limit": 50, "window": "1d"}}))
@@ -403,4 +403,38 @@ async fn a_full_key_table_does_not_lock_out_newcomers() {
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no sketched counter for the rule:\n{metrics}"));
     assert_eq!(sketched, 105);
+}
+
+/// With a data token, Envoy's rate limit service asks for it too (Envoy sends it as the
+/// service's `initial_metadata`): the quota of a rule is the data plane's, not anyone's.
+#[tokio::test]
+async fn the_data_token_guards_the_rate_limit_service() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules.yaml");
+    std::fs::write(&rules, RULES).unwrap();
+    let config = format!("[rls]\nconfig = {:?}\n", rules.display().to_string());
+    let token = "a-data-token-of-some-length";
+    let server = Server::start_with(
+        &config,
+        &dir.path().join("data"),
+        &[("WEIR_DATA_TOKEN", token)],
+    );
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let refused = client
+        .should_rate_limit(marketing("2061234567"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    let mut with_token = tonic::Request::new(marketing("2061234567"));
+    with_token
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let answer = client
+        .should_rate_limit(with_token)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.overall_code, RlsCode::Ok as i32);
 }

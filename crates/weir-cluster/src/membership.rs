@@ -381,7 +381,13 @@ mod tests {
             1,
             |a| seen = a,
         );
-        assert_eq!(first, Applied::default());
+        assert_eq!(
+            first,
+            Applied {
+                departed: Vec::new(),
+                joined: vec!["a".to_owned(), "b".to_owned()],
+            }
+        );
         assert_eq!(ring.load().members(), ["a", "b"]);
         assert_eq!(seen["b"], "http://b:50051");
         assert!(matches!(
@@ -401,6 +407,7 @@ mod tests {
             |_| {},
         );
         assert_eq!(second.departed, ["b"]);
+        assert!(second.joined.is_empty());
         // "Departed" may be a pause: b's permit is still counted, and the bucket stays full to
         // its limit, until the lease expires.
         assert_eq!(pool.in_use("x", 0), 2);

@@ -245,8 +245,10 @@ impl Cells {
                     cells.retain(|_, cell| cell.tat > now);
                 }
                 if cells.len() >= per_shard {
-                    drop(cells);
+                    // Decided holding the shard's lock: no call for the same key can give it a
+                    // cell here from the sketch's word while this one decides on that word.
                     let verdict = self.throttle_sketched(key, throttle, (interval, tolerance), now);
+                    drop(cells);
                     self.count(&verdict);
                     return Ok(verdict);
                 }

@@ -13,8 +13,8 @@
 //! `[rls]` take effect at the next start. A file that does not parse or check keeps the running
 //! config: the reason is logged (with the line, for TOML) and counted in
 //! `weir_config_reloads_total{outcome="failed"}`; the node stays ready. So does a file with no
-//! `[[policy]]` table at all while policies run — an empty or comment-only file, or one cut
-//! short by a write that was not atomic — unless it says `policy = []`.
+//! `[[policy]]` table at all while policies it defined run — an empty or comment-only file, or
+//! one cut short by a write that was not atomic — unless it says `policy = []`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -173,7 +173,10 @@ async fn reload(app: &App, path: &Path, last: &mut String, forced: bool) {
             return;
         }
     };
-    if config.policy.is_empty() && !names_policies(&text) && app.runs_file_policies() {
+    if config.policy.is_empty()
+        && !names_policies(&text)
+        && app.an_empty_file_would_remove_policies().await
+    {
         // A comment-only file, or one cut short by a write that was not atomic: taken as is, it
         // would remove every policy, leases and all.
         tracing::warn!(

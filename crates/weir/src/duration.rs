@@ -3,9 +3,11 @@
 //! Only units whose length is fixed and whose letter cannot be misread are taken: `ns`, `us`
 //! (`µs`), `ms`, `s`, `m` or `min`, `h`, `d` and `w`, with their spelled-out names. A rate
 //! limiter's users write minutes, so `M` — a month to the general-purpose parser Weir used
-//! before, and so `window = "1M"` ran as a month — is refused, as are months and years, whose
-//! length varies. A number with no unit is refused too (`"5"`: seconds or milliseconds?). Each
-//! refusal names what was read and shows the form expected.
+//! before, and so `window = "1M"` ran as a month — is refused, and so are `y` and `mo`. A number
+//! with no unit is refused too (`"5"`: seconds or milliseconds?). Each refusal names what was
+//! read and shows the form expected. `month` and `year` spelled out are read with that parser's
+//! fixed lengths (30.44 and 365.25 days): it wrote them into the data dir, and a policy saved by
+//! an older version must still load.
 //!
 //! [`serde`] is the `#[serde(with = …)]` module for config fields; it writes durations back in
 //! the same units, so what is read is what is shown.
@@ -46,9 +48,14 @@ fn unit_nanos(unit: &str) -> Result<u64, String> {
                     .to_owned(),
             );
         }
-        "month" | "months" | "y" | "year" | "years" => {
+        // Spelled out, as the general-purpose parser Weir used before wrote them into the
+        // data dir: read with that parser's lengths (30.44 and 365.25 days), so a policy saved
+        // by an older version still loads. Abbreviated, they are refused.
+        "month" | "months" => 2_630_016 * S,
+        "year" | "years" => 31_557_600 * S,
+        "y" | "mo" => {
             return Err(format!(
-                "`{unit}` has no fixed length; give it in days (`30d`, `365d`)"
+                "`{unit}` is refused: its length varies; give days (`30d`, `365d`)"
             ));
         }
         "" => return Err("a number needs a unit".to_owned()),
@@ -76,7 +83,8 @@ pub fn parse(text: &str) -> Result<Duration, DurationError> {
         let number: u64 = rest[..digits]
             .parse()
             .map_err(|_| refuse("the number is too large".to_owned()))?;
-        rest = &rest[digits..];
+        // "3 seconds" as well as "3s".
+        rest = rest[digits..].trim_start();
         let unit_len = rest
             .char_indices()
             .find(|(_, c)| c.is_ascii_digit() || c.is_whitespace())
@@ -176,8 +184,8 @@ mod tests {
     fn ambiguous_or_unitless_durations_are_refused_by_name() {
         for (text, says) in [
             ("1M", "for minutes write `m`"),
-            ("2months", "no fixed length"),
-            ("1y", "no fixed length"),
+            ("1y", "its length varies"),
+            ("2mo", "its length varies"),
             ("5", "a number needs a unit"),
             ("", "it is empty"),
             ("fast", "expected a number"),
@@ -192,6 +200,23 @@ mod tests {
                 "{text}: the form expected is shown: {error}"
             );
         }
+    }
+
+    #[test]
+    fn what_an_older_version_wrote_still_reads() {
+        // The previous parser's own output for 31 days and for a year and a day.
+        assert_eq!(
+            parse("1month 13h 26m 24s"),
+            Ok(Duration::from_secs(31 * 86_400))
+        );
+        assert_eq!(
+            parse("1year 1day"),
+            Ok(Duration::from_secs(31_557_600 + 86_400))
+        );
+        assert_eq!(
+            parse("2days 3us"),
+            Ok(Duration::from_nanos(2 * 86_400 * 1_000_000_000 + 3_000))
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Admitting one request: the decision every front door asks for, on this node and, in
 //! cluster mode, through the shared pool.
 
+use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -153,7 +154,10 @@ impl App {
                 let would_throttle = admission.would_throttle();
                 let lease = match lease_ttl {
                     Some(ttl) if admission.applied() => {
-                        Some(self.hold(&input.policy, Hold::Node(admission), ttl))
+                        match self.hold(&policy, &input.policy, Hold::Node(admission), ttl) {
+                            Some(lease) => Some(lease),
+                            None => return Ok(removed_while_waiting(&input.policy, limit)),
+                        }
                     }
                     // A rate limiter's admission is done as soon as it is answered.
                     _ => None,
@@ -201,11 +205,14 @@ impl App {
         {
             Ok(admission) => {
                 let tier = crate::cluster::tier_name(admission.tier);
-                let lease = self.hold(
+                let Some(lease) = self.hold(
+                    policy,
                     &input.policy,
                     Hold::Shared(admission, coordinator),
                     concurrency.lease_ttl,
-                );
+                ) else {
+                    return removed_while_waiting(&input.policy, limit);
+                };
                 AcquireOutcome::Admitted {
                     waited: Duration::ZERO,
                     lease: Some(lease),
@@ -233,13 +240,39 @@ impl App {
         }
     }
 
-    /// Holds an admission as a lease; returns its id and time to live.
-    fn hold(&self, policy: &str, admission: Hold, ttl: Duration) -> (String, Duration) {
+    /// Holds an admission of `policy` (named `name`) as a lease; returns its id and time to
+    /// live, or `None` — the admission released — if the policy was removed meanwhile (a
+    /// waiter handed a permit its removal freed). Checked after the lease is in the table: a
+    /// removal then either came before (seen here) or releases the lease itself.
+    fn hold(
+        &self,
+        policy: &Policy<SystemClock>,
+        name: &str,
+        admission: Hold,
+        ttl: Duration,
+    ) -> Option<(String, Duration)> {
         let held = Held {
-            policy: policy.to_owned(),
+            policy: name.to_owned(),
             admission,
         };
         let (id, _) = self.leases.insert(held, ttl, self.clock.now());
-        (id.to_string(), ttl)
+        let current = self
+            .policies
+            .get(name)
+            .is_some_and(|running| std::ptr::eq(Arc::as_ptr(&running), policy));
+        if !current {
+            self.leases.release(id);
+            return None;
+        }
+        Some((id.to_string(), ttl))
+    }
+}
+
+/// The answer to a request whose policy was removed while it waited for its turn.
+fn removed_while_waiting(policy: &str, limit: Option<f64>) -> AcquireOutcome {
+    AcquireOutcome::Refused {
+        retry_after: None,
+        reason: format!("policy `{policy}` was removed while the request waited"),
+        limit,
     }
 }

@@ -316,15 +316,6 @@ impl App {
         Ok(tightened)
     }
 
-    /// Whether any policy runs besides the RLS rules' (which come from their YAML, not the
-    /// config file).
-    pub fn runs_file_policies(&self) -> bool {
-        self.policies
-            .policies()
-            .iter()
-            .any(|p| !p.name().starts_with(crate::rls::POLICY_PREFIX))
-    }
-
     /// Removes a policy with all it held: its leases are released (a lease belongs to its
     /// policy's life, so one made again under the name starts with nothing in flight) and its
     /// last busy signal is forgotten.

@@ -118,7 +118,11 @@ impl App {
     ) -> Result<TaggedPolicy, ApiError> {
         let mut overlay = self.overlay.lock().await;
         let deleted = self.policy(name)?;
-        refuse_rule_policy(name)?;
+        // A policy an older version let take a name now reserved can still be deleted; an RLS
+        // rule's cannot (its YAML would bring it back).
+        if name.starts_with(crate::rls::POLICY_PREFIX) {
+            refuse_rule_policy(name)?;
+        }
         self.check_if_match(name, if_match)?;
         let next = overlay.with_delete(name);
         self.persist(&next).await?;
@@ -179,6 +183,22 @@ impl App {
             reloaded.removed.push(name.clone());
         }
         Ok(reloaded)
+    }
+
+    /// Whether a config file with no policies at all would remove a running policy: one the
+    /// file defined (what the API made or changed stays, as the RLS rules' do).
+    pub async fn an_empty_file_would_remove_policies(&self) -> bool {
+        let kept: BTreeSet<String> = self
+            .overlay
+            .lock()
+            .await
+            .apply(Vec::new())
+            .into_iter()
+            .map(|config| config.name)
+            .collect();
+        self.policies.policies().iter().any(|policy| {
+            !policy.name().starts_with(crate::rls::POLICY_PREFIX) && !kept.contains(policy.name())
+        })
     }
 
     async fn persist(&self, overlay: &Overlay) -> Result<(), ApiError> {

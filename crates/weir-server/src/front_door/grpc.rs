@@ -124,19 +124,23 @@ type AcquireStream = Pin<Box<dyn Stream<Item = Result<AcquireResponse, Status>> 
 impl WeirService {
     /// Checks a data-plane call's `authorization` metadata against the data token.
     fn check_data<T>(&self, request: &Request<T>) -> Result<(), Status> {
-        // gRPC is not reachable from a web page (no host to check), so without a data token
-        // there is nothing to look at.
-        if !self.app.needs_data_token() {
-            return Ok(());
-        }
-        let authorization = request
-            .metadata()
-            .get("authorization")
-            .and_then(|value| value.to_str().ok());
-        self.app
-            .check_data(authorization, None)
-            .map_err(Status::from)
+        check_data_token(&self.app, request)
     }
+}
+
+/// Checks a gRPC data-plane call (Weir's API, Envoy's rate limit service) for the data token in
+/// its `authorization` metadata (`Bearer <token>`), when one is configured.
+pub(super) fn check_data_token<T>(app: &App, request: &Request<T>) -> Result<(), Status> {
+    // gRPC is not reachable from a web page (no host to check), so without a data token there
+    // is nothing to look at.
+    if !app.needs_data_token() {
+        return Ok(());
+    }
+    let authorization = request
+        .metadata()
+        .get("authorization")
+        .and_then(|value| value.to_str().ok());
+    app.check_data(authorization, None).map_err(Status::from)
 }
 
 #[tonic::async_trait]

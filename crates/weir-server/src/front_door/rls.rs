@@ -150,6 +150,14 @@ impl RateLimitService for RlsService {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = Instant::now();
+        // Envoy sends it as the rate limit service's `initial_metadata`.
+        if let Err(refused) = super::grpc::check_data_token(&self.app, &request) {
+            let code = super::grpc::grpc_code(refused.code());
+            self.app
+                .metrics()
+                .observe("grpc", "ShouldRateLimit", code, start.elapsed());
+            return Err(refused);
+        }
         let request = request.into_inner();
         let span = tracing::trace_span!(
             target: "weir::admission",

@@ -754,7 +754,8 @@ impl<C: Clock> KeyedLimiter<C> {
     /// entry): the bucket is left no fuller than `handed` says, and never made fuller than it
     /// is. A rate bucket takes the time until it is whole again; a fixed window takes the count,
     /// only if `handed` is of the window in force here (its end within half a window of this
-    /// one's). A key past the cap is left alone: its overflow cell is shared.
+    /// one's). A key past the cap is taken on in the sketch; with a shared overflow cell it is
+    /// left alone (that cell is everyone's).
     pub fn absorb(&self, key: &str, handed: Quota) {
         let now = self.clock.now();
         match &self.buckets {
@@ -762,7 +763,7 @@ impl<C: Clock> KeyedLimiter<C> {
                 let whole_at =
                     now.saturating_add(crate::clock::duration_to_nanos(handed.reset_after));
                 let _ = store.with(key, now, |found| {
-                    if !found.overflowed {
+                    if !found.overflowed || found.sketched {
                         raise_to(&found.cell.value, whole_at);
                     }
                 });
@@ -772,7 +773,7 @@ impl<C: Clock> KeyedLimiter<C> {
                     let left = found.shape.quota(0, now).reset_after;
                     let same = left.abs_diff(handed.reset_after)
                         < Duration::from_nanos(found.shape.length / 2);
-                    if same && !found.overflowed {
+                    if same && (!found.overflowed || found.sketched) {
                         found
                             .shape
                             .hold_to(&found.cell.value, handed.remaining, now);
@@ -802,7 +803,7 @@ impl<C: Clock> KeyedLimiter<C> {
                     let share = (held_for as f64 / window as f64).min(1.0);
                     // Rounded up: the bucket only ever comes out emptier.
                     let missing = (tolerance as f64 * (1.0 - share)).ceil() as u64;
-                    if !found.overflowed {
+                    if !found.overflowed || found.sketched {
                         raise_to(&found.cell.value, now.saturating_add(missing));
                     }
                 });
@@ -812,7 +813,7 @@ impl<C: Clock> KeyedLimiter<C> {
                     let left =
                         crate::clock::duration_to_nanos(found.shape.quota(0, now).reset_after);
                     let begun = found.shape.length - left;
-                    if begun > held_for && !found.overflowed {
+                    if begun > held_for && (!found.overflowed || found.sketched) {
                         found.shape.hold_to(&found.cell.value, 0, now);
                     }
                 });

@@ -18,6 +18,10 @@
 //! rate cells), shares one overflow cell with every other overflowing key, or is refused, as
 //! the policy says. A sweep that frees nothing is not repeated for a while, so
 //! a flood of new keys at the cap costs one lookup each, not one sweep each.
+//!
+//! Locks are taken in one order only: a shard's, then the overflow cell's, then the sketch's.
+//! A decision past the cap is made holding its key's shard lock, so it and a request that gives
+//! the same key a cell in the map (from the sketch's word) never run at once.
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -69,8 +73,8 @@ pub(crate) struct Found<'a, S, C> {
     pub overflowed: bool,
     /// The cell is the key's estimate from the sketch, made for this decision: what is done
     /// to it is kept in the sketch, but it cannot be found again, so a waiting acquire decides
-    /// at once on it (and a give-back lands on the unused overflow cell).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    /// at once on it (and a give-back lands on the unused overflow cell); a handover or a
+    /// tenure's hold is written into the sketch through it.
     pub sketched: bool,
 }
 
@@ -247,11 +251,16 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                         sketched: false,
                     }));
                 }
+                // Full, and no sweep to try: decided past the cap under this shard's lock, so
+                // that no request for the key can give it a cell in the map from the sketch's
+                // word while this decision on the same word is under way.
+                if swept || !self.sweep_due(now) {
+                    return self.with_overflow(hash, now, f);
+                }
             }
-            // Full. Sweep once (never while holding a shard lock: the sweep takes them all).
-            if swept || !self.make_room(now) {
-                return self.with_overflow(hash, now, f);
-            }
+            // Sweep once (never while holding a shard lock: the sweep takes them all), then
+            // look again.
+            self.make_room(now);
             swept = true;
         }
     }
@@ -317,10 +326,15 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             .get_or_init(|| MaxSketch::for_max_keys(self.max_keys.load(Ordering::Acquire)))
     }
 
+    /// Whether a sweep may run at `now`: none has freed nothing within the backoff.
+    fn sweep_due(&self, now: Nanos) -> bool {
+        let last = self.fruitless_sweep_at.load(Ordering::Acquire);
+        last == 0 || now.saturating_sub(last) >= FRUITLESS_SWEEP_BACKOFF_NS
+    }
+
     /// At the cap: sweeps, unless a recent sweep found nothing to drop. True if there is room.
     fn make_room(&self, now: Nanos) -> bool {
-        let last = self.fruitless_sweep_at.load(Ordering::Acquire);
-        if last != 0 && now.saturating_sub(last) < FRUITLESS_SWEEP_BACKOFF_NS {
+        if !self.sweep_due(now) {
             return false;
         }
         let room = self.sweep(now) > 0

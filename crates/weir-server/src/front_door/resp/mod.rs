@@ -105,8 +105,15 @@ pub async fn serve(
             let ended = match tls {
                 None => connection(stream, &app, id, limits, (&seat, epoch)).await,
                 // The handshake is bounded like the AUTH that follows it.
+                // It may also be cut short to make room, like a silent connection.
                 Some(acceptor) => {
-                    match tokio::time::timeout(limits.auth_timeout, acceptor.accept(stream)).await {
+                    let handshake =
+                        tokio::time::timeout(limits.auth_timeout, acceptor.accept(stream));
+                    let shaken = tokio::select! {
+                        shaken = handshake => shaken,
+                        () = seat.occupant().evicted() => Ok(Err(evicted())),
+                    };
+                    match shaken {
                         Ok(Ok(stream)) => {
                             connection(stream, &app, id, limits, (&seat, epoch)).await
                         }
@@ -122,6 +129,14 @@ pub async fn serve(
             drop(slot);
         });
     }
+}
+
+/// Why a connection closed to make room ended.
+fn evicted() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionAborted,
+        "closed to make room for a new connection",
+    )
 }
 
 /// Nanoseconds since `epoch`, the room's clock.
@@ -228,7 +243,13 @@ async fn connection(
     // when the client last completed a request.
     let mut command_started: Option<tokio::time::Instant> = None;
     let mut last_request = tokio::time::Instant::now();
+    occupant.set_authenticated(session.authenticated);
     loop {
+        // Before running anything read: a connection the room has chosen to close runs
+        // nothing more (and one that has begun is not chosen).
+        if !input.is_empty() && !occupant.work() {
+            return Err(evicted());
+        }
         // Every whole request read so far, in order, as long as replies can be held; whole
         // requests may be left in the buffer (held back) when they cannot.
         let mut held_back = false;
@@ -277,6 +298,7 @@ async fn connection(
         if took_any {
             last_request = tokio::time::Instant::now();
             occupant.requested(nanos_between(epoch, last_request));
+            occupant.set_authenticated(session.authenticated);
         }
         // A request begun and not yet whole: timed from when its first bytes were seen.
         if input.is_empty() || held_back {
@@ -306,7 +328,9 @@ async fn connection(
                 continue;
             }
         }
-        occupant.set_busy(!pending.0.is_empty());
+        if pending.0.is_empty() {
+            occupant.rest();
+        }
         if pending.0.is_empty() && (done_taking || (done_reading && !held_back)) {
             return Ok(());
         }
@@ -354,12 +378,7 @@ async fn connection(
                 app.metrics().count_resp_closed("idle_timeout");
                 return Ok(());
             }
-            () = occupant.evicted() => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::ConnectionAborted,
-                    "closed to make room for a new connection",
-                ));
-            }
+            () = occupant.evicted() => return Err(evicted()),
             () = app.shutting_down(), if !shutting_down => {
                 // A waiting acquire answers for itself (the core refuses it on shutdown).
                 shutting_down = true;

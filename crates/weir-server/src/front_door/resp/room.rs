@@ -13,7 +13,7 @@
 //! Pure bookkeeping: time comes in as an argument.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,14 +23,24 @@ use tokio::sync::Notify;
 /// client between two requests of a burst is not cut off.
 pub const MIN_SILENCE: Duration = Duration::from_secs(1);
 
-/// One connection's state, as the room sees it.
+/// Nothing asked of the connection is being decided or written: it may be evicted.
+const IDLE: u8 = 0;
+/// The connection is running what its client asked: it is not evicted.
+const WORKING: u8 = 1;
+/// Told to close: it runs nothing more.
+const EVICTED: u8 = 2;
+
+/// One connection's state, as the room sees it. Eviction and the start of work are one
+/// compare-and-swap each on `state`, so a connection that has begun running a request is never
+/// closed under it, and one chosen for eviction runs nothing it read after.
 #[derive(Debug, Default)]
 pub struct Occupant {
     /// When (nanoseconds on the listener's clock) the client last completed a request, or
     /// connected.
     last_request: AtomicU64,
-    /// A reply is still being decided or written: the connection is working, not silent.
-    busy: AtomicBool,
+    state: AtomicU8,
+    /// Has given the password (or none is asked for): such connections are evicted last.
+    authenticated: AtomicBool,
     /// Told to close.
     evicted: Notify,
 }
@@ -41,14 +51,46 @@ impl Occupant {
         self.last_request.store(now, Ordering::Relaxed);
     }
 
-    /// Whether a reply is being decided for it.
-    pub fn set_busy(&self, busy: bool) {
-        self.busy.store(busy, Ordering::Relaxed);
+    /// Whether the client has given the password (or none is asked for).
+    pub fn set_authenticated(&self, authenticated: bool) {
+        self.authenticated.store(authenticated, Ordering::Relaxed);
+    }
+
+    /// Before running what the client asked: true if the connection may (it is not evicted).
+    pub fn work(&self) -> bool {
+        match self
+            .state
+            .compare_exchange(IDLE, WORKING, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => true,
+            Err(state) => state == WORKING,
+        }
+    }
+
+    /// Nothing is being decided or written any more: the connection may be evicted again.
+    pub fn rest(&self) {
+        let _ = self
+            .state
+            .compare_exchange(WORKING, IDLE, Ordering::AcqRel, Ordering::Acquire);
     }
 
     /// Resolves when the room closes this connection to make room.
     pub async fn evicted(&self) {
         self.evicted.notified().await;
+    }
+
+    /// Evicts it if it is idle; true if it was.
+    fn evict(&self) -> bool {
+        let evicted = self
+            .state
+            .compare_exchange(IDLE, EVICTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if evicted {
+            // A permit is stored if the connection is not waiting right now: it sees it at its
+            // next wait.
+            self.evicted.notify_one();
+        }
+        evicted
     }
 }
 
@@ -71,23 +113,27 @@ impl Room {
         }
     }
 
-    /// Tells the connection silent longest (at least [`MIN_SILENCE`] at `now`, and with no
-    /// reply being decided) to close; returns its id, or `None` if every connection is working
-    /// or spoke recently.
+    /// Evicts the connection silent longest (at least [`MIN_SILENCE`] at `now`, and idle) —
+    /// one that has not given the password before any that has — and returns its id; `None`
+    /// if every connection is working or spoke recently.
     pub fn make_room(&self, now: u64) -> Option<i64> {
         let min_silence = u64::try_from(MIN_SILENCE.as_nanos()).unwrap_or(u64::MAX);
         let occupants = self.lock();
-        let (id, occupant) = occupants
+        let mut candidates: Vec<(bool, u64, i64, &Arc<Occupant>)> = occupants
             .iter()
-            .filter(|(_, o)| !o.busy.load(Ordering::Relaxed))
-            .map(|(id, o)| (id, o, o.last_request.load(Ordering::Relaxed)))
-            .filter(|(_, _, last)| now.saturating_sub(*last) >= min_silence)
-            .min_by_key(|(_, _, last)| *last)
-            .map(|(id, o, _)| (*id, o))?;
-        // A permit is stored if the connection is not waiting right now: it sees it at its
-        // next wait.
-        occupant.evicted.notify_one();
-        Some(id)
+            .filter(|(_, o)| o.state.load(Ordering::Acquire) == IDLE)
+            .map(|(id, o)| {
+                let last = o.last_request.load(Ordering::Relaxed);
+                (o.authenticated.load(Ordering::Relaxed), last, *id, o)
+            })
+            .filter(|(_, last, _, _)| now.saturating_sub(*last) >= min_silence)
+            .collect();
+        candidates.sort_by_key(|(authenticated, last, id, _)| (*authenticated, *last, *id));
+        // The first that is still idle when asked: one that began work since is passed over.
+        candidates
+            .into_iter()
+            .find(|(_, _, _, occupant)| occupant.evict())
+            .map(|(_, _, id, _)| id)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<i64, Arc<Occupant>>> {
@@ -127,15 +173,31 @@ mod tests {
         let room = Arc::new(Room::default());
         let idle = room.enter(1, 0);
         let working = room.enter(2, 0);
-        working.occupant().set_busy(true);
+        assert!(working.occupant().work());
         let chatty = room.enter(3, 0);
         chatty.occupant().requested(5 * SECOND);
         // At 5.5 s: the chatty one spoke half a second ago, the working one is answering.
         assert_eq!(room.make_room(5 * SECOND + SECOND / 2), Some(1));
-        drop(idle);
+        // Told once: the evicted one is not chosen again, nor may it start work.
+        assert!(!idle.occupant().work());
         assert_eq!(room.make_room(5 * SECOND + SECOND / 2), None);
+        drop(idle);
         // Once the chatty one has been silent a whole second it may go; the working one not.
         assert_eq!(room.make_room(6 * SECOND), Some(3));
+        // The working one, at rest again, may go too.
+        working.occupant().rest();
+        assert_eq!(room.make_room(6 * SECOND), Some(2));
+    }
+
+    #[test]
+    fn a_connection_without_the_password_goes_before_one_with_it() {
+        let room = Arc::new(Room::default());
+        let member = room.enter(1, 0);
+        member.occupant().set_authenticated(true);
+        let _stranger = room.enter(2, SECOND);
+        // The member has been silent longer, but the stranger has not given the password.
+        assert_eq!(room.make_room(3 * SECOND), Some(2));
+        assert_eq!(room.make_room(3 * SECOND), Some(1));
     }
 
     #[tokio::test]
