@@ -230,6 +230,19 @@ fn the_tools_say_which_flag_to_use() {
     assert!(stderr.contains("--token or WEIR_ADMIN_TOKEN"), "{stderr}");
 }
 
+/// `weir check-config --rls-config RULES` alone: whether it passed, and what it printed.
+fn check_rules(rules: &std::path::Path) -> (bool, String) {
+    let out = weir()
+        .args(["check-config", "--rls-config"])
+        .arg(rules)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 #[test]
 fn check_config_checks_rules_alone_and_lists_every_unknown_field_at_its_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -239,13 +252,8 @@ fn check_config_checks_rules_alone_and_lists_every_unknown_field_at_its_place() 
         "domain: edge\ndescriptors:\n  - key: user\n    rate_limt:\n      unit: second\n      requests_per_unit: 5\n  - key: ip\n    rate_limit:\n      unit: minute\n      requests_per_units: 5\n",
     )
     .unwrap();
-    let out = weir()
-        .args(["check-config", "--rls-config"])
-        .arg(&rules)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let (passed, text) = check_rules(&rules);
+    assert!(!passed);
     assert!(
         text.contains("rules.yaml:4:5")
             && text.contains("`rate_limt` (did you mean `rate_limit`?)"),
@@ -262,13 +270,8 @@ fn check_config_checks_rules_alone_and_lists_every_unknown_field_at_its_place() 
         "domain: edge\ndescriptors:\n  - key: user\n    rate_limit:\n      unit: second\n      requests_per_unit: 5\n",
     )
     .unwrap();
-    let out = weir()
-        .args(["check-config", "--rls-config"])
-        .arg(&rules)
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{text}");
+    let (passed, text) = check_rules(&rules);
+    assert!(passed, "{text}");
     assert!(
         text.contains("1 RLS domain(s), 1 counted rule(s)"),
         "{text}"

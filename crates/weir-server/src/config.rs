@@ -554,17 +554,24 @@ fn unknown_field(error: &str) -> Option<String> {
 }
 
 /// The expected field (from serde's "expected one of `a`, `b`" list) nearest to `field`, if one
-/// is within two edits — a typo, not another word.
+/// is close.
 fn nearest(field: &str, error: &str) -> Option<String> {
     let expected = error.split("expected").nth(1)?;
-    expected
-        .split('`')
-        .skip(1)
-        .step_by(2)
-        .map(|candidate| (strsim::damerau_levenshtein(field, candidate), candidate))
+    nearest_name(field, expected.split('`').skip(1).step_by(2)).map(str::to_owned)
+}
+
+/// The name among `names` nearest to `given`, if one is within two edits — a typo, not another
+/// word: what a "did you mean" suggests (config fields, RLS rule fields).
+pub(crate) fn nearest_name<'a>(
+    given: &str,
+    names: impl IntoIterator<Item = &'a str>,
+) -> Option<&'a str> {
+    names
+        .into_iter()
+        .map(|name| (strsim::damerau_levenshtein(given, name), name))
         .filter(|(distance, _)| *distance <= 2)
         .min_by_key(|(distance, _)| *distance)
-        .map(|(_, candidate)| candidate.to_owned())
+        .map(|(_, name)| name)
 }
 
 /// Takes the first `key` out of `value`, its own keys first, then its tables' (depth first).

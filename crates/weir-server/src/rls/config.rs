@@ -395,10 +395,12 @@ struct ReplaceYaml {
 }
 
 fn place_of<T>(file: &Path, spanned: &Spanned<T>) -> Place {
-    let (line, column) = spanned
-        .span()
-        .start()
-        .map_or((0, 0), |m| (m.line(), m.column()));
+    place_at(file, spanned.span().start())
+}
+
+/// The place of a YAML mark in `file` (line and column 0 when there is none).
+fn place_at(file: &Path, mark: Option<&marked_yaml::Marker>) -> Place {
+    let (line, column) = mark.map_or((0, 0), |m| (m.line(), m.column()));
     Place {
         file: file.to_owned(),
         line,
@@ -463,24 +465,10 @@ fn unknown_fields(
     for (key, value) in mapping.iter() {
         let name = key.as_str();
         if !known.contains(&name) {
-            let (line, column) = key
-                .span()
-                .start()
-                .map_or((0, 0), |m| (m.line(), m.column()));
-            let meant = known
-                .iter()
-                .map(|field| (strsim::damerau_levenshtein(name, field), field))
-                .filter(|(distance, _)| *distance <= 2)
-                .min_by_key(|(distance, _)| *distance)
-                .map_or(String::new(), |(_, field)| {
-                    format!(" (did you mean `{field}`?)")
-                });
+            let meant = crate::config::nearest_name(name, known.iter().copied())
+                .map_or(String::new(), |field| format!(" (did you mean `{field}`?)"));
             errors.push(RuleError {
-                place: Place {
-                    file: file.to_owned(),
-                    line,
-                    column,
-                },
+                place: place_at(file, key.span().start()),
                 rule: None,
                 problem: format!(
                     "unknown field `{name}`{meant}; a {} has {}",
@@ -528,18 +516,12 @@ fn parse_file(file: &Path, text: &str, errors: &mut Vec<RuleError>) -> Option<Do
     let parsed: FileYaml = match marked_yaml::from_yaml(0, text) {
         Ok(parsed) => parsed,
         Err(error) => {
-            let (line, column) = match &error {
-                marked_yaml::FromYamlError::FromNode(e) => {
-                    e.start_mark().map_or((0, 0), |m| (m.line(), m.column()))
-                }
-                marked_yaml::FromYamlError::ParseYaml(_) => (0, 0),
+            let mark = match &error {
+                marked_yaml::FromYamlError::FromNode(e) => e.start_mark(),
+                marked_yaml::FromYamlError::ParseYaml(_) => None,
             };
             errors.push(RuleError {
-                place: Place {
-                    file: file.to_owned(),
-                    line,
-                    column,
-                },
+                place: place_at(file, mark.as_ref()),
                 rule: None,
                 problem: format!("is not a valid rules file: {error}"),
             });
