@@ -166,7 +166,7 @@ impl RedisTarget {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use weir_server::config::ConfigFile;
+    use weir_server::ConfigFile;
 
     fn policy(toml: &str) -> PolicyConfig {
         ConfigFile::parse(toml).unwrap().policy.remove(0)

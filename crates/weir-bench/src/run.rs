@@ -21,7 +21,7 @@ use super::target::{
     Grpc, GrpcStream, Http, InProcess, RedisFixedWindow, Rls, RlsLoad, RoundRobin, Target,
 };
 use weir_api::http::AcquireBody;
-use weir_server::config::ConfigFile;
+use weir_server::ConfigFile;
 
 /// The most keys a run draws from: each client keeps a counter per key.
 pub const MAX_KEYS: u64 = 1_000_000;
@@ -494,7 +494,7 @@ mod tests {
     fn settings(rate: f64) -> RunSettings {
         RunSettings {
             target: TargetSpec::InProcess(Box::new(
-                ConfigFile::parse(weir_server::config::DEFAULT_CONFIG).unwrap(),
+                ConfigFile::parse(weir_server::DEFAULT_CONFIG).unwrap(),
             )),
             policy: "tables".to_owned(),
             kind: String::new(),

@@ -14,13 +14,13 @@ use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_bench::schedule::Profile;
 use weir_bench::target::{CellShape, RespCommand, RlsLoad};
 use weir_bench::{plot, scenario};
-use weir_server::client::{Client, ClientTls};
-use weir_server::config::ConfigFile;
+use weir_server::ConfigFile;
+use weir_server::Overrides;
+use weir_server::TopOptions;
+use weir_server::Traces;
 use weir_server::rls::RulesConfig;
-use weir_server::rls::decision::policies_of;
-use weir_server::serve::{self, Overrides};
-use weir_server::top::{self, TopOptions};
-use weir_server::traces::Traces;
+use weir_server::rls::policies_of;
+use weir_server::{Client, ClientTls};
 
 /// Weir: throttling and admission control for shared backends.
 #[derive(Debug, Parser)]
@@ -255,7 +255,7 @@ impl BenchArgs {
         };
         // The policies as --config (or the embedded config) defines them: what the inproc and
         // redis targets run, and what every report compares admitted rates with.
-        let config = serve::load_config(self.config.as_ref(), &Overrides::default())?;
+        let config = weir_server::load_config(self.config.as_ref(), &Overrides::default())?;
         let configured = config
             .policy
             .iter()
@@ -534,19 +534,19 @@ struct ServeArgs {
     #[arg(long, env = "WEIR_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// The HTTP API's address (IP:PORT, or HOST:PORT resolved at start).
-    #[arg(long, env = "WEIR_HTTP", value_parser = weir_server::config::listen_address)]
+    #[arg(long, env = "WEIR_HTTP", value_parser = weir_server::listen_address)]
     http: Option<SocketAddr>,
     /// The gRPC API's address.
-    #[arg(long, env = "WEIR_GRPC", value_parser = weir_server::config::listen_address)]
+    #[arg(long, env = "WEIR_GRPC", value_parser = weir_server::listen_address)]
     grpc: Option<SocketAddr>,
     /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
-    #[arg(long, env = "WEIR_RESP", value_parser = weir_server::config::listen_address)]
+    #[arg(long, env = "WEIR_RESP", value_parser = weir_server::listen_address)]
     resp: Option<SocketAddr>,
     /// This node's name.
     #[arg(long, env = "WEIR_NODE_ID")]
     node_id: Option<String>,
     /// Cluster mode: the UDP address to gossip on.
-    #[arg(long, env = "WEIR_GOSSIP", value_parser = weir_server::config::listen_address)]
+    #[arg(long, env = "WEIR_GOSSIP", value_parser = weir_server::listen_address)]
     gossip: Option<SocketAddr>,
     /// Cluster mode: a node's gossip address to join through (repeatable; in the
     /// environment, comma-separated).
@@ -620,7 +620,7 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     // Loaded before the logs are set up, for the node's id on its spans; a config that does
     // not load is reported after, in the logs' format.
-    let file = serve::load_config(config.as_ref(), &overrides);
+    let file = weir_server::load_config(config.as_ref(), &overrides);
     let node_id = file
         .as_ref()
         .map_or("local", |file| file.server.node_id.as_str());
@@ -633,7 +633,7 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
     )?;
     let file = file?;
     let runtime = runtime()?;
-    let served = runtime.block_on(serve::serve(file, config));
+    let served = runtime.block_on(weir_server::serve(file, config));
     // What still runs on the runtime (a file write under way, a name being looked up) gets a
     // moment to end, not for ever; then "stopped" is said when it is true.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
@@ -713,7 +713,7 @@ fn check_config(file: Option<&PathBuf>, rls_config: Option<PathBuf>) -> anyhow::
     let Some(file) = file else {
         // The rules alone, with the `[rls]` table's defaults.
         let path = rls_config.expect("clap requires FILE or --rls-config");
-        let settings = weir_server::config::RlsTable::default().settings();
+        let settings = weir_server::rls::RlsTable::default().settings();
         return Ok(match check_rules(&path, &settings) {
             Ok(summary) => {
                 println!("{}: ok ({summary})", path.display());
@@ -738,10 +738,10 @@ fn check_config(file: Option<&PathBuf>, rls_config: Option<PathBuf>) -> anyhow::
                 rls_config,
                 ..Overrides::default()
             };
-            let loaded = serve::load_config(Some(file), &overrides);
+            let loaded = weir_server::load_config(Some(file), &overrides);
             let loaded = loaded.and_then(|l| {
-                serve::check_exposure(&l)?;
-                serve::check_tls(&l)?;
+                weir_server::check_exposure(&l)?;
+                weir_server::check_tls(&l)?;
                 Ok(l)
             });
             let loaded = match loaded {
@@ -893,7 +893,7 @@ fn main() -> ExitCode {
                             watch,
                             limit,
                         };
-                        top::run(&tls.client(&server, None)?, &options)
+                        weir_server::top(&tls.client(&server, None)?, &options)
                             .await
                             .map(|()| ExitCode::SUCCESS)
                     }

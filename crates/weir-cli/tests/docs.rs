@@ -98,10 +98,7 @@ fn with_test_certificates(block: &str, dir: &Path) -> String {
 #[test]
 fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        weir_server::config::DEFAULT_CONFIG,
-        &dir.path().join("data"),
-    );
+    let server = Server::start(weir_server::DEFAULT_CONFIG, &dir.path().join("data"));
     let mut checked = 0;
     for doc in ["README.md", "docs/configuration.md", "docs/envoy.md"] {
         for (line, block) in blocks(doc, "toml") {
@@ -178,10 +175,7 @@ fn every_rules_file_in_the_docs_loads() {
 #[test]
 fn the_readme_walk_through_prints_what_its_comments_say() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        weir_server::config::DEFAULT_CONFIG,
-        &dir.path().join("data"),
-    );
+    let server = Server::start(weir_server::DEFAULT_CONFIG, &dir.path().join("data"));
     let address = server.http.trim_start_matches("http://").to_owned();
     let walk_through = blocks("README.md", "sh")
         .into_iter()
@@ -289,7 +283,7 @@ fn every_bench_example_in_the_readme_runs() {
     let dir = tempfile::tempdir().unwrap();
     let rules = repo().join("docs/envoy/ratelimit.yaml");
     let server = Server::start_full(
-        weir_server::config::DEFAULT_CONFIG,
+        weir_server::DEFAULT_CONFIG,
         &dir.path().join("data"),
         &[],
         &["--rls-config", &rules.display().to_string()],
@@ -376,7 +370,7 @@ fn the_redis_walk_through_prints_what_it_says() {
     }
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start_full(
-        weir_server::config::DEFAULT_CONFIG,
+        weir_server::DEFAULT_CONFIG,
         &dir.path().join("data"),
         &[],
         &["--resp", "127.0.0.1:0"],
@@ -546,10 +540,7 @@ fn the_three_node_walk_through_prints_what_its_comments_say() {
 #[tokio::test]
 async fn the_documented_cluster_counters_are_the_ones_a_node_reports() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(
-        weir_server::config::DEFAULT_CONFIG,
-        &dir.path().join("data"),
-    );
+    let server = Server::start(weir_server::DEFAULT_CONFIG, &dir.path().join("data"));
     let live: serde_json::Value = reqwest::get(server.url("/v1/cluster"))
         .await
         .unwrap()

@@ -319,7 +319,7 @@ async fn a_stream_has_a_bounded_number_of_pending_acquires() {
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(CONFIG, &dir.path().join("data"));
     let (_client, requests, mut answers) = open_stream(&server).await;
-    let cap = weir_server::front_door::grpc::MAX_PENDING_PER_STREAM as u64;
+    let cap = weir_server::MAX_PENDING_PER_STREAM as u64;
     // One is admitted; `cap` more wait; the one after them is refused.
     for id in 0..=cap + 1 {
         requests.send(acquire("queue", "q", id)).await.unwrap();

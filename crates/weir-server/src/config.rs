@@ -10,6 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
 
+use crate::front_door::rls::RlsTable;
+
 use serde::{Deserialize, Serialize};
 use weir::policy::{PolicyConfig, PolicyError};
 
@@ -32,69 +34,6 @@ pub struct ConfigFile {
     /// The text this was parsed from (what a reload compares the file with).
     #[serde(skip)]
     pub text: String,
-}
-
-/// The `[rls]` table: Envoy's rate limit service on the gRPC port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RlsTable {
-    /// The reference server's YAML rules: a file, or a directory of `.yaml`/`.yml` files
-    /// (also `--rls-config`). Absent: the service is not offered.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub config: Option<PathBuf>,
-    /// Keys each rule tracks at once (default 100 000); past it, idle keys are dropped, and
-    /// if none is idle new keys share one counter.
-    #[serde(default = "default_rls_max_keys")]
-    pub max_keys: usize,
-    /// The share of a limit past which hits count as "near limit" (default 0.8).
-    #[serde(default = "default_near_limit_ratio")]
-    pub near_limit_ratio: f64,
-    /// Answer the RateLimit header fields for Envoy to add to responses (default false).
-    #[serde(default)]
-    pub response_headers: bool,
-    /// The most descriptors one `ShouldRateLimit` call may carry (default 64); a call with
-    /// more is refused with `INVALID_ARGUMENT`, counting nothing. Envoy sends one descriptor
-    /// per matching rate limit action: a handful.
-    #[serde(default = "default_max_descriptors")]
-    pub max_descriptors: usize,
-}
-
-fn default_rls_max_keys() -> usize {
-    crate::rls::RlsSettings::default().max_keys
-}
-fn default_near_limit_ratio() -> f64 {
-    crate::rls::RlsSettings::default().near_limit_ratio
-}
-fn default_max_descriptors() -> usize {
-    crate::rls::RlsSettings::default().max_descriptors
-}
-
-impl Default for RlsTable {
-    fn default() -> Self {
-        RlsTable {
-            config: None,
-            max_keys: default_rls_max_keys(),
-            near_limit_ratio: default_near_limit_ratio(),
-            response_headers: false,
-            max_descriptors: default_max_descriptors(),
-        }
-    }
-}
-
-impl RlsTable {
-    fn is_default(&self) -> bool {
-        *self == RlsTable::default()
-    }
-
-    /// The service's settings.
-    pub fn settings(&self) -> crate::rls::RlsSettings {
-        crate::rls::RlsSettings {
-            max_keys: self.max_keys,
-            near_limit_ratio: self.near_limit_ratio,
-            response_headers: self.response_headers,
-            max_descriptors: self.max_descriptors,
-        }
-    }
 }
 
 /// The `[server]` table.
@@ -361,7 +300,7 @@ pub enum ConfigProblem {
     },
     /// A mistake in the RLS rules files.
     #[error("{0}")]
-    Rule(#[from] crate::rls::RuleError),
+    Rule(#[from] crate::front_door::rls::RuleError),
 }
 
 impl ConfigFile {
@@ -496,7 +435,7 @@ impl ConfigFile {
         }
         let mut names = std::collections::BTreeSet::new();
         for policy in &self.policy {
-            if let Some(why) = crate::app::reserved_name(&policy.name) {
+            if let Some(why) = crate::reserved::reserved_name(&policy.name) {
                 problems.push(ConfigProblem::Policy(PolicyError {
                     policy: policy.name.clone(),
                     field: "name".into(),
@@ -557,21 +496,7 @@ fn unknown_field(error: &str) -> Option<String> {
 /// is close.
 fn nearest(field: &str, error: &str) -> Option<String> {
     let expected = error.split("expected").nth(1)?;
-    nearest_name(field, expected.split('`').skip(1).step_by(2)).map(str::to_owned)
-}
-
-/// The name among `names` nearest to `given`, if one is within two edits — a typo, not another
-/// word: what a "did you mean" suggests (config fields, RLS rule fields).
-pub(crate) fn nearest_name<'a>(
-    given: &str,
-    names: impl IntoIterator<Item = &'a str>,
-) -> Option<&'a str> {
-    names
-        .into_iter()
-        .map(|name| (strsim::damerau_levenshtein(given, name), name))
-        .filter(|(distance, _)| *distance <= 2)
-        .min_by_key(|(distance, _)| *distance)
-        .map(|(_, name)| name)
+    crate::suggest::nearest_name(field, expected.split('`').skip(1).step_by(2)).map(str::to_owned)
 }
 
 /// Takes the first `key` out of `value`, its own keys first, then its tables' (depth first).

@@ -1,45 +1,70 @@
 //! # weir-server
 //!
 //! The server's library: everything a service written in any language needs to use
-//! Weir over the network — an HTTP API (axum), a gRPC API (tonic) and the Redis protocol over
-//! the same operations,
-//! policies changed live and kept durably in a data dir, Prometheus metrics, and "who is
-//! throttled" (`weir top`).
+//! Weir over the network — an HTTP API (axum), a gRPC API (tonic), Envoy's rate limit service
+//! and the Redis protocol over the same operations, policies changed live and kept durably in
+//! a data dir, Prometheus metrics, cluster mode, and "who is throttled" (`weir top`).
 //!
-//! - [`config`]: the TOML config and its embedded default;
-//! - [`app`]: the application core, the operations whatever the protocol;
-//! - [`front_door`]: a module per protocol over it (HTTP, gRPC, the Redis protocol);
-//! - [`cells`]: redis-cell's `CL.THROTTLE`, over keys clients name as they go;
-//! - [`durable`]: API changes kept across restarts and crashes;
-//! - [`leases`]: concurrency admissions held until released or expired;
-//! - [`cluster`]: cluster mode (gossip, the owner service, two-tier admission);
-//! - [`rls`]: Envoy's rate limit service, its YAML rules counted by Weir policies;
-//! - [`metrics`]: the `/metrics` exposition;
-//! - [`serve`]: bring-up, background tasks and graceful shutdown;
-//! - [`reload`]: the config file's policies re-applied live when it changes, or on SIGHUP;
-//! - [`tls`]: TLS on every listener and between nodes, certificates reloaded live;
-//! - [`traces`]: optional OpenTelemetry traces of admissions and calls between nodes;
-//! - [`top`], [`client`]: the `weir top` and `weir config` commands.
+//! Its public surface is a facade: what the `weir` binary (the `weir-cli` crate), `weir bench`
+//! (the `weir-bench` crate) and the integration tests use — loading and checking a config
+//! ([`load_config`], [`check_exposure`], [`check_tls`]), running a node ([`serve`]), `weir top`
+//! and `weir config` ([`top`], [`Client`]), an in-process [`App`] for the bench, and the RLS
+//! rules ([`rls`]). Inside, the modules are:
 //!
-//! The `weir` binary itself is the `weir-cli` crate; `weir bench` is the `weir-bench` crate.
+//! - `config`: the TOML config and its embedded default;
+//! - `app`: the application core, what every protocol asks decided, a file per topic;
+//! - `front_door`: a folder per protocol over it — its wire code, config and metrics;
+//! - `durable`: API changes kept across restarts and crashes;
+//! - `leases`: concurrency admissions held until released or expired;
+//! - `cluster`: cluster mode (gossip, the owner service, two-tier admission);
+//! - `metrics`: the `/metrics` exposition;
+//! - `serve`: bring-up, background tasks and graceful shutdown;
+//! - `reload`, `watch`: the config file's policies re-applied live when it changes, or on SIGHUP;
+//! - `tls`: TLS on every listener and between nodes, certificates reloaded live;
+//! - `traces`: optional OpenTelemetry traces of admissions and calls between nodes;
+//! - `top`, `client`: the `weir top` and `weir config` commands;
+//! - `reserved`, `etag`, `suggest`: names the protocols keep, policies' entity tags, "did you mean".
+//!
+//! `docs/architecture.md` maps every file.
 
-pub mod app;
-pub mod cells;
-pub mod client;
-pub mod cluster;
-pub mod config;
-pub mod connections;
-pub mod durable;
-pub mod error;
-pub mod front_door;
-pub mod leases;
-pub mod metrics;
-pub mod reload;
-pub mod rls;
-pub mod serve;
-pub mod tls;
-pub mod top;
-pub mod traces;
+mod app;
+mod client;
+mod cluster;
+mod config;
+mod connections;
+mod durable;
+mod error;
+mod etag;
+mod front_door;
+mod leases;
+mod metrics;
+mod reload;
+mod reserved;
+mod serve;
+mod suggest;
+mod tls;
+mod top;
+mod traces;
+mod watch;
+
+// The facade: what the `weir` binary, `weir bench` and the integration tests use.
+pub use app::{AcquireInput, AcquireOutcome, App, AppSettings};
+pub use client::{Client, ClientTls};
+pub use cluster::PROTOCOL as CLUSTER_PROTOCOL;
+pub use config::{ConfigFile, DEFAULT_CONFIG, listen_address};
+pub use front_door::grpc::MAX_PENDING_PER_STREAM;
+pub use serve::{Overrides, check_exposure, check_tls, load_config, serve};
+pub use top::{TopOptions, run as top};
+pub use traces::Traces;
 
 /// The gRPC types and services (from the `weir-api` crate).
 pub use weir_api::grpc as proto;
+
+/// Envoy's rate limit service as `check-config`, the bench and the tests reach it: the rules
+/// read and compiled, the policies they count through, and the decision itself.
+pub mod rls {
+    pub use crate::app::rls::{Code, CurrentLimit, Descriptor, RequestError, Rls};
+    pub use crate::front_door::rls::config::Limit;
+    pub use crate::front_door::rls::rules::{Lookup, Tree};
+    pub use crate::front_door::rls::{RlsSettings, RlsTable, RulesConfig, Unit, policies_of};
+}

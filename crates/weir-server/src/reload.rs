@@ -1,13 +1,9 @@
 //! Live config reload: the config file watched, and its policies re-applied when it changes or
 //! on SIGHUP.
 //!
-//! Kubernetes mounts a ConfigMap as a symlink (`weir.toml → ..data/weir.toml`) through a
-//! `..data` symlink that it swaps atomically for a new directory: the file's own inode never
-//! changes, so a watch on the file would miss every update. The directory holding the path is
-//! watched instead (`notify`), and any event in it has the file read again through its path;
-//! the text is applied only if it differs from the last one read. Editors that write a
-//! temporary file and rename it over the old one are seen the same way. SIGHUP reads the file at
-//! once.
+//! The file is watched as [`crate::watch`] explains (a ConfigMap's `..data` swap, editors'
+//! renames); each change reads it again through its path, and the text is applied only if it
+//! differs from the last one read. SIGHUP reads and applies the file at once.
 //!
 //! Only the `[[policy]]` tables are applied live ([`App::reload_policies`]); `[server]` and
 //! `[rls]` take effect at the next start. A file that does not parse or check keeps the running
@@ -18,19 +14,11 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-
-use anyhow::Context as _;
-use notify::Watcher as _;
 use tokio::signal::unix::Signal;
-use tokio::sync::mpsc;
 
 use crate::app::App;
 use crate::config::ConfigFile;
-
-/// How long events are let settle before the file is read: a swap or an editor's save is
-/// several events in a row.
-pub(crate) const SETTLE: Duration = Duration::from_millis(100);
+use crate::watch::{Change, Changes};
 
 /// Watches `file` — the config file `weir serve` was started with, and the text it parsed —
 /// and applies its policies to `app` when it changes or on `hangups` (SIGHUP), until the
@@ -47,33 +35,14 @@ pub fn watch(app: Arc<App>, file: Option<(PathBuf, String)>, mut hangups: Signal
         });
         return;
     };
-    let (changed, mut changes) = mpsc::channel::<()>(1);
-    let watcher = match watch_files(&[&path], changed) {
-        Ok(watcher) => Some(watcher),
-        Err(error) => {
-            tracing::warn!(
-                file = %path.display(),
-                "config changes will not be seen (SIGHUP still reloads): {error:#}"
-            );
-            None
-        }
-    };
+    let mut changes = Changes::new(&[&path], hangups, "config changes");
     tokio::spawn(async move {
-        // Kept for as long as the loop runs: dropped, it would stop watching.
-        let _watcher = watcher;
         let mut last = started;
         // A change made between the file's first reading and the watch's start is applied
         // now; with none, this finds the text unchanged and does nothing.
         reload(&app, &path, &mut last, false).await;
-        loop {
-            let forced = tokio::select! {
-                Some(()) = changes.recv() => false,
-                Some(()) = hangups.recv() => true,
-                else => break,
-            };
-            tokio::time::sleep(SETTLE).await;
-            while changes.try_recv().is_ok() {}
-            reload(&app, &path, &mut last, forced).await;
+        while let Some(change) = changes.next().await {
+            reload(&app, &path, &mut last, change == Change::Forced).await;
         }
     });
 }
@@ -83,58 +52,6 @@ pub fn watch(app: Arc<App>, file: Option<(PathBuf, String)>, mut hangups: Signal
 fn names_policies(text: &str) -> bool {
     text.parse::<toml::Table>()
         .is_ok_and(|table| table.contains_key("policy"))
-}
-
-/// Watches the directories holding `paths`, signalling `changed` at each event that can change
-/// what one of them reads: a change to the file's own name there, or to a `..`-named entry (a
-/// mounted ConfigMap's or Secret's `..data` and its versions). Opening and reading files —
-/// this node's own reads included — are not changes. [`crate::tls`] watches its certificates
-/// with it too.
-pub(crate) fn watch_files(
-    paths: &[&Path],
-    changed: mpsc::Sender<()>,
-) -> anyhow::Result<notify::RecommendedWatcher> {
-    let mut watched: Vec<(PathBuf, Vec<std::ffi::OsString>)> = Vec::new();
-    for path in paths {
-        let dir = match path.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
-            _ => PathBuf::from("."),
-        };
-        let name = path.file_name().map(|name| name.to_owned());
-        match watched.iter_mut().find(|(d, _)| *d == dir) {
-            Some((_, names)) => names.extend(name),
-            None => watched.push((dir, name.into_iter().collect())),
-        }
-    }
-    let names: Vec<std::ffi::OsString> = watched
-        .iter()
-        .flat_map(|(_, names)| names.clone())
-        .collect();
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let Ok(event) = event else {
-            return;
-        };
-        if matches!(event.kind, notify::EventKind::Access(_)) {
-            return;
-        }
-        let concerns_a_file = event.paths.iter().any(|changed| {
-            changed.file_name().is_some_and(|changed| {
-                names.iter().any(|name| name == changed)
-                    || changed.as_encoded_bytes().starts_with(b"..")
-            })
-        });
-        if concerns_a_file {
-            // A change already signalled and not yet read covers this one.
-            let _ = changed.try_send(());
-        }
-    })
-    .context("starting a file watcher")?;
-    for (dir, _) in &watched {
-        watcher
-            .watch(dir, notify::RecursiveMode::NonRecursive)
-            .with_context(|| format!("watching {} for changes", dir.display()))?;
-    }
-    Ok(watcher)
 }
 
 /// Reads `path` and applies its policies if its text is not `last` (or if `forced`).

@@ -15,8 +15,8 @@ use crate::config::{ConfigFile, DEFAULT_CONFIG, TlsSettings};
 use crate::connections::{self, HttpLimits};
 use crate::front_door::grpc::WeirService;
 use crate::front_door::rls::RlsService;
+use crate::front_door::rls::RulesConfig;
 use crate::proto::weir_server::WeirServer;
-use crate::rls::RulesConfig;
 use crate::tls::Tls;
 use weir::policy::Scope;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
@@ -280,7 +280,7 @@ impl Termination {
 
 /// Runs a server until ctrl-c or SIGTERM; then stops accepting, answers waiting requests 503,
 /// and returns. `source` is the config file `config` was read from, watched for changes to its
-/// policies (see [`crate::reload`]); `None` for the embedded default.
+/// policies (see the `reload` module); `None` for the embedded default.
 pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Result<()> {
     check_exposure(&config)?;
     // Before the first bind: from the first accepted connection on, a stop signal drains.
@@ -493,7 +493,10 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         hangups,
     );
     if let (Some(tls), Some(hangups)) = (&tls, tls_hangups) {
-        crate::tls::watch(Arc::clone(tls), Arc::clone(&app), hangups);
+        let app = Arc::clone(&app);
+        crate::tls::watch(Arc::clone(tls), hangups, move |outcome| {
+            app.metrics().count_tls_reload(outcome);
+        });
     }
     app.set_ready(true);
     tracing::info!(

@@ -29,11 +29,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::TcpStream;
 use tokio::signal::unix::Signal;
-use tokio::sync::mpsc;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::config::TlsSettings;
+use crate::watch::Changes;
 
 /// Why a certificate, key or CA could not be used; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -175,38 +175,21 @@ impl Tls {
 }
 
 /// Reloads `tls` when one of its files changes (a mounted Secret's `..data` swap included), or
-/// on `hangups` (SIGHUP), until the process ends, counting each outcome in `app`'s metrics. A
-/// watcher that cannot be made is logged, and SIGHUP still reloads.
-pub fn watch(tls: Arc<Tls>, app: Arc<crate::app::App>, mut hangups: Signal) {
-    let (changed, mut changes) = mpsc::channel::<()>(1);
-    let watcher = match crate::reload::watch_files(&tls.files(), changed) {
-        Ok(watcher) => Some(watcher),
-        Err(error) => {
-            tracing::warn!(
-                "certificate changes will not be seen (SIGHUP still reloads them): {error:#}"
-            );
-            None
-        }
-    };
+/// on `hangups` (SIGHUP), until the process ends, telling `counted` whether each reload was
+/// `applied` or `failed`. A watcher that cannot be made is logged, and SIGHUP still reloads.
+pub fn watch(tls: Arc<Tls>, hangups: Signal, counted: impl Fn(&'static str) + Send + 'static) {
+    let files = tls.files();
+    let mut changes = Changes::new(&files, hangups, "certificate changes");
     tokio::spawn(async move {
-        // Kept for as long as the loop runs: dropped, it would stop watching.
-        let _watcher = watcher;
-        loop {
-            tokio::select! {
-                Some(()) = changes.recv() => {}
-                Some(()) = hangups.recv() => {}
-                else => break,
-            }
-            tokio::time::sleep(crate::reload::SETTLE).await;
-            while changes.try_recv().is_ok() {}
+        while changes.next().await.is_some() {
             match tls.reload() {
                 Ok(()) => {
                     tracing::info!("TLS certificates reloaded");
-                    app.metrics().count_tls_reload("applied");
+                    counted("applied");
                 }
                 Err(error) => {
                     tracing::warn!("TLS certificates not reloaded; the ones in use stay: {error}");
-                    app.metrics().count_tls_reload("failed");
+                    counted("failed");
                 }
             }
         }

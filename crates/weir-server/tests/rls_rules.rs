@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use weir::ManualClock;
 use weir::policy::{PolicySet, Scope};
-use weir_server::rls::decision::{CurrentLimit, policies_of};
 use weir_server::rls::{Code, Descriptor, RequestError, Rls, RlsSettings, RulesConfig, Unit};
+use weir_server::rls::{CurrentLimit, policies_of};
 
 const SECOND: u64 = 1_000_000_000;
 /// Some Unix time at midnight UTC, so that day windows start at the clock's start.

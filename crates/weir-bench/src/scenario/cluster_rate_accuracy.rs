@@ -166,7 +166,7 @@ mod tests {
 
     #[test]
     fn every_rate_runs_at_both_scopes() {
-        let config = weir_server::config::ConfigFile::parse(&config()).unwrap();
+        let config = weir_server::ConfigFile::parse(&config()).unwrap();
         let names: Vec<(&str, weir::policy::Scope)> = config
             .policy
             .iter()

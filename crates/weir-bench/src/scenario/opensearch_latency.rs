@@ -33,7 +33,7 @@ use crate::nodes::{LocalRedis, Workdir, start_cluster};
 use crate::report::Report;
 use crate::run::{self, HoldTime, TargetSpec};
 use crate::schedule::Profile;
-use weir_server::config::ConfigFile;
+use weir_server::ConfigFile;
 
 /// The cluster's policies.
 const CONFIG: &str = r#"

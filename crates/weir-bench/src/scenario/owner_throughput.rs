@@ -20,7 +20,7 @@ use std::time::Duration;
 use serde::Serialize;
 use weir_cluster::admission::shared_bucket_of;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring};
-use weir_server::cluster::PROTOCOL;
+use weir_server::CLUSTER_PROTOCOL as PROTOCOL;
 
 use super::{ScenarioSettings, median, one_run};
 use crate::nodes::{LocalNode, Workdir, start_cluster};

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use super::{ScenarioSettings, median, one_run};
 use crate::run::{self, TargetSpec};
-use weir_server::config::ConfigFile;
+use weir_server::ConfigFile;
 
 /// The configured rates `rate-accuracy` runs side by side, per second.
 pub const ACCURACY_RATES: [u32; 9] = [10, 25, 50, 100, 250, 500, 1000, 2500, 5000];

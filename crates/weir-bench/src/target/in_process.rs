@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir_api::http::AcquireBody;
-use weir_server::app::{AcquireInput, AcquireOutcome, App, AppSettings};
-use weir_server::config::ConfigFile;
+use weir_server::ConfigFile;
+use weir_server::{AcquireInput, AcquireOutcome, App, AppSettings};
 
 use super::{Answer, Target};
 use crate::report::RequestOutcome;

@@ -13,9 +13,9 @@ use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use weir_api::http::AcquireBody;
+use weir_server::rls::Limit;
 use weir_server::rls::RulesConfig;
-use weir_server::rls::config::Limit;
-use weir_server::rls::rules::{Lookup, Tree};
+use weir_server::rls::{Lookup, Tree};
 
 use super::{Answer, Target};
 use crate::report::RequestOutcome;

@@ -60,7 +60,7 @@ pub enum AcquireOutcome {
 impl App {
     /// Admits (or refuses) one request; waits if the policy says so, unless shutdown begins.
     ///
-    /// Traced (see [`crate::traces`]): one span per admission, with how it ended.
+    /// Traced (see the `traces` module): one span per admission, with how it ended.
     pub async fn acquire(&self, input: &AcquireInput) -> Result<AcquireOutcome, ApiError> {
         let span = tracing::trace_span!(
             target: "weir::admission",

@@ -17,12 +17,36 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::SystemClock;
+use weir::limiter::Quota;
 use weir::policy::{Mode, OnExhausted, Policy, Request, Scope};
 use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::transport::BoxFuture;
 
 use super::App;
 use super::admission::{AcquireInput, AcquireOutcome};
+
+/// What a bucket's owner, another node, decided.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum OwnerAnswer {
+    /// Admitted, after waiting `waited` there.
+    Admitted {
+        /// How long the request waited in the owner's line.
+        waited: Duration,
+        /// Over the limit, let through by monitor mode.
+        would_throttle: bool,
+        /// What the key has spent and left just after, if known.
+        quota: Option<Quota>,
+    },
+    /// Refused.
+    Refused {
+        /// When to try again, if it can succeed then.
+        retry_after: Option<Duration>,
+        /// Why, as the owner put it.
+        reason: String,
+        /// What the key has spent and left, if known.
+        quota: Option<Quota>,
+    },
+}
 
 /// The tier an answer names when the bucket's owner, another node, decided.
 pub const OWNER_TIER: &str = "owner";
@@ -38,7 +62,6 @@ impl App {
         cost: u64,
         limit: Option<f64>,
     ) -> Option<AcquireOutcome> {
-        let cluster = self.cluster.as_ref()?;
         let max_wait = policy.with_config(|config| {
             let waits = config.on_exhausted == OnExhausted::Wait && config.mode == Mode::Enforce;
             (config.scope == Scope::Cluster).then(|| match (waits, input.max_wait_ms) {
@@ -47,14 +70,54 @@ impl App {
                 (true, None) => config.max_wait,
             })
         })?;
-        let Some(owner) = cluster.rate_owner(&input.policy, &input.key) else {
-            self.hold_while_learning(policy, &input.kind, &input.key);
+        match self
+            .ask_owner(policy, &input.key, &input.kind, cost, max_wait)
+            .await?
+        {
+            OwnerAnswer::Admitted {
+                waited,
+                would_throttle,
+                ..
+            } => Some(AcquireOutcome::Admitted {
+                waited,
+                lease: None,
+                would_throttle,
+                limit,
+                tier: OWNER_TIER,
+            }),
+            OwnerAnswer::Refused {
+                retry_after,
+                reason,
+                ..
+            } => Some(AcquireOutcome::Refused {
+                retry_after,
+                reason,
+                limit,
+            }),
+        }
+    }
+
+    /// Asks the owner of `key`'s bucket of `policy` to decide `cost`, waiting up to `max_wait`
+    /// there: its answer, or `None` to decide here — this node owns the bucket (then held
+    /// while learning), there is no cluster, or the owner could not decide (unreachable, or
+    /// its ring or policies differ from this node's for a moment).
+    pub(super) async fn ask_owner(
+        &self,
+        policy: &Policy<SystemClock>,
+        key: &str,
+        kind: &str,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Option<OwnerAnswer> {
+        let cluster = self.cluster.as_ref()?;
+        let Some(owner) = cluster.rate_owner(policy.name(), key) else {
+            self.hold_while_learning(policy, kind, key);
             return None;
         };
         let request = RateRequest {
-            policy: input.policy.clone(),
-            key: input.key.clone(),
-            kind: input.kind.clone(),
+            policy: policy.name().to_owned(),
+            key: key.to_owned(),
+            kind: kind.to_owned(),
             cost,
             max_wait,
             handed: None,
@@ -63,26 +126,24 @@ impl App {
             Ok(RateDecision::Admitted {
                 waited,
                 would_throttle,
-                ..
-            }) => Some(AcquireOutcome::Admitted {
+                quota,
+            }) => Some(OwnerAnswer::Admitted {
                 waited,
-                lease: None,
                 would_throttle,
-                limit,
-                tier: OWNER_TIER,
+                quota,
             }),
             Ok(RateDecision::Refused {
                 retry_after,
                 reason,
-                ..
-            }) => Some(AcquireOutcome::Refused {
+                quota,
+            }) => Some(OwnerAnswer::Refused {
                 retry_after,
                 reason,
-                limit,
+                quota,
             }),
             Ok(RateDecision::NotOwner | RateDecision::UnknownPolicy) => None,
             Err(why) => {
-                tracing::debug!(policy = %input.policy, %owner, "deciding here: {why}");
+                tracing::debug!(policy = %policy.name(), %owner, "deciding here: {why}");
                 None
             }
         }

@@ -16,18 +16,19 @@
 
 mod admission;
 mod auth;
+pub mod cells;
 mod cluster_rates;
 mod leasing;
 mod policy_admin;
+pub mod rls;
 mod stats;
 mod throttles;
 
 pub use admission::{AcquireInput, AcquireOutcome};
 pub use auth::Access;
-pub use cluster_rates::{AppRates, OWNER_TIER};
-pub use policy_admin::{Reloaded, TaggedPolicy, etag_of, reserved_name};
-pub use stats::{AdaptiveStats, LeaseStats, PolicyStats, RingShares, StatsView};
-pub use throttles::{DEFAULT_THROTTLE_ROWS, ThrottleQuery, ThrottleRow};
+pub use cluster_rates::AppRates;
+pub use stats::StatsView;
+pub use throttles::ThrottleQuery;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,13 +41,14 @@ use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::policy::{PolicyConfig, PolicySet, Scope};
 use weir::{Clock, SystemClock};
 
-use crate::cells::{CellError, Cells, Throttle, Verdict};
 use crate::cluster::ClusterMode;
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
+use crate::front_door::rls::{RlsSettings, RulesConfig};
 use crate::leases::Leases;
 use crate::metrics::Metrics;
-use crate::rls::{Rls, RlsSettings, RulesConfig};
+use cells::{CellError, Cells, Throttle, Verdict};
+use rls::Rls;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -152,7 +154,7 @@ impl App {
             } else {
                 Scope::Node
             };
-            configs.extend(crate::rls::decision::policies_of(
+            configs.extend(crate::front_door::rls::policies_of(
                 rules,
                 rls_settings,
                 scope,
@@ -178,8 +180,7 @@ impl App {
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
-            rls.clone(),
-            Arc::clone(&cells),
+            protocol_collectors(rls.as_ref(), &cells),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -268,8 +269,8 @@ impl App {
         let _ = rx.wait_for(|down| *down).await;
     }
 
-    /// Decides redis-cell's `CL.THROTTLE` for `key` now (see [`crate::cells`]). Traced as an
-    /// `admission` span of the `CL.THROTTLE` pseudo-policy (see [`crate::traces`]).
+    /// Decides redis-cell's `CL.THROTTLE` for `key` now (see the `app::cells` module). Traced as an
+    /// `admission` span of the `CL.THROTTLE` pseudo-policy (see the `traces` module).
     pub fn throttle_cell(&self, key: &[u8], throttle: &Throttle) -> Result<Verdict, CellError> {
         let span = tracing::trace_span!(
             target: "weir::admission",
@@ -369,4 +370,21 @@ impl App {
             lent: Default::default(),
         }
     }
+}
+
+/// The collectors of the protocols' own counters on `/metrics`: the RLS rules' (if this node
+/// has any) and `CL.THROTTLE`'s.
+fn protocol_collectors(
+    rls: Option<&Arc<Rls>>,
+    cells: &Arc<Cells>,
+) -> Vec<Box<dyn prometheus_client::collector::Collector>> {
+    let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![Box::new(
+        crate::front_door::resp::metrics::CellsCollector::new(Arc::clone(cells)),
+    )];
+    if let Some(rls) = rls {
+        collectors.push(Box::new(crate::front_door::rls::RlsCollector::new(
+            Arc::clone(rls),
+        )));
+    }
+    collectors
 }

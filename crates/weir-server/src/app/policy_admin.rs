@@ -8,6 +8,8 @@ use weir::policy::PolicyConfig;
 use super::App;
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
+use crate::etag::etag_of;
+use crate::reserved::reserved_name;
 
 /// A policy and its entity tag.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,15 +18,6 @@ pub struct TaggedPolicy {
     pub config: PolicyConfig,
     /// Changes whenever the policy does.
     pub etag: String,
-}
-
-/// A stable tag of a policy's content (FNV-1a over its JSON form).
-pub fn etag_of(config: &PolicyConfig) -> String {
-    let bytes = serde_json::to_vec(config).unwrap_or_default();
-    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
-    format!("\"{hash:016x}\"")
 }
 
 impl App {
@@ -120,7 +113,7 @@ impl App {
         let deleted = self.policy(name)?;
         // A policy an older version let take a name now reserved can still be deleted; an RLS
         // rule's cannot (its YAML would bring it back).
-        if name.starts_with(crate::rls::POLICY_PREFIX) {
+        if name.starts_with(crate::reserved::RLS_PREFIX) {
             refuse_rule_policy(name)?;
         }
         self.check_if_match(name, if_match)?;
@@ -157,7 +150,7 @@ impl App {
         wanted.extend(
             current
                 .values()
-                .filter(|c| c.name.starts_with(crate::rls::POLICY_PREFIX))
+                .filter(|c| c.name.starts_with(crate::reserved::RLS_PREFIX))
                 .cloned(),
         );
         // Built and dropped: the same checks as at start, over the whole set at once.
@@ -197,7 +190,7 @@ impl App {
             .map(|config| config.name)
             .collect();
         self.policies.policies().iter().any(|policy| {
-            !policy.name().starts_with(crate::rls::POLICY_PREFIX) && !kept.contains(policy.name())
+            !policy.name().starts_with(crate::reserved::RLS_PREFIX) && !kept.contains(policy.name())
         })
     }
 
@@ -232,30 +225,6 @@ impl Reloaded {
             && self.removed.is_empty()
             && self.failed.is_empty()
     }
-}
-
-/// Why `name` is kept from policies made in the config file or over the API, if it is: the
-/// protocols' own rows share the "who is throttled" table, `weir top` and `/metrics` with
-/// policies, so their names are reserved — `rls:…` for the policies of RLS rules (their YAML's:
-/// a change over the API would be undone at the next start), and `CL.…` (in any case) for the
-/// Redis protocol's `CL.THROTTLE` keys.
-pub fn reserved_name(name: &str) -> Option<String> {
-    if name.starts_with(crate::rls::POLICY_PREFIX) {
-        return Some(format!(
-            "the `{}` prefix names the policies of RLS rules: change the rule in its YAML file (`[rls] config`), not here",
-            crate::rls::POLICY_PREFIX
-        ));
-    }
-    if name
-        .get(..3)
-        .is_some_and(|head| head.eq_ignore_ascii_case("cl."))
-    {
-        return Some(format!(
-            "the `CL.` prefix is the Redis protocol's: `{}` rows are its CL.THROTTLE keys",
-            crate::cells::CELLS_POLICY
-        ));
-    }
-    None
 }
 
 /// Refuses a change over the API to a reserved name (see [`reserved_name`]).

@@ -6,8 +6,8 @@ use serde::Serialize;
 use weir::policy::ThrottledRow;
 
 use super::App;
-use crate::cells::CELLS_POLICY;
 use crate::error::ApiError;
+use crate::reserved::CELLS_POLICY;
 
 /// How many throttled keys a listing returns by default.
 pub const DEFAULT_THROTTLE_ROWS: usize = 100;

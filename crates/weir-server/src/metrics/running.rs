@@ -71,7 +71,7 @@ fn policies_hash(policies: &PolicySet<SystemClock>) -> String {
         .iter()
         .map(|p| {
             let config = p.config();
-            let etag = crate::app::etag_of(&config);
+            let etag = crate::etag::etag_of(&config);
             (config.name, etag)
         })
         .collect();

@@ -21,8 +21,8 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::reply::Reply;
+use crate::app::cells::Throttle;
 use crate::app::{AcquireInput, AcquireOutcome, App, MAX_KEY_BYTES};
-use crate::cells::Throttle;
 use crate::error::ApiError;
 
 /// What a connection has said about itself.

@@ -33,6 +33,7 @@
 
 mod commands;
 mod framing;
+pub(crate) mod metrics;
 mod reply;
 mod room;
 

@@ -40,8 +40,7 @@ use weir::keyed::MaxSketch;
 use weir::policy::ThrottledRow;
 use weir::policy::throttled::{DEFAULT_CAPACITY, DEFAULT_WINDOW, ThrottledKeys};
 
-/// The name `CL.THROTTLE`'s keys go by in "who is throttled" and in metrics.
-pub const CELLS_POLICY: &str = "CL.THROTTLE";
+use crate::reserved::CELLS_POLICY;
 
 /// Nanoseconds per second and per millisecond.
 const SECOND: i64 = 1_000_000_000;
@@ -389,11 +388,6 @@ impl Cells {
             .map(|shard| shard.lock().unwrap_or_else(|p| p.into_inner()).len())
             .sum()
     }
-
-    /// Whether no key is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A TAT as a sketch word, in the same order (the sketch keeps the largest).
@@ -530,7 +524,7 @@ mod tests {
         let huge = call(9_223_300_000_000_000_000, 1_000_000_000, 1, i64::MAX);
         let v = cells.throttle(b"k", &huge, 72_000 * SECOND).unwrap();
         assert_eq!((v.limited, v.retry_after), (true, -1));
-        assert!(cells.is_empty());
+        assert_eq!(cells.len(), 0);
     }
 
     #[test]

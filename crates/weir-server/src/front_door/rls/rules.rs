@@ -11,6 +11,7 @@
 //! Lookup builds the counter's key and the names a rule's metrics may ask for as it walks; it
 //! reads the tree without locks.
 
+use crate::reserved::RLS_PREFIX;
 use std::collections::HashMap;
 
 use super::config::{DomainRules, Limit, Node, RulesConfig};
@@ -34,12 +35,9 @@ pub struct Rule {
 impl Rule {
     /// The name of the policy that counts for this rule.
     pub fn policy_name(&self) -> String {
-        format!("{POLICY_PREFIX}{}", self.path)
+        format!("{RLS_PREFIX}{}", self.path)
     }
 }
-
-/// The prefix of every policy that counts for a rule; no other policy may take it.
-pub const POLICY_PREFIX: &str = "rls:";
 
 /// A level of a domain's tree: for each key, its nodes.
 #[derive(Debug, Default)]

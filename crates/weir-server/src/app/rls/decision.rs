@@ -1,6 +1,6 @@
 //! Answering `ShouldRateLimit`: every descriptor decided by its rule's policy, never waiting.
 //!
-//! Each descriptor of a request is looked up in the tree ([`super::rules`]); a rule counts
+//! Each descriptor of a request is looked up in the tree ([`crate::front_door::rls::rules`]); a rule counts
 //! through its Weir policy (a `fixed_window` or a `token_bucket` keyed by the descriptor's
 //! values), so its decisions show in `/v1/policies`, `/v1/throttles`, `weir top` and the policy
 //! metrics like any other policy's. Beside them, each rule keeps the reference server's own
@@ -11,265 +11,21 @@
 //! request an error and counts nothing.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
 use weir::limiter::Quota;
-use weir::policy::{FixedWindowSpec, Scope, TokenBucketSpec};
-use weir::policy::{
-    KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request,
-};
+use weir::policy::{Policy, PolicySet, Request};
 use weir::{Clock, FixedWindowConfig, SystemClock};
 
-use super::config::{Algorithm, Limit, RulesConfig, Unit};
-use super::rules::{Lookup, Matched, Tree};
-
-/// The longest counter key accepted (all of a descriptor's entries together), in bytes.
-pub const MAX_DESCRIPTOR_BYTES: usize = 4096;
-/// The most metric names a `detailed_metric` or `value_to_metric` rule keeps apart; hits of
-/// further names count under the rule's path.
-pub const MAX_METRIC_NAMES: usize = 1000;
-
-/// How the service answers, from the config file's `[rls]` table.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RlsSettings {
-    /// Keys each rule tracks at once (its policy's `max_keys`).
-    pub max_keys: usize,
-    /// A hit that takes a key past this share of its limit counts as "near limit".
-    pub near_limit_ratio: f64,
-    /// Answer the RateLimit header fields (`RateLimit-Limit`, `-Remaining`, `-Reset`) for
-    /// Envoy to add to the client's response.
-    pub response_headers: bool,
-    /// The most descriptors one call may carry.
-    pub max_descriptors: usize,
-}
-
-impl Default for RlsSettings {
-    fn default() -> Self {
-        RlsSettings {
-            max_keys: 100_000,
-            near_limit_ratio: 0.8,
-            response_headers: false,
-            max_descriptors: 64,
-        }
-    }
-}
-
-/// One descriptor of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Descriptor<'a> {
-    /// Its entries, in order.
-    pub entries: Vec<(&'a str, &'a str)>,
-    /// A limit sent instead of the configured one: hits per unit.
-    pub limit: Option<(u32, Option<Unit>)>,
-    /// Its own hits, overriding the request's (0: only look).
-    pub hits: Option<u64>,
-}
-
-/// What a descriptor is answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Code {
-    /// Within its limit (or not limited).
-    Ok,
-    /// Over its limit.
-    OverLimit,
-}
-
-/// The limit a descriptor was decided by.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CurrentLimit {
-    /// Hits per unit.
-    pub requests_per_unit: u32,
-    /// The unit.
-    pub unit: Unit,
-    /// The rule's limit's name, if it has one.
-    pub name: Option<String>,
-}
-
-/// One descriptor's answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Status {
-    /// OK or over.
-    pub code: Code,
-    /// The limit that decided, if one did.
-    pub current_limit: Option<CurrentLimit>,
-    /// Hits left before the key is over (`u32::MAX` for an unlimited rule).
-    pub limit_remaining: u32,
-    /// Whole seconds until the key is whole again, rounded up, if a limit decided.
-    pub reset_after: Option<Duration>,
-}
-
-impl Status {
-    fn unlimited(remaining: u32) -> Status {
-        Status {
-            code: Code::Ok,
-            current_limit: None,
-            limit_remaining: remaining,
-            reset_after: None,
-        }
-    }
-}
-
-/// The answer to a whole request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Answer {
-    /// Over if any descriptor is.
-    pub overall: Code,
-    /// One status per descriptor, in order.
-    pub statuses: Vec<Status>,
-    /// Header fields for the client's response, when `response_headers` is on.
-    pub headers: Vec<(&'static str, String)>,
-}
-
-/// Why a request cannot be answered: it is malformed. Each names the descriptor and entry.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequestError {
-    /// No domain.
-    #[error("`domain` must not be empty")]
-    NoDomain,
-    /// No descriptors.
-    #[error("`descriptors` must not be empty")]
-    NoDescriptors,
-    /// A descriptor without entries.
-    #[error("descriptor {index} has no entries")]
-    NoEntries {
-        /// The descriptor's index.
-        index: usize,
-    },
-    /// An entry without a key.
-    #[error("descriptor {index}, entry {entry}: `key` must not be empty")]
-    EmptyKey {
-        /// The descriptor's index.
-        index: usize,
-        /// The entry's index.
-        entry: usize,
-    },
-    /// A descriptor too long to be a key.
-    #[error("descriptor {index} is {bytes} bytes long; the most is {MAX_DESCRIPTOR_BYTES}")]
-    TooLong {
-        /// The descriptor's index.
-        index: usize,
-        /// Its length.
-        bytes: usize,
-    },
-    /// More hits than the limit can ever hold.
-    #[error(
-        "descriptor {index} adds {hits} hits, more than its limit of {limit} per {unit} can ever admit"
-    )]
-    HitsAboveLimit {
-        /// The descriptor's index.
-        index: usize,
-        /// The hits asked for.
-        hits: u64,
-        /// The limit.
-        limit: u32,
-        /// The limit's unit.
-        unit: &'static str,
-    },
-    /// More hits than any window can count.
-    #[error(
-        "descriptor {index} adds {hits} hits; one call may add at most 4294967295 (2^32 - 1), the most a window counts"
-    )]
-    HitsTooMany {
-        /// The descriptor's index.
-        index: usize,
-        /// The hits asked for.
-        hits: u64,
-    },
-    /// More descriptors than one call may carry.
-    #[error("the call carries {count} descriptors; the most is {max} (`[rls] max_descriptors`)")]
-    TooManyDescriptors {
-        /// Descriptors in the call.
-        count: usize,
-        /// The cap.
-        max: usize,
-    },
-    /// A limit override with no unit.
-    #[error("descriptor {index}: the `limit` override needs a unit (SECOND to YEAR)")]
-    OverrideUnit {
-        /// The descriptor's index.
-        index: usize,
-    },
-}
-
-/// The reference server's counters of one rule (or of one metric name of it).
-#[derive(Debug, Default)]
-pub struct Counts {
-    /// Hits asked for.
-    pub total_hits: AtomicU64,
-    /// Hits past the limit.
-    pub over_limit: AtomicU64,
-    /// Hits between the near-limit mark and the limit.
-    pub near_limit: AtomicU64,
-    /// Hits within the limit.
-    pub within_limit: AtomicU64,
-    /// Hits past the limit that shadow mode let through.
-    pub shadow_mode: AtomicU64,
-}
-
-impl Counts {
-    /// A snapshot: total, over, near, within, shadow.
-    pub fn read(&self) -> [u64; 5] {
-        [
-            self.total_hits.load(Ordering::Relaxed),
-            self.over_limit.load(Ordering::Relaxed),
-            self.near_limit.load(Ordering::Relaxed),
-            self.within_limit.load(Ordering::Relaxed),
-            self.shadow_mode.load(Ordering::Relaxed),
-        ]
-    }
-
-    /// Counts `hits` that took the key from `before` to `after` against `limit` (the
-    /// reference server's arithmetic, partial crossings split).
-    fn record(&self, hits: u64, after: u64, limit: u64, near: u64, shadow: bool) {
-        let before = after.saturating_sub(hits);
-        self.total_hits.fetch_add(hits, Ordering::Relaxed);
-        if after > limit {
-            let over = if before >= limit { hits } else { after - limit };
-            self.over_limit.fetch_add(over, Ordering::Relaxed);
-            if before < limit {
-                self.near_limit
-                    .fetch_add(limit - before.max(near), Ordering::Relaxed);
-            }
-            if shadow {
-                self.shadow_mode.fetch_add(over, Ordering::Relaxed);
-            }
-        } else {
-            self.within_limit.fetch_add(hits, Ordering::Relaxed);
-            if after > near {
-                self.near_limit
-                    .fetch_add(after - before.max(near), Ordering::Relaxed);
-            }
-        }
-    }
-}
-
-/// A rule's counters: under its path, and under the names its metrics ask for.
-#[derive(Debug, Default)]
-pub struct RuleCounts {
-    /// Under the rule's path.
-    pub rule: Counts,
-    /// Under request-dependent names (`detailed_metric`, `value_to_metric`), at most
-    /// [`MAX_METRIC_NAMES`].
-    pub named: Mutex<HashMap<String, Arc<Counts>>>,
-}
-
-impl RuleCounts {
-    fn of(&self, metric: &str) -> Option<Arc<Counts>> {
-        let mut named = self.named.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(counts) = named.get(metric) {
-            return Some(Arc::clone(counts));
-        }
-        if named.len() >= MAX_METRIC_NAMES {
-            return None;
-        }
-        let counts = Arc::new(Counts::default());
-        named.insert(metric.to_owned(), Arc::clone(&counts));
-        Some(counts)
-    }
-}
+use super::answer::{
+    Answer, Code, CurrentLimit, Descriptor, MAX_DESCRIPTOR_BYTES, RequestError, Status,
+};
+use super::counts::{Counts, RuleCounts};
+use crate::front_door::rls::RlsSettings;
+use crate::front_door::rls::config::{Algorithm, Limit, RulesConfig, Unit};
+use crate::front_door::rls::rules::{self, Lookup, Matched, Tree};
 
 /// A rule with what counts for it.
 #[derive(Debug)]
@@ -292,7 +48,7 @@ impl<C: Clock> std::fmt::Debug for Overrides<C> {
     }
 }
 
-/// Envoy's rate limit service over Weir policies; see the [module docs](self).
+/// Envoy's rate limit service over Weir policies; see the module docs.
 #[derive(Debug)]
 pub struct Rls<C: Clock + Clone = SystemClock> {
     tree: Tree,
@@ -300,73 +56,6 @@ pub struct Rls<C: Clock + Clone = SystemClock> {
     overrides: HashMap<String, Overrides<C>>,
     settings: RlsSettings,
     clock: C,
-}
-
-/// The policy that counts for a rule with a rate, or `None` (unlimited, or a limit of 0).
-/// In cluster mode (`scope` cluster) each of its buckets is decided by its owner on the ring.
-pub fn policy_of(
-    rule: &super::rules::Rule,
-    settings: &RlsSettings,
-    scope: Scope,
-) -> Option<PolicyConfig> {
-    let Limit::Rate {
-        requests_per_unit,
-        unit,
-        algorithm,
-        ..
-    } = &rule.limit
-    else {
-        return None;
-    };
-    if *requests_per_unit == 0 {
-        return None;
-    }
-    let spec = match algorithm {
-        Algorithm::FixedWindow => KeyedSpec::FixedWindow(FixedWindowSpec {
-            limit: u64::from(*requests_per_unit),
-            window: unit.window(),
-            per_core: false,
-            overrides: Default::default(),
-        }),
-        Algorithm::TokenBucket => KeyedSpec::TokenBucket(TokenBucketSpec {
-            rate: f64::from(*requests_per_unit) / unit.window().as_secs_f64(),
-            burst: Some(u64::from(*requests_per_unit)),
-            per_core: false,
-            overrides: Default::default(),
-        }),
-    };
-    Some(PolicyConfig {
-        name: rule.policy_name(),
-        kinds: Vec::new(),
-        mode: if rule.shadow_mode {
-            Mode::Monitor
-        } else {
-            Mode::Enforce
-        },
-        on_exhausted: OnExhausted::Reject,
-        max_wait: Duration::ZERO,
-        max_keys: settings.max_keys,
-        // Keys past the cap with none idle are counted in the sketch: never looser than a
-        // bucket of their own, and one client filling the map does not lock out the rest.
-        overflow: Overflow::Sketch,
-        max_cost: None,
-        scope,
-        learning_period: Duration::ZERO,
-        limiter: Limiter::Keyed(spec),
-    })
-}
-
-/// The policies `config`'s rules count through, at `scope`.
-pub fn policies_of(
-    config: &RulesConfig,
-    settings: &RlsSettings,
-    scope: Scope,
-) -> Vec<PolicyConfig> {
-    Tree::new(config)
-        .rules()
-        .iter()
-        .filter_map(|rule| policy_of(rule, settings, scope))
-        .collect()
 }
 
 /// A request checked and matched, nothing counted yet ([`Rls::prepare`]).
@@ -405,7 +94,7 @@ enum Plan {
 
 impl<C: Clock + Clone> Rls<C> {
     /// The service for `config`'s rules, counting through `policies` (which must hold
-    /// [`policies_of`]`(config)`), reading `clock`.
+    /// `policies_of(config)`), reading `clock`.
     pub fn new(
         config: &RulesConfig,
         settings: RlsSettings,
@@ -640,7 +329,7 @@ impl<C: Clock + Clone> Rls<C> {
             }
             let key = match self.tree.find(domain, descriptor.entries.iter().copied()) {
                 Lookup::Rule(matched) => matched.key,
-                _ => super::rules::counter_key(descriptor.entries.iter().copied()),
+                _ => rules::counter_key(descriptor.entries.iter().copied()),
             };
             return Ok((
                 Plan::Override {

@@ -1,5 +1,5 @@
 //! Envoy's rate limit service on the gRPC port: `ShouldRateLimit` translated to and from
-//! [`crate::rls`], which decides.
+//! [`App::should_rate_limit`], which decides.
 //!
 //! Answers never wait (Envoy gives the call 20 ms by default): a rule's policy decides at once,
 //! whatever its `on_exhausted`. In cluster mode each rule bucket is decided by its owner on the
@@ -8,7 +8,7 @@
 //! then `failure_mode_deny` decides).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tonic::{Request, Response, Status};
 use weir_api::envoy::config::core::v3::HeaderValue;
@@ -20,10 +20,9 @@ use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimi
 use weir_api::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use weir_api::envoy::r#type::v3::RateLimitUnit;
 
+use super::config::Unit;
 use crate::app::App;
-use crate::rls::decision::{Counted, Prepared};
-use crate::rls::{Answer, Code, Descriptor, Rls, Unit};
-use weir_cluster::rates::{RateDecision, RateRequest};
+use crate::app::rls::{Answer, Code, Descriptor};
 
 /// The RLS v3 service over an [`App`] that offers it.
 #[derive(Debug, Clone)]
@@ -104,45 +103,6 @@ fn response(answer: Answer) -> RateLimitResponse {
     }
 }
 
-impl RlsService {
-    /// In cluster mode, the rule decisions whose buckets other nodes own, decided by those
-    /// owners (a descriptor after another). One that its owner could not decide is left out:
-    /// it is decided here, and counted as such in `/v1/cluster`.
-    async fn decided_by_owners(&self, rls: &Rls, prepared: &Prepared) -> Vec<(usize, Counted)> {
-        let Some(cluster) = self.app.cluster_mode() else {
-            return Vec::new();
-        };
-        let mut decided = Vec::new();
-        for (step, policy, key, hits) in rls.rule_decisions(prepared) {
-            let Some(owner) = cluster.rate_owner(&policy, &key) else {
-                continue;
-            };
-            let request = RateRequest {
-                policy,
-                key,
-                kind: String::new(),
-                cost: hits,
-                max_wait: Duration::ZERO,
-                handed: None,
-            };
-            let counted = match cluster.forward(&owner, request).await {
-                Ok(RateDecision::Admitted {
-                    would_throttle,
-                    quota,
-                    ..
-                }) => Counted {
-                    over: would_throttle,
-                    quota,
-                },
-                Ok(RateDecision::Refused { quota, .. }) => Counted { over: true, quota },
-                _ => continue,
-            };
-            decided.push((step, counted));
-        }
-        decided
-    }
-}
-
 #[tonic::async_trait]
 impl RateLimitService for RlsService {
     async fn should_rate_limit(
@@ -151,8 +111,8 @@ impl RateLimitService for RlsService {
     ) -> Result<Response<RateLimitResponse>, Status> {
         let start = Instant::now();
         // Envoy sends it as the rate limit service's `initial_metadata`.
-        if let Err(refused) = super::grpc::check_data_token(&self.app, &request) {
-            let code = super::grpc::grpc_code(refused.code());
+        if let Err(refused) = crate::front_door::grpc::check_data_token(&self.app, &request) {
+            let code = crate::front_door::grpc::grpc_code(refused.code());
             self.app
                 .metrics()
                 .observe("grpc", "ShouldRateLimit", code, start.elapsed());
@@ -166,44 +126,40 @@ impl RateLimitService for RlsService {
             descriptors = request.descriptors.len(),
             decision = tracing::field::Empty,
         );
-        let answered = match self.app.rls() {
+        let descriptors: Vec<Descriptor<'_>> = request
+            .descriptors
+            .iter()
+            .map(|d| Descriptor {
+                entries: d
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+                    .collect(),
+                limit: d
+                    .limit
+                    .as_ref()
+                    .map(|l| (l.requests_per_unit, override_unit(l.unit))),
+                hits: d.hits_addend,
+            })
+            .collect();
+        let decided =
+            self.app
+                .should_rate_limit(&request.domain, &descriptors, request.hits_addend);
+        let decided = if span.is_disabled() {
+            decided.await
+        } else {
+            tracing::Instrument::instrument(decided, span.clone()).await
+        };
+        let answered = match decided {
             None => Err(Status::unimplemented(
                 "this node has no RLS rules: start it with --rls-config PATH",
             )),
-            Some(rls) => {
-                let descriptors: Vec<Descriptor<'_>> = request
-                    .descriptors
-                    .iter()
-                    .map(|d| Descriptor {
-                        entries: d
-                            .entries
-                            .iter()
-                            .map(|e| (e.key.as_str(), e.value.as_str()))
-                            .collect(),
-                        limit: d
-                            .limit
-                            .as_ref()
-                            .map(|l| (l.requests_per_unit, override_unit(l.unit))),
-                        hits: d.hits_addend,
-                    })
-                    .collect();
-                match rls.prepare(&request.domain, &descriptors, request.hits_addend) {
-                    Err(error) => Err(Status::invalid_argument(error.to_string())),
-                    Ok(prepared) => {
-                        let owners = self.decided_by_owners(rls, &prepared);
-                        let elsewhere = if span.is_disabled() {
-                            owners.await
-                        } else {
-                            tracing::Instrument::instrument(owners, span.clone()).await
-                        };
-                        Ok(response(rls.finish(prepared, elsewhere)))
-                    }
-                }
-            }
+            Some(Err(error)) => Err(Status::invalid_argument(error.to_string())),
+            Some(Ok(answer)) => Ok(response(answer)),
         };
         let code = match &answered {
             Ok(_) => "0",
-            Err(status) => super::grpc::grpc_code(status.code()),
+            Err(status) => crate::front_door::grpc::grpc_code(status.code()),
         };
         if !span.is_disabled() {
             let decision = match &answered {

@@ -1,0 +1,145 @@
+//! What `ShouldRateLimit` asks and is answered, as the decision reads and writes it; and why a
+//! request is refused whole.
+
+use std::time::Duration;
+
+use crate::front_door::rls::config::Unit;
+
+/// The longest counter key accepted (all of a descriptor's entries together), in bytes.
+pub const MAX_DESCRIPTOR_BYTES: usize = 4096;
+/// One descriptor of a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Descriptor<'a> {
+    /// Its entries, in order.
+    pub entries: Vec<(&'a str, &'a str)>,
+    /// A limit sent instead of the configured one: hits per unit.
+    pub limit: Option<(u32, Option<Unit>)>,
+    /// Its own hits, overriding the request's (0: only look).
+    pub hits: Option<u64>,
+}
+
+/// What a descriptor is answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Code {
+    /// Within its limit (or not limited).
+    Ok,
+    /// Over its limit.
+    OverLimit,
+}
+
+/// The limit a descriptor was decided by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentLimit {
+    /// Hits per unit.
+    pub requests_per_unit: u32,
+    /// The unit.
+    pub unit: Unit,
+    /// The rule's limit's name, if it has one.
+    pub name: Option<String>,
+}
+
+/// One descriptor's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// OK or over.
+    pub code: Code,
+    /// The limit that decided, if one did.
+    pub current_limit: Option<CurrentLimit>,
+    /// Hits left before the key is over (`u32::MAX` for an unlimited rule).
+    pub limit_remaining: u32,
+    /// Whole seconds until the key is whole again, rounded up, if a limit decided.
+    pub reset_after: Option<Duration>,
+}
+
+impl Status {
+    pub(super) fn unlimited(remaining: u32) -> Status {
+        Status {
+            code: Code::Ok,
+            current_limit: None,
+            limit_remaining: remaining,
+            reset_after: None,
+        }
+    }
+}
+
+/// The answer to a whole request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Over if any descriptor is.
+    pub overall: Code,
+    /// One status per descriptor, in order.
+    pub statuses: Vec<Status>,
+    /// Header fields for the client's response, when `response_headers` is on.
+    pub headers: Vec<(&'static str, String)>,
+}
+
+/// Why a request cannot be answered: it is malformed. Each names the descriptor and entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// No domain.
+    #[error("`domain` must not be empty")]
+    NoDomain,
+    /// No descriptors.
+    #[error("`descriptors` must not be empty")]
+    NoDescriptors,
+    /// A descriptor without entries.
+    #[error("descriptor {index} has no entries")]
+    NoEntries {
+        /// The descriptor's index.
+        index: usize,
+    },
+    /// An entry without a key.
+    #[error("descriptor {index}, entry {entry}: `key` must not be empty")]
+    EmptyKey {
+        /// The descriptor's index.
+        index: usize,
+        /// The entry's index.
+        entry: usize,
+    },
+    /// A descriptor too long to be a key.
+    #[error("descriptor {index} is {bytes} bytes long; the most is {MAX_DESCRIPTOR_BYTES}")]
+    TooLong {
+        /// The descriptor's index.
+        index: usize,
+        /// Its length.
+        bytes: usize,
+    },
+    /// More hits than the limit can ever hold.
+    #[error(
+        "descriptor {index} adds {hits} hits, more than its limit of {limit} per {unit} can ever admit"
+    )]
+    HitsAboveLimit {
+        /// The descriptor's index.
+        index: usize,
+        /// The hits asked for.
+        hits: u64,
+        /// The limit.
+        limit: u32,
+        /// The limit's unit.
+        unit: &'static str,
+    },
+    /// More hits than any window can count.
+    #[error(
+        "descriptor {index} adds {hits} hits; one call may add at most 4294967295 (2^32 - 1), the most a window counts"
+    )]
+    HitsTooMany {
+        /// The descriptor's index.
+        index: usize,
+        /// The hits asked for.
+        hits: u64,
+    },
+    /// More descriptors than one call may carry.
+    #[error("the call carries {count} descriptors; the most is {max} (`[rls] max_descriptors`)")]
+    TooManyDescriptors {
+        /// Descriptors in the call.
+        count: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// A limit override with no unit.
+    #[error("descriptor {index}: the `limit` override needs a unit (SECOND to YEAR)")]
+    OverrideUnit {
+        /// The descriptor's index.
+        index: usize,
+    },
+}

@@ -1,0 +1,167 @@
+//! Cluster mode's counters: admissions beyond the node tier, the owner's side, forwarding,
+//! handovers, peers.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+
+use super::{family, single};
+use crate::cluster::ClusterMode;
+
+/// Cluster mode's counters, read at scrape time.
+#[derive(Debug)]
+pub(super) struct ClusterCollector {
+    pub(super) cluster: Arc<ClusterMode>,
+}
+
+/// `{tier}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TierLabel {
+    tier: &'static str,
+}
+
+/// `{outcome}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+/// `{peer}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PeerLabel {
+    peer: String,
+}
+
+impl Collector for ClusterCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let c = self.cluster.counters();
+        family(
+            &mut encoder,
+            "weir_cluster_admissions",
+            "Admissions beyond the node tier: shared (a lease from the owner or a unit lent to this node), fail_open, local_share",
+            MetricType::Counter,
+            [
+                ("shared", c.shared),
+                ("fail_open", c.fail_open),
+                ("local_share", c.local_share),
+            ]
+            .map(|(tier, v)| (TierLabel { tier }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_unavailable",
+            "Times a bucket's owner could not be asked",
+            MetricType::Counter,
+            ConstCounter::new(c.unavailable),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_leases_handed_off",
+            "Shared leases re-registered with a bucket's new owner after a ring change",
+            MetricType::Counter,
+            ConstCounter::new(c.handed_off),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_admissions_from_loan",
+            "Shared admissions on units lent to this node, made with no call to the owner",
+            MetricType::Counter,
+            ConstCounter::new(c.from_loan),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_learning_refusals",
+            "Requests refused because the bucket's new owner was in its learning period",
+            MetricType::Counter,
+            ConstCounter::new(c.learning),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_units_given_back",
+            "Lent units this node gave back to their owners",
+            MetricType::Counter,
+            ConstCounter::new(c.given_back),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_units_borrowed",
+            "Shared units lent to this node now",
+            MetricType::Gauge,
+            ConstGauge::new(i64::try_from(c.borrowed).unwrap_or(i64::MAX)),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_refused_while_lent",
+            "As an owner: requests refused while other nodes held loans of the bucket",
+            MetricType::Counter,
+            ConstCounter::new(c.refused_while_lent),
+        )?;
+        family(
+            &mut encoder,
+            "weir_cluster_units_lent",
+            "As an owner: shared units lent out now, by the node holding them",
+            MetricType::Gauge,
+            self.cluster.lent().into_iter().map(|(peer, units)| {
+                (
+                    PeerLabel { peer },
+                    ConstGauge::new(i64::try_from(units).unwrap_or(i64::MAX)),
+                )
+            }),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_grants_raced",
+            "Grants given back because the ring moved their bucket while they were on the way",
+            MetricType::Counter,
+            ConstCounter::new(c.raced),
+        )?;
+        family(
+            &mut encoder,
+            "weir_cluster_rate_decisions",
+            "Requests of cluster-scoped rate policies: forwarded (decided by the bucket's owner), forward_failed (decided here, the owner could not), decided_for_others (decided here as the owner)",
+            MetricType::Counter,
+            [
+                ("forwarded", c.forwarded),
+                ("forward_failed", c.forward_failed),
+                ("decided_for_others", c.decided_for_others),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        family(
+            &mut encoder,
+            "weir_cluster_rate_buckets_handed",
+            "Cluster-scoped rate buckets moved by the ring with their state: handed_over (by this node to the new owner), taken_on (by this node from the previous owner)",
+            MetricType::Counter,
+            [
+                ("handed_over", c.rate_buckets_handed_over),
+                ("taken_on", c.rate_buckets_taken_on),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_rate_learning_decisions",
+            "Decisions on cluster-scoped rate buckets this node had owned for less than the policy's learning_period (each bucket held to what it refilled since)",
+            MetricType::Counter,
+            ConstCounter::new(c.rate_learning),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_members",
+            "Live members seen by this node",
+            MetricType::Gauge,
+            ConstGauge::new(self.cluster.members() as i64),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_buckets_owned",
+            "Buckets whose shared pool this node owns and tracks",
+            MetricType::Gauge,
+            ConstGauge::new(c.buckets_owned as i64),
+        )
+    }
+}
