@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::decide::{Decided, try_rate};
 use super::store::{Found, Store};
 use super::{
-    Buckets, Decided, KeyedAdmission, KeyedLimiter, KeyedRefusal, RateCell, RateShape, Taken, What,
-    try_rate, undo,
+    Buckets, KeyedAdmission, KeyedLimiter, KeyedRefusal, RateCell, RateShape, Taken, What, undo,
 };
 use crate::clock::{Clock, Nanos};
 use crate::error::Refused;

@@ -1,0 +1,110 @@
+//! What a keyed limiter tells a bucket's next owner and takes on from the previous one in
+//! cluster mode: the keys not whole, what another node spent, the learning period's hold.
+
+use super::*;
+
+impl<C: Clock> KeyedLimiter<C> {
+    /// Every tracked rate key that is not whole now, with what it has left, for the keys
+    /// `moving` picks: what this node hands a bucket's next owner when the ring moves the
+    /// bucket away ([`absorb`](Self::absorb) on the other side). A walk over every key: for
+    /// membership changes, never per request. Empty for a concurrency limiter.
+    pub fn spent_keys(&self, mut moving: impl FnMut(&str) -> bool) -> Vec<(String, Quota)> {
+        let now = self.clock.now();
+        let mut spent = Vec::new();
+        match &self.buckets {
+            Buckets::Rate(store) => store.for_each(|key, shape, cell| {
+                let quota = shape.quota(cell.value.load(Ordering::Acquire), now);
+                if !quota.reset_after.is_zero() && moving(key) {
+                    spent.push((key.to_owned(), quota));
+                }
+            }),
+            Buckets::Window(store) => store.for_each(|key, shape, cell| {
+                let quota = shape.quota(cell.value.load(Ordering::Acquire), now);
+                if quota.used > 0 && moving(key) {
+                    spent.push((key.to_owned(), quota));
+                }
+            }),
+            Buckets::Concurrency(_) => {}
+        }
+        spent
+    }
+
+    /// Takes on what another node spent of `key` (its [`spent_keys`](Self::spent_keys)
+    /// entry): the bucket is left no fuller than `handed` says, and never made fuller than it
+    /// is. A rate bucket takes the time until it is whole again; a fixed window takes the count,
+    /// only if `handed` is of the window in force here (its end within half a window of this
+    /// one's). A key past the cap is taken on in the sketch; with a shared overflow cell it is
+    /// left alone (that cell is everyone's).
+    pub fn absorb(&self, key: &str, handed: Quota) {
+        let now = self.clock.now();
+        match &self.buckets {
+            Buckets::Rate(store) => {
+                let whole_at =
+                    now.saturating_add(crate::clock::duration_to_nanos(handed.reset_after));
+                let _ = store.with(key, now, |found| {
+                    if !found.overflowed || found.sketched {
+                        raise_to(&found.cell.value, whole_at);
+                    }
+                });
+            }
+            Buckets::Window(store) => {
+                let _ = store.with(key, now, |found| {
+                    let left = found.shape.quota(0, now).reset_after;
+                    let same = left.abs_diff(handed.reset_after)
+                        < Duration::from_nanos(found.shape.length / 2);
+                    if same && (!found.overflowed || found.sketched) {
+                        found
+                            .shape
+                            .hold_to(&found.cell.value, handed.remaining, now);
+                    }
+                });
+            }
+            Buckets::Concurrency(_) => {}
+        }
+    }
+
+    /// What a bucket's new owner allows while it cannot know what the previous owner spent:
+    /// leaves `key` holding the share of its capacity that `held_for` is of its refill time
+    /// (or of `learning`, if shorter), never making it fuller than it is. With `learning` at
+    /// least the refill time, the bucket holds what it refilled in `held_for` and refills at
+    /// its rate from there, so it admits no more than one bucket would have; a shorter
+    /// `learning` lets it fill sooner. A fixed window whose count began before `held_for` ago
+    /// is full until it ends.
+    pub fn hold_to_tenure(&self, key: &str, held_for: Duration, learning: Duration) {
+        let now = self.clock.now();
+        let held_for = crate::clock::duration_to_nanos(held_for);
+        let learning = crate::clock::duration_to_nanos(learning);
+        match &self.buckets {
+            Buckets::Rate(store) => {
+                let _ = store.with(key, now, |found| {
+                    let tolerance = found.shape.params().tolerance;
+                    let window = tolerance.min(learning).max(1);
+                    let share = (held_for as f64 / window as f64).min(1.0);
+                    // Rounded up: the bucket only ever comes out emptier.
+                    let missing = (tolerance as f64 * (1.0 - share)).ceil() as u64;
+                    if !found.overflowed || found.sketched {
+                        raise_to(&found.cell.value, now.saturating_add(missing));
+                    }
+                });
+            }
+            Buckets::Window(store) => {
+                let _ = store.with(key, now, |found| {
+                    let left =
+                        crate::clock::duration_to_nanos(found.shape.quota(0, now).reset_after);
+                    let begun = found.shape.length - left;
+                    if begun > held_for && (!found.overflowed || found.sketched) {
+                        found.shape.hold_to(&found.cell.value, 0, now);
+                    }
+                });
+            }
+            Buckets::Concurrency(_) => {}
+        }
+    }
+}
+
+/// Moves a rate cell's TAT (or next slot) to `at` if it is earlier: the bucket only empties.
+pub(super) fn raise_to(value: &AtomicU64, at: Nanos) {
+    let _ = value.fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+        (tat < at).then_some(at)
+    });
+}
