@@ -1,5 +1,6 @@
 //! What a policy is made of, as configuration: the serde types the server loads from TOML and
-//! takes as JSON, and their validation.
+//! takes as JSON. They are checked in `validate.rs`, and turned into bucket shapes in
+//! `shapes.rs`.
 //!
 //! A policy names exactly one limiter table. In TOML:
 //!
@@ -22,9 +23,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::backpressure::AdaptiveConfig;
-use crate::error::ConfigError;
-use crate::keyed::{Overflow, Shape};
-use crate::limiter::{FixedWindowConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
+
+pub use super::shapes::KindLimit;
+pub use super::validate::PolicyError;
+use crate::keyed::Overflow;
 
 /// Whether a policy enforces its decisions or only records them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -476,7 +478,7 @@ impl KeyedSpec {
         }
     }
 
-    fn per_core(&self) -> bool {
+    pub(super) fn per_core(&self) -> bool {
         match self {
             KeyedSpec::TokenBucket(s) => s.per_core,
             KeyedSpec::LeakyBucket(s) => s.per_core,
@@ -485,67 +487,6 @@ impl KeyedSpec {
             KeyedSpec::Concurrency(s) => s.per_core,
         }
     }
-}
-
-/// A policy config that does not hold together. Names the policy and the field.
-///
-/// Shown as ``policy `NAME`: `FIELD` PROBLEM``; a policy without a name yet (the body of an API
-/// call, named by its URL) is shown as ```FIELD` PROBLEM``.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PolicyError {
-    /// The policy's name.
-    pub policy: String,
-    /// The field's path, e.g. `token_bucket.rate`.
-    pub field: String,
-    /// What is wrong with it.
-    pub problem: String,
-}
-
-impl fmt::Display for PolicyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if !self.policy.is_empty() {
-            write!(f, "policy `{}`: ", self.policy)?;
-        }
-        write!(f, "`{}` {}", self.field, self.problem)
-    }
-}
-
-impl std::error::Error for PolicyError {}
-
-impl PolicyError {
-    fn new(policy: &str, field: impl Into<String>, problem: impl Into<String>) -> Self {
-        // The error is printed for an operator: a name's control codes are shown escaped.
-        let policy = if policy.chars().any(char::is_control) {
-            policy.escape_debug().to_string()
-        } else {
-            policy.to_owned()
-        };
-        PolicyError {
-            policy,
-            field: field.into(),
-            problem: problem.into(),
-        }
-    }
-
-    fn from_limiter(policy: &str, table: &str, err: &ConfigError) -> Self {
-        PolicyError::new(policy, format!("{table}.{}", err.field()), err.problem())
-    }
-
-    /// An adaptive table's problem, named as `adaptive.FIELD` of `policy`.
-    pub(crate) fn from_adaptive(policy: &str, err: crate::backpressure::AdaptiveError) -> Self {
-        PolicyError::new(policy, format!("adaptive.{}", err.field), err.problem)
-    }
-}
-
-/// How a kind is limited under a policy.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum KindLimit {
-    /// The policy's default buckets.
-    Default,
-    /// No limit for this kind (override 0): admitted, counted, never throttled.
-    Unlimited,
-    /// Buckets of its own, of this shape (override > 0).
-    Own(Shape),
 }
 
 impl PolicyConfig {
@@ -564,316 +505,6 @@ impl PolicyConfig {
             _ => None,
         }
     }
-
-    /// Checks the whole policy; the error names the policy and the field.
-    pub fn validate(&self) -> Result<(), PolicyError> {
-        self.validate_all().map_or(Ok(()), |errors| {
-            Err(errors.into_iter().next().expect("non-empty"))
-        })
-    }
-
-    /// Every problem with the policy (empty: none).
-    pub fn problems(&self) -> Vec<PolicyError> {
-        self.validate_all().unwrap_or_default()
-    }
-
-    fn validate_all(&self) -> Option<Vec<PolicyError>> {
-        let name = self.name.as_str();
-        let mut errors = Vec::new();
-        if name.trim().is_empty() {
-            errors.push(PolicyError::new(name, "name", "must not be empty"));
-        }
-        // Names and kinds are printed in logs, tables and metrics: no terminal control codes,
-        // and no bidirectional overrides that would show a name as another (`…\u{202e}gnp.exe`
-        // read as `…exe.png`).
-        if name.chars().any(char::is_control) {
-            errors.push(PolicyError::new(
-                name,
-                "name",
-                "must not contain control characters",
-            ));
-        }
-        if name.chars().any(is_bidi_control) {
-            errors.push(PolicyError::new(
-                name,
-                "name",
-                "must not contain bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)",
-            ));
-        }
-        if self.kinds.iter().any(|k| k.chars().any(char::is_control)) {
-            errors.push(PolicyError::new(
-                name,
-                "kinds",
-                "must not contain control characters",
-            ));
-        }
-        if self.kinds.iter().any(|k| k.trim().is_empty()) {
-            errors.push(PolicyError::new(
-                name,
-                "kinds",
-                "must not contain an empty kind",
-            ));
-        }
-        if self.max_keys == 0 {
-            errors.push(PolicyError::new(name, "max_keys", "must be at least 1"));
-        }
-        if self.max_cost == Some(0) {
-            errors.push(PolicyError::new(name, "max_cost", "must be at least 1"));
-        }
-        if !self.learning_period.is_zero() && self.scope != Scope::Cluster {
-            errors.push(PolicyError::new(
-                name,
-                "learning_period",
-                "is for cluster-scoped rate policies (scope = \"cluster\"); a concurrency policy's shared pool has `concurrency.learning_period`",
-            ));
-        }
-        if self.scope == Scope::Cluster
-            && matches!(
-                self.limiter,
-                Limiter::Adaptive(_) | Limiter::Keyed(KeyedSpec::Concurrency(_))
-            )
-        {
-            errors.push(PolicyError::new(
-                name,
-                "scope",
-                format!(
-                    "`cluster` is for rate limiters (token_bucket, leaky_bucket, strict, fixed_window), not `{}`: {}",
-                    self.limiter.table(),
-                    match self.limiter {
-                        Limiter::Adaptive(_) => "adaptive backpressure follows each node's own downstream",
-                        _ => "a concurrency limit is cluster-wide through its `shared_limit`",
-                    }
-                ),
-            ));
-        }
-        if matches!(self.limiter, Limiter::Keyed(KeyedSpec::FixedWindow(_)))
-            && self.on_exhausted == OnExhausted::Wait
-        {
-            errors.push(PolicyError::new(
-                name,
-                "on_exhausted",
-                "must be `reject` with a fixed_window: a window has no place to queue (a token_bucket or leaky_bucket can wait)",
-            ));
-        }
-        match &self.limiter {
-            Limiter::Adaptive(adaptive) => {
-                if let Err(e) = adaptive.validate() {
-                    errors.push(PolicyError::from_adaptive(name, e));
-                }
-                // The controller's own switches mean nothing in a policy: refused by name
-                // rather than accepted and ignored.
-                if adaptive.enabled {
-                    errors.push(PolicyError::new(
-                        name,
-                        "adaptive.enabled",
-                        "is not a policy field: an adaptive policy's controller is always on (delete the policy to turn it off)",
-                    ));
-                }
-                if adaptive.dry_run {
-                    errors.push(PolicyError::new(
-                        name,
-                        "adaptive.dry_run",
-                        "is not a policy field: set the policy's mode = \"monitor\" for a dry run",
-                    ));
-                }
-            }
-            Limiter::Keyed(spec) => {
-                if let Err(e) = self.shape_for(spec, 1.0) {
-                    errors.push(e);
-                }
-                let table = spec.table();
-                for (kind, &value) in spec.overrides() {
-                    if kind.trim().is_empty() {
-                        errors.push(PolicyError::new(
-                            name,
-                            format!("{table}.overrides"),
-                            "must not name an empty kind",
-                        ));
-                    } else if !value.is_finite() || (value < 0.0 && value != -1.0) {
-                        errors.push(PolicyError::new(
-                            name,
-                            format!("{table}.overrides.{kind}"),
-                            format!("must be -1 (default), 0 (unlimited) or > 0, got {value}"),
-                        ));
-                    } else if value.fract() != 0.0
-                        && matches!(
-                            spec,
-                            KeyedSpec::LeakyBucket(_)
-                                | KeyedSpec::Concurrency(_)
-                                | KeyedSpec::FixedWindow(_)
-                        )
-                    {
-                        errors.push(PolicyError::new(
-                            name,
-                            format!("{table}.overrides.{kind}"),
-                            format!("must be a whole number, got {value}"),
-                        ));
-                    } else if value > 0.0
-                        && let Err(e) = self.shape_with_value(spec, value, 1.0)
-                    {
-                        errors.push(PolicyError::new(
-                            name,
-                            format!("{table}.overrides.{kind}"),
-                            e.problem,
-                        ));
-                    }
-                }
-            }
-        }
-        (!errors.is_empty()).then_some(errors)
-    }
-
-    /// The shape of the default buckets, with `cores` applied where `per_core` is set. An
-    /// adaptive policy has none: its keys are limited one by one.
-    pub fn default_shape(&self, cores: usize) -> Result<Shape, PolicyError> {
-        let Some(spec) = self.keyed() else {
-            return Err(PolicyError::new(
-                &self.name,
-                "adaptive",
-                "has no bucket shape: its keys are limited one by one",
-            ));
-        };
-        self.shape_for(spec, core_factor(spec, cores))
-    }
-
-    /// How `kind` is limited: not at all (`None`: the policy does not apply to it), by the
-    /// default buckets, without limit, or by buckets of its own.
-    pub fn kind_limit(&self, kind: &str, cores: usize) -> Result<Option<KindLimit>, PolicyError> {
-        if !self.applies_to(kind) {
-            return Ok(None);
-        }
-        let Some(spec) = self.keyed() else {
-            // An adaptive policy's controller decides per key; there are no per-kind buckets.
-            return Ok(Some(KindLimit::Default));
-        };
-        match spec.overrides().get(kind) {
-            None => Ok(Some(KindLimit::Default)),
-            Some(&-1.0) => Ok(Some(KindLimit::Default)),
-            Some(&0.0) => Ok(Some(KindLimit::Unlimited)),
-            Some(&v) => {
-                let factor = core_factor(spec, cores);
-                let shape = self.shape_with_value(spec, v, factor)?;
-                Ok(Some(KindLimit::Own(shape)))
-            }
-        }
-    }
-
-    /// Whether the policy applies to requests of `kind`.
-    pub fn applies_to(&self, kind: &str) -> bool {
-        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind)
-    }
-
-    /// The limit a bucket of `shape` enforces, in the unit people read: requests (or tokens)
-    /// per second for rate limiters, permits for concurrency.
-    pub fn limit_of(shape: &Shape) -> f64 {
-        match *shape {
-            Shape::Gcra { interval, .. } | Shape::Strict { interval } => 1e9 / interval as f64,
-            Shape::Concurrency { limit } => limit as f64,
-            Shape::FixedWindow { window, limit } => limit as f64 * 1e9 / window as f64,
-        }
-    }
-
-    /// The default shape scaled by `factor` (1 = as configured).
-    fn shape_for(&self, spec: &KeyedSpec, factor: f64) -> Result<Shape, PolicyError> {
-        let name = &self.name;
-        let table = spec.table();
-        let limiter_err = |e: ConfigError| PolicyError::from_limiter(name, table, &e);
-        match spec {
-            KeyedSpec::TokenBucket(s) => {
-                let rate = s.rate * factor;
-                let burst = scale_count(
-                    s.burst.unwrap_or_else(|| s.rate.ceil().max(1.0) as u64),
-                    factor,
-                );
-                Shape::try_from(TokenBucketConfig { rate, burst }).map_err(limiter_err)
-            }
-            KeyedSpec::LeakyBucket(s) => Shape::try_from(LeakyBucketConfig {
-                initial: scale_count(s.initial, factor),
-                refill_interval: s.refill_interval,
-                refill_amount: scale_count(s.refill_amount, factor),
-                max: scale_count(s.max, factor),
-                fair: s.fair,
-            })
-            .map_err(limiter_err),
-            KeyedSpec::Strict(s) => Shape::try_from(StrictConfig {
-                qps: s.qps * factor,
-            })
-            .map_err(limiter_err),
-            KeyedSpec::FixedWindow(s) => Shape::try_from(FixedWindowConfig {
-                limit: scale_count(s.limit, factor),
-                window: s.window,
-            })
-            .map_err(limiter_err),
-            KeyedSpec::Concurrency(s) => {
-                if s.lease_ttl.is_zero() {
-                    return Err(PolicyError::new(
-                        name,
-                        "concurrency.lease_ttl",
-                        "must be greater than zero",
-                    ));
-                }
-                if s.learning_period > s.lease_ttl {
-                    return Err(PolicyError::new(
-                        name,
-                        "concurrency.learning_period",
-                        format!(
-                            "must not exceed lease_ttl ({:?}): to wait until every lease granted before has expired, use on_unavailable = \"closed\"",
-                            s.lease_ttl
-                        ),
-                    ));
-                }
-                if s.max_loan == 0 {
-                    return Err(PolicyError::new(
-                        name,
-                        "concurrency.max_loan",
-                        "must be at least 1 (1: no loans, every shared admission asks the owner)",
-                    ));
-                }
-                Ok(Shape::Concurrency {
-                    limit: scale_count(s.node_limit, factor),
-                })
-            }
-        }
-    }
-
-    /// The shape with the limiter's main number replaced by `value` (an override), and the
-    /// numbers tied to it scaled alike.
-    fn shape_with_value(
-        &self,
-        spec: &KeyedSpec,
-        value: f64,
-        factor: f64,
-    ) -> Result<Shape, PolicyError> {
-        let main = match spec {
-            KeyedSpec::TokenBucket(s) => s.rate,
-            KeyedSpec::LeakyBucket(s) => s.refill_amount as f64,
-            KeyedSpec::Strict(s) => s.qps,
-            KeyedSpec::FixedWindow(s) => s.limit as f64,
-            KeyedSpec::Concurrency(_) => {
-                // A concurrency override is the limit itself, not a ratio of a limit that may
-                // be 0.
-                let limit = scale_count(value.round() as u64, factor);
-                return Ok(Shape::Concurrency { limit });
-            }
-        };
-        self.shape_for(spec, factor * value / main)
-    }
-}
-
-fn core_factor(spec: &KeyedSpec, cores: usize) -> f64 {
-    if spec.per_core() {
-        cores.max(1) as f64
-    } else {
-        1.0
-    }
-}
-
-/// Scales a whole count, rounding to nearest and keeping a non-zero count non-zero.
-fn scale_count(count: u64, factor: f64) -> u64 {
-    if count == 0 {
-        return 0;
-    }
-    ((count as f64 * factor).round() as u64).max(1)
 }
 
 impl fmt::Display for Mode {
@@ -883,10 +514,4 @@ impl fmt::Display for Mode {
             Mode::Monitor => "monitor",
         })
     }
-}
-
-/// Whether `c` changes the direction text is shown in (Unicode's bidirectional formatting
-/// characters).
-fn is_bidi_control(c: char) -> bool {
-    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }

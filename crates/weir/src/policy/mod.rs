@@ -52,9 +52,11 @@ mod held_back;
 pub mod principal;
 mod request;
 mod set;
+mod shapes;
 mod state;
 pub mod stats;
 pub mod throttled;
+mod validate;
 
 pub use admission::Admission;
 pub use handover::SpentBucket;

@@ -1,0 +1,222 @@
+//! A policy config checked whole: every problem named with the policy and the field's path.
+
+use std::fmt;
+
+use super::config::{KeyedSpec, Limiter, OnExhausted, PolicyConfig, Scope};
+use crate::error::ConfigError;
+
+/// A policy config that does not hold together. Names the policy and the field.
+///
+/// Shown as ``policy `NAME`: `FIELD` PROBLEM``; a policy without a name yet (the body of an API
+/// call, named by its URL) is shown as ```FIELD` PROBLEM``.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyError {
+    /// The policy's name.
+    pub policy: String,
+    /// The field's path, e.g. `token_bucket.rate`.
+    pub field: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.policy.is_empty() {
+            write!(f, "policy `{}`: ", self.policy)?;
+        }
+        write!(f, "`{}` {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+impl PolicyError {
+    pub(super) fn new(policy: &str, field: impl Into<String>, problem: impl Into<String>) -> Self {
+        // The error is printed for an operator: a name's control codes are shown escaped.
+        let policy = if policy.chars().any(char::is_control) {
+            policy.escape_debug().to_string()
+        } else {
+            policy.to_owned()
+        };
+        PolicyError {
+            policy,
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+
+    pub(super) fn from_limiter(policy: &str, table: &str, err: &ConfigError) -> Self {
+        PolicyError::new(policy, format!("{table}.{}", err.field()), err.problem())
+    }
+
+    /// An adaptive table's problem, named as `adaptive.FIELD` of `policy`.
+    pub(crate) fn from_adaptive(policy: &str, err: crate::backpressure::AdaptiveError) -> Self {
+        PolicyError::new(policy, format!("adaptive.{}", err.field), err.problem)
+    }
+}
+
+impl PolicyConfig {
+    /// Checks the whole policy; the error names the policy and the field.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        self.validate_all().map_or(Ok(()), |errors| {
+            Err(errors.into_iter().next().expect("non-empty"))
+        })
+    }
+
+    /// Every problem with the policy (empty: none).
+    pub fn problems(&self) -> Vec<PolicyError> {
+        self.validate_all().unwrap_or_default()
+    }
+
+    fn validate_all(&self) -> Option<Vec<PolicyError>> {
+        let name = self.name.as_str();
+        let mut errors = Vec::new();
+        if name.trim().is_empty() {
+            errors.push(PolicyError::new(name, "name", "must not be empty"));
+        }
+        // Names and kinds are printed in logs, tables and metrics: no terminal control codes,
+        // and no bidirectional overrides that would show a name as another (`…\u{202e}gnp.exe`
+        // read as `…exe.png`).
+        if name.chars().any(char::is_control) {
+            errors.push(PolicyError::new(
+                name,
+                "name",
+                "must not contain control characters",
+            ));
+        }
+        if name.chars().any(is_bidi_control) {
+            errors.push(PolicyError::new(
+                name,
+                "name",
+                "must not contain bidirectional formatting characters (U+061C, U+200E, U+200F, U+202A to U+202E, U+2066 to U+2069)",
+            ));
+        }
+        if self.kinds.iter().any(|k| k.chars().any(char::is_control)) {
+            errors.push(PolicyError::new(
+                name,
+                "kinds",
+                "must not contain control characters",
+            ));
+        }
+        if self.kinds.iter().any(|k| k.trim().is_empty()) {
+            errors.push(PolicyError::new(
+                name,
+                "kinds",
+                "must not contain an empty kind",
+            ));
+        }
+        if self.max_keys == 0 {
+            errors.push(PolicyError::new(name, "max_keys", "must be at least 1"));
+        }
+        if self.max_cost == Some(0) {
+            errors.push(PolicyError::new(name, "max_cost", "must be at least 1"));
+        }
+        if !self.learning_period.is_zero() && self.scope != Scope::Cluster {
+            errors.push(PolicyError::new(
+                name,
+                "learning_period",
+                "is for cluster-scoped rate policies (scope = \"cluster\"); a concurrency policy's shared pool has `concurrency.learning_period`",
+            ));
+        }
+        if self.scope == Scope::Cluster
+            && matches!(
+                self.limiter,
+                Limiter::Adaptive(_) | Limiter::Keyed(KeyedSpec::Concurrency(_))
+            )
+        {
+            errors.push(PolicyError::new(
+                name,
+                "scope",
+                format!(
+                    "`cluster` is for rate limiters (token_bucket, leaky_bucket, strict, fixed_window), not `{}`: {}",
+                    self.limiter.table(),
+                    match self.limiter {
+                        Limiter::Adaptive(_) => "adaptive backpressure follows each node's own downstream",
+                        _ => "a concurrency limit is cluster-wide through its `shared_limit`",
+                    }
+                ),
+            ));
+        }
+        if matches!(self.limiter, Limiter::Keyed(KeyedSpec::FixedWindow(_)))
+            && self.on_exhausted == OnExhausted::Wait
+        {
+            errors.push(PolicyError::new(
+                name,
+                "on_exhausted",
+                "must be `reject` with a fixed_window: a window has no place to queue (a token_bucket or leaky_bucket can wait)",
+            ));
+        }
+        match &self.limiter {
+            Limiter::Adaptive(adaptive) => {
+                if let Err(e) = adaptive.validate() {
+                    errors.push(PolicyError::from_adaptive(name, e));
+                }
+                // The controller's own switches mean nothing in a policy: refused by name
+                // rather than accepted and ignored.
+                if adaptive.enabled {
+                    errors.push(PolicyError::new(
+                        name,
+                        "adaptive.enabled",
+                        "is not a policy field: an adaptive policy's controller is always on (delete the policy to turn it off)",
+                    ));
+                }
+                if adaptive.dry_run {
+                    errors.push(PolicyError::new(
+                        name,
+                        "adaptive.dry_run",
+                        "is not a policy field: set the policy's mode = \"monitor\" for a dry run",
+                    ));
+                }
+            }
+            Limiter::Keyed(spec) => {
+                if let Err(e) = self.shape_for(spec, 1.0) {
+                    errors.push(e);
+                }
+                let table = spec.table();
+                for (kind, &value) in spec.overrides() {
+                    if kind.trim().is_empty() {
+                        errors.push(PolicyError::new(
+                            name,
+                            format!("{table}.overrides"),
+                            "must not name an empty kind",
+                        ));
+                    } else if !value.is_finite() || (value < 0.0 && value != -1.0) {
+                        errors.push(PolicyError::new(
+                            name,
+                            format!("{table}.overrides.{kind}"),
+                            format!("must be -1 (default), 0 (unlimited) or > 0, got {value}"),
+                        ));
+                    } else if value.fract() != 0.0
+                        && matches!(
+                            spec,
+                            KeyedSpec::LeakyBucket(_)
+                                | KeyedSpec::Concurrency(_)
+                                | KeyedSpec::FixedWindow(_)
+                        )
+                    {
+                        errors.push(PolicyError::new(
+                            name,
+                            format!("{table}.overrides.{kind}"),
+                            format!("must be a whole number, got {value}"),
+                        ));
+                    } else if value > 0.0
+                        && let Err(e) = self.shape_with_value(spec, value, 1.0)
+                    {
+                        errors.push(PolicyError::new(
+                            name,
+                            format!("{table}.overrides.{kind}"),
+                            e.problem,
+                        ));
+                    }
+                }
+            }
+        }
+        (!errors.is_empty()).then_some(errors)
+    }
+}
+
+/// Whether `c` changes the direction text is shown in (Unicode's bidirectional formatting
+/// characters).
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
