@@ -6,7 +6,7 @@ use std::path::Path;
 use anyhow::Context;
 use plotters::prelude::*;
 
-use super::progress::Point;
+use super::report::Point;
 
 /// The chart's size in pixels.
 const SIZE: (u32, u32) = (960, 640);

@@ -9,9 +9,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
-use serde::Serialize;
 
-use super::report::{Counts, new_latency_histogram};
+use super::report::{Counts, Point, new_latency_histogram};
 
 /// Counts every client adds to as it goes (warm-up included: this is progress, not the report),
 /// and the latencies of the current second.
@@ -37,25 +36,6 @@ impl Default for Live {
             second: Mutex::new(new_latency_histogram()),
         }
     }
-}
-
-/// One second of a run, as the timeline keeps it.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Point {
-    /// Seconds since the run started (warm-up included) at the end of this second.
-    pub at: f64,
-    /// Requests sent per second.
-    pub rps: f64,
-    /// Requests admitted per second.
-    pub admitted: f64,
-    /// Requests refused by the limiter per second.
-    pub refused: f64,
-    /// Requests missed per second.
-    pub missed: f64,
-    /// Median latency of this second's answers, in milliseconds (0 when none came).
-    pub p50: f64,
-    /// 99th percentile, in milliseconds.
-    pub p99: f64,
 }
 
 /// What a client has gathered since it last reported to [`Live`].

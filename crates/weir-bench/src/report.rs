@@ -4,7 +4,24 @@
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
-use super::progress::Point;
+/// One second of a run, as the timeline keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Point {
+    /// Seconds since the run started (warm-up included) at the end of this second.
+    pub at: f64,
+    /// Requests sent per second.
+    pub rps: f64,
+    /// Requests admitted per second.
+    pub admitted: f64,
+    /// Requests refused by the limiter per second.
+    pub refused: f64,
+    /// Requests missed per second.
+    pub missed: f64,
+    /// Median latency of this second's answers, in milliseconds (0 when none came).
+    pub p50: f64,
+    /// 99th percentile, in milliseconds.
+    pub p99: f64,
+}
 
 /// The longest latency a histogram records, in microseconds (a minute).
 const MAX_LATENCY_US: u64 = 60_000_000;

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use weir::SystemClock;
 use weir::policy::OnUnavailable;
 use weir_cluster::admission::{TwoTier, TwoTierConfig};
+use weir_cluster::in_memory::InMemory;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::InMemory;
 
 fn main() {
     let pairs: usize = std::env::args()

@@ -9,16 +9,18 @@
 //! fence), [`tenure`], [`quorum`], [`loan`] (capacity lent to a node), [`admission`] (two
 //! tiers, handoff) — does no I/O and reads
 //! no clock of its own: time comes in as an argument or through a `Clock`, and it is tested on
-//! a manual clock. The I/O shells around it are [`transport`] (the trait, and an in-memory
-//! network), [`grpc`] (the node-to-node protocol), [`batch`] (batching per owner),
+//! a manual clock. The I/O shells around it are [`transport`] (the trait), [`in_memory`] (an in-memory
+//! network), [`messages`] (what coordinators and owners say), [`grpc`] (the node-to-node protocol), [`batch`] (batching per owner),
 //! [`membership`] (static, or gossip through chitchat) and [`secret`] (the proof and token
 //! members carry); `weir serve` wires them together.
 
 pub mod admission;
 pub mod batch;
 pub mod grpc;
+pub mod in_memory;
 pub mod loan;
 pub mod membership;
+pub mod messages;
 pub mod owner;
 pub mod pool;
 pub mod quorum;

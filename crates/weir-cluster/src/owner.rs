@@ -20,11 +20,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::messages::{LeaseRequest, TransportError};
 use crate::pool::{Grant, SharedPool};
 use crate::quorum::Quorum;
 use crate::ring::SharedRing;
 use crate::tenure::{DEFAULT_PAUSE_AFTER, Tenure};
-use crate::transport::{LeaseRequest, TransportError};
 
 /// One node's pool behind the ownership fence.
 #[derive(Debug)]

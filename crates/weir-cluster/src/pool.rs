@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use weir::Nanos;
 
-use crate::transport::LeaseRequest;
+use crate::messages::LeaseRequest;
 
 /// How long a refusal while units were lent elsewhere keeps every holder's `keep` at zero: long
 /// enough for each holder's next renewal (about once a second) to hear it.

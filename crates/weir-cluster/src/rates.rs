@@ -18,13 +18,11 @@
 //! is answered ([`RateDecision`]), and the owner's side as a trait ([`RateOwner`]) that the
 //! server implements over its policies; [`crate::grpc`] carries it between nodes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use weir::limiter::Quota;
 
-use crate::ring::Ring;
-use crate::transport::{BoxFuture, Transport};
+use crate::messages::BoxFuture;
 
 /// A request of a cluster-scoped rate policy, as forwarded to its bucket's owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,35 +95,4 @@ pub trait RateOwner: Send + Sync + 'static {
 /// buckets, which may have two owners.
 pub fn bucket_of(policy: &str, key: &str) -> String {
     format!("rate\u{0}{policy}\u{0}{key}")
-}
-
-/// Hands every cluster-scoped bucket that `before` named node `me` the owner of, and `after`
-/// does not, to its owner in `after` — all at once, so that a batching transport carries many
-/// in one call per owner. Returns how many the new owners took. A bucket whose handover fails
-/// starts on its new owner as that owner's own state has it (its policy's learning period
-/// covers that case as it covers a crash).
-pub async fn hand_over<T: Transport + 'static>(
-    rates: &dyn RateOwner,
-    transport: &Arc<T>,
-    me: &str,
-    before: &Ring,
-    after: &Ring,
-) -> usize {
-    let handovers = rates.handovers(&mut |bucket| {
-        before.owner_of(bucket) == Some(me) && after.owner_of(bucket).is_some_and(|o| o != me)
-    });
-    let mut sent = tokio::task::JoinSet::new();
-    for request in handovers {
-        let Some(owner) = after.owner_of(&bucket_of(&request.policy, &request.key)) else {
-            continue;
-        };
-        let owner = owner.to_owned();
-        let transport = Arc::clone(transport);
-        sent.spawn(async move { transport.decide(&owner, request).await.is_ok() });
-    }
-    let mut taken = 0;
-    while let Some(answered) = sent.join_next().await {
-        taken += usize::from(answered.unwrap_or(false));
-    }
-    taken
 }

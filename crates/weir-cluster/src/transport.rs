@@ -1,107 +1,17 @@
-//! How a coordinator reaches a bucket's owner, and an in-memory implementation for tests and
-//! simulation.
-//!
-//! The coordinator only needs two calls of an owner: grant a shared lease, and release one.
-//! [`Transport`] is that interface; the gRPC transport (a later step) and [`InMemory`] implement
-//! it. `InMemory` holds every node's [`Owner`] (its pool behind the ownership fence) in one
-//! process and can make a node unreachable, to test what happens when an owner crashes or is
-//! partitioned away.
+//! How a coordinator reaches a bucket's owner: the [`Transport`] trait, which the gRPC transport
+//! ([`crate::grpc`]), the in-memory one ([`crate::in_memory`]) and the batching wrapper
+//! ([`crate::batch`]) implement; and the handover of rate buckets through it after a ring
+//! change.
 
-use std::collections::{BTreeSet, HashMap};
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-
+use std::sync::Arc;
 use std::time::Duration;
 
 use weir::Nanos;
 
-use crate::owner::Owner;
+pub use crate::messages::{BoxFuture, LeaseRequest, TransportError};
 use crate::pool::Grant;
-use crate::rates::{RateDecision, RateRequest};
-
-/// A boxed, sendable future.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A grant request to an owner.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseRequest {
-    /// The bucket.
-    pub bucket: String,
-    /// The bucket's shared limit.
-    pub limit: u64,
-    /// The node asking (it holds the lease).
-    pub holder: String,
-    /// How long the lease lives unless renewed.
-    pub ttl: Duration,
-    /// The time on the caller's clock (the simulation shares one clock).
-    pub now: Nanos,
-    /// The caller's policy must never exceed its ceiling (`on_unavailable = "closed"`): grant
-    /// only after one `ttl` of tenure (see [`Tenure`](crate::tenure)).
-    pub fenced: bool,
-    /// Units asked for: 1 for a plain lease; for a loan, how many to add (0: renew only).
-    pub units: u64,
-    /// A loan: the holder keeps one per bucket on this owner, which this request grows and
-    /// renews (or starts), rather than a lease of its own.
-    pub lend: bool,
-    /// An unfenced request's learning period: grant only once the owner has held the bucket
-    /// this long, so that leases other nodes hold are re-registered first (zero: grant at
-    /// once).
-    pub learning: Duration,
-}
-
-impl LeaseRequest {
-    /// A request for one plain lease.
-    pub fn one(bucket: &str, limit: u64, holder: &str, ttl: Duration, now: Nanos) -> Self {
-        LeaseRequest {
-            bucket: bucket.to_owned(),
-            limit,
-            holder: holder.to_owned(),
-            ttl,
-            now,
-            fenced: false,
-            units: 1,
-            lend: false,
-            learning: Duration::ZERO,
-        }
-    }
-}
-
-/// Why an owner could not be asked.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TransportError {
-    /// No answer: the node is down, partitioned away, or too slow.
-    #[error("owner `{0}` is unreachable")]
-    Unreachable(String),
-    /// The node answered that it does not own the bucket (its ring differs from ours).
-    #[error("`{0}` is not the bucket's owner")]
-    NotOwner(String),
-    /// The owner has held the bucket for less than the lease TTL and the request is fenced:
-    /// leases granted before it took over may still be live (see [`Tenure`](crate::tenure)).
-    #[error(
-        "its owner `{owner}` took it over too recently: leases granted before may still be live (it grants in {} ms)",
-        wait.as_nanos().div_ceil(1_000_000)
-    )]
-    Settling {
-        /// The owner.
-        owner: String,
-        /// How long until it grants.
-        wait: Duration,
-    },
-    /// The request is fenced and the owner does not hear from a majority of the cluster: it may
-    /// be cut off, with the bucket granted on the other side (see [`Quorum`](crate::quorum)).
-    #[error(
-        "its owner `{owner}` hears from {heard} of the cluster's {known} members, not a majority"
-    )]
-    NoMajority {
-        /// The owner.
-        owner: String,
-        /// Members it heard from recently, itself included.
-        heard: usize,
-        /// Members it knows.
-        known: usize,
-    },
-}
+use crate::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
+use crate::ring::Ring;
 
 /// A coordinator's way to an owner.
 ///
@@ -220,119 +130,33 @@ pub trait Transport: Send + Sync {
     }
 }
 
-/// Every node's owner side in one process, with unreachable nodes.
-#[derive(Debug, Default)]
-pub struct InMemory {
-    owners: Mutex<HashMap<String, Arc<Owner>>>,
-    down: Mutex<BTreeSet<String>>,
-}
-
-impl InMemory {
-    /// An empty network.
-    pub fn new() -> Self {
-        InMemory::default()
+/// Hands every cluster-scoped bucket that `before` named node `me` the owner of, and `after`
+/// does not, to its owner in `after` — all at once, so that a batching transport carries many
+/// in one call per owner. Returns how many the new owners took. A bucket whose handover fails
+/// starts on its new owner as that owner's own state has it (its policy's learning period
+/// covers that case as it covers a crash).
+pub async fn hand_over<T: Transport + 'static>(
+    rates: &dyn RateOwner,
+    transport: &Arc<T>,
+    me: &str,
+    before: &Ring,
+    after: &Ring,
+) -> usize {
+    let handovers = rates.handovers(&mut |bucket| {
+        before.owner_of(bucket) == Some(me) && after.owner_of(bucket).is_some_and(|o| o != me)
+    });
+    let mut sent = tokio::task::JoinSet::new();
+    for request in handovers {
+        let Some(owner) = after.owner_of(&bucket_of(&request.policy, &request.key)) else {
+            continue;
+        };
+        let owner = owner.to_owned();
+        let transport = Arc::clone(transport);
+        sent.spawn(async move { transport.decide(&owner, request).await.is_ok() });
     }
-
-    /// Adds a node's owner side.
-    pub fn add(&self, node: &str, owner: Arc<Owner>) {
-        self.owners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(node.to_owned(), owner);
+    let mut taken = 0;
+    while let Some(answered) = sent.join_next().await {
+        taken += usize::from(answered.unwrap_or(false));
     }
-
-    /// Makes a node unreachable (`down = true`) or reachable again.
-    pub fn set_down(&self, node: &str, down: bool) {
-        let mut set = self.down.lock().unwrap_or_else(|p| p.into_inner());
-        if down {
-            set.insert(node.to_owned());
-        } else {
-            set.remove(node);
-        }
-    }
-
-    fn owner(&self, node: &str) -> Result<Arc<Owner>, TransportError> {
-        if self
-            .down
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(node)
-        {
-            return Err(TransportError::Unreachable(node.to_owned()));
-        }
-        self.owners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(node)
-            .cloned()
-            .ok_or_else(|| TransportError::Unreachable(node.to_owned()))
-    }
-}
-
-impl Transport for InMemory {
-    fn acquire(
-        &self,
-        owner: &str,
-        request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
-        let owner = self.owner(owner);
-        Box::pin(async move { owner?.grant(&request) })
-    }
-
-    fn release(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let owner = self.owner(owner);
-        let bucket = bucket.to_owned();
-        Box::pin(async move {
-            owner?.release(&bucket, lease);
-            Ok(())
-        })
-    }
-
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        let owner = self.owner(owner);
-        let (bucket, holder) = (bucket.to_owned(), holder.to_owned());
-        Box::pin(async move { owner?.adopt(&bucket, &holder, expires_at, units, lent) })
-    }
-
-    fn give_back(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        units: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let owner = self.owner(owner);
-        let bucket = bucket.to_owned();
-        Box::pin(async move {
-            owner?.give_back(&bucket, lease, units);
-            Ok(())
-        })
-    }
-
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        let owner = self.owner(owner);
-        let bucket = bucket.to_owned();
-        Box::pin(async move { Ok(owner?.renew(&bucket, lease, ttl, now, fenced)) })
-    }
+    taken
 }

@@ -12,11 +12,12 @@ use std::time::Duration;
 use weir::policy::OnUnavailable;
 use weir::{Clock, ManualClock, Nanos};
 use weir_cluster::admission::{ClusterAdmission, TwoTier, TwoTierConfig};
+use weir_cluster::in_memory::InMemory;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
 use weir_cluster::quorum::Quorum;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::{BoxFuture, InMemory, LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
 const BUCKET: &str = "analytics:group:analytics";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];

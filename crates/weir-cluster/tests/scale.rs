@@ -29,8 +29,9 @@ use weir_cluster::batch::Batching;
 use weir_cluster::loan::{LOAN_MARGIN, UPKEEP_EVERY};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
-use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_of, hand_over};
+use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
+use weir_cluster::transport::hand_over;
 use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
 /// Buckets the load spreads over, and each one's shared limit.

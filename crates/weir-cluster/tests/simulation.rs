@@ -14,10 +14,10 @@ use weir::{Clock, TokioClock};
 use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::GrpcTransport;
+use weir_cluster::in_memory::InMemory;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::InMemory;
 
 const OWNERS: [&str; 3] = ["n1", "n2", "n3"];
 const BUCKET: &str = "analytics:group:analytics";

@@ -13,10 +13,11 @@ use tokio::net::TcpListener;
 use weir::{Clock, SystemClock};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::{ClusterService, GrpcTransport};
+use weir_cluster::in_memory::InMemory;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::{InMemory, LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{LeaseRequest, Transport, TransportError};
 
 const TTL: Duration = Duration::from_secs(30);
 

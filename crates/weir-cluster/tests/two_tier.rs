@@ -14,8 +14,9 @@ use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 
+use weir_cluster::in_memory::InMemory;
 use weir_cluster::pool::Grant;
-use weir_cluster::transport::{BoxFuture, InMemory, LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
 const BUCKET: &str = "analytics:group:analytics";
 

@@ -1,10 +1,10 @@
 //! The unit tests of `batch.rs`.
 
 use super::*;
+use crate::in_memory::InMemory;
 use crate::owner::Owner;
 use crate::pool::SharedPool;
 use crate::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use crate::transport::InMemory;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Counts the calls that reach the network, and holds every call until released.

@@ -6,6 +6,8 @@ use tower::ServiceExt;
 
 use super::*;
 use crate::app::AppSettings;
+use axum::http::{HeaderMap, HeaderValue, header};
+use std::time::Duration;
 
 /// The label [`endpoint_of`] gives a path is the route the router matches it to.
 #[tokio::test]

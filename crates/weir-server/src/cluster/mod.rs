@@ -9,6 +9,9 @@
 //! owners; leases departed nodes held here stay until they expire (a "departed" node may only be
 //! paused, and still using them).
 
+mod coordinators;
+mod rates;
+
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -278,94 +281,6 @@ impl ClusterMode {
             .into_server(self.secret.as_ref())
     }
 
-    /// The owner of a cluster-scoped rate bucket when it is another node; `None` when this
-    /// node decides it (it owns it, or the ring is empty).
-    pub fn rate_owner(&self, policy: &str, key: &str) -> Option<String> {
-        self.ring
-            .owner_of(&bucket_of(policy, key))
-            .filter(|owner| *owner != self.node_id)
-    }
-
-    /// Whether this node owns a cluster-scoped rate bucket (and so decides it for others).
-    pub fn owns_rate(&self, policy: &str, key: &str) -> bool {
-        self.ring.is_owner(&bucket_of(policy, key), &self.node_id)
-    }
-
-    /// Asks `owner` to decide `request`. `Err`: decide here, the owner could not (unreachable,
-    /// or not the owner or without the policy by its own ring and config); it is counted.
-    pub async fn forward(&self, owner: &str, request: RateRequest) -> Result<RateDecision, String> {
-        let started = std::time::Instant::now();
-        let decided = self.transport.decide(owner, request).await;
-        self.rates
-            .forward_latency
-            .observe(started.elapsed().as_secs_f64());
-        match decided {
-            Ok(RateDecision::NotOwner) => {
-                Err(format!("`{owner}` does not own the bucket by its ring"))
-            }
-            Ok(RateDecision::UnknownPolicy) => {
-                Err(format!("`{owner}` has no such cluster-scoped policy"))
-            }
-            Ok(decision) => {
-                self.rates.forwarded.fetch_add(1, Ordering::Relaxed);
-                Ok(decision)
-            }
-            Err(error) => Err(error.to_string()),
-        }
-        .inspect_err(|_| {
-            self.rates.forward_failed.fetch_add(1, Ordering::Relaxed);
-        })
-    }
-
-    /// The latency histogram of forwarded decisions, for `/metrics`.
-    pub fn forward_latency(&self) -> Histogram {
-        self.rates.forward_latency.clone()
-    }
-
-    /// Counts a decision made here for another node.
-    pub fn decided_for_other(&self) {
-        self.rates
-            .decided_for_others
-            .fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a cluster-scoped rate bucket another node handed over, taken on here.
-    pub fn took_on_rate_bucket(&self) {
-        self.rates.taken_on.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts a decision on a rate bucket held to its owner's tenure.
-    pub fn held_while_learning(&self) {
-        self.rates.learning.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// How long this node has owned a cluster-scoped rate bucket without a gap or a pause;
-    /// `None` if it does not own it.
-    pub fn rate_tenure(&self, policy: &str, key: &str) -> Option<Duration> {
-        self.owner
-            .held_for(&bucket_of(policy, key), SystemClock::new().now())
-    }
-
-    /// Hands the cluster-scoped rate buckets the ring moves away from this node to their new
-    /// owners (see [`weir_cluster::rates::hand_over`]), and counts them.
-    async fn hand_over_rates(&self, before: &Ring, after: &Ring) {
-        let Some(rates) = self.rate_owner.get() else {
-            return;
-        };
-        let taken =
-            weir_cluster::rates::hand_over(&**rates, &self.transport, &self.node_id, before, after)
-                .await;
-        self.rates
-            .handed_over
-            .fetch_add(taken as u64, Ordering::Relaxed);
-        if taken > 0 {
-            tracing::info!(
-                buckets = taken,
-                "rate buckets handed over to their new owners"
-            );
-        }
-    }
-
     /// Follows membership until the process ends: each change rebuilds the ring, updates
     /// addresses and hands this node's leases over. Meanwhile, every 100 ms, the quorum
     /// learns whom gossip has heard from, and the owner beats, so that it knows how long it has
@@ -444,46 +359,6 @@ impl ClusterMode {
         }
     }
 
-    /// The shared-only coordinator of a policy (re-created if its settings changed).
-    pub fn coordinator(
-        &self,
-        policy: &str,
-        spec: &ConcurrencySpec,
-        max_keys: usize,
-    ) -> Arc<Coordinator> {
-        let config = TwoTierConfig {
-            node_limit: 0,
-            shared_limit: spec.shared_limit,
-            lease_ttl: spec.lease_ttl,
-            on_unavailable: spec.on_unavailable,
-            acquire_timeout: Duration::from_millis(200),
-            max_keys,
-            max_loan: spec.max_loan,
-            learning_period: spec.learning_period,
-        };
-        let mut coordinators = self.coordinators.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((current, coordinator)) = coordinators.get(policy)
-            && *current == config
-        {
-            return Arc::clone(coordinator);
-        }
-        let coordinator = Arc::new(TwoTier::new(
-            &self.node_id,
-            config.clone(),
-            Arc::clone(&self.ring),
-            Arc::clone(&self.transport),
-            Arc::clone(&self.owner),
-            SystemClock::new(),
-        ));
-        coordinators.insert(policy.to_owned(), (config, Arc::clone(&coordinator)));
-        coordinator
-    }
-
-    /// Releases a shared admission (in the background: the caller's answer does not wait).
-    pub fn release(coordinator: Arc<Coordinator>, admission: ClusterAdmission) {
-        tokio::spawn(async move { coordinator.release(admission).await });
-    }
-
     /// Live members seen, this node included.
     pub fn members(&self) -> usize {
         self.members.borrow().len()
@@ -521,43 +396,6 @@ impl ClusterMode {
             counters.borrowed += coordinator.lent().units;
         }
         counters
-    }
-
-    /// Shared units this node has lent out as an owner, by holder.
-    pub fn lent(&self) -> std::collections::BTreeMap<String, u64> {
-        self.pool.lent(SystemClock::new().now())
-    }
-
-    /// Renews this node's loans and gives back the units they may not keep, for every policy;
-    /// see [`weir_cluster::loan`].
-    async fn upkeep(&self) {
-        for coordinator in self.coordinators() {
-            coordinator.upkeep().await;
-        }
-    }
-
-    /// Every policy's coordinator now (the lock is not held while they are used).
-    fn coordinators(&self) -> Vec<Arc<Coordinator>> {
-        self.coordinators
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(|(_, c)| Arc::clone(c))
-            .collect()
-    }
-
-    /// Periodic upkeep: drops the expired leases of this node's pool (and its empty buckets)
-    /// and the expired shared leases its coordinators still list. Returns how many of each.
-    pub fn sweep(&self) -> (usize, usize) {
-        let swept = self.pool.sweep(SystemClock::new().now());
-        let forgotten = self
-            .coordinators
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(|(_, coordinator)| coordinator.forget_expired())
-            .sum();
-        (swept, forgotten)
     }
 
     /// A channel to each other live member's gRPC address, kept from one call to the next (a

@@ -1,0 +1,103 @@
+//! What crosses the wire and back: lease requests and grants, rate decisions and handovers.
+//! Times cross as durations, never instants.
+
+use super::*;
+
+/// `reply` with `quota` in it.
+pub(super) fn with_quota(reply: proto::DecideReply, quota: Option<Quota>) -> proto::DecideReply {
+    match quota {
+        Some(quota) => proto::DecideReply {
+            has_quota: true,
+            used: quota.used,
+            remaining: quota.remaining,
+            reset_after_ns: duration_to_nanos(quota.reset_after),
+            ..reply
+        },
+        None => reply,
+    }
+}
+
+/// A lease request as it crosses the wire: the caller's `now` stays behind.
+pub(super) fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
+    proto::LeaseRequest {
+        bucket: request.bucket,
+        limit: request.limit,
+        holder: request.holder,
+        ttl_ns: duration_to_nanos(request.ttl),
+        fenced: request.fenced,
+        units: request.units,
+        lend: request.lend,
+        learning_ns: duration_to_nanos(request.learning),
+    }
+}
+
+/// An owner's reply as a grant on the caller's clock (`now`: when the caller asked).
+pub(super) fn grant_of(
+    reply: &proto::LeaseReply,
+    now: Nanos,
+    owner: &str,
+) -> Result<Grant, TransportError> {
+    match Outcome::try_from(reply.outcome) {
+        Ok(Outcome::Granted) => Ok(Grant::Granted {
+            id: reply.id,
+            expires_at: now.saturating_add(reply.expires_in_ns),
+            units: reply.units,
+            keep: reply.keep,
+        }),
+        Ok(Outcome::Full) => Ok(Grant::Full),
+        Ok(Outcome::TooManyBuckets) => Ok(Grant::TooManyBuckets),
+        Ok(Outcome::Settling) => Err(TransportError::Settling {
+            owner: owner.to_owned(),
+            wait: Duration::from_nanos(reply.settles_in_ns),
+        }),
+        Ok(Outcome::NoMajority) => Err(TransportError::NoMajority {
+            owner: owner.to_owned(),
+            heard: usize::try_from(reply.heard).unwrap_or(usize::MAX),
+            known: usize::try_from(reply.known).unwrap_or(usize::MAX),
+        }),
+        Ok(Outcome::NotOwner) | Err(_) => Err(TransportError::NotOwner(owner.to_owned())),
+    }
+}
+
+/// The wire form of a forwarded request.
+pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
+    proto::DecideRequest {
+        policy: request.policy,
+        key: request.key,
+        kind: request.kind,
+        cost: request.cost,
+        max_wait_ns: duration_to_nanos(request.max_wait),
+        handed: request.handed.is_some(),
+        handed_own_kind: request.handed.is_some_and(|handed| handed.own_kind),
+        handed_used: request.handed.map_or(0, |handed| handed.quota.used),
+        handed_remaining: request.handed.map_or(0, |handed| handed.quota.remaining),
+        handed_reset_after_ns: request
+            .handed
+            .map_or(0, |handed| duration_to_nanos(handed.quota.reset_after)),
+    }
+}
+
+/// An owner's reply as a decision.
+pub(super) fn decision_of(reply: proto::DecideReply) -> RateDecision {
+    use proto::decide_reply::Outcome as Decided;
+    let quota = reply.has_quota.then(|| Quota {
+        used: reply.used,
+        remaining: reply.remaining,
+        reset_after: Duration::from_nanos(reply.reset_after_ns),
+    });
+    match Decided::try_from(reply.outcome) {
+        Ok(Decided::Admitted) => RateDecision::Admitted {
+            waited: Duration::from_nanos(reply.waited_ns),
+            would_throttle: reply.would_throttle,
+            quota,
+        },
+        Ok(Decided::Refused) => RateDecision::Refused {
+            retry_after: (reply.retry_after_ns > 0)
+                .then(|| Duration::from_nanos(reply.retry_after_ns)),
+            reason: reply.reason,
+            quota,
+        },
+        Ok(Decided::NotOwner) => RateDecision::NotOwner,
+        Ok(Decided::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
+    }
+}

@@ -1,0 +1,99 @@
+//! Cluster-scoped rate limits in cluster mode: whose bucket a key is, a request forwarded to its
+//! owner, what the owner's side counts, and the handover of buckets when the ring moves them.
+
+use super::*;
+
+impl ClusterMode {
+    /// The owner of a cluster-scoped rate bucket when it is another node; `None` when this
+    /// node decides it (it owns it, or the ring is empty).
+    pub fn rate_owner(&self, policy: &str, key: &str) -> Option<String> {
+        self.ring
+            .owner_of(&bucket_of(policy, key))
+            .filter(|owner| *owner != self.node_id)
+    }
+
+    /// Whether this node owns a cluster-scoped rate bucket (and so decides it for others).
+    pub fn owns_rate(&self, policy: &str, key: &str) -> bool {
+        self.ring.is_owner(&bucket_of(policy, key), &self.node_id)
+    }
+
+    /// Asks `owner` to decide `request`. `Err`: decide here, the owner could not (unreachable,
+    /// or not the owner or without the policy by its own ring and config); it is counted.
+    pub async fn forward(&self, owner: &str, request: RateRequest) -> Result<RateDecision, String> {
+        let started = std::time::Instant::now();
+        let decided = self.transport.decide(owner, request).await;
+        self.rates
+            .forward_latency
+            .observe(started.elapsed().as_secs_f64());
+        match decided {
+            Ok(RateDecision::NotOwner) => {
+                Err(format!("`{owner}` does not own the bucket by its ring"))
+            }
+            Ok(RateDecision::UnknownPolicy) => {
+                Err(format!("`{owner}` has no such cluster-scoped policy"))
+            }
+            Ok(decision) => {
+                self.rates.forwarded.fetch_add(1, Ordering::Relaxed);
+                Ok(decision)
+            }
+            Err(error) => Err(error.to_string()),
+        }
+        .inspect_err(|_| {
+            self.rates.forward_failed.fetch_add(1, Ordering::Relaxed);
+        })
+    }
+
+    /// The latency histogram of forwarded decisions, for `/metrics`.
+    pub fn forward_latency(&self) -> Histogram {
+        self.rates.forward_latency.clone()
+    }
+
+    /// Counts a decision made here for another node.
+    pub fn decided_for_other(&self) {
+        self.rates
+            .decided_for_others
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a cluster-scoped rate bucket another node handed over, taken on here.
+    pub fn took_on_rate_bucket(&self) {
+        self.rates.taken_on.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a decision on a rate bucket held to its owner's tenure.
+    pub fn held_while_learning(&self) {
+        self.rates.learning.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How long this node has owned a cluster-scoped rate bucket without a gap or a pause;
+    /// `None` if it does not own it.
+    pub fn rate_tenure(&self, policy: &str, key: &str) -> Option<Duration> {
+        self.owner
+            .held_for(&bucket_of(policy, key), SystemClock::new().now())
+    }
+
+    /// Hands the cluster-scoped rate buckets the ring moves away from this node to their new
+    /// owners (see [`weir_cluster::transport::hand_over`]), and counts them.
+    pub(super) async fn hand_over_rates(&self, before: &Ring, after: &Ring) {
+        let Some(rates) = self.rate_owner.get() else {
+            return;
+        };
+        let taken = weir_cluster::transport::hand_over(
+            &**rates,
+            &self.transport,
+            &self.node_id,
+            before,
+            after,
+        )
+        .await;
+        self.rates
+            .handed_over
+            .fetch_add(taken as u64, Ordering::Relaxed);
+        if taken > 0 {
+            tracing::info!(
+                buckets = taken,
+                "rate buckets handed over to their new owners"
+            );
+        }
+    }
+}
