@@ -370,7 +370,7 @@ async fn serve_connection<I>(
 /// request it is on and closes (hyper's graceful shutdown).
 ///
 /// hyper-util's `GracefulShutdown` does the same with a watch channel whose `changed()` each
-/// connection polls every time it is polled: about 350 instructions a request, measured. Here
+/// connection polls every time it is polled (its cost per request: `docs/benchmarks.md`). Here
 /// a connection's poll costs a flag's load and its waker's registration, and a shutdown wakes
 /// each connection once.
 #[derive(Debug, Default)]

@@ -109,8 +109,8 @@ const MAX_REMEMBERED: usize = 128;
 
 thread_local! {
     /// The series this thread has counted, the most recently used first. A request would
-    /// otherwise find its series by hashing three strings under the families' locks each time:
-    /// about a thousand instructions, most of what counting costs.
+    /// otherwise find its series by hashing three strings under the families' locks each time,
+    /// most of what counting costs.
     static HANDLES: std::cell::RefCell<Vec<(SeriesKey, RequestSeries)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }

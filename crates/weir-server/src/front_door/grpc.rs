@@ -283,8 +283,8 @@ type Deciding = Pin<Box<dyn Future<Output = AcquireResponse> + Send>>;
 /// The answers of one `AcquireStream`, decided as the stream is asked for them.
 ///
 /// The stream itself reads the caller's requests and decides them: no task and no channel
-/// between the two (they cost about a quarter of a decision's instructions, measured against
-/// a bare tonic stream). Acquires that have to wait are kept here until decided, at most
+/// between the two (they cost a measurable share of a decision against a bare tonic stream:
+/// `docs/benchmarks.md`). Acquires that have to wait are kept here until decided, at most
 /// [`MAX_PENDING_PER_STREAM`] at a time (past that, an in-band error, before any deciding),
 /// and end with the stream: when the caller cancels or goes away, each is given up, and none
 /// is admitted later for nobody. (An answer already handed to the transport when the caller

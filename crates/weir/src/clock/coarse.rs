@@ -1,14 +1,14 @@
 //! A clock read from memory: one load instead of a time-stamp-counter read.
 //!
-//! Reading [`SystemClock`] is most of what a single decision costs (about 9 of its 10 ns on
-//! the machines Weir is measured on). [`CoarseClock`] trades precision for that: a background
+//! Reading [`SystemClock`] is most of what a single decision costs (`docs/benchmarks.md`).
+//! [`CoarseClock`] trades precision for that: a background
 //! thread stores the system time every `interval`, and a reading is one relaxed load of that
 //! value — governor's "upkeep clock" idea, with Weir's own thread so that it never competes with
 //! another user of quanta's process-wide upkeep.
 //!
 //! The value lives in one process-wide static rather than behind the clock's own pointer: the
 //! decision then reads the time at a fixed address, one dependent load less on its critical path
-//! (measured at about a nanosecond of a six-nanosecond decision). Every clock's thread raises the
+//! (measured; `docs/benchmarks.md`). Every clock's thread raises the
 //! same value, so with several clocks alive the reading is as fresh as the finest of them.
 //!
 //! # What the coarseness costs

@@ -135,16 +135,16 @@ pub(super) enum Kind {
     Rate(RateShape),
     Concurrency(Limit),
     /// Fixed windows have a map of their own, although their cells are rate cells: a third
-    /// rate shape cost every bucket's decision 4 to 11 ns (37 → 41–48 ns, `benches/keyed.rs`),
-    /// however its arm was written.
+    /// rate shape slowed every bucket's decision, however its arm was written (the figures:
+    /// `docs/benchmarks.md`, "Figures behind the code's choices").
     Window(Window),
 }
 
 /// The shape of a rate key's cell: the shapes whose whole state is one word.
 ///
 /// It repeats `Shape`'s fields rather than holding a precomputed `Params`: keeping `Params`
-/// here measured 4–8 % slower at 1 000 keys (three alternating runs, `benchmarks.md`), although
-/// it saves a multiplication per decision.
+/// here measured slower at 1 000 keys (`docs/benchmarks.md`), although it saves a
+/// multiplication per decision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum RateShape {
     Gcra {

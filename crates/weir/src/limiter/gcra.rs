@@ -345,8 +345,8 @@ struct Shape {
 /// interleaving on a plain thread.
 ///
 /// It is left so because each way out costs every decision: a 128-bit word with a full
-/// reshape counter measured 6.2 ns per compare-and-swap loop against 2.5 ns (x86-64,
-/// `cmpxchg16b`, one run), on a decision of about 5 ns on a coarse clock; registering readers
+/// reshape counter more than doubled the compare-and-swap loop (`docs/benchmarks.md`, "Figures
+/// behind the code's choices"); registering readers
 /// costs a read-modify-write per decision; swapping whole buckets behind a pointer needs either
 /// `unsafe` reclamation or a lock-free reference count on the hot path. Four reconfigurations
 /// inside the few nanoseconds of one decision (or while its thread is descheduled between two

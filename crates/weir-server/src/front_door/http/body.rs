@@ -31,10 +31,10 @@ impl IntoResponse for ApiError {
 ///
 /// The timeout costs nothing in the common case: `tokio::time::timeout` polls the read first,
 /// and a small body that came with its headers is read at once, without arming a timer (a
-/// tower body-timeout layer armed one per request: about 7 % of the throughput, measured).
+/// tower body-timeout layer armed one per request, which measured in the throughput).
 /// The size limit is enforced here too, where the body is read, rather than by axum's
 /// `DefaultBodyLimit` layer: a layer on the router wraps every route in one more boxed
-/// service, cloned and called per request (about 2 000 instructions a request, measured).
+/// service, cloned and called per request (measured: `docs/benchmarks.md`).
 pub(super) struct ApiJson<T>(pub(super) T);
 
 impl<T> FromRequest<Arc<App>> for ApiJson<T>

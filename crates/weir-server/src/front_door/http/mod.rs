@@ -111,8 +111,7 @@ fn routes(app: Arc<App>) -> Router {
 ///
 /// Counted around the router rather than by a layer on its routes: `Router::layer` wraps
 /// every route in one more boxed service, cloned and called per request, and `from_fn`
-/// middleware boxes each request's future too (together about 1 700 instructions a request,
-/// measured). Outside the router, the route is found from the path by `endpoint_of`.
+/// middleware boxes each request's future too (measured: `docs/benchmarks.md`). Outside the router, the route is found from the path by `endpoint_of`.
 #[derive(Clone)]
 pub struct HttpApi {
     router: Router,
