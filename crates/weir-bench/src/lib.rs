@@ -13,7 +13,7 @@
 //! - [`plot`]: the timeline as an SVG chart;
 //! - [`report`]: counts and the latency histogram, merged across clients, and their rendering;
 //! - [`run`]: a run's settings and the client loops;
-//! - [`target`]: what a run measures, a file per target (in-process, HTTP, gRPC, gRPC stream,
+//! - [`targets`]: what a run measures, a file per target (in-process, HTTP, gRPC, gRPC stream,
 //!   Redis, round robin) behind one trait;
 //! - [`redis`]: the Redis baseline's Lua scripts;
 //! - [`floor`]: a bare axum endpoint and a bare tonic service, the floor Weir's front doors
@@ -32,4 +32,4 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod schedule;
-pub mod target;
+pub mod targets;

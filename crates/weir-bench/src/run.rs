@@ -17,7 +17,7 @@ use super::progress::{self, Batch, Live};
 use super::redis::RedisTarget;
 use super::report::{Report, RequestOutcome, Tally};
 use super::schedule::{Profile, Schedule};
-use super::target::{
+use super::targets::{
     Grpc, GrpcStream, Http, InProcess, RedisFixedWindow, Rls, RlsLoad, RoundRobin, Target,
 };
 use weir_api::http::AcquireBody;
@@ -60,7 +60,7 @@ pub enum TargetSpec {
         /// `redis://host:port`.
         url: String,
         /// What each request asks.
-        command: crate::target::RespCommand,
+        command: crate::targets::RespCommand,
     },
     /// The Redis baseline: a Lua script at `url` enforcing `policy`'s limiter.
     Redis {
@@ -267,12 +267,12 @@ pub async fn run(settings: &RunSettings) -> anyhow::Result<Report> {
         }
         TargetSpec::Resp { url, command } => {
             let name = match command {
-                crate::target::RespCommand::Acquire { .. } => "resp",
-                crate::target::RespCommand::Cell(_) => "cl-throttle",
-                crate::target::RespCommand::LuaCell(_) => "lua-cell",
+                crate::targets::RespCommand::Acquire { .. } => "resp",
+                crate::targets::RespCommand::Cell(_) => "cl-throttle",
+                crate::targets::RespCommand::LuaCell(_) => "lua-cell",
             };
             drive(
-                crate::target::Resp::connect(url, command.clone()).await?,
+                crate::targets::Resp::connect(url, command.clone()).await?,
                 name.to_owned(),
                 settings,
             )

@@ -7,7 +7,7 @@ use clap::Subcommand;
 use weir_bench::keys::KeyDistribution;
 use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
 use weir_bench::schedule::Profile;
-use weir_bench::target::{CellShape, RespCommand, RlsLoad};
+use weir_bench::targets::{CellShape, RespCommand, RlsLoad};
 use weir_bench::{plot, scenario};
 use weir_server::Overrides;
 use weir_server::rls::RulesConfig;
@@ -99,15 +99,11 @@ pub(crate) struct BenchArgs {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum ScenarioCommand {
-    /// Runs a named experiment, starting and stopping the nodes it needs:
-    /// `rate-accuracy` (many buckets at different rates, admitted against configured),
-    /// `cluster-rate-accuracy` (cluster-scoped rates over 3 local nodes, against per-node ones),
-    /// `opensearch-latency` (two-tier admission latency on a local 3-node cluster),
-    /// `neon-throttle` (per-tenant page-read workloads with the node's CPU use),
-    /// `doris-backpressure` (adaptive backpressure against a toy busy backend, step-wise and
-    /// converging side by side).
+    /// Runs a named experiment, starting and stopping the nodes it needs (each scenario and what
+    /// it measures is listed under NAME).
     Scenario {
         /// The experiment.
+        #[arg(value_parser = scenario_names())]
         name: String,
         /// The measured time of each run.
         #[arg(long, default_value = "10s", value_parser = weir::duration::parse)]
@@ -116,13 +112,13 @@ pub(crate) enum ScenarioCommand {
         #[arg(long, default_value = "1s", value_parser = weir::duration::parse)]
         warmup: std::time::Duration,
         /// How many times each measurement is repeated; the median is reported
-        /// (`doris-backpressure` reports every run).
+        /// (`adaptive-backpressure` reports every run).
         #[arg(long, default_value_t = 3)]
         runs: usize,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
-        /// `doris-backpressure`: also draw both controls' first run into this SVG file.
+        /// `adaptive-backpressure`: also draw both controls' first run into this SVG file.
         #[arg(long)]
         plot: Option<PathBuf>,
     },
@@ -324,8 +320,11 @@ pub(crate) async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         plot,
     }) = args.scenario.take()
     {
-        if plot.is_some() && name != "doris-backpressure" {
-            anyhow::bail!("--plot draws the doris-backpressure scenario only, not {name:?}");
+        let Some(scenario) = scenario::find(&name) else {
+            anyhow::bail!("no scenario {name:?}");
+        };
+        if plot.is_some() && !scenario.plots {
+            anyhow::bail!("--plot draws a scenario that plots; {name:?} does not");
         }
         let settings = scenario::ScenarioSettings {
             duration,
@@ -333,40 +332,8 @@ pub(crate) async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
             runs,
             binary: std::env::current_exe().context("finding the weir binary")?,
         };
-        let (text, value) = match name.as_str() {
-            "rate-accuracy" => {
-                let report = scenario::rate_accuracy::rate_accuracy(&settings).await?;
-                (report.render(), serde_json::to_value(&report)?)
-            }
-            "cluster-rate-accuracy" => {
-                let report =
-                    scenario::cluster_rate_accuracy::cluster_rate_accuracy(&settings).await?;
-                (report.render(), serde_json::to_value(&report)?)
-            }
-            "opensearch-latency" => {
-                let report = scenario::opensearch_latency::opensearch_latency(&settings).await?;
-                (report.render(), serde_json::to_value(&report)?)
-            }
-            "owner-throughput" => {
-                let report = scenario::owner_throughput::owner_throughput(&settings).await?;
-                (report.render(), serde_json::to_value(&report)?)
-            }
-            "neon-throttle" => {
-                let report = scenario::neon_throttle::neon_throttle(&settings).await?;
-                (report.render(), serde_json::to_value(&report)?)
-            }
-            "doris-backpressure" => {
-                let report = scenario::doris_backpressure::doris_backpressure(&settings).await?;
-                if let Some(path) = &plot {
-                    report.plot(path)?;
-                }
-                (report.render(), serde_json::to_value(&report)?)
-            }
-            other => anyhow::bail!(
-                "no scenario {other:?}: the scenarios are {}",
-                scenario::NAMES.join(", ")
-            ),
-        };
+        let finished = (scenario.run)(&settings, plot.as_deref()).await?;
+        let (text, value) = (finished.text, finished.json);
         match json {
             true => println!("{}", serde_json::to_string_pretty(&value)?),
             false => print!("{text}"),
@@ -390,4 +357,13 @@ pub(crate) async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         print!("{}", report.render());
     }
     Ok(())
+}
+
+/// The scenarios' names for clap: each with what it measures, older names as aliases.
+fn scenario_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(scenario::SCENARIOS.iter().map(|s| {
+        clap::builder::PossibleValue::new(s.name)
+            .help(format!("{} (figures: {})", s.measures, s.figures))
+            .aliases(s.aliases.iter().copied())
+    }))
 }

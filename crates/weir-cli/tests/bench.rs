@@ -275,7 +275,7 @@ fn the_rate_accuracy_scenario_admits_no_more_than_each_rate() {
     assert!(!unknown.status.success());
     let unknown = String::from_utf8_lossy(&unknown.stderr);
     assert!(unknown.contains("no scenario \"nope\""), "{unknown}");
-    assert!(unknown.contains("neon-throttle"), "{unknown}");
+    assert!(unknown.contains("tenant-throttling"), "{unknown}");
 }
 
 /// Runs `weir bench scenario NAME --duration 1s --warmup 0s --runs 1 --json`.
@@ -304,8 +304,8 @@ fn scenario(name: &str) -> Value {
 /// Three real nodes joined by gossip, eight cells (ten with the Redis baseline beside them),
 /// nothing refused (limits far above the load).
 #[test]
-fn the_opensearch_latency_scenario_fills_the_latency_table() {
-    let report = scenario("opensearch-latency");
+fn the_two_tier_latency_scenario_fills_the_latency_table() {
+    let report = scenario("two-tier-latency");
     let rows = report["rows"].as_array().unwrap();
     let with_redis = std::env::var_os("WEIR_REQUIRE_REDIS").is_some();
     assert!(
@@ -357,8 +357,8 @@ fn the_owner_throughput_scenario_shows_loans_sparing_the_owner() {
 /// the requests of a client freed within its last slot (10 ms at 100/s), which may still send
 /// the request due in it: they queue behind the 500, so at most what accrues in one slot.
 #[test]
-fn the_neon_throttle_scenario_holds_the_tenant_limit() {
-    let report = scenario("neon-throttle");
+fn the_tenant_throttling_scenario_holds_the_tenant_limit() {
+    let report = scenario("tenant-throttling");
     let rows = report["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3, "{report}");
     let admitted = |row: &Value| row["admitted"].as_f64().unwrap();
@@ -387,8 +387,8 @@ fn the_neon_throttle_scenario_holds_the_tenant_limit() {
 /// The real-time run of the backpressure control loop, both controls: a timeline a second
 /// each (how well a 2 s steady phase converges is not asserted), cold tables untouched.
 #[test]
-fn the_doris_backpressure_scenario_reports_a_timeline() {
-    let report = scenario("doris-backpressure");
+fn the_adaptive_backpressure_scenario_reports_a_timeline() {
+    let report = scenario("adaptive-backpressure");
     for control in ["stepwise", "converging"] {
         let run = &report["runs"][0][control];
         assert_eq!(run["control"], control, "{report}");

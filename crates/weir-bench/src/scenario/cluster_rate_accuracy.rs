@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{ScenarioSettings, median, one_run};
+use super::{Finished, Scenario, ScenarioSettings, median, one_run};
 use crate::nodes::{Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
 
@@ -157,6 +157,26 @@ pub async fn cluster_rate_accuracy(
         runs,
         rows,
         worst_deviation,
+    })
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "cluster-rate-accuracy",
+    aliases: &[],
+    measures: "cluster-scoped rates over 3 local nodes, against per-node ones",
+    figures: "docs/benchmarks.md, Cluster-scoped rates",
+    plots: false,
+    run: run_scenario,
+};
+
+fn run_scenario<'a>(
+    settings: &'a ScenarioSettings,
+    _plot: Option<&'a std::path::Path>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+    Box::pin(async move {
+        let report = cluster_rate_accuracy(settings).await?;
+        Finished::of(&report, report.render())
     })
 }
 

@@ -1,37 +1,95 @@
 //! The named experiments `weir bench scenario NAME` runs, each starting and stopping what it
 //! needs (local `weir serve` nodes, a toy backend) and printing one table.
 //!
-//! - [`rate_accuracy`]: many buckets at different rates, admitted against configured;
-//! - [`cluster_rate_accuracy`]: cluster-scoped rates held over three local nodes;
-//! - [`opensearch_latency`]: the two tiers' admission-latency table on a local 3-node cluster;
-//! - [`owner_throughput`]: shared admissions of one hot bucket, with loans and without;
-//! - [`neon_throttle`]: per-tenant page-read workloads against one node, with its CPU use;
-//! - [`doris_backpressure`]: adaptive backpressure against a toy busy backend, the step-wise
-//!   and the converging control side by side.
+//! Each is registered once, by the [`Scenario`] its file declares (its name for what it
+//! measures, older names kept as aliases, its help, where its figures go) and one line in
+//! [`SCENARIOS`]; the command line's help and its check of the name are read from that list.
+//!
+//! | file | scenario | measures |
+//! |---|---|---|
+//! | `rate_accuracy.rs` | `rate-accuracy` | many buckets at different rates, admitted against configured |
+//! | `cluster_rate_accuracy.rs` | `cluster-rate-accuracy` | cluster-scoped rates held over three local nodes |
+//! | `two_tier_latency.rs` | `two-tier-latency` | the two tiers' admission latency on a local 3-node cluster |
+//! | `owner_throughput.rs` | `owner-throughput` | shared admissions of one hot bucket, with loans and without |
+//! | `tenant_throttling.rs` | `tenant-throttling` | per-tenant page-read workloads against one node, with its CPU use |
+//! | `adaptive_backpressure.rs` | `adaptive-backpressure` | adaptive backpressure against a toy busy backend, both controls |
 
+pub mod adaptive_backpressure;
 pub mod cluster_rate_accuracy;
-pub mod doris_backpressure;
-pub mod neon_throttle;
-pub mod opensearch_latency;
 pub mod owner_throughput;
 pub mod rate_accuracy;
+pub mod tenant_throttling;
+pub mod two_tier_latency;
 
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::time::Duration;
+
+use serde::Serialize;
 
 use super::keys::KeyDistribution;
 use super::run::{HoldTime, RunSettings, TargetSpec};
 use super::schedule::Profile;
 
-/// The scenarios' names, as `weir bench scenario NAME` takes them.
-pub const NAMES: [&str; 6] = [
-    "rate-accuracy",
-    "cluster-rate-accuracy",
-    "opensearch-latency",
-    "owner-throughput",
-    "neon-throttle",
-    "doris-backpressure",
+/// A named experiment, as `weir bench scenario NAME` finds it.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    /// Its name: what it measures.
+    pub name: &'static str,
+    /// Names it was known by before, still taken.
+    pub aliases: &'static [&'static str],
+    /// What it measures, in a line (the command's help).
+    pub measures: &'static str,
+    /// Where its figures are kept.
+    pub figures: &'static str,
+    /// Whether it can draw its first run (`--plot FILE.svg`).
+    pub plots: bool,
+    /// Runs it: its report, drawn into the file given if it plots.
+    pub run: RunScenario,
+}
+
+/// How a scenario is run: a future of its report.
+pub type RunScenario = for<'a> fn(
+    &'a ScenarioSettings,
+    Option<&'a Path>,
+) -> Pin<Box<dyn Future<Output = anyhow::Result<Finished>> + 'a>>;
+
+/// Every scenario.
+pub const SCENARIOS: &[Scenario] = &[
+    rate_accuracy::SCENARIO,
+    cluster_rate_accuracy::SCENARIO,
+    two_tier_latency::SCENARIO,
+    owner_throughput::SCENARIO,
+    tenant_throttling::SCENARIO,
+    adaptive_backpressure::SCENARIO,
 ];
+
+/// The scenario `name` names (its name or an alias).
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS
+        .iter()
+        .find(|s| s.name == name || s.aliases.contains(&name))
+}
+
+/// A scenario's report: its table and its JSON form.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    /// The table.
+    pub text: String,
+    /// The JSON form (`--json`).
+    pub json: serde_json::Value,
+}
+
+impl Finished {
+    /// The report of `value`, rendered as `text`.
+    pub fn of(value: &impl Serialize, text: String) -> anyhow::Result<Finished> {
+        Ok(Finished {
+            text,
+            json: serde_json::to_value(value)?,
+        })
+    }
+}
 
 /// What every scenario is told.
 #[derive(Debug, Clone, PartialEq)]
@@ -85,6 +143,35 @@ fn median(mut values: Vec<f64>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_scenario_is_found_by_its_name_or_an_older_one() {
+        assert_eq!(
+            find("adaptive-backpressure").map(|s| s.name),
+            Some("adaptive-backpressure")
+        );
+        assert_eq!(
+            find("doris-backpressure").map(|s| s.name),
+            Some("adaptive-backpressure")
+        );
+        assert_eq!(
+            find("neon-throttle").map(|s| s.name),
+            Some("tenant-throttling")
+        );
+        assert_eq!(
+            find("opensearch-latency").map(|s| s.name),
+            Some("two-tier-latency")
+        );
+        assert!(find("nope").is_none());
+        let mut names: Vec<&str> = SCENARIOS
+            .iter()
+            .flat_map(|s| std::iter::once(s.name).chain(s.aliases.iter().copied()))
+            .collect();
+        let all = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), all, "a name or alias used twice");
+    }
 
     #[test]
     fn the_median_is_the_middle_value() {

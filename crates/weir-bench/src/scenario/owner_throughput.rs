@@ -22,7 +22,7 @@ use weir_cluster::admission::shared_bucket_of;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring};
 use weir_server::CLUSTER_PROTOCOL as PROTOCOL;
 
-use super::{ScenarioSettings, median, one_run};
+use super::{Finished, Scenario, ScenarioSettings, median, one_run};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
 
@@ -277,6 +277,26 @@ pub async fn owner_throughput(settings: &ScenarioSettings) -> anyhow::Result<Own
         seconds: settings.duration.as_secs_f64(),
         runs,
         rows,
+    })
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "owner-throughput",
+    aliases: &[],
+    measures: "shared admissions of one hot bucket through the nodes that do not own it, loans against leases",
+    figures: "docs/benchmarks.md, Owner throughput with delegation",
+    plots: false,
+    run: run_scenario,
+};
+
+fn run_scenario<'a>(
+    settings: &'a ScenarioSettings,
+    _plot: Option<&'a std::path::Path>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+    Box::pin(async move {
+        let report = owner_throughput(settings).await?;
+        Finished::of(&report, report.render())
     })
 }
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{ScenarioSettings, median, one_run};
+use super::{Finished, Scenario, ScenarioSettings, median, one_run};
 use crate::run::{self, TargetSpec};
 use weir_server::ConfigFile;
 
@@ -150,6 +150,26 @@ async fn one_round(
         reports.push((rate, handle.await??));
     }
     Ok(reports)
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "rate-accuracy",
+    aliases: &[],
+    measures: "many buckets at different rates, admitted against configured",
+    figures: "docs/benchmarks.md, `weir bench scenario rate-accuracy`",
+    plots: false,
+    run: run_scenario,
+};
+
+fn run_scenario<'a>(
+    settings: &'a ScenarioSettings,
+    _plot: Option<&'a std::path::Path>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+    Box::pin(async move {
+        let report = rate_accuracy(settings).await?;
+        Finished::of(&report, report.render())
+    })
 }
 
 #[cfg(test)]

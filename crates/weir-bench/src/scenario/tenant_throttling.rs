@@ -1,4 +1,4 @@
-//! `neon-throttle`: per-tenant page-read workloads against one local node over gRPC streams.
+//! `tenant-throttling`: per-tenant page-read workloads against one local node over gRPC streams.
 //!
 //! The node has a page server's per-tenant policy: every tenant may issue 5000 page reads a second
 //! (a fair leaky bucket refilling 500 every 100 ms up to 5000), for the `PageRequestHandler` task
@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{ScenarioSettings, one_run};
+use super::{Finished, Scenario, ScenarioSettings, one_run};
 use crate::keys::KeyDistribution;
 use crate::nodes::{LocalNode, Workdir};
 use crate::run::{self, TargetSpec};
@@ -58,16 +58,16 @@ pub struct WorkloadRow {
     pub server_cpu_percent: f64,
 }
 
-/// `neon-throttle`'s report.
+/// `tenant-throttling`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct NeonThrottle {
+pub struct TenantThrottling {
     /// Measured seconds per workload.
     pub seconds: f64,
     /// One row per workload.
     pub rows: Vec<WorkloadRow>,
 }
 
-impl NeonThrottle {
+impl TenantThrottling {
     /// The report as a table.
     pub fn render(&self) -> String {
         let mut text = format!(
@@ -141,8 +141,8 @@ const WORKLOADS: [Workload; 3] = [
 ];
 
 /// Starts a node, runs the three workloads one after another, and stops it.
-pub async fn neon_throttle(settings: &ScenarioSettings) -> anyhow::Result<NeonThrottle> {
-    let dir = Workdir::new("neon-throttle")?;
+pub async fn tenant_throttling(settings: &ScenarioSettings) -> anyhow::Result<TenantThrottling> {
+    let dir = Workdir::new("tenant-throttling")?;
     let binary = settings.binary.clone();
     let path = dir.path().to_owned();
     let node = tokio::task::spawn_blocking(move || LocalNode::start(&binary, CONFIG, &path, &[]))
@@ -185,7 +185,7 @@ pub async fn neon_throttle(settings: &ScenarioSettings) -> anyhow::Result<NeonTh
         });
     }
     drop(node);
-    Ok(NeonThrottle {
+    Ok(TenantThrottling {
         seconds: settings.duration.as_secs_f64(),
         rows,
     })
@@ -197,6 +197,26 @@ fn cpu_percent(cpu: Duration, wall: Duration) -> f64 {
         true => 0.0,
         false => cpu.as_secs_f64() / wall.as_secs_f64() * 100.0,
     }
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "tenant-throttling",
+    aliases: &["tenant-throttling"],
+    measures: "per-tenant page-read workloads with the node's CPU use",
+    figures: "docs/benchmarks.md, `weir bench scenario tenant-throttling`",
+    plots: false,
+    run: run_scenario,
+};
+
+fn run_scenario<'a>(
+    settings: &'a ScenarioSettings,
+    _plot: Option<&'a std::path::Path>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+    Box::pin(async move {
+        let report = tenant_throttling(settings).await?;
+        Finished::of(&report, report.render())
+    })
 }
 
 #[cfg(test)]
@@ -226,7 +246,7 @@ mod tests {
 
     #[test]
     fn the_table_has_a_row_per_workload() {
-        let report = NeonThrottle {
+        let report = TenantThrottling {
             seconds: 10.0,
             rows: vec![WorkloadRow {
                 workload: 1,

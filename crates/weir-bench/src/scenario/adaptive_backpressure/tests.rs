@@ -1,4 +1,4 @@
-//! The unit tests of `doris_backpressure.rs`.
+//! The unit tests of `adaptive_backpressure.rs`.
 
 use super::*;
 
@@ -80,7 +80,7 @@ fn assert_within(run: &ModeRun, starved: u64, followed_within: u64) {
 /// the capacity, as the issue describes; the converging one meets every goal.
 #[tokio::test(start_paused = true)]
 async fn the_scenario_meets_the_goals_converging_and_not_stepwise() {
-    let report = doris_backpressure(&settings(30)).await.unwrap();
+    let report = adaptive_backpressure(&settings(30)).await.unwrap();
     assert_eq!(report.demand, 600);
     let pair = &report.runs[0];
     assert_eq!(pair.converging.timeline.len(), 30 + 24);

@@ -1,4 +1,4 @@
-//! `doris-backpressure`: adaptive backpressure, in real time, against a toy backend — the
+//! `adaptive-backpressure`: adaptive backpressure, in real time, against a toy backend — the
 //! step-wise control of the design it comes from and Weir's converging control, side by side.
 //!
 //! The backend is a meta service that accepts [`CAPACITY`] calls a second in total and answers
@@ -39,7 +39,7 @@ use weir::TokioClock;
 use weir::backpressure::{AdaptiveConfig, Backpressure, Control};
 use weir::layer::ThrottleLayer;
 
-use super::ScenarioSettings;
+use super::{Finished, Scenario, ScenarioSettings};
 
 /// Calls a second the toy backend accepts in total.
 pub const CAPACITY: u64 = 300;
@@ -466,9 +466,9 @@ pub struct Pair {
     pub converging: ModeRun,
 }
 
-/// `doris-backpressure`'s report.
+/// `adaptive-backpressure`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct DorisBackpressure {
+pub struct AdaptiveBackpressure {
     /// The backend's capacity, calls a second.
     pub capacity: u64,
     /// What the callers would send unthrottled in the steady phase, calls a second.
@@ -483,7 +483,7 @@ fn optional(value: Option<u64>) -> String {
     value.map_or("never".to_owned(), |v| format!("{v}s"))
 }
 
-impl DorisBackpressure {
+impl AdaptiveBackpressure {
     /// The figures of every run, then the first run's timeline, both modes side by side.
     pub fn render(&self) -> String {
         let mut text = format!(
@@ -600,12 +600,12 @@ impl Timed for Second {
     }
 }
 
-fn draw(out: &mut String, report: &DorisBackpressure) -> Drawn {
+fn draw(out: &mut String, report: &AdaptiveBackpressure) -> Drawn {
     const SIZE: (u32, u32) = (960, 720);
     let root = SVGBackend::with_string(out, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let root = root.titled(
-        "weir bench scenario doris-backpressure: calls a second at the backend",
+        "weir bench scenario adaptive-backpressure: calls a second at the backend",
         ("sans-serif", 20),
     )?;
     let (upper, lower) = root.split_vertically(SIZE.1 / 2 - 20);
@@ -645,7 +645,9 @@ fn table(second: &Second, name: &str) -> f64 {
 }
 
 /// Runs both modes at once, `settings.runs` times in a row, and reports every run.
-pub async fn doris_backpressure(settings: &ScenarioSettings) -> anyhow::Result<DorisBackpressure> {
+pub async fn adaptive_backpressure(
+    settings: &ScenarioSettings,
+) -> anyhow::Result<AdaptiveBackpressure> {
     let steady = (settings.warmup + settings.duration).as_secs().max(2);
     let mix = Mix::doris(steady);
     let mut runs = Vec::with_capacity(settings.runs.max(1));
@@ -659,11 +661,34 @@ pub async fn doris_backpressure(settings: &ScenarioSettings) -> anyhow::Result<D
             converging: converging?,
         });
     }
-    Ok(DorisBackpressure {
+    Ok(AdaptiveBackpressure {
         capacity: CAPACITY,
         demand: mix.tables.iter().map(|t| u64::from(t.rate_at(0))).sum(),
         mix,
         runs,
+    })
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "adaptive-backpressure",
+    aliases: &["adaptive-backpressure"],
+    measures: "adaptive backpressure against a toy busy backend, step-wise and converging side by side",
+    figures: "docs/benchmarks.md, `weir bench scenario adaptive-backpressure`",
+    plots: true,
+    run: run_scenario,
+};
+
+fn run_scenario<'a>(
+    settings: &'a ScenarioSettings,
+    plot: Option<&'a std::path::Path>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+    Box::pin(async move {
+        let report = adaptive_backpressure(settings).await?;
+        if let Some(path) = plot {
+            report.plot(path)?;
+        }
+        Finished::of(&report, report.render())
     })
 }
 

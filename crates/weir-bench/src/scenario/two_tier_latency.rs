@@ -1,4 +1,4 @@
-//! `opensearch-latency`: the two tiers' admission latency on a local 3-node cluster joined by
+//! `two-tier-latency`: the two tiers' admission latency on a local 3-node cluster joined by
 //! gossip.
 //!
 //! Three concurrency policies, limits far above the peak so nothing is refused, one bucket
@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{ScenarioSettings, median, one_run};
+use super::{Finished, Scenario, ScenarioSettings, median, one_run};
 use crate::nodes::{LocalRedis, Workdir, start_cluster};
 use crate::report::Report;
 use crate::run::{self, HoldTime, TargetSpec};
@@ -100,9 +100,9 @@ pub struct LatencyRow {
     pub missed: u64,
 }
 
-/// `opensearch-latency`'s report.
+/// `two-tier-latency`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct OpensearchLatency {
+pub struct TwoTierLatency {
     /// Measured seconds per run.
     pub seconds: f64,
     /// Runs per cell.
@@ -113,7 +113,7 @@ pub struct OpensearchLatency {
     pub redis_missing: Option<String>,
 }
 
-impl OpensearchLatency {
+impl TwoTierLatency {
     fn row(&self, config: &str, profile: &str) -> Option<&LatencyRow> {
         self.rows
             .iter()
@@ -186,8 +186,8 @@ impl OpensearchLatency {
 }
 
 /// Starts three nodes, runs every cell `runs` times and reports the medians.
-pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<OpensearchLatency> {
-    let dir = Workdir::new("opensearch-latency")?;
+pub async fn two_tier_latency(settings: &ScenarioSettings) -> anyhow::Result<TwoTierLatency> {
+    let dir = Workdir::new("two-tier-latency")?;
     let nodes = start_cluster(&settings.binary, CONFIG, dir.path(), 3).await?;
     // The owner's tenure, plus a margin for the last ring change after gossip converged.
     tokio::time::sleep(SHARED_TENURE + Duration::from_secs(1)).await;
@@ -262,11 +262,31 @@ pub async fn opensearch_latency(settings: &ScenarioSettings) -> anyhow::Result<O
         .is_none()
         .then(|| "redis-server is not installed".to_owned());
     drop(redis);
-    Ok(OpensearchLatency {
+    Ok(TwoTierLatency {
         seconds: settings.duration.as_secs_f64(),
         runs,
         redis_missing,
         rows,
+    })
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "two-tier-latency",
+    aliases: &["two-tier-latency"],
+    measures: "two-tier admission latency on a local 3-node cluster",
+    figures: "docs/benchmarks.md, The cluster concurrency design's latency table",
+    plots: false,
+    run: run_scenario,
+};
+
+fn run_scenario<'a>(
+    settings: &'a ScenarioSettings,
+    _plot: Option<&'a std::path::Path>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+    Box::pin(async move {
+        let report = two_tier_latency(settings).await?;
+        Finished::of(&report, report.render())
     })
 }
 
@@ -290,7 +310,7 @@ mod tests {
 
     #[test]
     fn the_table_has_a_row_per_config_and_profile_and_what_each_tier_adds() {
-        let report = OpensearchLatency {
+        let report = TwoTierLatency {
             seconds: 10.0,
             runs: 3,
             rows: vec![
