@@ -96,13 +96,15 @@ async fn members(server: &Server) -> usize {
     view.members.len()
 }
 
-/// Polls (bounded) until every server sees `count` members.
+/// Polls (bounded) until every server sees `count` members and has rebuilt its ring from them.
 async fn converge(servers: &[&Server], count: usize) {
     let start = Instant::now();
     loop {
         let mut all = true;
         for server in servers {
-            all &= members(server).await == count;
+            let view = view(server).await;
+            assert_eq!(view.mode, "cluster");
+            all &= view.members.len() == count && view.ring.members == count;
         }
         if all {
             return;
@@ -112,6 +114,24 @@ async fn converge(servers: &[&Server], count: usize) {
             "gossip did not converge to {count}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Watches `check` hold for `watched`, asking every 50 ms: how a test says something did *not*
+/// happen — `why` says why that long is enough.
+async fn holds_for<F, Fut>(watched: Duration, why: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < watched {
+        assert!(
+            check().await,
+            "stopped holding after {:?}: {why}",
+            start.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -398,8 +418,6 @@ async fn ask(server: &Server, policy: &str, key: &str) -> (u16, Value) {
 async fn a_cluster_scoped_rate_is_one_bucket_per_key_whichever_node_is_asked() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = three_nodes(dir.path(), RATES).await;
-    // Each node rebuilds its ring from the members it sees: let the last rebuild land.
-    tokio::time::sleep(Duration::from_secs(2)).await;
 
     // A burst of 5 per tenant: asked 5 times on each of the three nodes, the cluster-scoped
     // policy admits 5 in all; the per-node one 5 on each.
@@ -530,7 +548,6 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     // A join: the newcomer takes on the buckets it now owns as they were.
     let n3 = start_node(dir.path(), "n3", MOVING, &free_udp(), Some(&seed));
     converge(&[&n1, &n2, &n3], 3).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let joined = counters_of(&[&n1, &n2, &n3]).await;
     assert!(joined.rate_buckets_taken_on > 0, "{joined:?}");
     assert_eq!(
@@ -551,7 +568,6 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     let (status, _) = n3.wait();
     assert!(status.success());
     converge(&[&n1, &n2], 2).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let left = counters_of(&[&n1, &n2]).await;
     assert!(
         left.rate_buckets_taken_on > before.rate_buckets_taken_on,
@@ -576,7 +592,6 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     n4.signal("KILL");
     let _ = n4.wait();
     converge(&[&n1, &n2], 2).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
     let reopened = admitted_again(&n1, "open", "c").await;
     assert!(
         reopened > 0 && reopened < MOVING_KEYS,
@@ -617,7 +632,6 @@ async fn an_rls_rule_counts_once_for_the_cluster() {
     .unwrap();
     let config = format!("[rls]\nconfig = {:?}\n", rules.display().to_string());
     let nodes = three_nodes(dir.path(), &config).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let request = || RateLimitRequest {
         domain: "edge".to_owned(),
         descriptors: vec![RateLimitDescriptor {
@@ -676,7 +690,6 @@ async fn members_that_disagree_on_a_policy_never_share_a_bucket_wrongly() {
     let dir = tempfile::tempdir().unwrap();
     let (c1, c3) = (cluster(3), cluster(4));
     let nodes = three_nodes_on(dir.path(), [&c1, per_node, &c3]).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
     let counters = |node: &Server| {
         let node = node.url("/v1/cluster");
         async move {
@@ -831,9 +844,14 @@ async fn a_joining_node_is_ready_once_it_has_joined() {
         let url = server.url("/readyz");
         async move { reqwest::get(url).await.unwrap().status().as_u16() }
     };
-    // Alone, with a seed nobody answers on: not joined.
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(readyz(&joiner).await, 503);
+    // Alone, with a seed nobody answers on: not joined, and not ready, for as long as it is
+    // watched — 2 s, ten gossip rounds of 200 ms, each of which asks the seed again.
+    holds_for(
+        Duration::from_secs(2),
+        "a node whose seed never answers is not ready",
+        || async { readyz(&joiner).await == 503 },
+    )
+    .await;
     assert_eq!(health(&joiner).await, ServingStatus::NotServing as i32);
     let first = start_node(dir.path(), "n1", CONFIG, &seed, None);
     // The first node has no seeds: ready at once.
@@ -845,8 +863,17 @@ async fn a_joining_node_is_ready_once_it_has_joined() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(readyz(&joiner).await, 200);
-    // Joined for good: the seed leaving does not make it unready.
+    // Joined for good: the seed leaving does not make it unready — watched until the joiner's
+    // failure detector has dropped the seed, and ready at every look meanwhile.
     drop(first);
-    tokio::time::sleep(Duration::from_millis(600)).await;
+    let start = Instant::now();
+    while members(&joiner).await != 1 {
+        assert_eq!(readyz(&joiner).await, 200, "unready once its seed left");
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the seed was never dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     assert_eq!(readyz(&joiner).await, 200);
 }
