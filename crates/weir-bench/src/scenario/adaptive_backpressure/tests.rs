@@ -1,6 +1,7 @@
 //! The unit tests of `adaptive_backpressure.rs`.
 
 use super::*;
+use report::row;
 
 fn settings(seconds: u64) -> ScenarioSettings {
     ScenarioSettings {
