@@ -48,7 +48,7 @@ mod traces;
 mod watch;
 
 // The facade: what the `weir` binary, `weir bench` and the integration tests use.
-pub use app::{AcquireInput, AcquireOutcome, App, AppSettings};
+pub use app::{AcquireInput, AcquireOutcome, AdmissionTier, App, AppSettings};
 pub use client::{Client, ClientTls};
 pub use cluster::PROTOCOL as CLUSTER_PROTOCOL;
 pub use config::{ConfigFile, DEFAULT_CONFIG, listen_address};

@@ -509,7 +509,7 @@ pub async fn adaptive_backpressure(
 /// This scenario, as `weir bench scenario` lists it.
 pub const SCENARIO: Scenario = Scenario {
     name: "adaptive-backpressure",
-    aliases: &["adaptive-backpressure"],
+    aliases: &["doris-backpressure"],
     measures: "adaptive backpressure against a toy busy backend, step-wise and converging side by side",
     figures: "docs/benchmarks.md, `weir bench scenario adaptive-backpressure`",
     plots: true,

@@ -202,7 +202,7 @@ fn cpu_percent(cpu: Duration, wall: Duration) -> f64 {
 /// This scenario, as `weir bench scenario` lists it.
 pub const SCENARIO: Scenario = Scenario {
     name: "tenant-throttling",
-    aliases: &["tenant-throttling"],
+    aliases: &["neon-throttle"],
     measures: "per-tenant page-read workloads with the node's CPU use",
     figures: "docs/benchmarks.md, `weir bench scenario tenant-throttling`",
     plots: false,

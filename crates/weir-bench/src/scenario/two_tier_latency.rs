@@ -273,7 +273,7 @@ pub async fn two_tier_latency(settings: &ScenarioSettings) -> anyhow::Result<Two
 /// This scenario, as `weir bench scenario` lists it.
 pub const SCENARIO: Scenario = Scenario {
     name: "two-tier-latency",
-    aliases: &["two-tier-latency"],
+    aliases: &["opensearch-latency"],
     measures: "two-tier admission latency on a local 3-node cluster",
     figures: "docs/benchmarks.md, The cluster concurrency design's latency table",
     plots: false,

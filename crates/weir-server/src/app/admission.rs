@@ -28,6 +28,45 @@ pub struct AcquireInput {
     pub max_wait_ms: Option<u64>,
 }
 
+/// Which tier admitted a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionTier {
+    /// This node's own buckets.
+    Node,
+    /// The bucket's owner, another node, decided a cluster-scoped rate.
+    Owner,
+    /// A lease (or a lent unit) from the shared pool of a concurrency policy.
+    Shared,
+    /// The shared pool's owner could not be asked; admitted anyway (`on_unavailable = "open"`).
+    FailOpen,
+    /// The shared pool's owner could not be asked; admitted within this node's share.
+    LocalShare,
+}
+
+impl AdmissionTier {
+    /// The name an answer carries: `node`, `owner`, `shared`, `fail_open`, `local_share`.
+    pub fn name(self) -> &'static str {
+        match self {
+            AdmissionTier::Node => "node",
+            AdmissionTier::Owner => "owner",
+            AdmissionTier::Shared => "shared",
+            AdmissionTier::FailOpen => "fail_open",
+            AdmissionTier::LocalShare => "local_share",
+        }
+    }
+}
+
+impl From<weir_cluster::admission::Tier> for AdmissionTier {
+    fn from(tier: weir_cluster::admission::Tier) -> Self {
+        match tier {
+            weir_cluster::admission::Tier::Node => AdmissionTier::Node,
+            weir_cluster::admission::Tier::Shared => AdmissionTier::Shared,
+            weir_cluster::admission::Tier::FailOpen => AdmissionTier::FailOpen,
+            weir_cluster::admission::Tier::LocalShare => AdmissionTier::LocalShare,
+        }
+    }
+}
+
 /// How an acquisition ended.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AcquireOutcome {
@@ -41,10 +80,8 @@ pub enum AcquireOutcome {
         would_throttle: bool,
         /// The limit of the policy's buckets, for the RateLimit header fields.
         limit: Option<f64>,
-        /// Which tier admitted it: `node`, or in cluster mode `owner` (another node decided a
-        /// cluster-scoped rate), `shared`, `fail_open`,
-        /// `local_share`.
-        tier: &'static str,
+        /// Which tier admitted it.
+        tier: AdmissionTier,
     },
     /// Refused.
     Refused {
@@ -82,7 +119,7 @@ impl App {
                 would_throttle,
                 ..
             }) => {
-                span.record("tier", *tier);
+                span.record("tier", tier.name());
                 if *would_throttle {
                     "would_throttle"
                 } else {
@@ -167,7 +204,7 @@ impl App {
                     lease,
                     would_throttle,
                     limit,
-                    tier: "node",
+                    tier: AdmissionTier::Node,
                 })
             }
             // A full node tier of a concurrency policy with a shared limit: in cluster mode,
@@ -204,7 +241,7 @@ impl App {
             .await
         {
             Ok(admission) => {
-                let tier = crate::cluster::tier_name(admission.tier);
+                let tier = AdmissionTier::from(admission.tier);
                 let Some(lease) = self.hold(
                     policy,
                     &input.policy,

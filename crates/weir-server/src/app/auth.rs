@@ -17,7 +17,7 @@
 use std::net::IpAddr;
 
 use super::App;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// The credentials and host names a server checks.
 #[derive(Debug, Clone, Default)]
@@ -63,20 +63,18 @@ impl App {
         let Some(data) = &self.access.data_token else {
             return Ok(());
         };
-        let given = bearer(authorization).ok_or_else(|| ApiError {
-            status: 401,
-            code: "unauthenticated",
-            detail: "this call needs the data token: send `Authorization: Bearer <token>` (the server's `data_token`, WEIR_DATA_TOKEN)".into(),
-        })?;
+        let given = bearer(authorization).ok_or_else(|| ApiError::new(
+            ErrorKind::Unauthenticated,
+            "this call needs the data token: send `Authorization: Bearer <token>` (the server's `data_token`, WEIR_DATA_TOKEN)",
+        ))?;
         let admin = self.access.admin_token.as_deref();
         if same(given, data) || admin.is_some_and(|admin| same(given, admin)) {
             Ok(())
         } else {
-            Err(ApiError {
-                status: 403,
-                code: "forbidden",
-                detail: "the bearer token is neither the data token nor the admin token".into(),
-            })
+            Err(ApiError::new(
+                ErrorKind::Forbidden,
+                "the bearer token is neither the data token nor the admin token",
+            ))
         }
     }
 
@@ -96,13 +94,12 @@ impl App {
         {
             return Ok(());
         }
-        Err(ApiError {
-            status: 403,
-            code: "host_not_allowed",
-            detail: format!(
+        Err(ApiError::new(
+            ErrorKind::HostNotAllowed,
+            format!(
                 "a server without an admin token changes state only for requests sent to a loopback host (localhost, 127.0.0.1, [::1]), not `{host}`; list the name in `server.allowed_hosts` or set an admin token"
             ),
-        })
+        ))
     }
 
     /// Whether data-plane calls must carry the data token (and Redis-protocol clients give it

@@ -23,7 +23,7 @@ use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_o
 use weir_cluster::transport::BoxFuture;
 
 use super::App;
-use super::admission::{AcquireInput, AcquireOutcome};
+use super::admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 
 /// What a bucket's owner, another node, decided.
 #[derive(Debug, Clone, PartialEq)]
@@ -47,9 +47,6 @@ pub(super) enum OwnerAnswer {
         quota: Option<Quota>,
     },
 }
-
-/// The tier an answer names when the bucket's owner, another node, decided.
-pub const OWNER_TIER: &str = "owner";
 
 impl App {
     /// For a cluster-scoped policy whose bucket for `input.key` another node owns: its
@@ -83,7 +80,7 @@ impl App {
                 lease: None,
                 would_throttle,
                 limit,
-                tier: OWNER_TIER,
+                tier: AdmissionTier::Owner,
             }),
             OwnerAnswer::Refused {
                 retry_after,

@@ -24,7 +24,7 @@ pub mod rls;
 mod stats;
 mod throttles;
 
-pub use admission::{AcquireInput, AcquireOutcome};
+pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_rates::AppRates;
 pub use stats::StatsView;

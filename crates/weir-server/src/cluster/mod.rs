@@ -24,7 +24,7 @@ use tonic::transport::Channel;
 use weir::policy::ConcurrencySpec;
 use weir::{Clock, SystemClock};
 use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
-use weir_cluster::admission::{ClusterAdmission, Tier, TwoTier, TwoTierConfig};
+use weir_cluster::admission::{ClusterAdmission, TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::grpc::{ClusterService, GrpcTransport, GuardedCluster};
 
@@ -127,16 +127,6 @@ fn connect(address: &str, tls: Option<&PeerConnector>) -> Option<Channel> {
                 .connect_with_connector_lazy(tls.clone()),
         ),
         None => Some(weir_cluster::grpc::endpoint(address)?.connect_lazy()),
-    }
-}
-
-/// The tier string an API answer carries.
-pub fn tier_name(tier: Tier) -> &'static str {
-    match tier {
-        Tier::Node => "node",
-        Tier::Shared => "shared",
-        Tier::FailOpen => "fail_open",
-        Tier::LocalShare => "local_share",
     }
 }
 

@@ -13,7 +13,7 @@ use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::app::{AcquireInput, AcquireOutcome, App, ThrottleQuery};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::proto::weir_server::Weir;
 use crate::proto::{
     AcquireRequest, AcquireResponse, BusyRequest, BusyResponse, ReleaseRequest, ReleaseResponse,
@@ -22,15 +22,22 @@ use crate::proto::{
 
 impl From<ApiError> for Status {
     fn from(error: ApiError) -> Self {
-        let message = error.detail;
-        match error.status {
-            400 | 413 => Status::invalid_argument(message),
-            401 => Status::unauthenticated(message),
-            403 => Status::permission_denied(message),
-            404 => Status::not_found(message),
-            409 | 412 => Status::failed_precondition(message),
-            503 => Status::unavailable(message),
-            _ => Status::internal(message),
+        let kind = error.kind();
+        let message = error.into_detail();
+        match kind {
+            ErrorKind::InvalidRequest | ErrorKind::TooLarge => Status::invalid_argument(message),
+            ErrorKind::Unauthenticated => Status::unauthenticated(message),
+            ErrorKind::Forbidden | ErrorKind::HostNotAllowed => Status::permission_denied(message),
+            ErrorKind::NotFound | ErrorKind::UnknownPolicy | ErrorKind::UnknownLease => {
+                Status::not_found(message)
+            }
+            ErrorKind::Conflict | ErrorKind::PreconditionFailed => {
+                Status::failed_precondition(message)
+            }
+            ErrorKind::NotReady | ErrorKind::ShuttingDown => Status::unavailable(message),
+            ErrorKind::MethodNotAllowed | ErrorKind::BodyTimeout | ErrorKind::Internal => {
+                Status::internal(message)
+            }
         }
     }
 }
@@ -97,7 +104,7 @@ fn answer(outcome: AcquireOutcome, id: u64) -> AcquireResponse {
             admitted: true,
             waited_ms: waited.as_millis() as u64,
             lease: lease.map(|(id, _)| id).unwrap_or_default(),
-            tier: tier.into(),
+            tier: tier.name().into(),
             id,
             would_throttle,
             ..Default::default()

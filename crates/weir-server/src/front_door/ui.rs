@@ -103,11 +103,10 @@ pub async fn page(headers: HeaderMap) -> Response {
 pub async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
     match ASSETS.iter().find(|a| a.name == name) {
         Some(found) => serve(found, &headers),
-        None => crate::error::ApiError {
-            status: 404,
-            code: "not_found",
-            detail: format!("no asset `{name}` under /ui/"),
-        }
+        None => crate::error::ApiError::new(
+            crate::error::ErrorKind::NotFound,
+            format!("no asset `{name}` under /ui/"),
+        )
         .into_response(),
     }
 }

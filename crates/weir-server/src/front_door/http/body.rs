@@ -12,14 +12,15 @@ use http_body_util::BodyExt;
 use serde_json::json;
 
 use crate::app::{App, MAX_BODY_BYTES};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status =
+            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         (
             status,
-            Json(json!({ "error": self.code, "detail": self.detail })),
+            Json(json!({ "error": self.code(), "detail": self.detail() })),
         )
             .into_response()
     }
@@ -58,12 +59,10 @@ where
                 Ok(Json(value)) => return Ok(ApiJson(value)),
                 Err(rejection) => ApiError::invalid(rejection.body_text()),
             },
-            Err(_) => ApiError {
-                status: 408,
-                code: "body_timeout",
-                detail: "the request body did not arrive in full within `server.body_timeout`"
-                    .into(),
-            },
+            Err(_) => ApiError::new(
+                ErrorKind::BodyTimeout,
+                "the request body did not arrive in full within `server.body_timeout`",
+            ),
             Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => too_large(),
             Ok(Err(_)) => ApiError::invalid("the request body could not be read in full"),
         };
@@ -123,11 +122,10 @@ pub(super) fn is_json(headers: &HeaderMap) -> bool {
 }
 
 pub(super) fn too_large() -> ApiError {
-    ApiError {
-        status: 413,
-        code: "too_large",
-        detail: format!("the body is larger than {MAX_BODY_BYTES} bytes"),
-    }
+    ApiError::new(
+        ErrorKind::TooLarge,
+        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+    )
 }
 
 /// How much of an over-limit body is read and thrown away before the 413 is sent.

@@ -16,7 +16,7 @@ use weir_api::http::{
 };
 
 use crate::app::{AcquireInput, AcquireOutcome, App, ThrottleQuery};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 use super::*;
 
@@ -46,7 +46,7 @@ pub(super) async fn acquire(
             let body = Admission {
                 admitted: true,
                 waited_ms: waited.as_millis() as u64,
-                tier: Cow::Borrowed(tier),
+                tier: Cow::Borrowed(tier.name()),
                 lease: lease.map(|(lease, _)| Cow::Owned(lease)),
                 lease_ttl_ms,
                 would_throttle,
@@ -241,11 +241,6 @@ pub(super) async fn healthz() -> Json<serde_json::Value> {
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
     match app.not_ready_because() {
         None => Json(json!({ "status": "ready" })).into_response(),
-        Some(why) => ApiError {
-            status: 503,
-            code: "not_ready",
-            detail: why,
-        }
-        .into_response(),
+        Some(why) => ApiError::new(ErrorKind::NotReady, why).into_response(),
     }
 }

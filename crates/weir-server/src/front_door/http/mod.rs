@@ -24,7 +24,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 
 use crate::app::App;
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// The HTTP API's routes: what the router matches, and what the `endpoint` label says.
 mod route {
@@ -182,23 +182,21 @@ fn status_label(status: StatusCode) -> &'static str {
 }
 
 async fn not_found() -> ApiError {
-    ApiError {
-        status: 404,
-        code: "not_found",
-        detail: "no such endpoint; see docs/configuration.md for the API".into(),
-    }
+    ApiError::new(
+        ErrorKind::NotFound,
+        "no such endpoint; see docs/configuration.md for the API",
+    )
 }
 
 async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError {
-        status: 405,
-        code: "method_not_allowed",
-        detail: format!(
+    ApiError::new(
+        ErrorKind::MethodNotAllowed,
+        format!(
             "{} is not allowed on {}; see docs/configuration.md for the API",
             request.method(),
             request.uri().path()
         ),
-    }
+    )
 }
 
 thread_local! {

@@ -183,7 +183,7 @@ fn unknown(name: &str, args: &[Bytes]) -> Reply {
 
 /// An API error as a RESP error: `ERR` and the same sentence the HTTP API gives.
 fn api_error(error: &ApiError) -> Reply {
-    Reply::err(&error.detail)
+    Reply::err(error.detail())
 }
 
 /// The password is the data token, given alone or as user `default`'s (Redis's one user
@@ -442,7 +442,7 @@ fn acquire_reply(outcome: Result<AcquireOutcome, ApiError>) -> Reply {
                 "ttl_ms",
                 Reply::Integer(lease.map_or(-1, |(_, ttl)| millis(ttl))),
             ),
-            ("tier", Reply::text(tier)),
+            ("tier", Reply::text(tier.name())),
             ("would_throttle", Reply::Boolean(would_throttle)),
         ]),
         Ok(AcquireOutcome::Refused {
