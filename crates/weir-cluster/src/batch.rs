@@ -224,7 +224,7 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         owner: &str,
         request: RateRequest,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
-        if !request.max_wait.is_zero() {
+        if !request.max_wait().is_zero() {
             return self.inner.decide(owner, request);
         }
         self.queue(owner, |queues, reply| {

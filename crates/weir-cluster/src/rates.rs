@@ -9,7 +9,7 @@
 //! bucket's own line, so fair waiting holds across the cluster.
 //!
 //! When the ring moves a bucket — a node joins, or leaves gracefully — its previous owner
-//! hands over what has been spent of it ([`Handed`], on a request of cost 0), and the new owner
+//! hands over what has been spent of it (a [`Handover`]), and the new owner
 //! keeps whichever of its own state and the handed one is emptier. An owner that crashed hands
 //! nothing over; a policy's `learning_period` then has the new owner hold each bucket to the
 //! share of its capacity that its tenure allows, so that a crash over-admits nothing.
@@ -24,29 +24,66 @@ use weir::limiter::Quota;
 
 use crate::messages::BoxFuture;
 
-/// A request of a cluster-scoped rate policy, as forwarded to its bucket's owner.
+/// What a node asks of a cluster-scoped rate bucket's owner: a decision, or a handover.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RateRequest {
+pub enum RateRequest {
+    /// Decide a request, as its bucket's owner.
+    Decide(RateAsk),
+    /// Take on a bucket's state from its previous owner: not a decision.
+    HandOver(Handover),
+}
+
+impl RateRequest {
+    /// The policy the bucket is of.
+    pub fn policy(&self) -> &str {
+        match self {
+            RateRequest::Decide(ask) => &ask.policy,
+            RateRequest::HandOver(handover) => &handover.policy,
+        }
+    }
+
+    /// The bucket's key.
+    pub fn key(&self) -> &str {
+        match self {
+            RateRequest::Decide(ask) => &ask.key,
+            RateRequest::HandOver(handover) => &handover.key,
+        }
+    }
+
+    /// The longest it may wait on the owner (zero for a handover, which never waits).
+    pub fn max_wait(&self) -> Duration {
+        match self {
+            RateRequest::Decide(ask) => ask.max_wait,
+            RateRequest::HandOver(_) => Duration::ZERO,
+        }
+    }
+}
+
+/// A request of a cluster-scoped rate policy, forwarded to its bucket's owner to decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateAsk {
     /// The policy.
     pub policy: String,
     /// The bucket key.
     pub key: String,
-    /// The request's kind.
+    /// The request's kind (empty: none).
     pub kind: String,
     /// Its cost.
     pub cost: u64,
     /// The longest it may wait on the owner (zero: decide now).
     pub max_wait: Duration,
-    /// The bucket as the sender, its previous owner, left it when the ring moved it: the
-    /// owner takes it on before deciding. A handover alone has cost 0 and is not a decision.
-    pub handed: Option<Handed>,
 }
 
-/// A bucket's state, handed over by its previous owner (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Handed {
-    /// The bucket is one of the request's `kind`'s own buckets, not the policy's default ones.
-    pub own_kind: bool,
+/// A bucket as its previous owner left it when the ring moved it (see the module docs): the
+/// new owner keeps whichever of its own state and this is emptier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handover {
+    /// The policy.
+    pub policy: String,
+    /// The bucket key.
+    pub key: String,
+    /// The kind whose own buckets it is one of, if it is not one of the policy's default ones.
+    pub kind: Option<String>,
     /// What it had left when it was handed over.
     pub quota: Quota,
 }
@@ -81,13 +118,14 @@ pub enum RateDecision {
 
 /// The owner's side: decides forwarded requests with its own policies.
 pub trait RateOwner: Send + Sync + 'static {
-    /// Decides `request`, waiting up to its `max_wait` if its policy waits.
+    /// Decides `request`, waiting up to its `max_wait` if its policy waits; or takes a
+    /// handover on (answered `Admitted`, having waited nothing).
     fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision>;
 
-    /// A handover (cost 0, [`Handed`] set) for every cluster-scoped bucket this node holds
-    /// that is not whole and whose ring name ([`bucket_of`]) `moving` picks. A walk over every
-    /// key: for membership changes, never per request.
-    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest>;
+    /// A handover for every cluster-scoped bucket this node holds that is not whole and whose
+    /// ring name ([`bucket_of`]) `moving` picks. A walk over every key: for membership
+    /// changes, never per request.
+    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover>;
 }
 
 /// The name of a cluster-scoped rate bucket on the ring. Apart from the shared pools' buckets

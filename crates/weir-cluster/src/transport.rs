@@ -146,12 +146,13 @@ pub async fn hand_over<T: Transport + 'static>(
         before.owner_of(bucket) == Some(me) && after.owner_of(bucket).is_some_and(|o| o != me)
     });
     let mut sent = tokio::task::JoinSet::new();
-    for request in handovers {
-        let Some(owner) = after.owner_of(&bucket_of(&request.policy, &request.key)) else {
+    for handover in handovers {
+        let Some(owner) = after.owner_of(&bucket_of(&handover.policy, &handover.key)) else {
             continue;
         };
         let owner = owner.to_owned();
         let transport = Arc::clone(transport);
+        let request = RateRequest::HandOver(handover);
         sent.spawn(async move { transport.decide(&owner, request).await.is_ok() });
     }
     let mut taken = 0;

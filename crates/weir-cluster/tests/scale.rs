@@ -29,7 +29,7 @@ use weir_cluster::batch::Batching;
 use weir_cluster::loan::{LOAN_MARGIN, UPKEEP_EVERY};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
-use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_of};
+use weir_cluster::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::hand_over;
 use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
@@ -480,16 +480,17 @@ impl SimRates {
 impl RateOwner for SimRates {
     fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
         Box::pin(async move {
-            if let Some(handed) = request.handed {
-                self.policy.absorb(None, &request.key, handed.quota);
-                if request.cost == 0 {
+            let request = match request {
+                RateRequest::Decide(ask) => ask,
+                RateRequest::HandOver(handover) => {
+                    self.policy.absorb(None, &handover.key, handover.quota);
                     return RateDecision::Admitted {
                         waited: Duration::ZERO,
                         would_throttle: false,
                         quota: None,
                     };
                 }
-            }
+            };
             if !self
                 .view
                 .is_owner(&bucket_of(&request.policy, &request.key), &self.id)
@@ -511,20 +512,15 @@ impl RateOwner for SimRates {
         })
     }
 
-    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest> {
+    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
         self.policy
             .spent_buckets(|key| moving(&bucket_of(policy_name(), key)))
             .into_iter()
-            .map(|bucket| RateRequest {
+            .map(|bucket| Handover {
                 policy: policy_name().to_owned(),
                 key: bucket.key,
-                kind: String::new(),
-                cost: 0,
-                max_wait: Duration::ZERO,
-                handed: Some(Handed {
-                    own_kind: false,
-                    quota: bucket.quota,
-                }),
+                kind: None,
+                quota: bucket.quota,
             })
             .collect()
     }
@@ -578,14 +574,13 @@ async fn rate_load(
             let admitted = match owner {
                 None => rates.decide_here(&key),
                 Some(owner) => {
-                    let request = RateRequest {
+                    let request = RateRequest::Decide(RateAsk {
                         policy: policy_name().to_owned(),
                         key: key.clone(),
                         kind: String::new(),
                         cost: 1,
                         max_wait: Duration::ZERO,
-                        handed: None,
-                    };
+                    });
                     match transport.decide(&owner, request).await {
                         Ok(RateDecision::Admitted { .. }) => true,
                         Ok(RateDecision::Refused { .. }) => false,

@@ -4,6 +4,7 @@ use super::*;
 use crate::in_memory::InMemory;
 use crate::owner::Owner;
 use crate::pool::SharedPool;
+use crate::rates::RateAsk;
 use crate::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -120,14 +121,13 @@ fn admitted() -> RateDecision {
 }
 
 fn decision(max_wait: Duration) -> RateRequest {
-    RateRequest {
+    RateRequest::Decide(RateAsk {
         policy: "p".to_owned(),
         key: "k".to_owned(),
         kind: String::new(),
         cost: 1,
         max_wait,
-        handed: None,
-    }
+    })
 }
 
 /// Lets the batching tasks run until `done` holds; fails if it never does.

@@ -24,7 +24,7 @@ use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
 use crate::pool::Grant;
-use crate::rates::{Handed, RateDecision, RateOwner, RateRequest};
+use crate::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
 
@@ -219,7 +219,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         let asked = owner;
         let owner = owner.to_owned();
         traced(asked, "decide", 1, reached_one, async move {
-            let timeout = request.max_wait.saturating_add(FORWARD_TIMEOUT);
+            let timeout = request.max_wait().saturating_add(FORWARD_TIMEOUT);
             let mut call = Request::new(wire_decide(request));
             call.set_timeout(timeout);
             let reply = client?

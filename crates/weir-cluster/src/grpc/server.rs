@@ -120,23 +120,7 @@ impl<C: Clock> ClusterService<C> {
                 ..Default::default()
             };
         };
-        let decision = rates
-            .decide(RateRequest {
-                policy: request.policy,
-                key: request.key,
-                kind: request.kind,
-                cost: request.cost,
-                max_wait: Duration::from_nanos(request.max_wait_ns),
-                handed: request.handed.then_some(Handed {
-                    own_kind: request.handed_own_kind,
-                    quota: Quota {
-                        used: request.handed_used,
-                        remaining: request.handed_remaining,
-                        reset_after: Duration::from_nanos(request.handed_reset_after_ns),
-                    },
-                }),
-            })
-            .await;
+        let decision = rates.decide(request_of(request)).await;
         match decision {
             RateDecision::Admitted {
                 waited,

@@ -59,22 +59,53 @@ pub(super) fn grant_of(
     }
 }
 
-/// The wire form of a forwarded request.
+/// The wire form of a forwarded request. A handover travels as a request of cost 0 with its
+/// `handed` fields set, as it always has on the wire.
 pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
-    proto::DecideRequest {
+    match request {
+        RateRequest::Decide(ask) => proto::DecideRequest {
+            policy: ask.policy,
+            key: ask.key,
+            kind: ask.kind,
+            cost: ask.cost,
+            max_wait_ns: duration_to_nanos(ask.max_wait),
+            ..Default::default()
+        },
+        RateRequest::HandOver(handover) => proto::DecideRequest {
+            policy: handover.policy,
+            key: handover.key,
+            handed: true,
+            handed_own_kind: handover.kind.is_some(),
+            kind: handover.kind.unwrap_or_default(),
+            handed_used: handover.quota.used,
+            handed_remaining: handover.quota.remaining,
+            handed_reset_after_ns: duration_to_nanos(handover.quota.reset_after),
+            ..Default::default()
+        },
+    }
+}
+
+/// A forwarded request as it came off the wire: one with `handed` set is a handover.
+pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
+    if request.handed {
+        return RateRequest::HandOver(Handover {
+            policy: request.policy,
+            key: request.key,
+            kind: request.handed_own_kind.then_some(request.kind),
+            quota: Quota {
+                used: request.handed_used,
+                remaining: request.handed_remaining,
+                reset_after: Duration::from_nanos(request.handed_reset_after_ns),
+            },
+        });
+    }
+    RateRequest::Decide(RateAsk {
         policy: request.policy,
         key: request.key,
         kind: request.kind,
         cost: request.cost,
-        max_wait_ns: duration_to_nanos(request.max_wait),
-        handed: request.handed.is_some(),
-        handed_own_kind: request.handed.is_some_and(|handed| handed.own_kind),
-        handed_used: request.handed.map_or(0, |handed| handed.quota.used),
-        handed_remaining: request.handed.map_or(0, |handed| handed.quota.remaining),
-        handed_reset_after_ns: request
-            .handed
-            .map_or(0, |handed| duration_to_nanos(handed.quota.reset_after)),
-    }
+        max_wait: Duration::from_nanos(request.max_wait_ns),
+    })
 }
 
 /// An owner's reply as a decision.

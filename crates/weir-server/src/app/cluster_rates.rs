@@ -19,7 +19,7 @@ use std::time::Duration;
 use weir::SystemClock;
 use weir::limiter::Quota;
 use weir::policy::{Mode, OnExhausted, Policy, Request, Scope};
-use weir_cluster::rates::{Handed, RateDecision, RateOwner, RateRequest, bucket_of};
+use weir_cluster::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::transport::BoxFuture;
 
 use super::App;
@@ -111,14 +111,13 @@ impl App {
             self.hold_while_learning(policy, kind, key);
             return None;
         };
-        let request = RateRequest {
+        let request = RateRequest::Decide(RateAsk {
             policy: policy.name().to_owned(),
             key: key.to_owned(),
             kind: kind.to_owned(),
             cost,
             max_wait,
-            handed: None,
-        };
+        });
         match cluster.forward(&owner, request).await {
             Ok(RateDecision::Admitted {
                 waited,
@@ -154,22 +153,25 @@ impl App {
         };
         let policy = self
             .policies
-            .get(&request.policy)
+            .get(request.policy())
             .filter(|p| p.with_config(|c| c.scope == Scope::Cluster));
-        if let (Some(policy), Some(handed)) = (&policy, request.handed) {
-            // Taken on even before this node's ring names it the owner: rings change on
-            // every node at a slightly different moment, and the state is only ever emptier.
-            let kind = handed.own_kind.then_some(request.kind.as_str());
-            policy.absorb(kind, &request.key, handed.quota);
-            cluster.took_on_rate_bucket();
-        }
-        if request.handed.is_some() && request.cost == 0 {
-            return RateDecision::Admitted {
-                waited: Duration::ZERO,
-                would_throttle: false,
-                quota: None,
-            };
-        }
+        let request = match request {
+            RateRequest::Decide(ask) => ask,
+            RateRequest::HandOver(handover) => {
+                // Taken on even before this node's ring names it the owner: rings change on
+                // every node at a slightly different moment, and the state is only ever
+                // emptier.
+                if let Some(policy) = &policy {
+                    policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
+                    cluster.took_on_rate_bucket();
+                }
+                return RateDecision::Admitted {
+                    waited: Duration::ZERO,
+                    would_throttle: false,
+                    quota: None,
+                };
+            }
+        };
         if !cluster.owns_rate(&request.policy, &request.key) {
             return RateDecision::NotOwner;
         }
@@ -222,7 +224,7 @@ impl App {
     }
 
     /// Handovers of this node's cluster-scoped rate buckets that `moving` picks.
-    fn rate_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest> {
+    fn rate_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
         let mut handovers = Vec::new();
         for policy in self.policies.policies() {
             if policy.with_config(|c| c.scope != Scope::Cluster) {
@@ -230,16 +232,11 @@ impl App {
             }
             let name = policy.name();
             let spent = policy.spent_buckets(|key| moving(&bucket_of(name, key)));
-            handovers.extend(spent.into_iter().map(|bucket| RateRequest {
+            handovers.extend(spent.into_iter().map(|bucket| Handover {
                 policy: name.to_owned(),
                 key: bucket.key,
-                kind: bucket.kind.clone().unwrap_or_default(),
-                cost: 0,
-                max_wait: Duration::ZERO,
-                handed: Some(Handed {
-                    own_kind: bucket.kind.is_some(),
-                    quota: bucket.quota,
-                }),
+                kind: bucket.kind,
+                quota: bucket.quota,
             }));
         }
         handovers
@@ -274,7 +271,7 @@ impl RateOwner for AppRates {
         Box::pin(self.0.decide_for_other(request))
     }
 
-    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<RateRequest> {
+    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
         self.0.rate_handovers(moving)
     }
 }

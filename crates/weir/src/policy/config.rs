@@ -75,8 +75,44 @@ pub enum OnUnavailable {
     LocalShare,
 }
 
-/// Per-kind values: `-1` = the policy's default, `0` = unlimited, `> 0` = that value.
-pub type Overrides = BTreeMap<String, f64>;
+/// Per-kind overrides of a limiter's value (its rate, `max`, `qps` or `limit`).
+pub type Overrides = BTreeMap<String, Override>;
+
+/// How one kind is limited under a policy. Written as a number: `-1` the policy's default,
+/// `0` unlimited, anything else that value (checked with the policy: above 0, and whole for
+/// the limiters that count whole units).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(from = "f64", into = "f64")]
+pub enum Override {
+    /// The policy's default buckets (`-1`).
+    Default,
+    /// No limit: admitted, counted, never throttled (`0`).
+    Unlimited,
+    /// Buckets of its own, with this value in place of the limiter's.
+    Value(f64),
+}
+
+impl From<f64> for Override {
+    fn from(value: f64) -> Self {
+        if value == -1.0 {
+            Override::Default
+        } else if value == 0.0 {
+            Override::Unlimited
+        } else {
+            Override::Value(value)
+        }
+    }
+}
+
+impl From<Override> for f64 {
+    fn from(value: Override) -> f64 {
+        match value {
+            Override::Default => -1.0,
+            Override::Unlimited => 0.0,
+            Override::Value(value) => value,
+        }
+    }
+}
 
 /// `token_bucket = { rate, burst?, per_core?, overrides? }`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -71,7 +71,8 @@ use arc_swap::ArcSwap;
 
 pub use config::{
     ConcurrencySpec, FixedWindowSpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode,
-    OnExhausted, OnUnavailable, PolicyConfig, PolicyError, Scope, StrictSpec, TokenBucketSpec,
+    OnExhausted, OnUnavailable, Override, PolicyConfig, PolicyError, Scope, StrictSpec,
+    TokenBucketSpec,
 };
 pub use set::{Admissions, PolicySet, PolicySetError};
 use stats::{PolicyStats, StatsSnapshot};

@@ -1,6 +1,6 @@
 //! The shape of a policy's buckets: its limiter's, scaled per core, or a kind's override.
 
-use super::config::{KeyedSpec, PolicyConfig, PolicyError};
+use super::config::{KeyedSpec, Override, PolicyConfig, PolicyError};
 use crate::error::ConfigError;
 use crate::keyed::Shape;
 use crate::limiter::{FixedWindowConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
@@ -57,10 +57,9 @@ impl PolicyConfig {
             return Ok(Some(KindLimit::Default));
         };
         match spec.overrides().get(kind) {
-            None => Ok(Some(KindLimit::Default)),
-            Some(&-1.0) => Ok(Some(KindLimit::Default)),
-            Some(&0.0) => Ok(Some(KindLimit::Unlimited)),
-            Some(&v) => {
+            None | Some(Override::Default) => Ok(Some(KindLimit::Default)),
+            Some(Override::Unlimited) => Ok(Some(KindLimit::Unlimited)),
+            Some(&Override::Value(v)) => {
                 let factor = core_factor(spec, cores);
                 let shape = self.shape_with_value(spec, v, factor)?;
                 Ok(Some(KindLimit::Own(shape)))

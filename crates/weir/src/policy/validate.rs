@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use super::config::{KeyedSpec, Limiter, OnExhausted, PolicyConfig, Scope};
+use super::config::{KeyedSpec, Limiter, OnExhausted, Override, PolicyConfig, Scope};
 use crate::error::ConfigError;
 
 /// A policy config that does not hold together. Names the policy and the field.
@@ -174,13 +174,23 @@ impl PolicyConfig {
                 }
                 let table = spec.table();
                 for (kind, &value) in spec.overrides() {
+                    let Override::Value(value) = value else {
+                        if kind.trim().is_empty() {
+                            errors.push(PolicyError::new(
+                                name,
+                                format!("{table}.overrides"),
+                                "must not name an empty kind",
+                            ));
+                        }
+                        continue;
+                    };
                     if kind.trim().is_empty() {
                         errors.push(PolicyError::new(
                             name,
                             format!("{table}.overrides"),
                             "must not name an empty kind",
                         ));
-                    } else if !value.is_finite() || (value < 0.0 && value != -1.0) {
+                    } else if !value.is_finite() || value < 0.0 {
                         errors.push(PolicyError::new(
                             name,
                             format!("{table}.overrides.{kind}"),

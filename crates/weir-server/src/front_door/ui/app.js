@@ -7,8 +7,6 @@
   const PERIOD_MS = 1000;
   const POLICIES_EVERY = 5;      // the configs change rarely: read them every fifth tick
   const MIN_CHART = 200;         // px: fits a 320 px phone's card
-  const LIMITERS = ["leaky_bucket", "token_bucket", "strict", "fixed_window", "concurrency",
-    "adaptive"];
 
   let token = null;
   let policies = new Map();      // name -> {config, etag}, from /v1/policies
@@ -72,8 +70,11 @@
   }
 
   // --- policies -------------------------------------------------------------------------
+  // A policy names exactly one limiter, and its table is the policy's only field that is a
+  // table: found by shape, so a new limiter needs no list here.
   function limiterOf(config) {
-    const found = LIMITERS.find((l) => config[l] != null);
+    const found = Object.keys(config).find((k) =>
+      config[k] != null && typeof config[k] === "object" && !Array.isArray(config[k]));
     return found ? [found, config[found]] : ["?", null];
   }
   function limitsText(limits) {
