@@ -18,7 +18,7 @@ use weir_cluster::grpc::{ClusterService, GrpcTransport};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::{LeaseRequest, Transport};
+use weir_cluster::transport::{LeaseRequest, Transport, TransportExt};
 
 const BUCKETS: usize = 100;
 

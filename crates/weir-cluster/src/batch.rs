@@ -13,26 +13,26 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
-use weir::Nanos;
 
 use crate::pool::Grant;
 use crate::rates::{RateDecision, RateRequest};
-use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+use crate::transport::{
+    BoxFuture, LeaseRequest, Message, Reply, Transport, TransportError, TransportExt, replied,
+};
 
 /// Calls in flight to one owner at a time, per kind (leases, releases).
 pub const MAX_IN_FLIGHT: usize = 4;
 /// Requests in one call.
 pub const MAX_BATCH: usize = 256;
 
-type Reply = oneshot::Sender<Result<Grant, TransportError>>;
+type Granted = oneshot::Sender<Result<Grant, TransportError>>;
 type Decided = oneshot::Sender<Result<RateDecision, TransportError>>;
 
 /// One owner's queues, each drained by a task of its own.
 struct Queues {
-    leases: mpsc::UnboundedSender<(LeaseRequest, Reply)>,
+    leases: mpsc::UnboundedSender<(LeaseRequest, Granted)>,
     releases: mpsc::UnboundedSender<(String, u64)>,
     decisions: mpsc::UnboundedSender<(RateRequest, Decided)>,
 }
@@ -145,14 +145,14 @@ async fn next_batch<T>(
 async fn send_leases<T: Transport + 'static>(
     inner: Arc<T>,
     owner: String,
-    mut queue: mpsc::UnboundedReceiver<(LeaseRequest, Reply)>,
+    mut queue: mpsc::UnboundedReceiver<(LeaseRequest, Granted)>,
     give_back: mpsc::UnboundedSender<(String, u64)>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some((slot, batch)) = next_batch(&mut queue, &slots).await {
         let (inner, owner, give_back) = (Arc::clone(&inner), owner.clone(), give_back.clone());
         tokio::spawn(async move {
-            let (requests, replies): (Vec<LeaseRequest>, Vec<Reply>) = batch.into_iter().unzip();
+            let (requests, replies): (Vec<LeaseRequest>, Vec<Granted>) = batch.into_iter().unzip();
             let asked: Vec<(String, bool)> = requests
                 .iter()
                 .map(|r| (r.bucket.clone(), r.lend))
@@ -216,23 +216,20 @@ async fn send_decisions<T: Transport + 'static>(
     }
 }
 
-impl<T: Transport + 'static> Transport for Batching<T> {
-    /// A decision that may wait goes alone (a batch is answered in one go); the others are
-    /// batched per owner.
-    fn decide(
+impl<T: Transport + 'static> Batching<T> {
+    /// A decision that does not wait, queued for its owner's next batch.
+    fn decide_queued(
         &self,
         owner: &str,
         request: RateRequest,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
-        if !request.max_wait().is_zero() {
-            return self.inner.decide(owner, request);
-        }
         self.queue(owner, |queues, reply| {
             queues.decisions.send((request, reply)).is_ok()
         })
     }
 
-    fn acquire(
+    /// A lease request, queued for its owner's next batch.
+    fn acquire_queued(
         &self,
         owner: &str,
         request: LeaseRequest,
@@ -242,15 +239,14 @@ impl<T: Transport + 'static> Transport for Batching<T> {
         })
     }
 
-    fn release(
+    /// A release, queued for its owner's next batch; answered at once.
+    fn release_queued(
         &self,
         owner: &str,
-        bucket: &str,
+        bucket: String,
         lease: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let queued = self.with_queues(owner, |q| {
-            q.releases.send((bucket.to_owned(), lease)).is_ok()
-        });
+        let queued = self.with_queues(owner, |q| q.releases.send((bucket, lease)).is_ok());
         let owner = owner.to_owned();
         Box::pin(async move {
             match queued {
@@ -259,40 +255,23 @@ impl<T: Transport + 'static> Transport for Batching<T> {
             }
         })
     }
+}
 
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.inner
-            .adopt(owner, bucket, holder, expires_at, units, lent)
-    }
-
-    fn give_back(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        units: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.inner.give_back(owner, bucket, lease, units)
-    }
-
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        self.inner.renew(owner, bucket, lease, ttl, now, fenced)
+impl<T: Transport + 'static> Transport for Batching<T> {
+    /// Lease requests, releases and decisions that do not wait are batched per owner; a
+    /// decision that may wait goes alone (a batch is answered in one go), and every other
+    /// message goes straight through.
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
+        match message {
+            Message::Decide(request) if request.max_wait().is_zero() => {
+                replied(self.decide_queued(owner, request), Reply::Decision)
+            }
+            Message::Acquire(request) => replied(self.acquire_queued(owner, request), Reply::Grant),
+            Message::Release { bucket, lease } => {
+                replied(self.release_queued(owner, bucket, lease), |()| Reply::Done)
+            }
+            other => self.inner.send(owner, other),
+        }
     }
 }
 

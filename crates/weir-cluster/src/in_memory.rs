@@ -4,14 +4,10 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use weir::Nanos;
-
-use crate::messages::{BoxFuture, LeaseRequest, TransportError};
+use crate::messages::{BoxFuture, TransportError};
 use crate::owner::Owner;
-use crate::pool::Grant;
-use crate::transport::Transport;
+use crate::transport::{Message, Reply, Transport, one_by_one};
 
 /// Every node's owner side in one process, with unreachable nodes.
 #[derive(Debug, Default)]
@@ -63,69 +59,55 @@ impl InMemory {
 }
 
 impl Transport for InMemory {
-    fn acquire(
-        &self,
-        owner: &str,
-        request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
+        let batch = matches!(
+            message,
+            Message::AcquireBatch(_) | Message::ReleaseBatch(_) | Message::DecideBatch(_)
+        );
+        if batch {
+            return one_by_one(self, owner, message);
+        }
+        let name = owner.to_owned();
         let owner = self.owner(owner);
-        Box::pin(async move { owner?.grant(&request) })
-    }
-
-    fn release(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let owner = self.owner(owner);
-        let bucket = bucket.to_owned();
         Box::pin(async move {
-            owner?.release(&bucket, lease);
-            Ok(())
+            let owner = owner?;
+            Ok(match message {
+                Message::Acquire(request) => Reply::Grant(owner.grant(&request)?),
+                Message::Release { bucket, lease } => {
+                    owner.release(&bucket, lease);
+                    Reply::Done
+                }
+                Message::Adopt(adoption) => Reply::Adopted(owner.adopt(
+                    &adoption.bucket,
+                    &adoption.holder,
+                    adoption.expires_at,
+                    adoption.units,
+                    adoption.lent,
+                )?),
+                Message::GiveBack {
+                    bucket,
+                    lease,
+                    units,
+                } => {
+                    owner.give_back(&bucket, lease, units);
+                    Reply::Done
+                }
+                Message::Renew(renewal) => Reply::Renewed(owner.renew(
+                    &renewal.bucket,
+                    renewal.lease,
+                    renewal.ttl,
+                    renewal.now,
+                    renewal.fenced,
+                )),
+                // Decisions of rate buckets are the server's: an in-memory network of pools has
+                // no one to decide them, so the asker decides itself.
+                Message::Decide(_)
+                | Message::AcquireBatch(_)
+                | Message::ReleaseBatch(_)
+                | Message::DecideBatch(_) => {
+                    return Err(TransportError::Unreachable(name));
+                }
+            })
         })
-    }
-
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        let owner = self.owner(owner);
-        let (bucket, holder) = (bucket.to_owned(), holder.to_owned());
-        Box::pin(async move { owner?.adopt(&bucket, &holder, expires_at, units, lent) })
-    }
-
-    fn give_back(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        units: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let owner = self.owner(owner);
-        let bucket = bucket.to_owned();
-        Box::pin(async move {
-            owner?.give_back(&bucket, lease, units);
-            Ok(())
-        })
-    }
-
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        let owner = self.owner(owner);
-        let bucket = bucket.to_owned();
-        Box::pin(async move { Ok(owner?.renew(&bucket, lease, ttl, now, fenced)) })
     }
 }

@@ -1,7 +1,8 @@
-//! How a coordinator reaches a bucket's owner: the [`Transport`] trait, which the gRPC transport
-//! ([`crate::grpc`]), the in-memory one ([`crate::in_memory`]) and the batching wrapper
-//! ([`crate::batch`]) implement; and the handover of rate buckets through it after a ring
-//! change.
+//! How a coordinator reaches a bucket's owner: one [`Message`] enum and its [`Reply`], sent
+//! through the one-method [`Transport`] trait, which the gRPC transport ([`crate::grpc`]), the
+//! in-memory one ([`crate::in_memory`]) and the batching wrapper ([`crate::batch`]) implement;
+//! [`TransportExt`] gives each message a typed call. And the handover of rate buckets through
+//! a transport after a ring change.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,35 +14,195 @@ use crate::pool::Grant;
 use crate::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
 use crate::ring::Ring;
 
-/// A coordinator's way to an owner.
-///
-/// The batch calls have defaults that make one call per item; a transport with a wire format
-/// for batches (gRPC) overrides them, and [`Batching`](crate::batch::Batching) uses them.
+/// What a coordinator says to a bucket's owner. A new kind of call is one more variant here,
+/// its [`Reply`], and an arm in each transport that carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// Grant a lease (or grow a loan): answered [`Reply::Grant`].
+    Acquire(LeaseRequest),
+    /// A lease is done: answered [`Reply::Done`].
+    Release {
+        /// The bucket.
+        bucket: String,
+        /// The lease.
+        lease: u64,
+    },
+    /// Take on a live lease from the bucket's previous owner: answered [`Reply::Adopted`].
+    Adopt(Adoption),
+    /// Idle units of a loan given back, the loan going on with the rest: answered
+    /// [`Reply::Done`].
+    GiveBack {
+        /// The bucket.
+        bucket: String,
+        /// The loan.
+        lease: u64,
+        /// Units given back.
+        units: u64,
+    },
+    /// Extend a lease: answered [`Reply::Renewed`].
+    Renew(Renewal),
+    /// Decide a request of a cluster-scoped rate policy, or take a bucket handed over
+    /// ([`crate::rates`]): answered [`Reply::Decision`].
+    Decide(RateRequest),
+    /// Several `Acquire`s at once: answered [`Reply::Grants`], one per request, in order.
+    AcquireBatch(Vec<LeaseRequest>),
+    /// Several `Release`s (bucket, lease) at once: answered [`Reply::Done`].
+    ReleaseBatch(Vec<(String, u64)>),
+    /// Several `Decide`s that do not wait: answered [`Reply::Decisions`], in order.
+    DecideBatch(Vec<RateRequest>),
+}
+
+/// A live lease handed over to a bucket's new owner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adoption {
+    /// The bucket.
+    pub bucket: String,
+    /// Who holds it.
+    pub holder: String,
+    /// When it expires, on the caller's clock.
+    pub expires_at: Nanos,
+    /// Its units.
+    pub units: u64,
+    /// A loan, not a plain lease.
+    pub lent: bool,
+}
+
+/// A lease to extend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Renewal {
+    /// The bucket.
+    pub bucket: String,
+    /// The lease.
+    pub lease: u64,
+    /// How long from the owner's now.
+    pub ttl: Duration,
+    /// The time on the caller's clock (the simulation shares one clock).
+    pub now: Nanos,
+    /// Refuse unless the owner hears from a majority.
+    pub fenced: bool,
+}
+
+/// An owner's answer to a [`Message`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// To `Acquire`.
+    Grant(Grant),
+    /// To `Release`, `GiveBack` and `ReleaseBatch`.
+    Done,
+    /// To `Adopt`: the lease's id on the new owner.
+    Adopted(u64),
+    /// To `Renew`: false if the lease is gone there (or, fenced, the owner does not hear
+    /// from a majority).
+    Renewed(bool),
+    /// To `Decide`.
+    Decision(RateDecision),
+    /// To `AcquireBatch`.
+    Grants(Vec<Result<Grant, TransportError>>),
+    /// To `DecideBatch`.
+    Decisions(Vec<Result<RateDecision, TransportError>>),
+}
+
+/// A coordinator's way to an owner: one method, over one message enum, so that a wrapper (a
+/// batching layer, a test's fault injector) is a few lines.
 pub trait Transport: Send + Sync {
+    /// Sends `message` to `owner`; its reply, or why the owner could not be asked.
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>>;
+}
+
+/// How a transport with no wire form for batches answers one: each item sent on its own,
+/// through `transport`, in order. Any other message is sent as it is.
+pub fn one_by_one<'a, T: Transport + ?Sized>(
+    transport: &'a T,
+    owner: &str,
+    message: Message,
+) -> BoxFuture<'a, Result<Reply, TransportError>> {
+    let owner = owner.to_owned();
+    match message {
+        Message::AcquireBatch(requests) => Box::pin(async move {
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(transport.acquire(&owner, request).await);
+            }
+            Ok(Reply::Grants(answers))
+        }),
+        Message::DecideBatch(requests) => Box::pin(async move {
+            let mut answers = Vec::with_capacity(requests.len());
+            for request in requests {
+                answers.push(transport.decide(&owner, request).await);
+            }
+            Ok(Reply::Decisions(answers))
+        }),
+        Message::ReleaseBatch(leases) => Box::pin(async move {
+            for (bucket, lease) in leases {
+                transport.release(&owner, &bucket, lease).await?;
+            }
+            Ok(Reply::Done)
+        }),
+        single => transport.send(&owner, single),
+    }
+}
+
+/// A typed call's answer as its [`Reply`]: how a transport made of typed calls answers
+/// [`Transport::send`].
+pub fn replied<'a, T: 'a>(
+    call: BoxFuture<'a, Result<T, TransportError>>,
+    reply: fn(T) -> Reply,
+) -> BoxFuture<'a, Result<Reply, TransportError>> {
+    Box::pin(async move { call.await.map(reply) })
+}
+
+/// A reply of the wrong kind for its message: a transport's bug, taken as the owner not
+/// answering (the caller then does what it does when an owner cannot be asked).
+fn mismatched<T>(owner: &str) -> Result<T, TransportError> {
+    Err(TransportError::Unreachable(owner.to_owned()))
+}
+
+/// Each message as a typed call: what coordinators use.
+pub trait TransportExt: Transport {
     /// Asks `owner` for a lease.
     fn acquire(
         &self,
         owner: &str,
         request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>>;
+    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+        let (sent, owner) = (
+            self.send(owner, Message::Acquire(request)),
+            owner.to_owned(),
+        );
+        Box::pin(async move {
+            match sent.await? {
+                Reply::Grant(grant) => Ok(grant),
+                _ => mismatched(&owner),
+            }
+        })
+    }
+
     /// Tells `owner` a lease is done.
     fn release(
         &self,
         owner: &str,
         bucket: &str,
         lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>>;
-    /// Hands a live lease of `units` units (a loan, if `lent`) over to the bucket's new
-    /// `owner`; returns its id there.
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>>;
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let message = Message::Release {
+            bucket: bucket.to_owned(),
+            lease,
+        };
+        done(self.send(owner, message), owner)
+    }
+
+    /// Hands a live lease (a loan, if `adoption.lent`) over to the bucket's new `owner`;
+    /// returns its id there.
+    fn adopt(&self, owner: &str, adoption: Adoption) -> BoxFuture<'_, Result<u64, TransportError>> {
+        let (sent, owner) = (self.send(owner, Message::Adopt(adoption)), owner.to_owned());
+        Box::pin(async move {
+            match sent.await? {
+                Reply::Adopted(id) => Ok(id),
+                _ => mismatched(&owner),
+            }
+        })
+    }
+
     /// Gives `units` idle units of a loan back to `owner` (the loan goes on with the rest). A
     /// transport that cannot answers that the owner is unreachable: the units stay lent until
     /// the loan expires, which costs capacity, never the ceiling.
@@ -52,33 +213,39 @@ pub trait Transport: Send + Sync {
         lease: u64,
         units: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let _ = (bucket, lease, units);
-        let owner = owner.to_owned();
-        Box::pin(async move { Err(TransportError::Unreachable(owner)) })
+        let message = Message::GiveBack {
+            bucket: bucket.to_owned(),
+            lease,
+            units,
+        };
+        done(self.send(owner, message), owner)
     }
-    /// Extends a lease on `owner` by `ttl` from the owner's now; false if it is gone there (or,
-    /// `fenced`, if the owner does not hear from a majority).
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>>;
+
+    /// Extends a lease on `owner`; false if it is gone there (or, fenced, if the owner does
+    /// not hear from a majority).
+    fn renew(&self, owner: &str, renewal: Renewal) -> BoxFuture<'_, Result<bool, TransportError>> {
+        let (sent, owner) = (self.send(owner, Message::Renew(renewal)), owner.to_owned());
+        Box::pin(async move {
+            match sent.await? {
+                Reply::Renewed(renewed) => Ok(renewed),
+                _ => mismatched(&owner),
+            }
+        })
+    }
 
     /// Asks `owner` to decide a request of a cluster-scoped rate policy ([`crate::rates`]).
-    /// A transport that does not carry decisions answers that the owner is unreachable (the
-    /// asker then decides itself).
     fn decide(
         &self,
         owner: &str,
         request: RateRequest,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
-        let _ = request;
-        let owner = owner.to_owned();
-        Box::pin(async move { Err(TransportError::Unreachable(owner)) })
+        let (sent, owner) = (self.send(owner, Message::Decide(request)), owner.to_owned());
+        Box::pin(async move {
+            match sent.await? {
+                Reply::Decision(decision) => Ok(decision),
+                _ => mismatched(&owner),
+            }
+        })
     }
 
     /// Asks `owner` to decide several requests that do not wait; one answer per request, in
@@ -88,13 +255,17 @@ pub trait Transport: Send + Sync {
         owner: &str,
         requests: Vec<RateRequest>,
     ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
-        let owner = owner.to_owned();
+        let count = requests.len();
+        let (sent, owner) = (
+            self.send(owner, Message::DecideBatch(requests)),
+            owner.to_owned(),
+        );
         Box::pin(async move {
-            let mut answers = Vec::with_capacity(requests.len());
-            for request in requests {
-                answers.push(self.decide(&owner, request).await);
+            match sent.await {
+                Ok(Reply::Decisions(answers)) if answers.len() == count => answers,
+                Ok(_) => vec![mismatched(&owner); count],
+                Err(error) => vec![Err(error); count],
             }
-            answers
         })
     }
 
@@ -104,13 +275,17 @@ pub trait Transport: Send + Sync {
         owner: &str,
         requests: Vec<LeaseRequest>,
     ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
-        let owner = owner.to_owned();
+        let count = requests.len();
+        let (sent, owner) = (
+            self.send(owner, Message::AcquireBatch(requests)),
+            owner.to_owned(),
+        );
         Box::pin(async move {
-            let mut answers = Vec::with_capacity(requests.len());
-            for request in requests {
-                answers.push(self.acquire(&owner, request).await);
+            match sent.await {
+                Ok(Reply::Grants(answers)) if answers.len() == count => answers,
+                Ok(_) => vec![mismatched(&owner); count],
+                Err(error) => vec![Err(error); count],
             }
-            answers
         })
     }
 
@@ -120,14 +295,24 @@ pub trait Transport: Send + Sync {
         owner: &str,
         leases: Vec<(String, u64)>,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        let owner = owner.to_owned();
-        Box::pin(async move {
-            for (bucket, lease) in leases {
-                self.release(&owner, &bucket, lease).await?;
-            }
-            Ok(())
-        })
+        done(self.send(owner, Message::ReleaseBatch(leases)), owner)
     }
+}
+
+impl<T: Transport + ?Sized> TransportExt for T {}
+
+/// A `Done` reply as `()`.
+fn done<'a>(
+    sent: BoxFuture<'a, Result<Reply, TransportError>>,
+    owner: &str,
+) -> BoxFuture<'a, Result<(), TransportError>> {
+    let owner = owner.to_owned();
+    Box::pin(async move {
+        match sent.await? {
+            Reply::Done => Ok(()),
+            _ => mismatched(&owner),
+        }
+    })
 }
 
 /// Hands every cluster-scoped bucket that `before` named node `me` the owner of, and `after`

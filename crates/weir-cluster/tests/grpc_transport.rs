@@ -139,7 +139,7 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
 async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
     use weir::Clock;
     use weir_cluster::pool::Grant;
-    use weir_cluster::transport::{LeaseRequest, Transport, TransportError};
+    use weir_cluster::transport::{LeaseRequest, TransportError, TransportExt};
 
     let ring_view = Arc::new(SharedRing::new(ring(&["n1", "n2"])));
     let owned_by = |owner: &str| {
@@ -216,7 +216,7 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
 async fn a_node_back_at_a_new_address_is_reached_there() {
     use weir::Clock;
     use weir_cluster::pool::Grant;
-    use weir_cluster::transport::Transport;
+    use weir_cluster::transport::TransportExt;
 
     let view = Arc::new(SharedRing::new(ring(&["n2"])));
     let (first_pool, second_pool) = (Arc::new(SharedPool::new(10)), Arc::new(SharedPool::new(10)));
@@ -255,7 +255,7 @@ async fn a_node_back_at_a_new_address_is_reached_there() {
 async fn an_owner_with_a_secret_answers_only_calls_that_carry_it() {
     use weir::Clock;
     use weir_cluster::pool::Grant;
-    use weir_cluster::transport::{Transport, TransportError};
+    use weir_cluster::transport::{TransportError, TransportExt};
 
     let ours = ClusterSecret::new("a secret of the weir cluster").unwrap();
     let theirs = ClusterSecret::new("another secret, another one").unwrap();

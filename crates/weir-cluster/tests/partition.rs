@@ -14,10 +14,10 @@ use weir::{Clock, ManualClock, Nanos};
 use weir_cluster::admission::{ClusterAdmission, TwoTier, TwoTierConfig};
 use weir_cluster::in_memory::InMemory;
 use weir_cluster::owner::Owner;
-use weir_cluster::pool::{Grant, SharedPool};
+use weir_cluster::pool::SharedPool;
 use weir_cluster::quorum::Quorum;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{BoxFuture, Message, Reply, Transport, TransportError};
 
 const BUCKET: &str = "analytics:group:analytics";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -50,54 +50,9 @@ impl Side {
 }
 
 impl Transport for Side {
-    fn acquire(
-        &self,
-        owner: &str,
-        request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
         match self.reaches(owner) {
-            Ok(()) => self.network.acquire(owner, request),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
-    }
-    fn release(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        match self.reaches(owner) {
-            Ok(()) => self.network.release(owner, bucket, lease),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
-    }
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        match self.reaches(owner) {
-            Ok(()) => self
-                .network
-                .adopt(owner, bucket, holder, expires_at, units, lent),
-            Err(e) => Box::pin(async move { Err(e) }),
-        }
-    }
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: std::time::Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        match self.reaches(owner) {
-            Ok(()) => self.network.renew(owner, bucket, lease, ttl, now, fenced),
+            Ok(()) => self.network.send(owner, message),
             Err(e) => Box::pin(async move { Err(e) }),
         }
     }

@@ -23,16 +23,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use weir::policy::{OnUnavailable, Policy, Request};
-use weir::{Clock, Nanos, TokioClock};
+use weir::{Clock, TokioClock};
 use weir_cluster::admission::{TwoTier, TwoTierConfig};
 use weir_cluster::batch::Batching;
 use weir_cluster::loan::{LOAN_MARGIN, UPKEEP_EVERY};
 use weir_cluster::owner::Owner;
-use weir_cluster::pool::{Grant, SharedPool};
+use weir_cluster::pool::SharedPool;
 use weir_cluster::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::hand_over;
-use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{BoxFuture, Message, Reply, Transport, TransportError, TransportExt};
 
 /// Buckets the load spreads over, and each one's shared limit.
 const BUCKETS: usize = 20;
@@ -84,89 +84,9 @@ impl<T: Transport> Counting<T> {
 }
 
 impl<T: Transport> Transport for Counting<T> {
-    fn acquire(
-        &self,
-        owner: &str,
-        request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
         self.count();
-        self.inner.acquire(owner, request)
-    }
-    fn release(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.count();
-        self.inner.release(owner, bucket, lease)
-    }
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.count();
-        self.inner
-            .adopt(owner, bucket, holder, expires_at, units, lent)
-    }
-    fn give_back(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        units: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.count();
-        self.inner.give_back(owner, bucket, lease, units)
-    }
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        self.count();
-        self.inner.renew(owner, bucket, lease, ttl, now, fenced)
-    }
-    fn acquire_batch(
-        &self,
-        owner: &str,
-        requests: Vec<LeaseRequest>,
-    ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
-        self.count();
-        self.inner.acquire_batch(owner, requests)
-    }
-    fn release_batch(
-        &self,
-        owner: &str,
-        leases: Vec<(String, u64)>,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.count();
-        self.inner.release_batch(owner, leases)
-    }
-    fn decide(
-        &self,
-        owner: &str,
-        request: RateRequest,
-    ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
-        self.count();
-        self.inner.decide(owner, request)
-    }
-    fn decide_batch(
-        &self,
-        owner: &str,
-        requests: Vec<RateRequest>,
-    ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
-        self.count();
-        self.inner.decide_batch(owner, requests)
+        self.inner.send(owner, message)
     }
 }
 

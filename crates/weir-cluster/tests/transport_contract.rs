@@ -17,7 +17,9 @@ use weir_cluster::in_memory::InMemory;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
-use weir_cluster::transport::{LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{
+    Adoption, LeaseRequest, Renewal, Transport, TransportError, TransportExt,
+};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -111,11 +113,33 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
     // Renewal: a live lease yes, an unknown one no.
     let now = SystemClock::new().now();
     assert_eq!(
-        transport.renew("n2", mine, first, TTL, now, false).await,
+        transport
+            .renew(
+                "n2",
+                Renewal {
+                    bucket: (mine).into(),
+                    lease: first,
+                    ttl: TTL,
+                    now,
+                    fenced: false
+                }
+            )
+            .await,
         Ok(true)
     );
     assert_eq!(
-        transport.renew("n2", mine, u64::MAX, TTL, now, false).await,
+        transport
+            .renew(
+                "n2",
+                Renewal {
+                    bucket: (mine).into(),
+                    lease: u64::MAX,
+                    ttl: TTL,
+                    now,
+                    fenced: false
+                }
+            )
+            .await,
         Ok(false)
     );
     // A release frees a place.
@@ -128,7 +152,16 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
     // An adopted lease counts against the limit.
     let expires_at = weir::clock::after(SystemClock::new().now(), TTL);
     transport
-        .adopt("n2", mine, "n1", expires_at, 1, false)
+        .adopt(
+            "n2",
+            Adoption {
+                bucket: (mine).into(),
+                holder: ("n1").into(),
+                expires_at,
+                units: 1,
+                lent: false,
+            },
+        )
         .await
         .expect("adopted");
     until_in_use(&callee.pool, mine, 3).await;
@@ -138,7 +171,16 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
     );
     assert_eq!(
         transport
-            .adopt("n2", theirs, "n1", expires_at, 1, false)
+            .adopt(
+                "n2",
+                Adoption {
+                    bucket: (theirs).into(),
+                    holder: ("n1").into(),
+                    expires_at,
+                    units: 1,
+                    lent: false
+                }
+            )
             .await,
         Err(TransportError::NotOwner("n2".into())),
         "adopted only by the bucket's owner"
@@ -227,7 +269,16 @@ async fn loans<T: Transport>(transport: &T, callee: &Callee) {
     transport.release("n2", &bucket, id).await.unwrap();
     in_use(0).await;
     let adopted = transport
-        .adopt("n2", &bucket, "n1", expires_at, 6, true)
+        .adopt(
+            "n2",
+            Adoption {
+                bucket: (&bucket).into(),
+                holder: ("n1").into(),
+                expires_at,
+                units: 6,
+                lent: true,
+            },
+        )
         .await
         .expect("adopted");
     in_use(6).await;

@@ -15,8 +15,7 @@ use weir_cluster::pool::SharedPool;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 
 use weir_cluster::in_memory::InMemory;
-use weir_cluster::pool::Grant;
-use weir_cluster::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+use weir_cluster::transport::{BoxFuture, Message, Reply, Transport, TransportError};
 
 const BUCKET: &str = "analytics:group:analytics";
 
@@ -483,53 +482,16 @@ struct RingChangesInFlight {
 }
 
 impl Transport for RingChangesInFlight {
-    fn acquire(
-        &self,
-        owner: &str,
-        request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
-        let granted = self.network.acquire(owner, request);
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
+        let granting = matches!(message, Message::Acquire(_));
+        let sent = self.network.send(owner, message);
         Box::pin(async move {
-            let granted = granted.await;
-            if let Some(ring) = self.next.lock().unwrap().take() {
+            let reply = sent.await;
+            if granting && let Some(ring) = self.next.lock().unwrap().take() {
                 self.ring.publish(ring);
             }
-            granted
+            reply
         })
-    }
-
-    fn release(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.network.release(owner, bucket, lease)
-    }
-
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: weir::Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.network
-            .adopt(owner, bucket, holder, expires_at, units, lent)
-    }
-
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: std::time::Duration,
-        now: weir::Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        self.network.renew(owner, bucket, lease, ttl, now, fenced)
     }
 }
 

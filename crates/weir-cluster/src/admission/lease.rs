@@ -153,12 +153,16 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         let renewed = if lease.owner == self.node_id {
             self.owner.renew(&lease.bucket, lease.id, ttl, now, fenced)
         } else {
-            self.call(
-                self.transport
-                    .renew(&lease.owner, &lease.bucket, lease.id, ttl, now, fenced),
-            )
-            .await
-            .unwrap_or(false)
+            let renewal = Renewal {
+                bucket: lease.bucket.clone(),
+                lease: lease.id,
+                ttl,
+                now,
+                fenced,
+            };
+            self.call(self.transport.renew(&lease.owner, renewal))
+                .await
+                .unwrap_or(false)
         };
         if renewed && let Some(entry) = self.held_leases().get_mut(&handle) {
             entry.expires_at = weir::clock::after(now, ttl);

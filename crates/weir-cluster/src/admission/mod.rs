@@ -55,7 +55,9 @@ use crate::loan::{self, Ask, LoanBook, Moved, Owed, Unit};
 use crate::owner::Owner;
 use crate::pool::Grant;
 use crate::ring::SharedRing;
-use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+use crate::transport::{
+    Adoption, BoxFuture, LeaseRequest, Renewal, Transport, TransportError, TransportExt,
+};
 
 /// A bucket's cluster-wide concurrency settings.
 #[derive(Debug, Clone, PartialEq)]

@@ -35,15 +35,14 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     .adopt(&m.bucket, &self.loan_holder, m.expires_at, m.in_use, true)
                     .ok()
             } else {
-                self.call(self.transport.adopt(
-                    &m.to,
-                    &m.bucket,
-                    &self.loan_holder,
-                    m.expires_at,
-                    m.in_use,
-                    true,
-                ))
-                .await
+                let adoption = Adoption {
+                    bucket: m.bucket.clone(),
+                    holder: self.loan_holder.clone(),
+                    expires_at: m.expires_at,
+                    units: m.in_use,
+                    lent: true,
+                };
+                self.call(self.transport.adopt(&m.to, adoption)).await
             };
             let Some(id) = adopted else { continue };
             let rehomed = self.book().rehomed(&m, id);
@@ -80,15 +79,14 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     .adopt(&lease.bucket, &self.node_id, lease.expires_at, 1, false)
                     .ok()
             } else {
-                self.call(self.transport.adopt(
-                    &new_owner,
-                    &lease.bucket,
-                    &self.node_id,
-                    lease.expires_at,
-                    1,
-                    false,
-                ))
-                .await
+                let adoption = Adoption {
+                    bucket: lease.bucket.clone(),
+                    holder: self.node_id.clone(),
+                    expires_at: lease.expires_at,
+                    units: 1,
+                    lent: false,
+                };
+                self.call(self.transport.adopt(&new_owner, adoption)).await
             };
             let Some(id) = adopted else { continue };
             let still_held = match self.held_leases().get_mut(&handle) {

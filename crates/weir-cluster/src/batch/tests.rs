@@ -7,6 +7,7 @@ use crate::pool::SharedPool;
 use crate::rates::RateAsk;
 use crate::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Counts the calls that reach the network, and holds every call until released.
 struct Counting {
@@ -20,95 +21,41 @@ struct Counting {
 }
 
 impl Transport for Counting {
-    fn acquire(
-        &self,
-        owner: &str,
-        request: LeaseRequest,
-    ) -> BoxFuture<'_, Result<Grant, TransportError>> {
-        self.network.acquire(owner, request)
-    }
-    fn release(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.network.release(owner, bucket, lease)
-    }
-    fn adopt(
-        &self,
-        owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
-    ) -> BoxFuture<'_, Result<u64, TransportError>> {
-        self.network
-            .adopt(owner, bucket, holder, expires_at, units, lent)
-    }
-    fn renew(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        now: Nanos,
-        fenced: bool,
-    ) -> BoxFuture<'_, Result<bool, TransportError>> {
-        self.network.renew(owner, bucket, lease, ttl, now, fenced)
-    }
-    fn give_back(
-        &self,
-        owner: &str,
-        bucket: &str,
-        lease: u64,
-        units: u64,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.network.give_back(owner, bucket, lease, units)
-    }
-    fn acquire_batch(
-        &self,
-        owner: &str,
-        requests: Vec<LeaseRequest>,
-    ) -> BoxFuture<'_, Vec<Result<Grant, TransportError>>> {
-        self.lease_calls.fetch_add(1, Ordering::SeqCst);
-        let owner = owner.to_owned();
-        Box::pin(async move {
-            if self.gated.load(Ordering::SeqCst) {
-                self.gate.notified().await;
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
+        match message {
+            Message::AcquireBatch(requests) => {
+                self.lease_calls.fetch_add(1, Ordering::SeqCst);
+                let owner = owner.to_owned();
+                Box::pin(async move {
+                    if self.gated.load(Ordering::SeqCst) {
+                        self.gate.notified().await;
+                    }
+                    Ok(Reply::Grants(
+                        self.network.acquire_batch(&owner, requests).await,
+                    ))
+                })
             }
-            self.network.acquire_batch(&owner, requests).await
-        })
-    }
-    fn release_batch(
-        &self,
-        owner: &str,
-        leases: Vec<(String, u64)>,
-    ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.release_calls.fetch_add(1, Ordering::SeqCst);
-        self.network.release_batch(owner, leases)
-    }
-    fn decide(
-        &self,
-        _owner: &str,
-        _request: RateRequest,
-    ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
-        self.single_decisions.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async { Ok(admitted()) })
-    }
-    fn decide_batch(
-        &self,
-        _owner: &str,
-        requests: Vec<RateRequest>,
-    ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
-        self.decision_calls.fetch_add(1, Ordering::SeqCst);
-        Box::pin(async move {
-            if self.gated.load(Ordering::SeqCst) {
-                self.gate.notified().await;
+            Message::ReleaseBatch(leases) => {
+                self.release_calls.fetch_add(1, Ordering::SeqCst);
+                self.network.send(owner, Message::ReleaseBatch(leases))
             }
-            requests.iter().map(|_| Ok(admitted())).collect()
-        })
+            Message::Decide(_) => {
+                self.single_decisions.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { Ok(Reply::Decision(admitted())) })
+            }
+            Message::DecideBatch(requests) => {
+                self.decision_calls.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async move {
+                    if self.gated.load(Ordering::SeqCst) {
+                        self.gate.notified().await;
+                    }
+                    Ok(Reply::Decisions(
+                        requests.iter().map(|_| Ok(admitted())).collect(),
+                    ))
+                })
+            }
+            other => self.network.send(owner, other),
+        }
     }
 }
 

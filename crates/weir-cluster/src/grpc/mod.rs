@@ -26,7 +26,9 @@ use crate::owner::Owner;
 use crate::pool::Grant;
 use crate::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
-use crate::transport::{BoxFuture, LeaseRequest, Transport, TransportError};
+use crate::transport::{
+    Adoption, BoxFuture, LeaseRequest, Message, Renewal, Reply, Transport, TransportError, replied,
+};
 
 /// The generated types and services.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
@@ -207,10 +209,10 @@ fn reached_all<T>(outcomes: &Vec<Result<T, TransportError>>) -> bool {
     outcomes.iter().all(reached_one)
 }
 
-impl<C: Clock> Transport for GrpcTransport<C> {
+impl<C: Clock> GrpcTransport<C> {
     /// One unary call, given the request's `max_wait` and [`FORWARD_TIMEOUT`] more; past that
     /// the owner is unreachable.
-    fn decide(
+    fn call_decide(
         &self,
         owner: &str,
         request: RateRequest,
@@ -230,7 +232,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         })
     }
 
-    fn decide_batch(
+    fn call_decide_batch(
         &self,
         owner: &str,
         requests: Vec<RateRequest>,
@@ -271,7 +273,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         )
     }
 
-    fn acquire(
+    fn call_acquire(
         &self,
         owner: &str,
         request: LeaseRequest,
@@ -290,7 +292,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         })
     }
 
-    fn acquire_batch(
+    fn call_acquire_batch(
         &self,
         owner: &str,
         requests: Vec<LeaseRequest>,
@@ -328,7 +330,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         )
     }
 
-    fn release_batch(
+    fn call_release_batch(
         &self,
         owner: &str,
         leases: Vec<(String, u64)>,
@@ -359,7 +361,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         )
     }
 
-    fn release(
+    fn call_release(
         &self,
         owner: &str,
         bucket: &str,
@@ -368,7 +370,7 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         self.unlease(owner, bucket, lease, 0)
     }
 
-    fn give_back(
+    fn call_give_back(
         &self,
         owner: &str,
         bucket: &str,
@@ -378,26 +380,22 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         self.unlease(owner, bucket, lease, units.max(1))
     }
 
-    fn adopt(
+    fn call_adopt(
         &self,
         owner: &str,
-        bucket: &str,
-        holder: &str,
-        expires_at: Nanos,
-        units: u64,
-        lent: bool,
+        adoption: Adoption,
     ) -> BoxFuture<'_, Result<u64, TransportError>> {
         let client = self.client(owner);
-        let expires_in_ns = expires_at.saturating_sub(self.clock.now());
-        let (owner, bucket, holder) = (owner.to_owned(), bucket.to_owned(), holder.to_owned());
+        let expires_in_ns = adoption.expires_at.saturating_sub(self.clock.now());
+        let owner = owner.to_owned();
         Box::pin(async move {
             let reply = client?
                 .adopt(proto::AdoptRequest {
-                    bucket,
-                    holder,
+                    bucket: adoption.bucket,
+                    holder: adoption.holder,
                     expires_in_ns,
-                    units,
-                    lent,
+                    units: adoption.units,
+                    lent: adoption.lent,
                 })
                 .await
                 .map_err(|_| TransportError::Unreachable(owner.clone()))?
@@ -410,28 +408,56 @@ impl<C: Clock> Transport for GrpcTransport<C> {
         })
     }
 
-    fn renew(
+    fn call_renew(
         &self,
         owner: &str,
-        bucket: &str,
-        lease: u64,
-        ttl: Duration,
-        _now: Nanos,
-        fenced: bool,
+        renewal: Renewal,
     ) -> BoxFuture<'_, Result<bool, TransportError>> {
         let client = self.client(owner);
-        let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
+        let owner = owner.to_owned();
         Box::pin(async move {
             client?
                 .renew(proto::RenewRequest {
-                    bucket,
-                    id: lease,
-                    ttl_ns: duration_to_nanos(ttl),
-                    fenced,
+                    bucket: renewal.bucket,
+                    id: renewal.lease,
+                    ttl_ns: duration_to_nanos(renewal.ttl),
+                    fenced: renewal.fenced,
                 })
                 .await
                 .map(|reply| reply.into_inner().renewed)
                 .map_err(|_| TransportError::Unreachable(owner))
         })
+    }
+}
+
+impl<C: Clock> Transport for GrpcTransport<C> {
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
+        match message {
+            Message::Acquire(request) => replied(self.call_acquire(owner, request), Reply::Grant),
+            Message::Release { bucket, lease } => {
+                replied(self.call_release(owner, &bucket, lease), |()| Reply::Done)
+            }
+            Message::Adopt(adoption) => replied(self.call_adopt(owner, adoption), Reply::Adopted),
+            Message::GiveBack {
+                bucket,
+                lease,
+                units,
+            } => replied(self.call_give_back(owner, &bucket, lease, units), |()| {
+                Reply::Done
+            }),
+            Message::Renew(renewal) => replied(self.call_renew(owner, renewal), Reply::Renewed),
+            Message::Decide(request) => replied(self.call_decide(owner, request), Reply::Decision),
+            Message::AcquireBatch(requests) => {
+                let answers = self.call_acquire_batch(owner, requests);
+                Box::pin(async move { Ok(Reply::Grants(answers.await)) })
+            }
+            Message::ReleaseBatch(leases) => {
+                replied(self.call_release_batch(owner, leases), |()| Reply::Done)
+            }
+            Message::DecideBatch(requests) => {
+                let answers = self.call_decide_batch(owner, requests);
+                Box::pin(async move { Ok(Reply::Decisions(answers.await)) })
+            }
+        }
     }
 }
