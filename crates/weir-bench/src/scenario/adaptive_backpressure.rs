@@ -41,7 +41,7 @@ use weir::TokioClock;
 use weir::backpressure::{AdaptiveConfig, Backpressure, Control};
 use weir::layer::ThrottleLayer;
 
-use super::{Finished, Scenario, ScenarioSettings};
+use super::{Finished, Scenario, ScenarioFuture, ScenarioSettings};
 
 /// Calls a second the toy backend accepts in total.
 pub const CAPACITY: u64 = 300;
@@ -519,7 +519,7 @@ pub const SCENARIO: Scenario = Scenario {
 fn run_scenario<'a>(
     settings: &'a ScenarioSettings,
     plot: Option<&'a std::path::Path>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
+) -> ScenarioFuture<'a> {
     Box::pin(async move {
         let report = adaptive_backpressure(settings).await?;
         if let Some(path) = plot {

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Finished, Scenario, ScenarioSettings, median, one_run};
+use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
 
@@ -173,11 +173,8 @@ pub const SCENARIO: Scenario = Scenario {
 fn run_scenario<'a>(
     settings: &'a ScenarioSettings,
     _plot: Option<&'a std::path::Path>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
-    Box::pin(async move {
-        let report = cluster_rate_accuracy(settings).await?;
-        Finished::of(&report, report.render())
-    })
+) -> ScenarioFuture<'a> {
+    finish(cluster_rate_accuracy(settings), ClusterRateAccuracy::render)
 }
 
 #[cfg(test)]

@@ -50,10 +50,21 @@ pub struct Scenario {
 }
 
 /// How a scenario is run: a future of its report.
-pub type RunScenario = for<'a> fn(
-    &'a ScenarioSettings,
-    Option<&'a Path>,
-) -> Pin<Box<dyn Future<Output = anyhow::Result<Finished>> + 'a>>;
+pub type RunScenario = for<'a> fn(&'a ScenarioSettings, Option<&'a Path>) -> ScenarioFuture<'a>;
+
+/// A scenario's run under way.
+pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = anyhow::Result<Finished>> + 'a>>;
+
+/// `run`, finished as its report rendered by `render`.
+fn finish<'a, R: Serialize + 'a>(
+    run: impl Future<Output = anyhow::Result<R>> + 'a,
+    render: fn(&R) -> String,
+) -> ScenarioFuture<'a> {
+    Box::pin(async move {
+        let report = run.await?;
+        Finished::of(&report, render(&report))
+    })
+}
 
 /// Every scenario.
 pub const SCENARIOS: &[Scenario] = &[

@@ -22,7 +22,7 @@ use weir_cluster::admission::shared_bucket_of;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring};
 use weir_server::CLUSTER_PROTOCOL as PROTOCOL;
 
-use super::{Finished, Scenario, ScenarioSettings, median, one_run};
+use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
 
@@ -293,11 +293,8 @@ pub const SCENARIO: Scenario = Scenario {
 fn run_scenario<'a>(
     settings: &'a ScenarioSettings,
     _plot: Option<&'a std::path::Path>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
-    Box::pin(async move {
-        let report = owner_throughput(settings).await?;
-        Finished::of(&report, report.render())
-    })
+) -> ScenarioFuture<'a> {
+    finish(owner_throughput(settings), OwnerThroughput::render)
 }
 
 #[cfg(test)]

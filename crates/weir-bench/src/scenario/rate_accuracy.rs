@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{Finished, Scenario, ScenarioSettings, median, one_run};
+use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
 use crate::run::{self, TargetSpec};
 use weir_server::ConfigFile;
 
@@ -165,11 +165,8 @@ pub const SCENARIO: Scenario = Scenario {
 fn run_scenario<'a>(
     settings: &'a ScenarioSettings,
     _plot: Option<&'a std::path::Path>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
-    Box::pin(async move {
-        let report = rate_accuracy(settings).await?;
-        Finished::of(&report, report.render())
-    })
+) -> ScenarioFuture<'a> {
+    finish(rate_accuracy(settings), RateAccuracy::render)
 }
 
 #[cfg(test)]

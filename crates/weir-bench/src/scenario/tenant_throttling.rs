@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{Finished, Scenario, ScenarioSettings, one_run};
+use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, one_run};
 use crate::keys::KeyDistribution;
 use crate::nodes::{LocalNode, Workdir};
 use crate::run::{self, TargetSpec};
@@ -212,11 +212,8 @@ pub const SCENARIO: Scenario = Scenario {
 fn run_scenario<'a>(
     settings: &'a ScenarioSettings,
     _plot: Option<&'a std::path::Path>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
-    Box::pin(async move {
-        let report = tenant_throttling(settings).await?;
-        Finished::of(&report, report.render())
-    })
+) -> ScenarioFuture<'a> {
+    finish(tenant_throttling(settings), TenantThrottling::render)
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Finished, Scenario, ScenarioSettings, median, one_run};
+use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{LocalRedis, Workdir, start_cluster};
 use crate::report::Report;
 use crate::run::{self, HoldTime, TargetSpec};
@@ -283,11 +283,8 @@ pub const SCENARIO: Scenario = Scenario {
 fn run_scenario<'a>(
     settings: &'a ScenarioSettings,
     _plot: Option<&'a std::path::Path>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Finished>> + 'a>> {
-    Box::pin(async move {
-        let report = two_tier_latency(settings).await?;
-        Finished::of(&report, report.render())
-    })
+) -> ScenarioFuture<'a> {
+    finish(two_tier_latency(settings), TwoTierLatency::render)
 }
 
 #[cfg(test)]
