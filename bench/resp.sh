@@ -72,7 +72,7 @@ done
 weir_port=${WEIR_RESP##*:}
 
 # The Lua form of redis-cell's decision: the same script the lua-cell target runs.
-lua=$(sed -n '/^const LUA_CELL: &str = r"$/,/^";$/p' "$root/crates/weir-bench/src/target/resp.rs" |
+lua=$(sed -n '/^const LUA_CELL: &str = r"$/,/^";$/p' "$root/crates/weir-bench/src/targets/resp.rs" |
   sed '1d;$d')
 sha=$(redis-cli -p "$redis_port" script load "$lua")
 
