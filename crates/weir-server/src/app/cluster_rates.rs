@@ -59,6 +59,8 @@ impl App {
         cost: u64,
         limit: Option<f64>,
     ) -> Option<AcquireOutcome> {
+        // A single node decides every bucket itself: not even the policy's config is read.
+        self.cluster.as_ref()?;
         let max_wait = policy.with_config(|config| {
             let waits = config.on_exhausted == OnExhausted::Wait && config.mode == Mode::Enforce;
             (config.scope == Scope::Cluster).then(|| match (waits, input.max_wait_ms) {
