@@ -26,15 +26,12 @@ mod report;
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use plotters::prelude::*;
 use serde::Serialize;
 
-use crate::plot::{Drawn, Series, Timed, panel};
 use tokio::time::Instant;
 use tower::{Layer, Service, ServiceExt, service_fn};
 use weir::TokioClock;

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use weir::Clock;
 
-use super::*;
+use super::{
+    Ask, ClusterAdmission, ClusterRefusal, Grant, HashMap, HeldLease, Holding, LeaseRequest,
+    Renewal, Shared, SharedLease, Tier, Transport, TransportError, TwoTier,
+};
+use crate::transport::TransportExt;
 
 impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// The shared tier without loans: a lease from the bucket's owner.

@@ -5,7 +5,11 @@ use std::sync::atomic::Ordering;
 
 use weir::Clock;
 
-use super::*;
+use super::{
+    Ask, AtomicU64, ClusterAdmission, ClusterRefusal, Grant, Holding, LoanBook, Owed, Tier,
+    Transport, TwoTier, Unit, loan,
+};
+use crate::transport::TransportExt;
 
 /// A number for a new loan book, different from every other book's with near certainty (drawn
 /// from the standard library's per-process random hash keys, and a counter).

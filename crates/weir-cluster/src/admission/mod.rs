@@ -55,9 +55,7 @@ use crate::loan::{self, Ask, LoanBook, Moved, Owed, Unit};
 use crate::owner::Owner;
 use crate::pool::Grant;
 use crate::ring::SharedRing;
-use crate::transport::{
-    Adoption, BoxFuture, LeaseRequest, Renewal, Transport, TransportError, TransportExt,
-};
+use crate::transport::{Adoption, BoxFuture, LeaseRequest, Renewal, Transport, TransportError};
 
 /// A bucket's cluster-wide concurrency settings.
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use weir::Clock;
 
-use super::*;
+use super::{
+    ClusterAdmission, Grant, Holding, OnUnavailable, Shape, Tier, Transport, TransportError,
+    TwoTier, ceil_div,
+};
 
 /// Why a request was refused: the two-tier refusal reasons a 429 carries.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -5,7 +5,8 @@ use std::sync::atomic::Ordering;
 
 use weir::Clock;
 
-use super::*;
+use super::{Adoption, HeldLease, Moved, Owed, Transport, TwoTier};
+use crate::transport::TransportExt;
 
 impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// After a ring change: hands every loan whose bucket has a new owner over to it with its

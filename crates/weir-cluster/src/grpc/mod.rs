@@ -9,7 +9,7 @@ mod server;
 mod wire;
 
 pub use server::{ClusterService, GuardedCluster};
-use wire::*;
+use wire::{decision_of, grant_of, wire_decide, wire_request};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

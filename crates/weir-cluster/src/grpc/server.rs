@@ -1,7 +1,11 @@
 //! An owner's side of the node-to-node protocol: its pool behind the ownership fence and the
 //! decisions of the cluster-scoped rate buckets it owns, single and batched.
 
-use super::*;
+use super::wire::{request_of, with_quota};
+use super::{
+    Arc, Clock, ClusterSecret, Duration, Grant, LeaseRequest, Outcome, Owner, RateDecision,
+    RateOwner, Request, RequireToken, Response, Status, TransportError, duration_to_nanos, proto,
+};
 
 /// An owner's side of the protocol: its pool behind the ownership fence, on its own clock,
 /// and the decisions of the cluster-scoped rate buckets it owns.

@@ -1,7 +1,10 @@
 //! What crosses the wire and back: lease requests and grants, rate decisions and handovers.
 //! Times cross as durations, never instants.
 
-use super::*;
+use super::{
+    Duration, Grant, Handover, LeaseRequest, Nanos, Outcome, Quota, RateAsk, RateDecision,
+    RateRequest, TransportError, duration_to_nanos, proto,
+};
 
 /// `reply` with `quota` in it.
 pub(super) fn with_quota(reply: proto::DecideReply, quota: Option<Quota>) -> proto::DecideReply {

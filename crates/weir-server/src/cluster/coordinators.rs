@@ -1,7 +1,11 @@
 //! Cluster mode's two-tier coordinators, one per concurrency policy: made on demand, released
 //! into, swept, and kept up (the loans' upkeep).
 
-use super::*;
+use super::{
+    Arc, ClusterAdmission, ClusterMode, ConcurrencySpec, Coordinator, Duration, SystemClock,
+    TwoTier, TwoTierConfig,
+};
+use weir::Clock;
 
 impl ClusterMode {
     /// The shared-only coordinator of a policy (re-created if its settings changed).

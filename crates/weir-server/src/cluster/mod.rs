@@ -36,7 +36,6 @@ use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
 use weir_cluster::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::secret::ClusterSecret;
-use weir_cluster::transport::TransportExt;
 
 /// The cluster protocol version this build speaks; members of another version are not placed
 /// on this node's ring (see `docs/configuration.md`, Cluster mode).

@@ -1,7 +1,12 @@
 //! Cluster-scoped rate limits in cluster mode: whose bucket a key is, a request forwarded to its
 //! owner, what the owner's side counts, and the handover of buckets when the ring moves them.
 
-use super::*;
+use super::{
+    ClusterMode, Duration, Histogram, Ordering, RateDecision, RateRequest, Ring, SystemClock,
+    bucket_of,
+};
+use weir::Clock;
+use weir_cluster::transport::TransportExt;
 
 impl ClusterMode {
     /// The owner of a cluster-scoped rate bucket when it is another node; `None` when this

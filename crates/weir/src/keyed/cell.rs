@@ -1,7 +1,10 @@
 //! What a key holds: one word for a rate limiter or a fixed window (with its waiters and
 //! whether "who is throttled" follows it), a shared [`Concurrency`] for an in-flight limit.
 
-use super::*;
+use super::{
+    Arc, AtomicBool, AtomicU32, AtomicU64, Cell, Concurrency, ConcurrencyConfig, InShape, Limit,
+    Nanos, Ordering, RateShape, Window,
+};
 
 /// The state of one key of a rate limiter: 16 bytes.
 #[derive(Debug)]

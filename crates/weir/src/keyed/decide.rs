@@ -1,7 +1,11 @@
 //! One non-blocking decision on a key's cell: a rate cell (GCRA or strict, a fair line's
 //! claim), a fixed window's; and undoing what it took.
 
-use super::*;
+use super::{
+    Duration, Found, KeyedAdmission, KeyedRefusal, Nanos, Ordering, Params, RateCell, RateShape,
+    Refused, Taken, What, Window, strict,
+};
+use crate::limiter::gcra::Tat;
 
 /// Why a rate cell refused, as seen under its shard's lock.
 pub(super) enum Behind {

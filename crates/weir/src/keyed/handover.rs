@@ -1,7 +1,7 @@
 //! What a keyed limiter tells a bucket's next owner and takes on from the previous one in
 //! cluster mode: the keys not whole, what another node spent, the learning period's hold.
 
-use super::*;
+use super::{AtomicU64, Buckets, Clock, Duration, KeyedLimiter, Nanos, Ordering, Quota};
 
 impl<C: Clock> KeyedLimiter<C> {
     /// Every tracked rate key that is not whole now, with what it has left, for the keys

@@ -42,7 +42,7 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos};
 use crate::error::{ConfigError, Refused};
 use crate::limiter::fixed_window::{FixedWindowConfig, Quota, Window};
-use crate::limiter::gcra::{self, InShape, Params, Tat};
+use crate::limiter::gcra::{self, InShape, Params};
 use crate::limiter::strict;
 use crate::limiter::{Concurrency, OwnedPermit};
 use crate::limiter::{ConcurrencyConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};

@@ -1,7 +1,10 @@
 //! The shape every bucket of a keyed limiter shares, made from each limiter's config, and
 //! sorted by the map it needs: rate cells (GCRA, strict), fixed windows, in-flight permits.
 
-use super::*;
+use super::{
+    ConcurrencyConfig, ConfigError, Duration, FixedWindowConfig, LeakyBucketConfig, Nanos, Params,
+    Quota, StrictConfig, TokenBucketConfig, Window, gcra,
+};
 
 /// The shape every bucket of a keyed limiter shares.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! What an admission took (to give it back if another policy refuses), and why a keyed limiter
 //! refused.
 
-use super::*;
+use super::{KeysExhausted, Nanos, OwnedPermit, Refused};
 
 /// What an admission took, so that it can be given back if another policy refuses the request.
 ///

@@ -1,7 +1,12 @@
 //! The scenario's report: per mode, the goals met or not, the demand changes followed, and the
 //! first run's timeline side by side; as text and as an SVG.
 
-use super::*;
+use plotters::prelude::*;
+
+use std::path::Path;
+
+use super::{AdaptiveBackpressure, Second, change};
+use crate::plot::{Drawn, Series, Timed, panel};
 
 fn optional(value: Option<u64>) -> String {
     value.map_or("never".to_owned(), |v| format!("{v}s"))

@@ -18,7 +18,9 @@ use weir_api::http::{
 use crate::app::{AcquireInput, AcquireOutcome, App, ThrottleQuery};
 use crate::error::{ApiError, ErrorKind};
 
-use super::*;
+use super::access::{Admin, DataPlane};
+use super::body::ApiJson;
+use super::headers::rate_limit_headers;
 
 pub(super) async fn acquire(
     State(app): State<Arc<App>>,

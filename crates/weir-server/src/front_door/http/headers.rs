@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use super::*;
+use super::POLICY_HEADERS;
 
 /// `RateLimit-Policy` (and, when refused, `RateLimit`) per the IETF draft: the quota is the
 /// bucket's limit per one-second window; on a refusal the remaining quota is 0 and the reset is

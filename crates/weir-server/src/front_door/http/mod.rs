@@ -5,10 +5,10 @@ mod body;
 mod handlers;
 mod headers;
 
-use access::*;
-use body::*;
-use handlers::*;
-use headers::*;
+use handlers::{
+    acquire, busy, cluster, delete_policy, get_policy, healthz, list_policies, metrics, put_policy,
+    readyz, release, renew, stats, throttles,
+};
 
 use std::convert::Infallible;
 use std::future::Future;

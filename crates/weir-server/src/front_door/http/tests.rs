@@ -4,6 +4,8 @@ use axum::body::Body;
 use axum::extract::MatchedPath;
 use tower::ServiceExt;
 
+use super::body::is_json;
+use super::headers::{rate_limit_headers, write_quota};
 use super::*;
 use crate::app::AppSettings;
 use axum::http::{HeaderMap, HeaderValue, header};
