@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use weir_api::http::ClusterView;
 
 use serde_json::{Value, json};
-use support::Server;
+use support::{Server, eventually, holds_for};
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -96,43 +96,23 @@ async fn members(server: &Server) -> usize {
     view.members.len()
 }
 
-/// Polls (bounded) until every server sees `count` members and has rebuilt its ring from them.
+/// Waits until every server sees `count` members and has rebuilt its ring from them.
 async fn converge(servers: &[&Server], count: usize) {
-    let start = Instant::now();
-    loop {
-        let mut all = true;
-        for server in servers {
-            let view = view(server).await;
-            assert_eq!(view.mode, "cluster");
-            all &= view.members.len() == count && view.ring.members == count;
-        }
-        if all {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "gossip did not converge to {count}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Watches `check` hold for `watched`, asking every 50 ms: how a test says something did *not*
-/// happen — `why` says why that long is enough.
-async fn holds_for<F, Fut>(watched: Duration, why: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while start.elapsed() < watched {
-        assert!(
-            check().await,
-            "stopped holding after {:?}: {why}",
-            start.elapsed()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(60),
+        &format!("gossip converging to {count}"),
+        || async {
+            for server in servers {
+                let view = view(server).await;
+                assert_eq!(view.mode, "cluster");
+                if view.members.len() != count || view.ring.members != count {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
 }
 
 async fn acquire(server: &Server) -> (u16, Value) {
@@ -857,23 +837,18 @@ async fn a_joining_node_is_ready_once_it_has_joined() {
     // The first node has no seeds: ready at once.
     assert_eq!(readyz(&first).await, 200);
     converge(&[&first, &joiner], 2).await;
-    let start = Instant::now();
-    while health(&joiner).await != ServingStatus::Serving as i32 {
-        assert!(start.elapsed() < Duration::from_secs(10), "never SERVING");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(Duration::from_secs(10), "SERVING once joined", || async {
+        health(&joiner).await == ServingStatus::Serving as i32
+    })
+    .await;
     assert_eq!(readyz(&joiner).await, 200);
     // Joined for good: the seed leaving does not make it unready — watched until the joiner's
     // failure detector has dropped the seed, and ready at every look meanwhile.
     drop(first);
-    let start = Instant::now();
-    while members(&joiner).await != 1 {
+    eventually(Duration::from_secs(60), "the seed dropped", || async {
         assert_eq!(readyz(&joiner).await, 200, "unready once its seed left");
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the seed was never dropped"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        members(&joiner).await == 1
+    })
+    .await;
     assert_eq!(readyz(&joiner).await, 200);
 }

@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
+use super::{Scenario, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
 
@@ -167,15 +167,8 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "cluster-scoped rates over 3 local nodes, against per-node ones",
     figures: "docs/benchmarks.md, Cluster-scoped rates",
     plots: false,
-    run: run_scenario,
+    run: |settings, _plot| finish(cluster_rate_accuracy(settings), ClusterRateAccuracy::render),
 };
-
-fn run_scenario<'a>(
-    settings: &'a ScenarioSettings,
-    _plot: Option<&'a std::path::Path>,
-) -> ScenarioFuture<'a> {
-    finish(cluster_rate_accuracy(settings), ClusterRateAccuracy::render)
-}
 
 #[cfg(test)]
 mod tests {

@@ -22,7 +22,7 @@ use weir_cluster::admission::shared_bucket_of;
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring};
 use weir_server::CLUSTER_PROTOCOL as PROTOCOL;
 
-use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
+use super::{Scenario, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
 
@@ -287,15 +287,8 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "shared admissions of one hot bucket through the nodes that do not own it, loans against leases",
     figures: "docs/benchmarks.md, Owner throughput with delegation",
     plots: false,
-    run: run_scenario,
+    run: |settings, _plot| finish(owner_throughput(settings), OwnerThroughput::render),
 };
-
-fn run_scenario<'a>(
-    settings: &'a ScenarioSettings,
-    _plot: Option<&'a std::path::Path>,
-) -> ScenarioFuture<'a> {
-    finish(owner_throughput(settings), OwnerThroughput::render)
-}
 
 #[cfg(test)]
 mod tests {

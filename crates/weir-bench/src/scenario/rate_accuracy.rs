@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
+use super::{Scenario, ScenarioSettings, finish, median, one_run};
 use crate::run::{self, TargetSpec};
 use weir_server::ConfigFile;
 
@@ -159,15 +159,8 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "many buckets at different rates, admitted against configured",
     figures: "docs/benchmarks.md, `weir bench scenario rate-accuracy`",
     plots: false,
-    run: run_scenario,
+    run: |settings, _plot| finish(rate_accuracy(settings), RateAccuracy::render),
 };
-
-fn run_scenario<'a>(
-    settings: &'a ScenarioSettings,
-    _plot: Option<&'a std::path::Path>,
-) -> ScenarioFuture<'a> {
-    finish(rate_accuracy(settings), RateAccuracy::render)
-}
 
 #[cfg(test)]
 mod tests {

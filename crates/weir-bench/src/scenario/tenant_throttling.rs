@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, one_run};
+use super::{Scenario, ScenarioSettings, finish, one_run};
 use crate::keys::KeyDistribution;
 use crate::nodes::{LocalNode, Workdir};
 use crate::run::{self, TargetSpec};
@@ -206,15 +206,8 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "per-tenant page-read workloads with the node's CPU use",
     figures: "docs/benchmarks.md, `weir bench scenario tenant-throttling`",
     plots: false,
-    run: run_scenario,
+    run: |settings, _plot| finish(tenant_throttling(settings), TenantThrottling::render),
 };
-
-fn run_scenario<'a>(
-    settings: &'a ScenarioSettings,
-    _plot: Option<&'a std::path::Path>,
-) -> ScenarioFuture<'a> {
-    finish(tenant_throttling(settings), TenantThrottling::render)
-}
 
 #[cfg(test)]
 mod tests {

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::{Scenario, ScenarioFuture, ScenarioSettings, finish, median, one_run};
+use super::{Scenario, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{LocalRedis, Workdir, start_cluster};
 use crate::report::Report;
 use crate::run::{self, HoldTime, TargetSpec};
@@ -277,15 +277,8 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "two-tier admission latency on a local 3-node cluster",
     figures: "docs/benchmarks.md, The cluster concurrency design's latency table",
     plots: false,
-    run: run_scenario,
+    run: |settings, _plot| finish(two_tier_latency(settings), TwoTierLatency::render),
 };
-
-fn run_scenario<'a>(
-    settings: &'a ScenarioSettings,
-    _plot: Option<&'a std::path::Path>,
-) -> ScenarioFuture<'a> {
-    finish(two_tier_latency(settings), TwoTierLatency::render)
-}
 
 #[cfg(test)]
 mod tests {

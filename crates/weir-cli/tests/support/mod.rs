@@ -33,6 +33,44 @@ fn without_weir_variables(command: &mut Command) {
     }
 }
 
+/// How often [`eventually`] and [`holds_for`] look again.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// Waits for a condition: asks `check` until it says yes, failing the test with `what` once
+/// `within` has passed without it.
+pub async fn eventually<F, Fut>(within: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + within;
+    while !check().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not within {within:?}: {what}"
+        );
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}
+
+/// How a test says something did *not* happen: asks `check` for `watched`, failing the test at
+/// the first look it says no. `why` says why that long is enough.
+pub async fn holds_for<F, Fut>(watched: Duration, why: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while start.elapsed() < watched {
+        assert!(
+            check().await,
+            "stopped holding after {:?}: {why}",
+            start.elapsed()
+        );
+        tokio::time::sleep(LOOK_EVERY).await;
+    }
+}
+
 /// The `weir` binary under test.
 pub fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
