@@ -6,7 +6,8 @@
 //! server. governor's keyed limiter is its dashmap store with the standard library's SipHash,
 //! the same hasher Weir uses. Each side also runs on its coarse clock (Weir's `CoarseClock`,
 //! governor's `QuantaUpkeepClock`, both refreshed every millisecond), where a decision reads the
-//! time from memory. A last group runs the same decision through a whole `Policy`.
+//! time from memory. A later group runs the same decision through a whole `Policy`, and a last
+//! one a window limiter's.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -124,6 +125,28 @@ fn keyed(c: &mut Criterion) {
             )
         })
     });
+    group.finish();
+
+    // Window limiters through a whole policy, far below their limit per key.
+    let mut group = c.benchmark_group("window_try_acquire");
+    for table in ["fixed_window"] {
+        let config: PolicyConfig = toml::from_str(&format!(
+            "name = \"bench\"\non_exhausted = \"reject\"\n{table} = {{ limit = 4000000, window = \"1s\" }}",
+        ))
+        .expect("valid config");
+        let policy = Policy::new(config, SystemClock::new()).expect("valid policy");
+        let mut i = 0;
+        group.bench_function(BenchmarkId::new(table, 1_000), |b| {
+            b.iter(|| {
+                i = if i + 1 == keys.len() { 0 } else { i + 1 };
+                black_box(
+                    policy
+                        .try_acquire(&Request::new(black_box(&keys[i])))
+                        .is_ok(),
+                )
+            })
+        });
+    }
     group.finish();
 }
 
