@@ -7,7 +7,7 @@
 //! the same hasher Weir uses. Each side also runs on its coarse clock (Weir's `CoarseClock`,
 //! governor's `QuantaUpkeepClock`, both refreshed every millisecond), where a decision reads the
 //! time from memory. A later group runs the same decision through a whole `Policy`, and a last
-//! one a window limiter's.
+//! one each limiter's that counts so many hits per window.
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
@@ -17,7 +17,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use governor::clock::QuantaUpkeepClock;
 use governor::{Quota, RateLimiter};
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
-use weir::policy::{Policy, PolicyConfig, Request};
+use weir::policy::{KeyedSpec, Limiter, Policy, PolicyConfig, Request};
 use weir::{Clock, CoarseClock, SystemClock};
 
 /// Keys like a tenant id, in a fixed pseudo-random order.
@@ -127,13 +127,16 @@ fn keyed(c: &mut Criterion) {
     });
     group.finish();
 
-    // Window limiters through a whole policy, far below their limit per key.
-    let mut group = c.benchmark_group("window_try_acquire");
-    for table in ["fixed_window"] {
-        let config: PolicyConfig = toml::from_str(&format!(
-            "name = \"bench\"\non_exhausted = \"reject\"\n{table} = {{ limit = 4000000, window = \"1s\" }}",
-        ))
-        .expect("valid config");
+    // Every limiter that counts so many hits per window (the windows, a token bucket), through
+    // a whole policy, far below its limit per key.
+    let mut group = c.benchmark_group("per_window_try_acquire");
+    for table in KeyedSpec::per_window_tables() {
+        let mut config: PolicyConfig =
+            toml::from_str("name = \"bench\"\non_exhausted = \"reject\"\nstrict = { qps = 1 }")
+                .expect("valid config");
+        let spec = KeyedSpec::per_window(table, 4_000_000, Duration::from_secs(1))
+            .expect("a table it lists");
+        config.limiter = Limiter::Keyed(spec);
         let policy = Policy::new(config, SystemClock::new()).expect("valid policy");
         let mut i = 0;
         group.bench_function(BenchmarkId::new(table, 1_000), |b| {

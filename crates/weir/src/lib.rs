@@ -56,6 +56,6 @@ pub use clock::TokioClock;
 pub use clock::{Clock, CoarseClock, ManualClock, Nanos, SystemClock};
 pub use error::{ConfigError, Refused};
 pub use limiter::{
-    Admitted, Concurrency, ConcurrencyConfig, FixedWindowConfig, LeakyBucket, LeakyBucketConfig,
-    OwnedPermit, Permit, Strict, StrictConfig, TokenBucket, TokenBucketConfig,
+    Admitted, Concurrency, ConcurrencyConfig, LeakyBucket, LeakyBucketConfig, OwnedPermit, Permit,
+    Strict, StrictConfig, TokenBucket, TokenBucketConfig, WindowConfig,
 };

@@ -148,9 +148,11 @@ fn a_late_call_does_not_wipe_a_newer_period() {
 
 #[test]
 fn a_full_window_admits_exactly_its_limit_and_counts_every_hit() {
-    use crate::limiter::fixed_window::Window as FixedWindow;
+    use crate::limiter::fixed_window;
+    use crate::limiter::window::Window;
     model(|| {
-        let window = FixedWindow {
+        let window = Window {
+            count: fixed_window::COUNT,
             length: 1_000_000_000,
             limit: 2,
             unix_offset: 0,

@@ -161,7 +161,8 @@ fn validation_names_the_policy_and_the_field() {
     let structural = [
         (
             r#"name = "p""#,
-            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, fixed_window, concurrency, adaptive",
+            // ...and on through every window limiter's table, then concurrency and adaptive.
+            "policy `p`: `limiter` is missing: give exactly one of token_bucket, leaky_bucket, strict, fixed_window",
         ),
         (
             r#"

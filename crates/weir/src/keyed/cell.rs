@@ -1,4 +1,4 @@
-//! What a key holds: one word for a rate limiter or a fixed window (with its waiters and
+//! What a key holds: one word for a rate limiter or a window (with its waiters and
 //! whether "who is throttled" follows it), a shared [`Concurrency`] for an in-flight limit.
 
 use super::{
@@ -48,12 +48,12 @@ impl Cell<RateShape> for RateCell {
     }
 
     /// The TAT, or the next slot: later is emptier.
-    fn word(&self) -> Option<&AtomicU64> {
+    fn word(&self, _shape: &RateShape) -> Option<&AtomicU64> {
         Some(&self.value)
     }
 }
 
-/// A fixed window's cell: the window's number and hits in `value` (`waiting` stays 0).
+/// A window's cell: the count's word in `value` (`waiting` stays 0).
 impl Cell<Window> for RateCell {
     fn new(_shape: &Window, _now: Nanos) -> Self {
         RateCell {
@@ -69,10 +69,9 @@ impl Cell<Window> for RateCell {
         window.is_empty(self.value.load(Ordering::Acquire), now)
     }
 
-    /// The window's number above its hits: a later window, or more hits in the same one, is
-    /// a larger word.
-    fn word(&self) -> Option<&AtomicU64> {
-        Some(&self.value)
+    /// For a count whose word grows as the window fills.
+    fn word(&self, window: &Window) -> Option<&AtomicU64> {
+        window.word_grows_as_it_fills().then_some(&self.value)
     }
 }
 

@@ -31,10 +31,10 @@ impl<C: Clock> KeyedLimiter<C> {
 
     /// Takes on what another node spent of `key` (its [`spent_keys`](Self::spent_keys)
     /// entry): the bucket is left no fuller than `handed` says, and never made fuller than it
-    /// is. A rate bucket takes the time until it is whole again; a fixed window takes the count,
-    /// only if `handed` is of the window in force here (its end within half a window of this
-    /// one's). A key past the cap is taken on in the sketch; with a shared overflow cell it is
-    /// left alone (that cell is everyone's).
+    /// is. A rate bucket takes the time until it is whole again; a window takes the count as
+    /// its count says (a fixed window, only if `handed` is of the window in force here). A key
+    /// past the cap is taken on in the sketch; with a shared overflow cell it is left alone
+    /// (that cell is everyone's).
     pub fn absorb(&self, key: &str, handed: Quota) {
         let now = self.clock.now();
         match &self.buckets {
@@ -49,13 +49,8 @@ impl<C: Clock> KeyedLimiter<C> {
             }
             Buckets::Window(store) => {
                 let _ = store.with(key, now, |found| {
-                    let left = found.shape.quota(0, now).reset_after;
-                    let same = left.abs_diff(handed.reset_after)
-                        < Duration::from_nanos(found.shape.length / 2);
-                    if same && (!found.overflowed || found.sketched) {
-                        found
-                            .shape
-                            .hold_to(&found.cell.value, handed.remaining, now);
+                    if !found.overflowed || found.sketched {
+                        found.shape.take_on(&found.cell.value, handed, now);
                     }
                 });
             }
@@ -68,8 +63,8 @@ impl<C: Clock> KeyedLimiter<C> {
     /// (or of `learning`, if shorter), never making it fuller than it is. With `learning` at
     /// least the refill time, the bucket holds what it refilled in `held_for` and refills at
     /// its rate from there, so it admits no more than one bucket would have; a shorter
-    /// `learning` lets it fill sooner. A fixed window whose count began before `held_for` ago
-    /// is full until it ends.
+    /// `learning` lets it fill sooner. A window is held as its count says (a fixed window begun
+    /// before `held_for` ago is full until it ends).
     pub fn hold_to_tenure(&self, key: &str, held_for: Duration, learning: Duration) {
         let now = self.clock.now();
         let held_for = crate::clock::duration_to_nanos(held_for);
@@ -89,11 +84,10 @@ impl<C: Clock> KeyedLimiter<C> {
             }
             Buckets::Window(store) => {
                 let _ = store.with(key, now, |found| {
-                    let left =
-                        crate::clock::duration_to_nanos(found.shape.quota(0, now).reset_after);
-                    let begun = found.shape.length - left;
-                    if begun > held_for && (!found.overflowed || found.sketched) {
-                        found.shape.hold_to(&found.cell.value, 0, now);
+                    if !found.overflowed || found.sketched {
+                        found
+                            .shape
+                            .hold_for_tenure(&found.cell.value, held_for, now);
                     }
                 });
             }

@@ -41,9 +41,9 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
 use crate::error::{ConfigError, Refused};
-use crate::limiter::fixed_window::{FixedWindowConfig, Quota, Window};
 use crate::limiter::gcra::{self, InShape, Params};
 use crate::limiter::strict;
+use crate::limiter::window::{Count, Quota, Window, WindowConfig};
 use crate::limiter::{Concurrency, OwnedPermit};
 use crate::limiter::{ConcurrencyConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
 use crate::sync::AtomicU64;
@@ -314,8 +314,9 @@ impl<C: Clock> KeyedLimiter<C> {
                 });
                 true
             }
-            // A new limit keeps the window's hits; a new length starts a new window.
-            (Buckets::Window(store), Kind::Window(new)) => {
+            // A new limit keeps the window's hits; a new length starts a new window. Another
+            // count is another limiter.
+            (Buckets::Window(store), Kind::Window(new)) if store.shape().count == new.count => {
                 store.reshape(&new, |old, new, cell| {
                     if old.length != new.length {
                         cell.value.store(0, Ordering::Release);

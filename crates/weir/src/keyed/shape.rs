@@ -1,9 +1,9 @@
 //! The shape every bucket of a keyed limiter shares, made from each limiter's config, and
-//! sorted by the map it needs: rate cells (GCRA, strict), fixed windows, in-flight permits.
+//! sorted by the map it needs: rate cells (GCRA, strict), windows, in-flight permits.
 
 use super::{
-    ConcurrencyConfig, ConfigError, Duration, FixedWindowConfig, LeakyBucketConfig, Nanos, Params,
-    Quota, StrictConfig, TokenBucketConfig, Window, gcra,
+    ConcurrencyConfig, ConfigError, Count, Duration, LeakyBucketConfig, Nanos, Params, Quota,
+    StrictConfig, TokenBucketConfig, Window, WindowConfig, gcra,
 };
 
 /// The shape every bucket of a keyed limiter shares.
@@ -30,10 +30,12 @@ pub enum Shape {
         /// Permits per key.
         limit: u64,
     },
-    /// At most `limit` hits per calendar-aligned window
-    /// ([`fixed_window`](crate::limiter::fixed_window)). A fixed window has no place to queue:
-    /// a waiting acquire decides at once.
-    FixedWindow {
+    /// At most `limit` hits per calendar-aligned window, counted as `count` counts
+    /// ([`window`](crate::limiter::window)). A window has no place to queue: a waiting acquire
+    /// decides at once.
+    Window {
+        /// How the window counts.
+        count: Count,
         /// A window's length in nanoseconds.
         window: u64,
         /// Hits per window.
@@ -59,7 +61,12 @@ impl Shape {
             }),
             Shape::Strict { interval } => Kind::Rate(RateShape::Strict { interval }),
             Shape::Concurrency { limit } => Kind::Concurrency(Limit(limit)),
-            Shape::FixedWindow { window, limit } => Kind::Window(Window {
+            Shape::Window {
+                count,
+                window,
+                limit,
+            } => Kind::Window(Window {
+                count,
                 length: window.max(1),
                 limit,
                 unix_offset,
@@ -68,14 +75,15 @@ impl Shape {
     }
 }
 
-/// A fixed window per key.
-impl TryFrom<FixedWindowConfig> for Shape {
+/// A window limiter per key.
+impl TryFrom<WindowConfig> for Shape {
     type Error = ConfigError;
 
-    fn try_from(config: FixedWindowConfig) -> Result<Self, ConfigError> {
+    fn try_from(config: WindowConfig) -> Result<Self, ConfigError> {
         config.validate()?;
         let window = Window::from(config);
-        Ok(Shape::FixedWindow {
+        Ok(Shape::Window {
+            count: window.count,
             window: window.length,
             limit: window.limit,
         })
@@ -137,8 +145,8 @@ impl From<ConcurrencyConfig> for Shape {
 pub(super) enum Kind {
     Rate(RateShape),
     Concurrency(Limit),
-    /// Fixed windows have a map of their own, although their cells are rate cells: a third
-    /// rate shape slowed every bucket's decision, however its arm was written (the figures:
+    /// Windows have a map of their own, although their cells are rate cells: a third rate
+    /// shape slowed every bucket's decision, however its arm was written (the figures:
     /// `docs/benchmarks.md`, "Figures behind the code's choices").
     Window(Window),
 }
@@ -204,7 +212,8 @@ impl From<RateShape> for Shape {
 
 impl From<Window> for Shape {
     fn from(window: Window) -> Shape {
-        Shape::FixedWindow {
+        Shape::Window {
+            count: window.count,
             window: window.length,
             limit: window.limit,
         }

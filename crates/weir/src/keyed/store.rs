@@ -40,9 +40,9 @@ pub(crate) trait Cell<S>: Send + Sync {
     /// Whether dropping this cell would lose nothing: the bucket is back to its initial state
     /// (full, nothing in flight) and nothing outside the map is waiting on it or holding it.
     fn is_idle(&self, shape: &S, now: Nanos) -> bool;
-    /// The cell's whole state as one word that only grows as the bucket empties, if it is one:
-    /// such cells can be counted in a sketch past the cap (see `sketch.rs`).
-    fn word(&self) -> Option<&crate::sync::AtomicU64> {
+    /// The cell's whole state as one word that only grows as the bucket empties, if it is one
+    /// in `shape`: such cells can be counted in a sketch past the cap (see `sketch.rs`).
+    fn word(&self, _shape: &S) -> Option<&crate::sync::AtomicU64> {
         None
     }
 }
@@ -231,7 +231,9 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                     if !present {
                         let cell = C::new(&data.shape, now);
                         // A key the sketch has counted starts from what it spent there.
-                        if let (Some(sketch), Some(word)) = (self.sketch.get(), cell.word()) {
+                        if let (Some(sketch), Some(word)) =
+                            (self.sketch.get(), cell.word(&data.shape))
+                        {
                             word.fetch_max(sketch.estimate(hash), Ordering::AcqRel);
                         }
                         let hasher = &self.hasher;
@@ -291,7 +293,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
         let data = read(&self.overflow_cell);
         if overflow == Overflow::Sketch {
             let fresh = C::new(&data.shape, now);
-            if let Some(word) = fresh.word() {
+            if let Some(word) = fresh.word(&data.shape) {
                 let sketch = self.sketch_of_max_keys();
                 self.sketched.fetch_add(1, Ordering::Relaxed);
                 return Ok(sketch.decide(hash, |estimate| {
@@ -375,7 +377,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                 // Each word as a cell of its own, converted as a key's would be.
                 sketch.convert(|value| {
                     let cell = C::new(&data.shape, 0);
-                    match cell.word() {
+                    match cell.word(&data.shape) {
                         Some(word) => {
                             word.store(value, Ordering::Release);
                             convert(&data.shape, new, &cell);

@@ -36,7 +36,7 @@ impl<C: Clock> KeyedLimiter<C> {
         };
         match &self.buckets {
             Buckets::Rate(store) => self.acquire_rate(store, key, cost, max_wait).await,
-            // A fixed window has no place to queue: decide at once.
+            // A window has no place to queue: decide at once.
             Buckets::Window(_) => self.try_acquire(key, cost),
             Buckets::Concurrency(store) => {
                 let (cell, overflowed) = store.with(key, self.clock.now(), |found| {

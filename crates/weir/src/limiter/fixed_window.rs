@@ -1,5 +1,5 @@
-//! `FixedWindow { limit, window }`: at most `limit` hits per window, windows aligned to the
-//! calendar.
+//! The fixed window ([`COUNT`], table `fixed_window`): at most `limit` hits per window, each
+//! window counted on its own.
 //!
 //! The counting most rate limit services use, the reference Envoy rate limit server among
 //! them: time is cut into windows of one `window` each, starting at the Unix epoch (a minute
@@ -20,112 +20,83 @@
 
 use std::time::Duration;
 
+use super::window::{Count, Quota, Window, WindowCount};
 use super::word;
-use crate::clock::{Nanos, duration_to_nanos};
-use crate::error::{ConfigError, Refused};
+use crate::clock::Nanos;
+use crate::error::Refused;
 use crate::sync::AtomicU64;
 
-/// The parameters of a fixed window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FixedWindowConfig {
-    /// The most hits a window admits: 1 to 2³² − 1.
-    pub limit: u64,
-    /// A window's length: at least a millisecond.
-    pub window: Duration,
-}
+/// The fixed window: each window counts on its own, refused hits too.
+pub const COUNT: Count = Count::new(&FixedWindow);
 
-/// The shortest window.
-pub const MIN_WINDOW: Duration = Duration::from_millis(1);
-
-impl FixedWindowConfig {
-    /// Checks the parameters; the error names the field.
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.limit == 0 || self.limit > u64::from(u32::MAX) {
-            return Err(ConfigError::OutOfRange {
-                field: "limit",
-                allowed: "between 1 and 4294967295",
-                got: self.limit.to_string(),
-            });
-        }
-        if self.window < MIN_WINDOW {
-            return Err(ConfigError::OutOfRange {
-                field: "window",
-                allowed: "at least 1ms",
-                got: format!("{:?}", self.window),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// A fixed window's shape, with where the calendar's windows start on the clock in use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Window {
-    /// A window's length in nanoseconds (≥ 1 ms).
-    pub(crate) length: u64,
-    /// The most hits a window admits (≤ 2³² − 1).
-    pub(crate) limit: u64,
-    /// The Unix time of the clock's instant 0 ([`Clock::unix_offset`](crate::Clock)).
-    pub(crate) unix_offset: Nanos,
-}
+struct FixedWindow;
 
 const HITS: u64 = u32::MAX as u64;
 
-/// What a window says after a hit, or when asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Quota {
-    /// What the key has spent: the window's hits (refused ones included, so it may exceed the
-    /// limit), a bucket's tokens in use, a concurrency key's permits in flight.
-    pub used: u64,
-    /// What the key may still spend before it is refused.
-    pub remaining: u64,
-    /// How long until the key is whole again: the window's end for a fixed window, the time
-    /// until a bucket is full for a token bucket.
-    pub reset_after: Duration,
+/// The hits `word` holds for the window `number`.
+#[inline]
+fn hits(word: u64, number: u64) -> u64 {
+    if word >> 32 == number & HITS {
+        word & HITS
+    } else {
+        0
+    }
 }
 
-impl Window {
-    /// The window `now` falls in, and how long until it ends.
-    #[inline]
-    fn at(&self, now: Nanos) -> (u64, u64) {
-        let unix = now.wrapping_add(self.unix_offset);
-        (unix / self.length, self.length - unix % self.length)
+/// Raises the count of the window `now` falls in to `floor`, unless it is already there.
+fn hold_to(window: &Window, word: &AtomicU64, floor: u64, now: Nanos) {
+    let (number, _) = window.at(now);
+    let _ = word::update(word, |current| {
+        if hits(current, number) >= floor {
+            return Err(());
+        }
+        Ok(((number & HITS) << 32 | floor, ()))
+    });
+}
+
+impl WindowCount for FixedWindow {
+    fn name(&self) -> &'static str {
+        "fixed_window"
     }
 
-    /// The hits `word` holds for the window `number`.
-    #[inline]
-    fn hits(word: u64, number: u64) -> u64 {
-        if word >> 32 == number & HITS {
-            word & HITS
-        } else {
-            0
-        }
+    fn max_limit(&self) -> u64 {
+        HITS
     }
 
-    /// Counts `cost` hits now; admits them if the window's count stays within the limit. A
-    /// refused hit is counted too (see the module docs), unless it is larger than any window.
+    fn limit_range(&self) -> &'static str {
+        "between 1 and 4294967295"
+    }
+
+    fn counts_refused(&self) -> bool {
+        true
+    }
+
+    /// A later window, or more hits in the same one, is a larger word.
+    fn word_grows_as_it_fills(&self) -> bool {
+        true
+    }
+
+    /// Admits the hits if the window's count stays within the limit; counts them either way.
     #[inline]
-    pub(crate) fn hit(&self, word: &AtomicU64, cost: u64, now: Nanos) -> Result<Quota, Refused> {
-        // No window can ever hold it: refused without being counted, and without a time to
-        // retry at.
-        if cost > self.limit {
-            return Err(Refused::ExceedsCapacity {
-                cost,
-                capacity: self.limit,
-            });
-        }
-        let (number, left) = self.at(now);
+    fn hit(
+        &self,
+        window: &Window,
+        word: &AtomicU64,
+        cost: u64,
+        now: Nanos,
+    ) -> Result<Quota, Refused> {
+        let (number, left) = window.at(now);
         // The word keeps at most 2³² − 1 hits; the decision sees the whole sum, so a window at
         // the largest limit still refuses once it is full.
         let after = word::apply(word, |current| {
-            let after = Window::hits(current, number).saturating_add(cost);
+            let after = hits(current, number).saturating_add(cost);
             ((number & HITS) << 32 | after.min(HITS), after)
         });
         let reset_after = Duration::from_nanos(left);
-        if after <= self.limit {
+        if after <= window.limit {
             Ok(Quota {
                 used: after,
-                remaining: self.limit - after,
+                remaining: window.limit - after,
                 reset_after,
             })
         } else {
@@ -135,24 +106,9 @@ impl Window {
         }
     }
 
-    /// Counts hits in the current window until at most `remaining` are left before the limit,
-    /// as though they had been admitted here: how a bucket's new owner takes on what another
-    /// node counted. A window already that full is left alone.
-    pub(crate) fn hold_to(&self, word: &AtomicU64, remaining: u64, now: Nanos) {
-        let (number, _) = self.at(now);
-        let floor = self.limit.saturating_sub(remaining);
-        let _ = word::update(word, |current| {
-            let hits = Window::hits(current, number);
-            if hits >= floor {
-                return Err(());
-            }
-            Ok(((number & HITS) << 32 | floor, ()))
-        });
-    }
-
-    /// Takes back `cost` hits counted at `at`, if their window is still the current one.
-    pub(crate) fn give_back(&self, word: &AtomicU64, cost: u64, at: Nanos) {
-        let (number, _) = self.at(at);
+    /// Only within the window they were counted in.
+    fn give_back(&self, window: &Window, word: &AtomicU64, cost: u64, at: Nanos) {
+        let (number, _) = window.at(at);
         let _ = word::update(word, |current| {
             if current >> 32 != number & HITS {
                 return Err(());
@@ -161,29 +117,38 @@ impl Window {
         });
     }
 
-    /// What the key has left now.
-    pub(crate) fn quota(&self, word: u64, now: Nanos) -> Quota {
-        let (number, left) = self.at(now);
-        let used = Window::hits(word, number);
+    fn quota(&self, window: &Window, word: u64, now: Nanos) -> Quota {
+        let (number, left) = window.at(now);
+        let used = hits(word, number);
         Quota {
             used,
-            remaining: self.limit.saturating_sub(used),
+            remaining: window.limit.saturating_sub(used),
             reset_after: Duration::from_nanos(left),
         }
     }
 
-    /// Whether the key counts nothing now (a fresh key would be the same).
-    pub(crate) fn is_empty(&self, word: u64, now: Nanos) -> bool {
-        Window::hits(word, self.at(now).0) == 0
+    /// Only a count of the window in force here: one whose end is within half a window of
+    /// this one's (the nodes' clocks differ a little; a count of the window before does not
+    /// carry into this one).
+    fn take_on(&self, window: &Window, word: &AtomicU64, handed: Quota, now: Nanos) {
+        let (_, left) = window.at(now);
+        if Duration::from_nanos(left).abs_diff(handed.reset_after)
+            < Duration::from_nanos(window.length / 2)
+        {
+            hold_to(
+                window,
+                word,
+                window.limit.saturating_sub(handed.remaining),
+                now,
+            );
+        }
     }
-}
 
-impl From<FixedWindowConfig> for Window {
-    fn from(config: FixedWindowConfig) -> Self {
-        Window {
-            length: duration_to_nanos(config.window).max(1),
-            limit: config.limit,
-            unix_offset: 0,
+    /// A window begun before the tenure is full until it ends.
+    fn hold_for_tenure(&self, window: &Window, word: &AtomicU64, held_for: Nanos, now: Nanos) {
+        let (_, left) = window.at(now);
+        if window.length - left > held_for {
+            hold_to(window, word, window.limit, now);
         }
     }
 }
@@ -191,12 +156,14 @@ impl From<FixedWindowConfig> for Window {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::window::WindowConfig;
     use std::sync::atomic::Ordering;
 
     const SECOND: u64 = 1_000_000_000;
 
     fn window(limit: u64, seconds: u64) -> Window {
         Window {
+            count: COUNT,
             length: seconds * SECOND,
             limit,
             unix_offset: 0,
@@ -278,12 +245,14 @@ mod tests {
 
     #[test]
     fn bad_parameters_name_their_field() {
-        let limit = FixedWindowConfig {
+        let limit = WindowConfig {
+            count: COUNT,
             limit: 0,
             window: Duration::from_secs(1),
         };
         assert!(limit.validate().unwrap_err().to_string().contains("limit"));
-        let window = FixedWindowConfig {
+        let window = WindowConfig {
+            count: COUNT,
             limit: 1,
             window: Duration::from_micros(10),
         };

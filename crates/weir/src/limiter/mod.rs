@@ -7,8 +7,9 @@
 //! | [`Strict`] | *when* may this request run? | exactly `1/qps` apart, no burst |
 //! | [`Concurrency`] | may one more run at the same time? | in-flight permits, released on drop |
 //!
-//! A fifth, the fixed window ([`fixed_window`]), exists only per key, for parity with servers
-//! that count hits per calendar window.
+//! Window limiters ([`window`]: at most `limit` hits per calendar window, counted one way or
+//! another, the fixed window among them) exist only per key, for parity with servers that count
+//! hits per window.
 //!
 //! Every limiter has a non-blocking `try_acquire`, which either admits or says why not (and,
 //! where it can be known, exactly how long until it could admit), and with the `tokio` feature
@@ -25,14 +26,15 @@ pub mod strict;
 pub mod token_bucket;
 #[cfg(feature = "tokio")]
 pub(crate) mod waiting;
+pub mod window;
 mod word;
 
 pub use concurrency::{Concurrency, ConcurrencyConfig, OwnedPermit, Permit};
-pub use fixed_window::{FixedWindowConfig, Quota};
 pub use gcra::MAX_REFILL_NANOS;
 pub use leaky_bucket::{LeakyBucket, LeakyBucketConfig};
 pub use strict::{Strict, StrictConfig};
 pub use token_bucket::{TokenBucket, TokenBucketConfig};
+pub use window::{Count, Quota, WindowConfig};
 
 use std::time::Duration;
 

@@ -23,6 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::backpressure::AdaptiveConfig;
+use crate::limiter::{Count, fixed_window};
 
 pub use super::shapes::KindLimit;
 pub use super::validate::PolicyError;
@@ -171,13 +172,13 @@ pub struct StrictSpec {
     pub overrides: Overrides,
 }
 
-/// `fixed_window = { limit, window, per_core?, overrides? }`: at most `limit` hits per window,
-/// windows aligned to the Unix epoch. Every hit counts, refused ones too (as the reference
-/// Envoy rate limit server counts them). A fixed window never queues: the policy must say
-/// `on_exhausted = "reject"`.
+/// A window limiter's table, e.g. `fixed_window = { limit, window, per_core?, overrides? }`: at
+/// most `limit` hits per window, windows aligned to the Unix epoch, counted as the table's
+/// [`Count`] counts (a fixed window counts refused hits too, as the reference Envoy rate limit
+/// server does). A window never queues: the policy must say `on_exhausted = "reject"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FixedWindowSpec {
+pub struct WindowSpec {
     /// Hits per window.
     pub limit: u64,
     /// A window's length (at least 1 ms).
@@ -237,10 +238,9 @@ pub struct ConcurrencySpec {
 
 /// One policy, as written in a config file or sent to the API.
 ///
-/// It has exactly one [`Limiter`]. The wire form names it by one of six tables
-/// (`token_bucket`, `leaky_bucket`, `strict`, `fixed_window`, `concurrency`, `adaptive`);
-/// parsing refuses none
-/// or two, so a parsed policy cannot hold an illegal combination.
+/// It has exactly one [`Limiter`]. The wire form names it by its table (`token_bucket`,
+/// `leaky_bucket`, `strict`, a window's such as `fixed_window`, `concurrency`, `adaptive`);
+/// parsing refuses none or two, so a parsed policy cannot hold an illegal combination.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawPolicyConfig", into = "RawPolicyConfig")]
 pub struct PolicyConfig {
@@ -294,28 +294,49 @@ pub enum KeyedSpec {
     Strict(StrictSpec),
     /// `concurrency`.
     Concurrency(ConcurrencySpec),
-    /// `fixed_window`.
-    FixedWindow(FixedWindowSpec),
+    /// A window limiter's table: `fixed_window`, or another [`Count`]'s.
+    Window(Count, WindowSpec),
+}
+
+/// Each window limiter's table: how it counts, and where the wire form keeps it.
+type WindowTable = (Count, fn(&mut RawPolicyConfig) -> &mut Option<WindowSpec>);
+
+/// The window limiters, in the order they are listed.
+const WINDOW_TABLES: &[WindowTable] = &[(fixed_window::COUNT, |raw| &mut raw.fixed_window)];
+
+/// Every limiter table, as listed when none is given.
+fn limiter_tables() -> impl Iterator<Item = &'static str> {
+    let windows = WINDOW_TABLES.iter().map(|(count, _)| count.name());
+    ["token_bucket", "leaky_bucket", "strict"]
+        .into_iter()
+        .chain(windows)
+        .chain(["concurrency", "adaptive"])
 }
 
 impl TryFrom<RawPolicyConfig> for PolicyConfig {
     type Error = PolicyError;
 
-    fn try_from(raw: RawPolicyConfig) -> Result<Self, PolicyError> {
+    fn try_from(mut raw: RawPolicyConfig) -> Result<Self, PolicyError> {
+        let windows: Vec<Limiter> = WINDOW_TABLES
+            .iter()
+            .filter_map(|&(count, table)| {
+                let spec = table(&mut raw).take()?;
+                Some(Limiter::Keyed(KeyedSpec::Window(count, spec)))
+            })
+            .collect();
         let mut tables: Vec<Limiter> = [
             raw.token_bucket
                 .map(|s| Limiter::Keyed(KeyedSpec::TokenBucket(s))),
             raw.leaky_bucket
                 .map(|s| Limiter::Keyed(KeyedSpec::LeakyBucket(s))),
             raw.strict.map(|s| Limiter::Keyed(KeyedSpec::Strict(s))),
-            raw.fixed_window
-                .map(|s| Limiter::Keyed(KeyedSpec::FixedWindow(s))),
             raw.concurrency
                 .map(|s| Limiter::Keyed(KeyedSpec::Concurrency(s))),
             raw.adaptive.map(Limiter::Adaptive),
         ]
         .into_iter()
         .flatten()
+        .chain(windows)
         .collect();
         let limiter = match tables.len() {
             1 => tables.remove(0),
@@ -323,7 +344,10 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
                 return Err(PolicyError::new(
                     &raw.name,
                     "limiter",
-                    "is missing: give exactly one of token_bucket, leaky_bucket, strict, fixed_window, concurrency, adaptive",
+                    format!(
+                        "is missing: give exactly one of {}",
+                        limiter_tables().collect::<Vec<_>>().join(", ")
+                    ),
                 ));
             }
             _ => {
@@ -381,7 +405,11 @@ impl From<PolicyConfig> for RawPolicyConfig {
             Limiter::Keyed(KeyedSpec::TokenBucket(s)) => raw.token_bucket = Some(s),
             Limiter::Keyed(KeyedSpec::LeakyBucket(s)) => raw.leaky_bucket = Some(s),
             Limiter::Keyed(KeyedSpec::Strict(s)) => raw.strict = Some(s),
-            Limiter::Keyed(KeyedSpec::FixedWindow(s)) => raw.fixed_window = Some(s),
+            Limiter::Keyed(KeyedSpec::Window(count, s)) => {
+                if let Some((_, table)) = WINDOW_TABLES.iter().find(|(c, _)| *c == count) {
+                    *table(&mut raw) = Some(s);
+                }
+            }
             Limiter::Keyed(KeyedSpec::Concurrency(s)) => raw.concurrency = Some(s),
             Limiter::Adaptive(a) => raw.adaptive = Some(a),
         }
@@ -389,8 +417,8 @@ impl From<PolicyConfig> for RawPolicyConfig {
     }
 }
 
-/// The wire form of a [`PolicyConfig`]: the limiter as five optional tables, of which exactly
-/// one must be given.
+/// The wire form of a [`PolicyConfig`]: the limiter as optional tables, of which exactly one
+/// must be given.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicyConfig {
@@ -439,7 +467,7 @@ struct RawPolicyConfig {
     strict: Option<StrictSpec>,
     /// A fixed window per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    fixed_window: Option<FixedWindowSpec>,
+    fixed_window: Option<WindowSpec>,
     /// A concurrency limit per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     concurrency: Option<ConcurrencySpec>,
@@ -498,7 +526,7 @@ impl KeyedSpec {
             KeyedSpec::TokenBucket(_) => "token_bucket",
             KeyedSpec::LeakyBucket(_) => "leaky_bucket",
             KeyedSpec::Strict(_) => "strict",
-            KeyedSpec::FixedWindow(_) => "fixed_window",
+            KeyedSpec::Window(count, _) => count.name(),
             KeyedSpec::Concurrency(_) => "concurrency",
         }
     }
@@ -509,9 +537,44 @@ impl KeyedSpec {
             KeyedSpec::TokenBucket(s) => &s.overrides,
             KeyedSpec::LeakyBucket(s) => &s.overrides,
             KeyedSpec::Strict(s) => &s.overrides,
-            KeyedSpec::FixedWindow(s) => &s.overrides,
+            KeyedSpec::Window(_, s) => &s.overrides,
             KeyedSpec::Concurrency(s) => &s.overrides,
         }
+    }
+
+    /// A limiter of `limit` hits per `window`, named by its table: a window limiter, or a
+    /// `token_bucket` refilling `limit` over `window` with a burst of `limit` (no double burst
+    /// at a window's edge). How a rule of the Envoy rate limit service is counted.
+    pub fn per_window(table: &str, limit: u64, window: Duration) -> Option<KeyedSpec> {
+        if table == "token_bucket" {
+            return Some(KeyedSpec::TokenBucket(TokenBucketSpec {
+                rate: limit as f64 / window.as_secs_f64(),
+                burst: Some(limit),
+                per_core: false,
+                overrides: Overrides::new(),
+            }));
+        }
+        let &(count, _) = WINDOW_TABLES.iter().find(|(c, _)| c.name() == table)?;
+        Some(KeyedSpec::Window(
+            count,
+            WindowSpec {
+                limit,
+                window,
+                per_core: false,
+                overrides: Overrides::new(),
+            },
+        ))
+    }
+
+    /// The tables [`per_window`](Self::per_window) knows, windows first.
+    pub fn per_window_tables() -> impl Iterator<Item = &'static str> {
+        let windows = WINDOW_TABLES.iter().map(|(count, _)| count.name());
+        windows.chain(["token_bucket"])
+    }
+
+    /// Whether a refused request is counted too (a fixed window's).
+    pub fn counts_refused(&self) -> bool {
+        matches!(self, KeyedSpec::Window(count, _) if count.counts_refused())
     }
 
     pub(super) fn per_core(&self) -> bool {
@@ -519,7 +582,7 @@ impl KeyedSpec {
             KeyedSpec::TokenBucket(s) => s.per_core,
             KeyedSpec::LeakyBucket(s) => s.per_core,
             KeyedSpec::Strict(s) => s.per_core,
-            KeyedSpec::FixedWindow(s) => s.per_core,
+            KeyedSpec::Window(_, s) => s.per_core,
             KeyedSpec::Concurrency(s) => s.per_core,
         }
     }

@@ -70,9 +70,9 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 pub use config::{
-    ConcurrencySpec, FixedWindowSpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode,
-    OnExhausted, OnUnavailable, Override, PolicyConfig, PolicyError, Scope, StrictSpec,
-    TokenBucketSpec,
+    ConcurrencySpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
+    OnUnavailable, Override, PolicyConfig, PolicyError, Scope, StrictSpec, TokenBucketSpec,
+    WindowSpec,
 };
 pub use set::{Admissions, PolicySet, PolicySetError};
 use stats::{PolicyStats, StatsSnapshot};

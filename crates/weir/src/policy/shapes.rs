@@ -3,7 +3,7 @@
 use super::config::{KeyedSpec, Override, PolicyConfig, PolicyError};
 use crate::error::ConfigError;
 use crate::keyed::Shape;
-use crate::limiter::{FixedWindowConfig, LeakyBucketConfig, StrictConfig, TokenBucketConfig};
+use crate::limiter::{LeakyBucketConfig, StrictConfig, TokenBucketConfig, WindowConfig};
 
 /// How a kind is limited under a policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,7 +78,7 @@ impl PolicyConfig {
         match *shape {
             Shape::Gcra { interval, .. } | Shape::Strict { interval } => 1e9 / interval as f64,
             Shape::Concurrency { limit } => limit as f64,
-            Shape::FixedWindow { window, limit } => limit as f64 * 1e9 / window as f64,
+            Shape::Window { window, limit, .. } => limit as f64 * 1e9 / window as f64,
         }
     }
 
@@ -108,7 +108,8 @@ impl PolicyConfig {
                 qps: s.qps * factor,
             })
             .map_err(limiter_err),
-            KeyedSpec::FixedWindow(s) => Shape::try_from(FixedWindowConfig {
+            KeyedSpec::Window(count, s) => Shape::try_from(WindowConfig {
+                count: *count,
                 limit: scale_count(s.limit, factor),
                 window: s.window,
             })
@@ -157,7 +158,7 @@ impl PolicyConfig {
             KeyedSpec::TokenBucket(s) => s.rate,
             KeyedSpec::LeakyBucket(s) => s.refill_amount as f64,
             KeyedSpec::Strict(s) => s.qps,
-            KeyedSpec::FixedWindow(s) => s.limit as f64,
+            KeyedSpec::Window(_, s) => s.limit as f64,
             KeyedSpec::Concurrency(_) => {
                 // A concurrency override is the limit itself, not a ratio of a limit that may
                 // be 0.

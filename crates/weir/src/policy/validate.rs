@@ -128,22 +128,26 @@ impl PolicyConfig {
                 name,
                 "scope",
                 format!(
-                    "`cluster` is for rate limiters (token_bucket, leaky_bucket, strict, fixed_window), not `{}`: {}",
+                    "`cluster` is for rate limiters (buckets, strict and windows), not `{}`: {}",
                     self.limiter.table(),
                     match self.limiter {
-                        Limiter::Adaptive(_) => "adaptive backpressure follows each node's own downstream",
+                        Limiter::Adaptive(_) =>
+                            "adaptive backpressure follows each node's own downstream",
                         _ => "a concurrency limit is cluster-wide through its `shared_limit`",
                     }
                 ),
             ));
         }
-        if matches!(self.limiter, Limiter::Keyed(KeyedSpec::FixedWindow(_)))
+        if let Limiter::Keyed(KeyedSpec::Window(count, _)) = &self.limiter
             && self.on_exhausted == OnExhausted::Wait
         {
             errors.push(PolicyError::new(
                 name,
                 "on_exhausted",
-                "must be `reject` with a fixed_window: a window has no place to queue (a token_bucket or leaky_bucket can wait)",
+                format!(
+                    "must be `reject` with a {}: a window has no place to queue (a token_bucket or leaky_bucket can wait)",
+                    count.name()
+                ),
             ));
         }
         match &self.limiter {
@@ -201,7 +205,7 @@ impl PolicyConfig {
                             spec,
                             KeyedSpec::LeakyBucket(_)
                                 | KeyedSpec::Concurrency(_)
-                                | KeyedSpec::FixedWindow(_)
+                                | KeyedSpec::Window(..)
                         )
                     {
                         errors.push(PolicyError::new(

@@ -16,15 +16,16 @@ use std::time::Duration;
 
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
 use weir::limiter::Quota;
+use weir::limiter::fixed_window;
 use weir::policy::{Policy, PolicySet, Request};
-use weir::{Clock, FixedWindowConfig, SystemClock};
+use weir::{Clock, SystemClock, WindowConfig};
 
 use super::answer::{
     Answer, Code, CurrentLimit, Descriptor, MAX_DESCRIPTOR_BYTES, RequestError, Status,
 };
 use super::counts::{Counts, RuleCounts};
 use crate::front_door::rls::RlsSettings;
-use crate::front_door::rls::config::{Algorithm, Limit, RulesConfig, Unit};
+use crate::front_door::rls::config::{Limit, RulesConfig, Unit};
 use crate::front_door::rls::rules::{self, Lookup, Matched, Tree};
 
 /// A rule with what counts for it.
@@ -429,11 +430,12 @@ impl<C: Clock + Clone> Rls<C> {
             reset_after: unit.window(),
         });
         let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
-        // A window counts refused hits itself; a bucket does not take them, so they are
-        // counted as landing on top of what it holds.
-        let after = match algorithm {
-            Algorithm::TokenBucket if over => used.saturating_add(hits),
-            _ => used,
+        // A fixed window counts refused hits itself; other limiters do not take them, so they
+        // are counted as landing on top of what they hold.
+        let after = if over && !algorithm.counts_refused() {
+            used.saturating_add(hits)
+        } else {
+            used
         };
         // Under the name the rule asks for instead of its path, as the reference server names
         // its stats: one series per hit, never two (a name equal to the path is the path).
@@ -479,7 +481,8 @@ impl<C: Clock + Clone> Rls<C> {
             return Status::unlimited(0);
         };
         let counter = overrides.by_unit[unit as usize].get_or_init(|| {
-            let shape = Shape::try_from(FixedWindowConfig {
+            let shape = Shape::try_from(WindowConfig {
+                count: fixed_window::COUNT,
                 limit: u64::from(u32::MAX),
                 window: unit.window(),
             })

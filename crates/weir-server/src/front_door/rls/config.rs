@@ -19,12 +19,15 @@
 //!     rate_limit: { unit: day, requests_per_unit: 100 }
 //! ```
 //!
-//! Weir adds one field, `weir_algorithm` (`fixed_window`, the default, or `token_bucket`), on a
-//! node or at the top of a file for the whole domain.
+//! Weir adds one field, `weir_algorithm`, on a node or at the top of a file for the whole
+//! domain: the table of any Weir limiter that counts so many hits per window (`fixed_window`,
+//! the default, every other window limiter, or `token_bucket`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use weir::policy::KeyedSpec;
 
 use super::yaml::parse_file;
 
@@ -89,15 +92,40 @@ impl Unit {
     }
 }
 
-/// How a rule counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Algorithm {
-    /// The reference server's: hits per calendar-aligned window (default).
-    #[default]
-    FixedWindow,
-    /// Weir's token bucket: `requests_per_unit` spread evenly over the unit, bursts up to
-    /// `requests_per_unit` — no double burst at a window's edge.
-    TokenBucket,
+/// How a rule counts: the table of the Weir limiter that counts its `requests_per_unit` per
+/// unit ([`KeyedSpec::per_window`]), as `weir_algorithm` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Algorithm(&'static str);
+
+impl Default for Algorithm {
+    /// The reference server's: hits per calendar-aligned window.
+    fn default() -> Self {
+        Algorithm("fixed_window")
+    }
+}
+
+impl Algorithm {
+    /// The algorithm `name` names, if a limiter counts per window by that name.
+    pub fn named(name: &str) -> Option<Algorithm> {
+        Algorithm::names().find(|n| *n == name).map(Algorithm)
+    }
+
+    /// Every name `weir_algorithm` takes.
+    pub fn names() -> impl Iterator<Item = &'static str> {
+        KeyedSpec::per_window_tables()
+    }
+
+    /// The limiter that counts `requests` per `window` this way.
+    pub fn spec(self, requests: u64, window: Duration) -> Option<KeyedSpec> {
+        KeyedSpec::per_window(self.0, requests, window)
+    }
+
+    /// Whether the limiter counts a refused hit itself (a fixed window does; a bucket takes
+    /// nothing it refuses).
+    pub fn counts_refused(self) -> bool {
+        self.spec(1, Duration::from_secs(1))
+            .is_some_and(|spec| spec.counts_refused())
+    }
 }
 
 /// Where something was written.

@@ -4,8 +4,8 @@
 //! Contour, Emissary) asks one question for global rate limits: `ShouldRateLimit(domain,
 //! descriptors)`. Weir answers it on its gRPC port from the reference server's YAML rules, read
 //! unchanged. Each rule with a rate becomes a Weir policy named `rls:<domain>.<path>`, counting
-//! per descriptor value: a fixed window as the reference server counts (the default), or
-//! Weir's token bucket where a rule or a domain says `weir_algorithm: token_bucket`.
+//! per descriptor value: a fixed window as the reference server counts (the default), or the
+//! Weir limiter a rule or a domain names, e.g. `weir_algorithm: token_bucket`.
 //!
 //! | file | job |
 //! |---|---|

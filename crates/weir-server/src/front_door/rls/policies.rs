@@ -1,14 +1,13 @@
 //! The Weir policy each rule with a rate counts through: a `fixed_window` as the reference
-//! server counts (the default), or a `token_bucket` where `weir_algorithm` says so, keyed by the
+//! server counts (the default), or the limiter `weir_algorithm` names, keyed by the
 //! descriptor's values and named `rls:<domain>.<path>`.
 
 use std::time::Duration;
 
 use weir::keyed::Overflow;
-use weir::policy::{FixedWindowSpec, Scope, TokenBucketSpec};
-use weir::policy::{KeyedSpec, Limiter, Mode, OnExhausted, PolicyConfig};
+use weir::policy::{Limiter, Mode, OnExhausted, PolicyConfig, Scope};
 
-use super::config::{Algorithm, Limit, RulesConfig};
+use super::config::{Limit, RulesConfig};
 use super::rules::{Rule, Tree};
 use super::settings::RlsSettings;
 
@@ -27,20 +26,7 @@ pub fn policy_of(rule: &Rule, settings: &RlsSettings, scope: Scope) -> Option<Po
     if *requests_per_unit == 0 {
         return None;
     }
-    let spec = match algorithm {
-        Algorithm::FixedWindow => KeyedSpec::FixedWindow(FixedWindowSpec {
-            limit: u64::from(*requests_per_unit),
-            window: unit.window(),
-            per_core: false,
-            overrides: Default::default(),
-        }),
-        Algorithm::TokenBucket => KeyedSpec::TokenBucket(TokenBucketSpec {
-            rate: f64::from(*requests_per_unit) / unit.window().as_secs_f64(),
-            burst: Some(u64::from(*requests_per_unit)),
-            per_core: false,
-            overrides: Default::default(),
-        }),
-    };
+    let spec = algorithm.spec(u64::from(*requests_per_unit), unit.window())?;
     Some(PolicyConfig {
         name: rule.policy_name(),
         kinds: Vec::new(),

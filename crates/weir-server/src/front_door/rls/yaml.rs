@@ -94,20 +94,20 @@ fn parse_algorithm(
     errors: &mut Vec<RuleError>,
 ) -> Option<Algorithm> {
     let written = written.as_ref()?;
-    match written.as_str() {
-        "fixed_window" => Some(Algorithm::FixedWindow),
-        "token_bucket" => Some(Algorithm::TokenBucket),
-        other => {
-            errors.push(RuleError {
-                place: place_of(file, written),
-                rule: rule.map(str::to_owned),
-                problem: format!(
-                    "`weir_algorithm` must be `fixed_window` or `token_bucket`, got `{other}`"
-                ),
-            });
-            None
-        }
+    let algorithm = Algorithm::named(written.as_str());
+    if algorithm.is_none() {
+        let names: Vec<String> = Algorithm::names().map(|n| format!("`{n}`")).collect();
+        errors.push(RuleError {
+            place: place_of(file, written),
+            rule: rule.map(str::to_owned),
+            problem: format!(
+                "`weir_algorithm` must be one of {}, got `{}`",
+                names.join(", "),
+                written.as_str()
+            ),
+        });
     }
+    algorithm
 }
 
 /// The fields each level of a rules file may have: a file, a descriptor node, a `rate_limit`,
