@@ -22,6 +22,7 @@ pub(crate) mod fair_line;
 pub mod fixed_window;
 pub(crate) mod gcra;
 pub mod leaky_bucket;
+pub mod sliding_window;
 pub mod strict;
 pub mod token_bucket;
 #[cfg(feature = "tokio")]

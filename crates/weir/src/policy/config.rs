@@ -23,7 +23,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::backpressure::AdaptiveConfig;
-use crate::limiter::{Count, fixed_window};
+use crate::limiter::{Count, fixed_window, sliding_window};
 
 pub use super::shapes::KindLimit;
 pub use super::validate::PolicyError;
@@ -302,7 +302,10 @@ pub enum KeyedSpec {
 type WindowTable = (Count, fn(&mut RawPolicyConfig) -> &mut Option<WindowSpec>);
 
 /// The window limiters, in the order they are listed.
-const WINDOW_TABLES: &[WindowTable] = &[(fixed_window::COUNT, |raw| &mut raw.fixed_window)];
+const WINDOW_TABLES: &[WindowTable] = &[
+    (fixed_window::COUNT, |raw| &mut raw.fixed_window),
+    (sliding_window::COUNT, |raw| &mut raw.sliding_window),
+];
 
 /// Every limiter table, as listed when none is given.
 fn limiter_tables() -> impl Iterator<Item = &'static str> {
@@ -398,6 +401,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             leaky_bucket: None,
             strict: None,
             fixed_window: None,
+            sliding_window: None,
             concurrency: None,
             adaptive: None,
         };
@@ -468,6 +472,9 @@ struct RawPolicyConfig {
     /// A fixed window per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     fixed_window: Option<WindowSpec>,
+    /// A sliding window counter per key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sliding_window: Option<WindowSpec>,
     /// A concurrency limit per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     concurrency: Option<ConcurrencySpec>,
