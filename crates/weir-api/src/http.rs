@@ -151,6 +151,11 @@ pub struct RingSummary {
     pub members: usize,
     /// Virtual nodes per member.
     pub vnodes: u32,
+    /// How long this node has seen the same ring, with no pause of its own, in milliseconds:
+    /// the shortest time it has owned any of its buckets, which a `closed` policy's owner must
+    /// reach (a loan's TTL and the quorum's margin) before it grants. 0 on a single node.
+    #[serde(default)]
+    pub unchanged_for_ms: u64,
 }
 
 /// This node's shared-tier counters in [`ClusterView`].

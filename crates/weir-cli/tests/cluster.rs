@@ -20,11 +20,26 @@ on_exhausted = "reject"
 concurrency = { node_limit = 0, shared_limit = 3, lease_ttl = "10s", on_unavailable = "closed" }
 "#;
 
+/// Waits until every node has seen its ring unchanged for `held`: each has then owned each of
+/// its buckets at least that long (`ring.unchanged_for_ms`, the shortest tenure of any).
+async fn held_for(servers: &[&Server], held: Duration, what: &str) {
+    eventually(held + Duration::from_secs(60), what, || async {
+        for server in servers {
+            let unchanged = Duration::from_millis(view(server).await.ring.unchanged_for_ms);
+            if unchanged < held {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+}
+
 /// Waits out the owners' tenure: a `closed` policy's owner grants once it has held a bucket for
-/// one loan's TTL (`lease_ttl` and 2 s) plus the quorum's margin (4 s), plus 2 s for the last
-/// ring change after gossip converged.
-async fn settle(lease_ttl: Duration) {
-    tokio::time::sleep(lease_ttl + Duration::from_secs(8)).await;
+/// one loan's TTL (`lease_ttl` and 2 s) plus the quorum's margin (4 s).
+async fn settle(servers: &[&Server], lease_ttl: Duration) {
+    let tenure = lease_ttl + Duration::from_secs(6);
+    held_for(servers, tenure, "the owners' tenure reaching a loan's TTL").await;
 }
 
 fn free_udp() -> String {
@@ -129,7 +144,7 @@ async fn acquire(server: &Server) -> (u16, Value) {
 async fn three_nodes_hold_the_cluster_wide_ceiling_and_survive_a_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let [n1, n2, n3] = three_nodes(dir.path(), CONFIG).await;
-    settle(Duration::from_secs(10)).await;
+    settle(&[&n1, &n2, &n3], Duration::from_secs(10)).await;
 
     // Another policy's shared pool for the same key is counted apart: filled first, it takes
     // nothing from `search`'s below.
@@ -254,7 +269,7 @@ async fn buckets_owned(server: &Server) -> u64 {
 async fn a_paused_holders_shared_lease_is_not_given_to_another() {
     let dir = tempfile::tempdir().unwrap();
     let [n1, n2, n3] = three_nodes(dir.path(), PAUSE_CONFIG).await;
-    settle(PAUSE_TTL).await;
+    settle(&[&n1, &n2, &n3], PAUSE_TTL).await;
     let nodes = [&n1, &n2, &n3];
     // One node-tier permit on each, then the two shared ones: the ceiling, 1 × 3 + 2 = 5.
     let mut shared_holders = Vec::new();
@@ -310,7 +325,7 @@ async fn a_paused_holders_shared_lease_is_not_given_to_another() {
 async fn a_paused_owners_own_shared_lease_is_not_given_to_another() {
     let dir = tempfile::tempdir().unwrap();
     let [n1, n2, n3] = three_nodes(dir.path(), PAUSE_CONFIG).await;
-    settle(PAUSE_TTL).await;
+    settle(&[&n1, &n2, &n3], PAUSE_TTL).await;
     let nodes = [&n1, &n2, &n3];
     for server in nodes {
         assert_eq!(acquire(server).await.1["tier"], "node");
@@ -484,6 +499,9 @@ on_exhausted = "reject"
 token_bucket = { rate = 0.01, burst = 3 }
 "#;
 
+/// The `careful` policy's learning period.
+const LEARNING: Duration = Duration::from_secs(20);
+
 /// Keys in the tests of moving buckets: enough that every node owns some.
 const MOVING_KEYS: usize = 24;
 
@@ -522,7 +540,12 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     converge(&[&n1, &n2], 2).await;
     // The `careful` policy's buckets are held while their owners' tenure is under its
     // learning period: spent only once the two nodes have owned them for longer.
-    tokio::time::sleep(Duration::from_secs(22)).await;
+    held_for(
+        &[&n1, &n2],
+        LEARNING,
+        "the owners' tenure passing the learning period",
+    )
+    .await;
     spend(&n1, "k").await;
 
     // A join: the newcomer takes on the buckets it now owns as they were.
@@ -567,7 +590,12 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     // the new owner's tenure is of the learning period (about 3 s of 20: 0.45 of 3 tokens).
     let n4 = start_node(dir.path(), "n4", MOVING, &free_udp(), Some(&seed));
     converge(&[&n1, &n2, &n4], 3).await;
-    tokio::time::sleep(Duration::from_secs(22)).await;
+    held_for(
+        &[&n1, &n2, &n4],
+        LEARNING,
+        "n4's tenure passing the learning period",
+    )
+    .await;
     spend(&n1, "c").await;
     n4.signal("KILL");
     let _ = n4.wait();
@@ -744,7 +772,11 @@ concurrency = { node_limit = 0, shared_limit = 100, lease_ttl = "10s", on_unavai
 async fn a_busy_node_takes_lent_units_without_asking_the_owner() {
     let dir = tempfile::tempdir().unwrap();
     let servers = three_nodes(dir.path(), LOAN_CONFIG).await;
-    settle(Duration::from_secs(10)).await;
+    settle(
+        &[&servers[0], &servers[1], &servers[2]],
+        Duration::from_secs(10),
+    )
+    .await;
     let client = reqwest::Client::new();
     for server in &servers {
         for i in 0..20 {

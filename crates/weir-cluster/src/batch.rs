@@ -155,7 +155,7 @@ async fn send_leases<T: Transport + 'static>(
             let (requests, replies): (Vec<LeaseRequest>, Vec<Granted>) = batch.into_iter().unzip();
             let asked: Vec<(String, bool)> = requests
                 .iter()
-                .map(|r| (r.bucket.clone(), r.lend))
+                .map(|r| (r.bucket.clone(), r.ask.is_loan()))
                 .collect();
             let answers = inner.acquire_batch(&owner, requests).await;
             drop(slot);

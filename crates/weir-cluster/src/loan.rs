@@ -26,6 +26,8 @@ use std::time::Duration;
 
 use weir::Nanos;
 
+use crate::messages::Ask;
+
 /// How often a holder renews its loans and gives back what it may not keep.
 pub const UPKEEP_EVERY: Duration = Duration::from_millis(250);
 
@@ -73,30 +75,6 @@ pub struct Unit {
     /// The bucket.
     pub bucket: String,
     serial: u64,
-}
-
-/// What to ask a bucket's owner for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ask {
-    /// Grow (or start) this node's one loan of the bucket on that owner, rather than take a
-    /// plain lease.
-    pub lend: bool,
-    /// Units wanted (for a loan, 0: renew it only).
-    pub units: u64,
-}
-
-impl Ask {
-    /// One plain lease: no loan.
-    pub const ONE: Ask = Ask {
-        lend: false,
-        units: 1,
-    };
-
-    /// A loan's renewal: nothing added.
-    pub const RENEW: Ask = Ask {
-        lend: true,
-        units: 0,
-    };
 }
 
 /// A call this node owes an owner.
@@ -199,13 +177,13 @@ impl LoanBook {
     /// use (the loan doubles), within `max_loan`, and at least one.
     pub fn ask(&self, bucket: &str, owner: &str, hold_until: Nanos) -> Ask {
         let units = match self.loans.get(bucket).filter(|loan| loan.owner == owner) {
-            Some(loan) if loan.idle() > 0 && loan.expires_at < hold_until => return Ask::RENEW,
+            Some(loan) if loan.idle() > 0 && loan.expires_at < hold_until => return Ask::RenewLoan,
             Some(loan) => (loan.in_use + 1)
                 .min(self.max_loan.saturating_sub(loan.units))
                 .max(1),
             None => 1,
         };
-        Ask { lend: true, units }
+        Ask::borrow(units)
     }
 
     /// Whether `bucket`'s loan was lent by another owner than `owner` (the ring moved it) and

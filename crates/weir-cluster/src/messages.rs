@@ -3,6 +3,7 @@
 //! use these, and they use nothing of the crate.
 
 use std::future::Future;
+use std::num::NonZeroU64;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -24,18 +25,58 @@ pub struct LeaseRequest {
     pub ttl: Duration,
     /// The time on the caller's clock (the simulation shares one clock).
     pub now: Nanos,
+    /// What is asked: a lease, units for the holder's loan, or the loan renewed.
+    pub ask: Ask,
+    /// What the owner waits for before it grants.
+    pub fence: Fence,
+}
+
+/// What a [`LeaseRequest`] asks of a bucket's owner.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ask {
+    /// One plain lease of one unit.
+    Lease,
+    /// The holder's loan of the bucket (one per bucket on this owner) grown by up to `units`
+    /// and renewed, or started if it has none live.
+    Borrow {
+        /// Units wanted.
+        units: NonZeroU64,
+    },
+    /// The holder's loan renewed, nothing added (`Full` if it has none live).
+    RenewLoan,
+}
+
+impl Ask {
+    /// Units for the holder's loan: renewed only if `units` is 0.
+    pub fn borrow(units: u64) -> Ask {
+        NonZeroU64::new(units).map_or(Ask::RenewLoan, |units| Ask::Borrow { units })
+    }
+
+    /// Whether it is about the holder's loan.
+    pub fn is_loan(self) -> bool {
+        !matches!(self, Ask::Lease)
+    }
+
+    /// The units it asks to add.
+    pub fn units(self) -> u64 {
+        match self {
+            Ask::Lease => 1,
+            Ask::Borrow { units } => units.get(),
+            Ask::RenewLoan => 0,
+        }
+    }
+}
+
+/// What a bucket's owner waits for before it grants a [`LeaseRequest`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fence {
     /// The caller's policy must never exceed its ceiling (`on_unavailable = "closed"`): grant
-    /// only after one `ttl` of tenure (see [`Tenure`](crate::tenure)).
-    pub fenced: bool,
-    /// Units asked for: 1 for a plain lease; for a loan, how many to add (0: renew only).
-    pub units: u64,
-    /// A loan: the holder keeps one per bucket on this owner, which this request grows and
-    /// renews (or starts), rather than a lease of its own.
-    pub lend: bool,
-    /// An unfenced request's learning period: grant only once the owner has held the bucket
-    /// this long, so that leases other nodes hold are re-registered first (zero: grant at
-    /// once).
-    pub learning: Duration,
+    /// only after one `ttl` of tenure (see [`Tenure`](crate::tenure)) and while a majority is
+    /// heard.
+    Closed,
+    /// Grant only once the owner has held the bucket this long, so that leases other nodes hold
+    /// are re-registered first (zero: grant at once).
+    Learning(Duration),
 }
 
 impl LeaseRequest {
@@ -47,10 +88,8 @@ impl LeaseRequest {
             holder: holder.to_owned(),
             ttl,
             now,
-            fenced: false,
-            units: 1,
-            lend: false,
-            learning: Duration::ZERO,
+            ask: Ask::Lease,
+            fence: Fence::Learning(Duration::ZERO),
         }
     }
 }

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::messages::{LeaseRequest, TransportError};
+use crate::messages::{Ask, Fence, LeaseRequest, TransportError};
 use crate::pool::{Grant, SharedPool};
 use crate::quorum::Quorum;
 use crate::ring::SharedRing;
@@ -84,40 +84,36 @@ impl Owner {
         Some(std::time::Duration::from_nanos(now.saturating_sub(since)))
     }
 
+    /// How long this node has seen no other ring and no pause of its own, as of `now`: the
+    /// shortest time it has held any bucket it owns.
+    pub fn ring_unchanged_for(&self, now: weir::Nanos) -> std::time::Duration {
+        let since = self.tenure.unchanged_since(&self.ring, now);
+        std::time::Duration::from_nanos(now.saturating_sub(since))
+    }
+
     /// Grants a lease if this node owns the bucket in its own view of the ring — and, for a
     /// fenced request, has held it for the request's TTL.
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {
         self.fence(&request.bucket)?;
-        if request.lend && request.units == 0 {
+        let tenure = match (request.ask, request.fence) {
             // A loan's renewal adds nothing: like a lease's, it waits for no tenure (a loan
             // handed over here must be renewable at once), but a fenced one needs a majority.
-            if request.fenced {
+            (Ask::RenewLoan, Fence::Closed) => {
                 self.check_majority(request.now)?;
+                Duration::ZERO
             }
-            return Ok(self.pool.lend(request));
-        }
-        if request.fenced {
-            self.check_majority(request.now)?;
-            let margin = self.quorum.as_ref().map_or(Duration::ZERO, |q| q.margin());
+            (Ask::RenewLoan, Fence::Learning(_)) => Duration::ZERO,
+            (_, Fence::Closed) => {
+                self.check_majority(request.now)?;
+                let margin = self.quorum.as_ref().map_or(Duration::ZERO, |q| q.margin());
+                request.ttl.saturating_add(margin)
+            }
+            (_, Fence::Learning(learning)) => learning,
+        };
+        if !tenure.is_zero() {
             let wait = self
                 .tenure
-                .wait(
-                    &request.bucket,
-                    request.ttl.saturating_add(margin),
-                    &self.ring,
-                    request.now,
-                )
-                .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
-            if !wait.is_zero() {
-                return Err(TransportError::Settling {
-                    owner: self.node_id.clone(),
-                    wait,
-                });
-            }
-        } else if !request.learning.is_zero() {
-            let wait = self
-                .tenure
-                .wait(&request.bucket, request.learning, &self.ring, request.now)
+                .wait(&request.bucket, tenure, &self.ring, request.now)
                 .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
             if !wait.is_zero() {
                 return Err(TransportError::Settling {
@@ -226,7 +222,7 @@ mod tests {
         let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)));
         a.beat(0);
         let fenced = |now| LeaseRequest {
-            fenced: true,
+            fence: Fence::Closed,
             now,
             ..request("b")
         };
@@ -257,7 +253,7 @@ mod tests {
         let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)))
             .with_quorum(Arc::clone(&quorum));
         let fenced = |now| LeaseRequest {
-            fenced: true,
+            fence: Fence::Closed,
             now,
             ttl: Duration::from_secs(10),
             ..request("b")

@@ -138,9 +138,9 @@ impl SharedPool {
         self.lend(&LeaseRequest::one(bucket, limit, holder, ttl, now))
     }
 
-    /// Answers a lease request: a plain lease of one unit, or — `request.lend` — the holder's
-    /// loan of the bucket grown by up to `request.units` units and renewed (by zero: renewed
-    /// only; `Full` if it has none), started if it has none live. A holder has one loan per
+    /// Answers a lease request: a plain lease of one unit, or the holder's loan of the bucket
+    /// grown by up to the units asked and renewed (or renewed only: `Full` if it has none),
+    /// started if it has none live. A holder has one loan per
     /// bucket, so requests that race to start one grow the same. The units granted are at most
     /// a quarter of what is free (at least one while any is); none free is `Full`.
     pub fn lend(&self, request: &LeaseRequest) -> Grant {
@@ -165,10 +165,8 @@ impl SharedPool {
                 .insert(request.bucket.clone(), Bucket::default());
         }
         let bucket = state.buckets.get_mut(&request.bucket).expect("present");
-        let wanted = match request.lend {
-            true => request.units,
-            false => 1,
-        };
+        let wanted = request.ask.units();
+        let lend = request.ask.is_loan();
         if bucket.units.saturating_add(wanted) > request.limit {
             // Looks full: prune the expired before deciding.
             bucket.prune(now);
@@ -176,7 +174,7 @@ impl SharedPool {
         let free = request.limit.saturating_sub(bucket.units);
         let units = wanted.min(block(free));
         let expires_at = weir::clock::after(now, ttl);
-        let loan = match request.lend {
+        let loan = match lend {
             true => bucket
                 .leases
                 .iter()
@@ -209,7 +207,7 @@ impl SharedPool {
                 bucket.leases.push(PoolLease {
                     id,
                     units,
-                    lent: request.lend,
+                    lent: lend,
                     expires_at,
                     holder: request.holder.clone(),
                 });
@@ -220,7 +218,7 @@ impl SharedPool {
         // What may lie idle is shared by every node holding a loan here: with many holders
         // each keeps less, so idle units never add up to more than a quarter of what is free.
         // (A plain lease keeps nothing; its grant does not walk the bucket's leases.)
-        let keep = match request.lend && bucket.recall_until <= now {
+        let keep = match lend && bucket.recall_until <= now {
             false => 0,
             true => {
                 let holders = bucket
@@ -361,6 +359,7 @@ mod tests {
     use std::sync::{Arc, Barrier};
 
     use super::*;
+    use crate::messages::Ask;
 
     const TTL: Duration = Duration::from_nanos(1_000);
 
@@ -472,8 +471,7 @@ mod tests {
     fn a_holder_has_one_loan_per_bucket_which_lends_grow_and_plain_leases_do_not() {
         let pool = SharedPool::new(100);
         let lend = |holder: &str, units| LeaseRequest {
-            units,
-            lend: true,
+            ask: Ask::borrow(units),
             ..LeaseRequest::one("b", 100, holder, TTL, 0)
         };
         // Two requests racing to start a loan grow the same one.
@@ -505,8 +503,7 @@ mod tests {
         let pool = SharedPool::new(100);
         let long = Duration::from_secs(10);
         let lend = |units, now| LeaseRequest {
-            units,
-            lend: true,
+            ask: Ask::borrow(units),
             ..LeaseRequest::one("b", 8, "a", long, now)
         };
         let grant = pool.lend(&lend(16, 0));

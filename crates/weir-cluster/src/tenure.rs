@@ -143,6 +143,15 @@ impl Tenure {
         Some(since?.max(state.awake_since.unwrap_or(now)))
     }
 
+    /// Since when this node has seen no other ring and no pause of its own, as of `now`: no
+    /// bucket it owns has been held for less.
+    pub fn unchanged_since(&self, ring: &SharedRing, now: Nanos) -> Nanos {
+        let mut state = self.lock();
+        Self::look(&mut state, ring, now);
+        let seen = state.seen.back().map_or(now, |seen| seen.at);
+        seen.max(state.awake_since.unwrap_or(now))
+    }
+
     /// How long until this node may grant `bucket` leases of `ttl`: zero if it has held the
     /// bucket for `ttl` already; `None` if it does not own it.
     pub fn wait(
@@ -240,6 +249,24 @@ mod tests {
             tenure.wait(&moved, Duration::from_secs(20), &shared, 50 * S),
             Some(Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn the_ring_is_unchanged_since_its_last_change_or_the_last_pause_and_no_bucket_held_longer() {
+        let shared = SharedRing::new(ring(&["a", "b", "c"]));
+        let tenure = Tenure::new("a", Duration::from_secs(2));
+        let kept = bucket_moving(&["a", "b", "c"], "a", &["a", "c"], "a");
+        beat(&tenure, &shared, 10, 29);
+        assert_eq!(tenure.unchanged_since(&shared, 29 * S), 10 * S);
+        shared.publish(ring(&["a", "c"]));
+        beat(&tenure, &shared, 30, 40);
+        assert_eq!(tenure.unchanged_since(&shared, 40 * S), 30 * S);
+        // A bucket kept through the change has been held longer than the ring is unchanged.
+        assert_eq!(tenure.held_since(&kept, &shared, 40 * S), Some(10 * S));
+        // A pause (no beat for 5 s) restarts both.
+        beat(&tenure, &shared, 45, 46);
+        assert_eq!(tenure.unchanged_since(&shared, 46 * S), 45 * S);
+        assert_eq!(tenure.held_since(&kept, &shared, 46 * S), Some(45 * S));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use weir::Nanos;
 
-pub use crate::messages::{BoxFuture, LeaseRequest, TransportError};
+pub use crate::messages::{Ask, BoxFuture, Fence, LeaseRequest, TransportError};
 use crate::pool::Grant;
 use crate::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
 use crate::ring::Ring;

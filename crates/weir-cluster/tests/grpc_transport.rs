@@ -139,7 +139,7 @@ async fn leases_cross_the_wire_and_move_with_the_bucket() {
 async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
     use weir::Clock;
     use weir_cluster::pool::Grant;
-    use weir_cluster::transport::{LeaseRequest, TransportError, TransportExt};
+    use weir_cluster::transport::{Fence, LeaseRequest, TransportError, TransportExt};
 
     let ring_view = Arc::new(SharedRing::new(ring(&["n1", "n2"])));
     let owned_by = |owner: &str| {
@@ -170,7 +170,7 @@ async fn a_batch_of_leases_is_one_call_with_an_answer_per_request() {
                 request(&mine),
                 request(&theirs),
                 LeaseRequest {
-                    fenced: true,
+                    fence: Fence::Closed,
                     ..request(&mine)
                 },
             ],

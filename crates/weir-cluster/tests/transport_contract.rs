@@ -18,7 +18,7 @@ use weir_cluster::owner::Owner;
 use weir_cluster::pool::{Grant, SharedPool};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::{
-    Adoption, LeaseRequest, Renewal, Transport, TransportError, TransportExt,
+    Adoption, Ask, Fence, LeaseRequest, Renewal, Transport, TransportError, TransportExt,
 };
 
 const TTL: Duration = Duration::from_secs(30);
@@ -100,7 +100,7 @@ async fn contract(transport: &impl Transport, callee: &Callee) {
     );
     // Fenced too early: settling, with the time to wait.
     let fenced = LeaseRequest {
-        fenced: true,
+        fence: Fence::Closed,
         ..request(mine, 10)
     };
     match transport.acquire("n2", fenced).await {
@@ -220,8 +220,7 @@ async fn loans<T: Transport>(transport: &T, callee: &Callee) {
     let in_use = |expected| until_in_use(&callee.pool, &bucket, expected);
     in_use(0).await;
     let ask = |units| LeaseRequest {
-        units,
-        lend: true,
+        ask: Ask::borrow(units),
         ..request(&bucket, 40)
     };
     // A quarter of the 40 free at most: 10 of the 12 asked.

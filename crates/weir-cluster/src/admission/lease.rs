@@ -7,7 +7,7 @@ use std::time::Duration;
 use weir::Clock;
 
 use super::{
-    Ask, ClusterAdmission, ClusterRefusal, Grant, HashMap, HeldLease, Holding, LeaseRequest,
+    Ask, ClusterAdmission, ClusterRefusal, Fence, Grant, HashMap, HeldLease, Holding, LeaseRequest,
     Renewal, Shared, SharedLease, Tier, Transport, TransportError, TwoTier,
 };
 use crate::transport::TransportExt;
@@ -26,7 +26,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             let Some(owner) = ring.owner_of(bucket) else {
                 return self.unavailable(bucket, ring.members().len());
             };
-            let grant = self.ask_owner(bucket, owner, Ask::ONE).await;
+            let grant = self.ask_owner(bucket, owner, Ask::Lease).await;
             match grant {
                 Ok(Grant::Granted { id, expires_at, .. }) => {
                     // Checked and recorded under the registry's lock: `rehome` loads the ring
@@ -77,18 +77,16 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
         let request = LeaseRequest {
             bucket: bucket.to_owned(),
             limit: self.config.shared_limit,
-            holder: match ask.lend {
+            holder: match ask.is_loan() {
                 true => self.loan_holder.clone(),
                 false => self.node_id.clone(),
             },
             ttl: self.ttl(),
             now: self.clock.now(),
-            fenced: self.fenced(),
-            units: ask.units,
-            lend: ask.lend,
-            learning: match self.fenced() {
-                true => Duration::ZERO,
-                false => self.config.learning_period,
+            ask,
+            fence: match self.fenced() {
+                true => Fence::Closed,
+                false => Fence::Learning(self.config.learning_period),
             },
         };
         if owner == self.node_id {

@@ -114,7 +114,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                     }
                     // Taken by racing requests, or the ring moved: once more.
                 }
-                Ok(Grant::Full) if ask == Ask::RENEW => {
+                Ok(Grant::Full) if ask == Ask::RenewLoan => {
                     // The owner no longer has the loan (its renewals failed for too long): it
                     // lends nothing more, and the next try starts another.
                     let mut book = self.book();
@@ -172,7 +172,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// Renews loan `id` of `bucket` on `owner`; gives back what the answer does not let this
     /// node keep. False if the owner no longer has it (or could not be asked).
     pub(super) async fn renew_loan(&self, bucket: &str, owner: &str, id: u64) -> bool {
-        match self.ask_owner(bucket, owner, Ask::RENEW).await {
+        match self.ask_owner(bucket, owner, Ask::RenewLoan).await {
             Ok(Grant::Granted {
                 id: renewed,
                 expires_at,

@@ -51,7 +51,8 @@ use weir::keyed::{KeyedLimiter, Overflow, Shape, Taken};
 use weir::policy::OnUnavailable;
 use weir::{Clock, Nanos};
 
-use crate::loan::{self, Ask, LoanBook, Moved, Owed, Unit};
+use crate::loan::{self, LoanBook, Moved, Owed, Unit};
+use crate::messages::{Ask, Fence};
 use crate::owner::Owner;
 use crate::pool::Grant;
 use crate::ring::SharedRing;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::in_memory::InMemory;
+use crate::messages::Ask;
 use crate::owner::Owner;
 use crate::pool::SharedPool;
 use crate::rates::RateAsk;
@@ -223,8 +224,7 @@ async fn a_loans_growth_nobody_waits_for_gives_back_only_what_it_added() {
     let (counting, pool) = one_owner();
     let batching = Batching::new(Arc::clone(&counting));
     let first = LeaseRequest {
-        units: 4,
-        lend: true,
+        ask: Ask::borrow(4),
         ..request("b")
     };
     let Ok(Grant::Granted { units: 4, .. }) = batching.acquire("n1", first).await else {
@@ -232,8 +232,7 @@ async fn a_loans_growth_nobody_waits_for_gives_back_only_what_it_added() {
     };
     counting.gated.store(true, Ordering::SeqCst);
     let grow = LeaseRequest {
-        units: 3,
-        lend: true,
+        ask: Ask::borrow(3),
         ..request("b")
     };
     let gave_up =

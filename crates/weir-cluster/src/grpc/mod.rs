@@ -27,7 +27,8 @@ use crate::pool::Grant;
 use crate::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{
-    Adoption, BoxFuture, LeaseRequest, Message, Renewal, Reply, Transport, TransportError, replied,
+    Adoption, Ask, BoxFuture, Fence, LeaseRequest, Message, Renewal, Reply, Transport,
+    TransportError, replied,
 };
 
 /// The generated types and services.

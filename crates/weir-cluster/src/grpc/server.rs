@@ -1,7 +1,7 @@
 //! An owner's side of the node-to-node protocol: its pool behind the ownership fence and the
 //! decisions of the cluster-scoped rate buckets it owns, single and batched.
 
-use super::wire::{request_of, with_quota};
+use super::wire::{ask_of, fence_of, request_of, with_quota};
 use super::{
     Arc, Clock, ClusterSecret, Duration, Grant, LeaseRequest, Outcome, Owner, RateDecision,
     RateOwner, Request, RequireToken, Response, Status, TransportError, duration_to_nanos, proto,
@@ -62,16 +62,15 @@ impl<C: Clock> ClusterService<C> {
     /// Answers one lease request, stamping a grant with this node's clock.
     fn grant(&self, request: proto::LeaseRequest) -> proto::LeaseReply {
         let now = self.clock.now();
+        let (ask, fence) = (ask_of(&request), fence_of(&request));
         let grant = self.owner.grant(&LeaseRequest {
             bucket: request.bucket,
             limit: request.limit,
             holder: request.holder,
             ttl: Duration::from_nanos(request.ttl_ns),
             now,
-            fenced: request.fenced,
-            units: request.units,
-            lend: request.lend,
-            learning: Duration::from_nanos(request.learning_ns),
+            ask,
+            fence,
         });
         match grant {
             Ok(Grant::Granted {

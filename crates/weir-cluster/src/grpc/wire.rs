@@ -2,8 +2,8 @@
 //! Times cross as durations, never instants.
 
 use super::{
-    Duration, Grant, Handover, LeaseRequest, Nanos, Outcome, Quota, RateAsk, RateDecision,
-    RateRequest, TransportError, duration_to_nanos, proto,
+    Ask, Duration, Fence, Grant, Handover, LeaseRequest, Nanos, Outcome, Quota, RateAsk,
+    RateDecision, RateRequest, TransportError, duration_to_nanos, proto,
 };
 
 /// `reply` with `quota` in it.
@@ -27,10 +27,30 @@ pub(super) fn wire_request(request: LeaseRequest) -> proto::LeaseRequest {
         limit: request.limit,
         holder: request.holder,
         ttl_ns: duration_to_nanos(request.ttl),
-        fenced: request.fenced,
-        units: request.units,
-        lend: request.lend,
-        learning_ns: duration_to_nanos(request.learning),
+        fenced: request.fence == Fence::Closed,
+        units: request.ask.units(),
+        lend: request.ask.is_loan(),
+        learning_ns: match request.fence {
+            Fence::Closed => 0,
+            Fence::Learning(learning) => duration_to_nanos(learning),
+        },
+    }
+}
+
+/// What a lease request on the wire asks: a plain lease (of one unit, whatever `units` says),
+/// or units for the holder's loan (none: a renewal).
+pub(super) fn ask_of(request: &proto::LeaseRequest) -> Ask {
+    match request.lend {
+        true => Ask::borrow(request.units),
+        false => Ask::Lease,
+    }
+}
+
+/// What the owner waits for before granting a lease request on the wire.
+pub(super) fn fence_of(request: &proto::LeaseRequest) -> Fence {
+    match request.fenced {
+        true => Fence::Closed,
+        false => Fence::Learning(Duration::from_nanos(request.learning_ns)),
     }
 }
 

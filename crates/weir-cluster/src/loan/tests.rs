@@ -12,13 +12,7 @@ fn book() -> LoanBook {
 fn units_are_taken_only_from_a_live_loan_of_the_current_owner() {
     let mut book = book();
     assert_eq!(book.take("b", "a", 0, 0), None, "nothing lent");
-    assert_eq!(
-        book.ask("b", "a", 0),
-        Ask {
-            lend: true,
-            units: 1
-        }
-    );
+    assert_eq!(book.ask("b", "a", 0), Ask::borrow(1));
     assert_eq!(book.granted("b", "a", 7, 2, 2, 10 * S), None);
     let one = book.take("b", "a", 10 * S, 0).expect("lent");
     assert!(
@@ -42,22 +36,20 @@ fn a_busy_loan_asks_for_as_many_more_as_it_has_in_use_within_max_loan() {
     for _ in 0..3 {
         book.take("b", "a", 0, 0).unwrap();
     }
-    assert_eq!(
-        book.ask("b", "a", 0),
-        Ask {
-            lend: true,
-            units: 4,
-        }
-    );
+    assert_eq!(book.ask("b", "a", 0), Ask::borrow(4));
     book.granted("b", "a", 1, 4, 8, S);
     for _ in 0..4 {
         book.take("b", "a", 0, 0).unwrap();
     }
-    assert_eq!(book.ask("b", "a", 0).units, 1, "7 lent: one more reaches 8");
+    assert_eq!(
+        book.ask("b", "a", 0).units(),
+        1,
+        "7 lent: one more reaches 8"
+    );
     book.granted("b", "a", 1, 1, 8, S);
     book.take("b", "a", 0, 0).unwrap();
     assert_eq!(
-        book.ask("b", "a", 0).units,
+        book.ask("b", "a", 0).units(),
         1,
         "past max_loan: one at a time"
     );
@@ -236,9 +228,9 @@ fn a_loan_with_idle_units_but_too_little_life_asks_to_be_renewed() {
     let mut book = book();
     book.granted("b", "a", 1, 2, 2, 3 * S);
     assert!(book.take("b", "a", 4 * S, 0).is_none(), "not 4 s left");
-    assert_eq!(book.ask("b", "a", 4 * S), Ask::RENEW);
+    assert_eq!(book.ask("b", "a", 4 * S), Ask::RenewLoan);
     assert_eq!(
-        book.ask("b", "a", 3 * S).units,
+        book.ask("b", "a", 3 * S).units(),
         1,
         "it lives long enough: grow"
     );

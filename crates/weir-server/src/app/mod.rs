@@ -365,6 +365,7 @@ impl App {
             ring: RingSummary {
                 members: 1,
                 vnodes: weir_cluster::ring::DEFAULT_VNODES,
+                unchanged_for_ms: 0,
             },
             counters: ClusterCounters::default(),
             lent: Default::default(),

@@ -443,6 +443,10 @@ impl ClusterMode {
             ring: RingSummary {
                 members: self.ring.load().members().len(),
                 vnodes: DEFAULT_VNODES,
+                unchanged_for_ms: self
+                    .owner
+                    .ring_unchanged_for(SystemClock::new().now())
+                    .as_millis() as u64,
             },
             counters: self.counters(),
             lent: self.lent(),
