@@ -110,13 +110,14 @@ pub struct RunSettings {
 
 /// The rate per second `policy` gives each key of `kind`: `None` for in-flight limits,
 /// adaptive policies, kinds it does not apply to or does not limit.
-pub fn configured_rate(policy: &weir::policy::PolicyConfig, kind: &str) -> Option<f64> {
+pub fn configured_rate(policy: &weir::policy::PolicyConfig, kind: Option<&str>) -> Option<f64> {
     if !matches!(
         &policy.limiter,
         weir::policy::Limiter::Keyed(
             weir::policy::KeyedSpec::TokenBucket(_)
                 | weir::policy::KeyedSpec::LeakyBucket(_)
                 | weir::policy::KeyedSpec::Strict(_)
+                | weir::policy::KeyedSpec::Window(..)
         )
     ) {
         return None;

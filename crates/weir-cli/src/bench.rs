@@ -154,7 +154,12 @@ impl BenchArgs {
             .policy
             .iter()
             .find(|policy| policy.name == self.policy)
-            .and_then(|policy| run::configured_rate(policy, &self.kind));
+            .and_then(|policy| {
+                run::configured_rate(
+                    policy,
+                    (!self.kind.is_empty()).then_some(self.kind.as_str()),
+                )
+            });
         // An HTTP or gRPC server is a URL: a bare address is told so before any request,
         // rather than failing each one with the client library's words.
         if matches!(

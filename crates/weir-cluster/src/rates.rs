@@ -66,8 +66,8 @@ pub struct RateAsk {
     pub policy: String,
     /// The bucket key.
     pub key: String,
-    /// The request's kind (empty: none).
-    pub kind: String,
+    /// The request's kind, if it has one.
+    pub kind: Option<String>,
     /// Its cost.
     pub cost: u64,
     /// The longest it may wait on the owner (zero: decide now).

@@ -386,7 +386,7 @@ impl SimRates {
         if let Some(held_for) = self.owner.held_for(&bucket, TokioClock::new().now())
             && held_for < LEARNING
         {
-            self.policy.hold_to_tenure("", key, held_for, LEARNING);
+            self.policy.hold_to_tenure(None, key, held_for, LEARNING);
         }
         let admitted = self.policy.try_acquire(&Request::new(key)).is_ok();
         if admitted {
@@ -497,7 +497,7 @@ async fn rate_load(
                     let request = RateRequest::Decide(RateAsk {
                         policy: policy_name().to_owned(),
                         key: key.clone(),
-                        kind: String::new(),
+                        kind: None,
                         cost: 1,
                         max_wait: Duration::ZERO,
                     });

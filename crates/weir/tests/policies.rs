@@ -56,8 +56,12 @@ fn the_design_examples_parse_from_toml_and_json() {
     assert_eq!(names, vec!["getpage", "ms-host", "search", "tables"]);
     let ms_host = set.get("ms-host").unwrap();
     assert_eq!(ms_host.limit(), Some(200.0), "100 per core on 2 cores");
-    assert_eq!(ms_host.limit_for("prepare_rowset"), Some(100.0));
-    assert_eq!(ms_host.limit_for("list_snapshots"), None, "0 = unlimited");
+    assert_eq!(ms_host.limit_for(Some("prepare_rowset")), Some(100.0));
+    assert_eq!(
+        ms_host.limit_for(Some("list_snapshots")),
+        None,
+        "0 = unlimited"
+    );
 
     // The same policy as the JSON body of `PUT /v1/policies/getpage` (name from the URL).
     let json: PolicyConfig = serde_json::from_str(
@@ -357,7 +361,7 @@ fn overrides_default_unlimited_own_and_per_core() {
     assert_eq!(admitted("list_snapshots", 1000), 1000, "0: unlimited");
     // 1 per core → 4/s, burst scaled alike to 4.
     assert_eq!(admitted("prepare_rowset", 20), 4);
-    assert_eq!(p.limit_for("prepare_rowset"), Some(4.0));
+    assert_eq!(p.limit_for(Some("prepare_rowset")), Some(4.0));
     let stats = p.stats();
     assert_eq!(stats.started, 20 + 20 + 1000 + 20);
     assert_eq!(stats.admitted, 8 + 8 + 1000 + 4);
@@ -786,7 +790,7 @@ fn requests_without_a_bucket_key_pass_and_are_counted() {
     let principal = "role|analyst";
     match bucket_key("search-group", Dimension::Username, principal) {
         Some(key) => panic!("no username in the principal, yet a key: {key}"),
-        None => p.pass_unkeyed("search"),
+        None => p.pass_unkeyed(Some("search")),
     }
     let key = bucket_key("search-group", Dimension::Role, principal).unwrap();
     let _held = p.try_acquire(&Request::new(&key)).unwrap();
@@ -1042,7 +1046,7 @@ fn a_fixed_window_policy_counts_hits_per_calendar_window_and_reports_its_quota()
     );
     let request = Request::new("+15551234");
     assert!(policy.try_acquire(&request).is_ok());
-    let quota = policy.quota("", "+15551234").expect("keyed");
+    let quota = policy.quota(None, "+15551234").expect("keyed");
     assert_eq!(quota.remaining, 1);
     assert_eq!(quota.reset_after, Duration::from_secs(30));
     assert!(policy.try_acquire(&request).is_ok());
@@ -1052,7 +1056,7 @@ fn a_fixed_window_policy_counts_hits_per_calendar_window_and_reports_its_quota()
     assert!(policy.try_acquire(&Request::new("+15559999")).is_ok());
     clock.advance(Duration::from_secs(30));
     assert!(policy.try_acquire(&request).is_ok());
-    assert_eq!(policy.quota("", "+15551234").unwrap().remaining, 1);
+    assert_eq!(policy.quota(None, "+15551234").unwrap().remaining, 1);
     assert_eq!(policy.limit(), Some(2.0 / 60.0));
 }
 
@@ -1089,13 +1093,13 @@ fn a_fixed_window_keeps_its_hits_across_a_new_limit_and_restarts_on_a_new_length
             r#"fixed_window = { limit = 4, window = "1m" }"#,
         ))
         .unwrap();
-    assert_eq!(policy.quota("", "k").unwrap().remaining, 1);
+    assert_eq!(policy.quota(None, "k").unwrap().remaining, 1);
     policy
         .reconfigure(policy_text(
             r#"fixed_window = { limit = 4, window = "1h" }"#,
         ))
         .unwrap();
-    assert_eq!(policy.quota("", "k").unwrap().remaining, 4);
+    assert_eq!(policy.quota(None, "k").unwrap().remaining, 4);
 }
 
 fn policy_text(table: &str) -> PolicyConfig {

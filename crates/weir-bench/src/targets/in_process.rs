@@ -45,7 +45,7 @@ impl Target for InProcess {
         let input = AcquireInput {
             policy: request.policy,
             key: request.key,
-            kind: request.kind,
+            kind: (!request.kind.is_empty()).then_some(request.kind),
             cost: request.cost,
             max_wait_ms: request.max_wait_ms,
         };

@@ -72,7 +72,7 @@ fn decision(max_wait: Duration) -> RateRequest {
     RateRequest::Decide(RateAsk {
         policy: "p".to_owned(),
         key: "k".to_owned(),
-        kind: String::new(),
+        kind: None,
         cost: 1,
         max_wait,
     })

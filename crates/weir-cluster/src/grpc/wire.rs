@@ -89,7 +89,8 @@ pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
         RateRequest::Decide(ask) => proto::DecideRequest {
             policy: ask.policy,
             key: ask.key,
-            kind: ask.kind,
+            // The wire's empty string is no kind.
+            kind: ask.kind.unwrap_or_default(),
             cost: ask.cost,
             max_wait_ns: duration_to_nanos(ask.max_wait),
             ..Default::default()
@@ -125,7 +126,7 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
     RateRequest::Decide(RateAsk {
         policy: request.policy,
         key: request.key,
-        kind: request.kind,
+        kind: (!request.kind.is_empty()).then_some(request.kind),
         cost: request.cost,
         max_wait: Duration::from_nanos(request.max_wait_ns),
     })

@@ -20,8 +20,8 @@ pub struct AcquireInput {
     pub policy: String,
     /// The bucket key.
     pub key: String,
-    /// The kind (empty: none).
-    pub kind: String,
+    /// The kind, if the request has one.
+    pub kind: Option<String>,
     /// The cost (absent: 1).
     pub cost: Option<u64>,
     /// The longest the caller waits.
@@ -103,7 +103,7 @@ impl App {
             target: "weir::admission",
             "admission",
             policy = %input.policy,
-            kind = %input.kind,
+            kind = input.kind.as_deref().unwrap_or_default(),
             key = %input.key,
             cost = input.cost.unwrap_or(1),
             tier = tracing::field::Empty,
@@ -165,11 +165,12 @@ impl App {
                 input.policy
             )));
         }
-        let mut request = Request::new(&input.key).kind(&input.kind).cost(cost);
+        let mut request = Request::new(&input.key).cost(cost);
+        request.kind = input.kind.as_deref();
         if let Some(ms) = input.max_wait_ms {
             request = request.max_wait(Duration::from_millis(ms));
         }
-        let limit = policy.limit_for(&input.kind);
+        let limit = policy.limit_for(input.kind.as_deref());
         if let Some(decided) = self.forward_rate(&policy, input, cost, limit).await {
             return Ok(decided);
         }

@@ -261,7 +261,7 @@ impl Cells {
         let stamp = Nanos::try_from(now).unwrap_or(0);
         if verdict.limited {
             let shown = String::from_utf8_lossy(key);
-            let added = self.throttled.throttled(&shown, "", stamp).added;
+            let added = self.throttled.throttled(&shown, None, stamp).added;
             if let Some(cell) = cells.get_mut(key) {
                 cell.tracked |= added;
             }
@@ -311,7 +311,7 @@ impl Cells {
         if verdict.limited {
             let stamp = Nanos::try_from(now).unwrap_or(0);
             self.throttled
-                .throttled(&String::from_utf8_lossy(key), "", stamp);
+                .throttled(&String::from_utf8_lossy(key), None, stamp);
         }
         verdict
     }
@@ -371,7 +371,7 @@ impl Cells {
                 ThrottledRow {
                     policy: CELLS_POLICY.to_owned(),
                     key: k.key,
-                    kind: k.kind,
+                    kind: k.kind.unwrap_or_default(),
                     qps_limit,
                     current_qps: k.current_qps,
                     in_flight: 0,

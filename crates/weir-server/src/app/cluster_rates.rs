@@ -70,7 +70,7 @@ impl App {
             })
         })?;
         match self
-            .ask_owner(policy, &input.key, &input.kind, cost, max_wait)
+            .ask_owner(policy, &input.key, input.kind.as_deref(), cost, max_wait)
             .await?
         {
             OwnerAnswer::Admitted {
@@ -104,7 +104,7 @@ impl App {
         &self,
         policy: &Policy<SystemClock>,
         key: &str,
-        kind: &str,
+        kind: Option<&str>,
         cost: u64,
         max_wait: Duration,
     ) -> Option<OwnerAnswer> {
@@ -116,7 +116,7 @@ impl App {
         let request = RateRequest::Decide(RateAsk {
             policy: policy.name().to_owned(),
             key: key.to_owned(),
-            kind: kind.to_owned(),
+            kind: kind.map(str::to_owned),
             cost,
             max_wait,
         });
@@ -180,12 +180,12 @@ impl App {
         let Some(policy) = policy else {
             return RateDecision::UnknownPolicy;
         };
-        self.hold_while_learning(&policy, &request.kind, &request.key);
+        self.hold_while_learning(&policy, request.kind.as_deref(), &request.key);
         cluster.decided_for_other();
-        let asked = Request::new(&request.key)
-            .kind(&request.kind)
+        let mut asked = Request::new(&request.key)
             .cost(request.cost)
             .max_wait(request.max_wait);
+        asked.kind = request.kind.as_deref();
         if request.max_wait.is_zero() {
             // What an RLS rule's answer carries back, read with the decision itself.
             let (decided, quota) = policy.try_acquire_with_quota(&asked);
@@ -201,7 +201,7 @@ impl App {
                 };
             }
         };
-        decision_of(decided, policy.quota(&request.kind, &request.key))
+        decision_of(decided, policy.quota(request.kind.as_deref(), &request.key))
     }
 }
 
@@ -209,7 +209,7 @@ impl App {
     /// For a bucket this node owns: while it has owned it for less than the policy's
     /// `learning_period`, holds it to the share of its capacity that period allows (an owner
     /// that crashed handed nothing over).
-    fn hold_while_learning(&self, policy: &Policy<SystemClock>, kind: &str, key: &str) {
+    fn hold_while_learning(&self, policy: &Policy<SystemClock>, kind: Option<&str>, key: &str) {
         let learning = policy.with_config(|config| config.learning_period);
         if learning.is_zero() {
             return;

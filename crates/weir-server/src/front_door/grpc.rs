@@ -85,7 +85,8 @@ fn input(request: AcquireRequest) -> Asked {
         input: AcquireInput {
             policy: request.policy,
             key: request.key,
-            kind: request.kind,
+            // proto3's empty string is no kind.
+            kind: (!request.kind.is_empty()).then_some(request.kind),
             cost: (request.cost > 0).then_some(request.cost),
             max_wait_ms: request.max_wait_ms,
         },

@@ -15,8 +15,8 @@ use crate::policy::{Policy, Rejection, Request};
 pub struct Extracted {
     /// The bucket (tenant, user, …).
     pub key: String,
-    /// The kind of work (empty: none).
-    pub kind: String,
+    /// The kind of work, if it has one.
+    pub kind: Option<String>,
     /// What the request costs (usually 1).
     pub cost: u64,
 }
@@ -26,7 +26,7 @@ impl Extracted {
     pub fn key(key: impl Into<String>) -> Self {
         Extracted {
             key: key.into(),
-            kind: String::new(),
+            kind: None,
             cost: 1,
         }
     }
@@ -113,14 +113,14 @@ where
         let policy = Arc::clone(&self.layer.policy);
         Box::pin(async move {
             let Some(extracted) = extracted else {
-                policy.pass_unkeyed("");
+                policy.pass_unkeyed(None);
                 return ready_then_call(inner, request).await;
             };
             let grpc = is_grpc(&request);
             let decided = policy
                 .acquire(&Request {
                     key: &extracted.key,
-                    kind: &extracted.kind,
+                    kind: extracted.kind.as_deref(),
                     cost: extracted.cost,
                     max_wait: None,
                 })

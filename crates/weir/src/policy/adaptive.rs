@@ -13,6 +13,12 @@ use super::{Policy, RejectReason, Rejection, Request};
 use crate::backpressure::{Backpressure, BackpressureStats};
 use crate::clock::Clock;
 
+/// The RPC type the controller counts a request under: its kind, or one shared by every request
+/// of no kind.
+fn rpc_type<'a>(request: &Request<'a>) -> &'a str {
+    request.kind.unwrap_or_default()
+}
+
 impl<C: Clock + Clone> Policy<C> {
     /// An adaptive policy decides without waiting: the key's next slot, if it is limited.
     pub(super) fn try_adaptive(
@@ -21,9 +27,9 @@ impl<C: Clock + Clone> Policy<C> {
         adaptive: &Backpressure<C>,
         request: &Request<'_>,
     ) -> Result<Admission<C>, Rejection> {
-        match adaptive.try_call(request.kind, request.key) {
+        match adaptive.try_call(rpc_type(request), request.key) {
             Ok(()) => {
-                adaptive.after_call(request.kind, request.key);
+                adaptive.after_call(rpc_type(request), request.key);
                 Ok(self.admit(state, None, Duration::ZERO, Outcome::Admitted))
             }
             Err(wait) => self.adaptive_refused(state, adaptive, request, wait),
@@ -39,11 +45,11 @@ impl<C: Clock + Clone> Policy<C> {
         request: &Request<'_>,
         max_wait: Duration,
     ) -> Result<Admission<C>, Rejection> {
-        let reserved = adaptive.reserve_within(request.kind, request.key, max_wait);
+        let reserved = adaptive.reserve_within(rpc_type(request), request.key, max_wait);
         match reserved {
             Err(wait) => self.adaptive_refused(state, adaptive, request, wait),
             Ok(None) => {
-                adaptive.after_call(request.kind, request.key);
+                adaptive.after_call(rpc_type(request), request.key);
                 Ok(self.admit(state, None, Duration::ZERO, Outcome::Admitted))
             }
             Ok(Some(at)) => {
@@ -54,8 +60,8 @@ impl<C: Clock + Clone> Policy<C> {
                     tokio::time::sleep(wait).await;
                     drop(waiting);
                 }
-                adaptive.record_wait(request.kind, wait);
-                adaptive.after_call(request.kind, request.key);
+                adaptive.record_wait(rpc_type(request), wait);
+                adaptive.after_call(rpc_type(request), request.key);
                 let outcome = if wait.is_zero() {
                     Outcome::Admitted
                 } else {
@@ -75,7 +81,7 @@ impl<C: Clock + Clone> Policy<C> {
     ) -> Result<Admission<C>, Rejection> {
         // "Who is throttled" for an adaptive policy comes from its controller's limits.
         if state.config.mode == config::Mode::Monitor {
-            adaptive.after_call(request.kind, request.key);
+            adaptive.after_call(rpc_type(request), request.key);
             return Ok(self.admit(state, None, Duration::ZERO, Outcome::WouldThrottle));
         }
         state.stats.decided(Outcome::Rejected, Duration::ZERO);

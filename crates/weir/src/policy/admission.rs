@@ -170,7 +170,7 @@ impl<C: Clock + Clone> Policy<C> {
 
     /// Lets through a request that has no bucket key (its principal has no value for the
     /// policy's dimension), counting it as such if the policy applies to its kind.
-    pub fn pass_unkeyed(&self, kind: &str) {
+    pub fn pass_unkeyed(&self, kind: Option<&str>) {
         let state = self.state.load();
         if state.config.applies_to(kind) {
             state.stats.unkeyed();

@@ -82,7 +82,13 @@ impl<C: Clock + Clone> Policy<C> {
     /// Holds the bucket a request of `kind` for `key` is counted in to what its new owner
     /// may allow after `held_for` of a `learning` period (see
     /// [`KeyedLimiter::hold_to_tenure`](crate::keyed::KeyedLimiter::hold_to_tenure)).
-    pub fn hold_to_tenure(&self, kind: &str, key: &str, held_for: Duration, learning: Duration) {
+    pub fn hold_to_tenure(
+        &self,
+        kind: Option<&str>,
+        key: &str,
+        held_for: Duration,
+        learning: Duration,
+    ) {
         let state = self.state.load();
         if let Some(Some(limiter)) = state.buckets(kind) {
             limiter.hold_to_tenure(key, held_for, learning);
@@ -114,9 +120,11 @@ mod tests {
         fixed_window = { limit = 10, window = "1m" }
     "#;
 
-    fn admitted(policy: &Policy<ManualClock>, kind: &str, key: &str) -> u32 {
+    fn admitted(policy: &Policy<ManualClock>, kind: Option<&str>, key: &str) -> u32 {
+        let mut request = Request::new(key);
+        request.kind = kind;
         let mut n = 0;
-        while policy.try_acquire(&Request::new(key).kind(kind)).is_ok() {
+        while policy.try_acquire(&request).is_ok() {
             n += 1;
         }
         n
@@ -145,11 +153,11 @@ mod tests {
         for bucket in &handed {
             new.absorb(bucket.kind.as_deref(), &bucket.key, bucket.quota);
         }
-        assert_eq!(admitted(&new, "", "a"), 3);
-        assert_eq!(admitted(&new, "bulk", "b"), 3);
+        assert_eq!(admitted(&new, None, "a"), 3);
+        assert_eq!(admitted(&new, Some("bulk"), "b"), 3);
         // Refilling goes on at the rate from where the old owner left it.
         clock.advance(Duration::from_millis(500));
-        assert_eq!(admitted(&new, "", "a"), 5);
+        assert_eq!(admitted(&new, None, "a"), 5);
     }
 
     #[test]
@@ -164,7 +172,7 @@ mod tests {
         for bucket in old.spent_buckets(|_| true) {
             new.absorb(bucket.kind.as_deref(), &bucket.key, bucket.quota);
         }
-        assert_eq!(admitted(&new, "", "a"), 1);
+        assert_eq!(admitted(&new, None, "a"), 1);
     }
 
     #[test]
@@ -194,12 +202,12 @@ mod tests {
         let handed = old.spent_buckets(|_| true);
         assert_eq!(handed.len(), 1);
         new.absorb(None, "a", handed[0].quota);
-        assert_eq!(admitted(&new, "", "a"), 4);
+        assert_eq!(admitted(&new, None, "a"), 4);
         // A count from a window that has ended since is not carried into the next one.
         let other = policy(WINDOW, &clock);
         clock.advance(Duration::from_secs(100));
         other.absorb(None, "a", handed[0].quota);
-        assert_eq!(admitted(&other, "", "a"), 10);
+        assert_eq!(admitted(&other, None, "a"), 10);
     }
 
     #[test]
@@ -208,16 +216,16 @@ mod tests {
         let new = policy(BUCKET, &clock);
         let learning = Duration::from_secs(60);
         // 300 ms into a 1 s refill time: at most 3 of 10.
-        new.hold_to_tenure("", "a", Duration::from_millis(300), learning);
-        assert_eq!(admitted(&new, "", "a"), 3);
+        new.hold_to_tenure(None, "a", Duration::from_millis(300), learning);
+        assert_eq!(admitted(&new, None, "a"), 3);
         // Holding again, later, gives nothing back: the bucket refills only at its rate.
         clock.advance(Duration::from_millis(200));
-        new.hold_to_tenure("", "a", Duration::from_millis(500), learning);
-        assert_eq!(admitted(&new, "", "a"), 2);
+        new.hold_to_tenure(None, "a", Duration::from_millis(500), learning);
+        assert_eq!(admitted(&new, None, "a"), 2);
         // A tenure past the refill time holds nothing.
         clock.advance(Duration::from_millis(1000));
-        new.hold_to_tenure("", "a", Duration::from_millis(1500), learning);
-        assert_eq!(admitted(&new, "", "a"), 10);
+        new.hold_to_tenure(None, "a", Duration::from_millis(1500), learning);
+        assert_eq!(admitted(&new, None, "a"), 10);
     }
 
     #[test]
@@ -226,12 +234,12 @@ mod tests {
         let new = policy(BUCKET, &clock);
         // 100 ms of a 200 ms learning period: half the bucket, not a tenth.
         new.hold_to_tenure(
-            "",
+            None,
             "a",
             Duration::from_millis(100),
             Duration::from_millis(200),
         );
-        assert_eq!(admitted(&new, "", "a"), 5);
+        assert_eq!(admitted(&new, None, "a"), 5);
     }
 
     #[test]
@@ -239,11 +247,11 @@ mod tests {
         let clock = ManualClock::new(0);
         let new = policy(WINDOW, &clock);
         clock.advance(Duration::from_secs(20));
-        new.hold_to_tenure("", "a", Duration::from_secs(5), Duration::from_secs(60));
-        assert_eq!(admitted(&new, "", "a"), 0);
+        new.hold_to_tenure(None, "a", Duration::from_secs(5), Duration::from_secs(60));
+        assert_eq!(admitted(&new, None, "a"), 0);
         // The next window began within the tenure: nothing to hold.
         clock.advance(Duration::from_secs(45));
-        new.hold_to_tenure("", "a", Duration::from_secs(50), Duration::from_secs(60));
-        assert_eq!(admitted(&new, "", "a"), 10);
+        new.hold_to_tenure(None, "a", Duration::from_secs(50), Duration::from_secs(60));
+        assert_eq!(admitted(&new, None, "a"), 10);
     }
 }

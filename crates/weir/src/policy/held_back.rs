@@ -19,7 +19,7 @@ pub struct ThrottledRow {
     pub policy: String,
     /// The key held back.
     pub key: String,
-    /// The kind of its latest request.
+    /// The kind of its latest request (empty: of no kind, as the API shows it).
     pub kind: String,
     /// The limit of its bucket (per second, or permits); `None` if unlimited.
     pub qps_limit: Option<f64>,
@@ -50,7 +50,7 @@ impl<C: Clock + Clone> Policy<C> {
 
     pub(super) fn untrack(&self, state: &PolicyState<C>, changes: Changes) {
         for (key, kind) in changes.removed {
-            if let Some(Some(limiter)) = state.buckets(&kind) {
+            if let Some(Some(limiter)) = state.buckets(kind.as_deref()) {
                 limiter.set_tracked(&key, false);
             }
         }
@@ -81,14 +81,14 @@ impl<C: Clock + Clone> Policy<C> {
         self.untrack(&state, changes);
         keys.into_iter()
             .map(|k| {
-                let limiter = state.buckets(&k.kind).flatten();
+                let limiter = state.buckets(k.kind.as_deref()).flatten();
                 let (in_flight, waiters) =
                     limiter.and_then(|l| l.occupancy(&k.key)).unwrap_or((0, 0));
                 ThrottledRow {
                     policy: self.name.clone(),
                     qps_limit: limiter.map(|l| PolicyConfig::limit_of(&l.shape())),
                     key: k.key,
-                    kind: k.kind,
+                    kind: k.kind.unwrap_or_default(),
                     current_qps: k.current_qps,
                     in_flight,
                     waiters,

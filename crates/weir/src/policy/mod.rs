@@ -153,8 +153,8 @@ impl<C: Clock + Clone> Policy<C> {
         read(&self.state.load().config)
     }
 
-    /// Whether the policy applies to requests of `kind`.
-    pub fn applies_to(&self, kind: &str) -> bool {
+    /// Whether the policy applies to requests of `kind` (`None`: of no kind).
+    pub fn applies_to(&self, kind: Option<&str>) -> bool {
         self.state.load().config.applies_to(kind)
     }
 
@@ -206,7 +206,7 @@ impl<C: Clock + Clone> Policy<C> {
     }
 
     /// The limit for `kind` (`None`: unlimited, or the policy does not apply).
-    pub fn limit_for(&self, kind: &str) -> Option<f64> {
+    pub fn limit_for(&self, kind: Option<&str>) -> Option<f64> {
         let state = self.state.load();
         state
             .buckets(kind)
@@ -218,7 +218,7 @@ impl<C: Clock + Clone> Policy<C> {
     /// does not apply to `kind`, leaves it unlimited, or is adaptive.
     ///
     /// [`KeyedLimiter::quota`]: crate::keyed::KeyedLimiter::quota
-    pub fn quota(&self, kind: &str, key: &str) -> Option<Quota> {
+    pub fn quota(&self, kind: Option<&str>, key: &str) -> Option<Quota> {
         let state = self.state.load();
         if state.adaptive().is_some() {
             return None;

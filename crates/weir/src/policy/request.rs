@@ -9,9 +9,9 @@ use std::time::Duration;
 pub struct Request<'a> {
     /// The bucket: a tenant, a user, an RPC type and table.
     pub key: &'a str,
-    /// The kind of work (task kind, RPC type). Empty: no kind — only policies that apply to
+    /// The kind of work (task kind, RPC type). `None`: no kind — only policies that apply to
     /// every kind see it.
-    pub kind: &'a str,
+    pub kind: Option<&'a str>,
     /// Tokens (or permits) it costs.
     pub cost: u64,
     /// The longest this request is willing to wait (the policy's `max_wait` still caps it).
@@ -23,7 +23,7 @@ impl<'a> Request<'a> {
     pub fn new(key: &'a str) -> Self {
         Request {
             key,
-            kind: "",
+            kind: None,
             cost: 1,
             max_wait: None,
         }
@@ -31,7 +31,10 @@ impl<'a> Request<'a> {
 
     /// The same request with a kind.
     pub fn kind(self, kind: &'a str) -> Self {
-        Request { kind, ..self }
+        Request {
+            kind: Some(kind),
+            ..self
+        }
     }
 
     /// The same request with a cost.

@@ -49,7 +49,7 @@ impl PolicyConfig {
     /// How `kind` is limited: not at all (`None`: the policy does not apply to it), by the
     /// default buckets, without limit, or by buckets of its own.
     pub fn kind_limit(&self, kind: &str, cores: usize) -> Result<Option<KindLimit>, PolicyError> {
-        if !self.applies_to(kind) {
+        if !self.applies_to(Some(kind)) {
             return Ok(None);
         }
         let Some(spec) = self.keyed() else {
@@ -67,9 +67,10 @@ impl PolicyConfig {
         }
     }
 
-    /// Whether the policy applies to requests of `kind`.
-    pub fn applies_to(&self, kind: &str) -> bool {
-        self.kinds.is_empty() || self.kinds.iter().any(|k| k == kind)
+    /// Whether the policy applies to requests of `kind` (`None`: of no kind, which only a
+    /// policy for every kind sees).
+    pub fn applies_to(&self, kind: Option<&str>) -> bool {
+        self.kinds.is_empty() || kind.is_some_and(|kind| self.kinds.iter().any(|k| k == kind))
     }
 
     /// The limit a bucket of `shape` enforces, in the unit people read: requests (or tokens)

@@ -44,14 +44,14 @@ impl<C: Clock + Clone> PolicyState<C> {
     /// The buckets for `kind`: `None` if the policy does not apply, `Some(None)` if the kind has
     /// no buckets (unlimited, or an adaptive policy).
     #[inline]
-    pub(super) fn buckets(&self, kind: &str) -> Option<Option<&Arc<KeyedLimiter<C>>>> {
+    pub(super) fn buckets(&self, kind: Option<&str>) -> Option<Option<&Arc<KeyedLimiter<C>>>> {
         if !self.config.applies_to(kind) {
             return None;
         }
         let Engine::Keyed { default, kinds } = &self.engine else {
             return Some(None);
         };
-        match kinds.get(kind) {
+        match kind.and_then(|kind| kinds.get(kind)) {
             None => Some(Some(default)),
             Some(KindBuckets::Unlimited) => Some(None),
             Some(KindBuckets::Own(limiter)) => Some(Some(limiter)),

@@ -28,8 +28,8 @@ pub const DEFAULT_WINDOW: Duration = Duration::from_secs(10);
 pub struct ThrottledKey {
     /// The key.
     pub key: String,
-    /// The kind of its most recent request.
-    pub kind: String,
+    /// The kind of its most recent request (`None`: of no kind).
+    pub kind: Option<String>,
     /// Requests per second seen for the key over the window.
     pub current_qps: f64,
     /// Refusals and waits in the window.
@@ -40,7 +40,7 @@ pub struct ThrottledKey {
 
 #[derive(Debug)]
 struct Entry {
-    kind: Box<str>,
+    kind: Option<Box<str>>,
     /// When the table started following the key: rates cover at most this long.
     since: Nanos,
     last_throttled: Nanos,
@@ -99,7 +99,7 @@ pub struct Changes {
     /// The key was not in the table and now is.
     pub added: bool,
     /// Keys (with their kinds) that left the table to make room or because they went quiet.
-    pub removed: Vec<(String, String)>,
+    pub removed: Vec<(String, Option<String>)>,
 }
 
 impl ThrottledKeys {
@@ -119,7 +119,7 @@ impl ThrottledKeys {
     }
 
     /// Records a request for `key` that was refused or had to wait.
-    pub fn throttled(&self, key: &str, kind: &str, now: Nanos) -> Changes {
+    pub fn throttled(&self, key: &str, kind: Option<&str>, now: Nanos) -> Changes {
         let mut entries = self.lock();
         let mut changes = Changes::default();
         self.expire(&mut entries, now, &mut changes);
@@ -132,13 +132,15 @@ impl ThrottledKeys {
                     .map(|(k, _)| k.clone())
                 {
                     let entry = entries.remove(&oldest).expect("just found");
-                    changes.removed.push((oldest.into(), entry.kind.into()));
+                    changes
+                        .removed
+                        .push((oldest.into(), entry.kind.map(Into::into)));
                 }
             }
             entries.insert(
                 Box::from(key),
                 Entry {
-                    kind: Box::from(kind),
+                    kind: kind.map(Box::from),
                     since: now,
                     last_throttled: now,
                     throttled: 0,
@@ -154,8 +156,8 @@ impl ThrottledKeys {
         entry.current += 1;
         entry.throttled += 1;
         entry.last_throttled = now;
-        if *entry.kind != *kind {
-            entry.kind = Box::from(kind);
+        if entry.kind.as_deref() != kind {
+            entry.kind = kind.map(Box::from);
         }
         changes
     }
@@ -176,7 +178,7 @@ impl ThrottledKeys {
             if !keep {
                 changes
                     .removed
-                    .push((key.to_string(), entry.kind.to_string()));
+                    .push((key.to_string(), entry.kind.as_deref().map(str::to_owned)));
             }
             keep
         });
@@ -194,7 +196,7 @@ impl ThrottledKeys {
                 entry.roll(now, self.window);
                 ThrottledKey {
                     key: key.to_string(),
-                    kind: entry.kind.to_string(),
+                    kind: entry.kind.as_deref().map(str::to_owned),
                     current_qps: entry.rate(now, self.window),
                     throttled: entry.throttled,
                     last_throttled: entry.last_throttled,
@@ -230,10 +232,10 @@ mod tests {
     #[test]
     fn the_table_is_bounded_and_keeps_the_most_recently_throttled() {
         let table = ThrottledKeys::new(2, Duration::from_secs(10));
-        assert!(table.throttled("a", "k", S).added);
-        table.throttled("b", "k", 2 * S);
-        let changes = table.throttled("c", "k", 3 * S);
-        assert_eq!(changes.removed, vec![("a".to_owned(), "k".to_owned())]);
+        assert!(table.throttled("a", Some("k"), S).added);
+        table.throttled("b", Some("k"), 2 * S);
+        let changes = table.throttled("c", Some("k"), 3 * S);
+        assert_eq!(changes.removed, vec![("a".to_owned(), Some("k".to_owned()))]);
         assert_eq!(table.len(), 2);
         let (rows, _) = table.rows(4 * S, 10);
         let keys: Vec<_> = rows.iter().map(|r| r.key.as_str()).collect();
@@ -246,20 +248,20 @@ mod tests {
     #[test]
     fn quiet_keys_leave_after_a_window() {
         let table = ThrottledKeys::new(10, Duration::from_secs(10));
-        table.throttled("a", "k", 0);
+        table.throttled("a", Some("k"), 0);
         let (rows, changes) = table.rows(10 * S, 10);
         assert!(rows.is_empty());
-        assert_eq!(changes.removed, vec![("a".to_owned(), "k".to_owned())]);
+        assert_eq!(changes.removed, vec![("a".to_owned(), Some("k".to_owned()))]);
     }
 
     #[test]
     fn rates_count_admitted_and_throttled_requests_over_the_window() {
         let table = ThrottledKeys::new(10, Duration::from_secs(10));
-        table.throttled("hot", "scan", 0);
+        table.throttled("hot", Some("scan"), 0);
         for i in 1..99 {
             table.admitted("hot", i * S / 10);
         }
-        table.throttled("hot", "scan", 99 * S / 10);
+        table.throttled("hot", Some("scan"), 99 * S / 10);
         table.admitted("cold", S); // not in the table: ignored
         let (rows, _) = table.rows(10 * S - 1, 10);
         assert_eq!(rows.len(), 1);
@@ -271,7 +273,7 @@ mod tests {
         );
         // Half a window later, half of the old bucket still counts. (Throttled again within a
         // window of the last time, the key stays in the table.)
-        table.throttled("hot", "scan", 15 * S);
+        table.throttled("hot", Some("scan"), 15 * S);
         let (rows, _) = table.rows(15 * S, 10);
         assert!(
             (rows[0].current_qps - 5.1).abs() < 1e-9,

@@ -46,7 +46,7 @@ impl App {
                     continue;
                 };
                 let counted = match self
-                    .ask_owner(&policy, &key, "", hits, Duration::ZERO)
+                    .ask_owner(&policy, &key, None, hits, Duration::ZERO)
                     .await
                 {
                     Some(OwnerAnswer::Admitted {

@@ -30,7 +30,7 @@ pub(super) async fn acquire(
     let input = AcquireInput {
         policy: body.policy,
         key: body.key,
-        kind: body.kind,
+        kind: (!body.kind.is_empty()).then_some(body.kind),
         cost: body.cost,
         max_wait_ms: body.max_wait_ms,
     };

@@ -379,7 +379,7 @@ fn acquire_input(args: &[Bytes]) -> Result<AcquireInput, Reply> {
     let mut input = AcquireInput {
         policy: text(policy),
         key: text(key),
-        kind: String::new(),
+        kind: None,
         cost: None,
         max_wait_ms: None,
     };
@@ -392,7 +392,7 @@ fn acquire_input(args: &[Bytes]) -> Result<AcquireInput, Reply> {
             )));
         };
         match option.to_ascii_uppercase().as_slice() {
-            b"KIND" => input.kind = text(value),
+            b"KIND" => input.kind = Some(text(value)),
             b"COST" => input.cost = Some(non_negative(value, "COST")?),
             b"WAIT" => input.max_wait_ms = Some(non_negative(value, "WAIT")?),
             _ => {
