@@ -154,7 +154,7 @@ impl App {
             (
                 config.max_cost.unwrap_or(self.max_cost),
                 concurrency.map(|c| c.lease_ttl),
-                concurrency.is_some_and(|c| c.shared_limit > 0)
+                concurrency.is_some_and(|c| c.shared.shared_limit > 0)
                     && config.mode == weir::policy::Mode::Enforce,
             )
         });

@@ -17,13 +17,13 @@ impl ClusterMode {
     ) -> Arc<Coordinator> {
         let config = TwoTierConfig {
             node_limit: 0,
-            shared_limit: spec.shared_limit,
+            shared_limit: spec.shared.shared_limit,
             lease_ttl: spec.lease_ttl,
-            on_unavailable: spec.on_unavailable,
+            on_unavailable: spec.shared.on_unavailable,
             acquire_timeout: Duration::from_millis(200),
             max_keys,
-            max_loan: spec.max_loan,
-            learning_period: spec.learning_period,
+            max_loan: spec.shared.max_loan,
+            learning_period: spec.shared.learning_period,
         };
         let mut coordinators = self.coordinators.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((current, coordinator)) = coordinators.get(policy)

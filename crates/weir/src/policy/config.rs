@@ -16,7 +16,6 @@
 //! Validation reports every problem with the policy's name and the field's path, e.g.
 //! ``policy `getpage`: `leaky_bucket.refill_amount` must be greater than zero``.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
@@ -26,6 +25,10 @@ use crate::backpressure::AdaptiveConfig;
 use crate::limiter::{Count, fixed_window, sliding_window};
 
 pub use super::shapes::KindLimit;
+pub use super::specs::{
+    ConcurrencySpec, DEFAULT_MAX_LOAN, LeakyBucketSpec, OnUnavailable, Override, Overrides,
+    SharedPoolSpec, StrictSpec, TokenBucketSpec, WindowSpec,
+};
 pub use super::validate::PolicyError;
 use crate::keyed::Overflow;
 
@@ -61,179 +64,6 @@ pub enum Scope {
     /// One bucket per key in the whole cluster, decided by its owner on the ring (cluster mode;
     /// a node alone decides every bucket itself).
     Cluster,
-}
-
-/// What a node does when the owner of a shared concurrency pool cannot be asked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OnUnavailable {
-    /// Admit, and count it (fail open).
-    #[default]
-    Open,
-    /// Refuse.
-    Closed,
-    /// Admit at most `ceil(shared_limit / N)` extra on this node.
-    LocalShare,
-}
-
-/// Per-kind overrides of a limiter's value (its rate, `max`, `qps` or `limit`).
-pub type Overrides = BTreeMap<String, Override>;
-
-/// How one kind is limited under a policy. Written as a number: `-1` the policy's default,
-/// `0` unlimited, anything else that value (checked with the policy: above 0, and whole for
-/// the limiters that count whole units).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(from = "f64", into = "f64")]
-pub enum Override {
-    /// The policy's default buckets (`-1`).
-    Default,
-    /// No limit: admitted, counted, never throttled (`0`).
-    Unlimited,
-    /// Buckets of its own, with this value in place of the limiter's.
-    Value(f64),
-}
-
-impl From<f64> for Override {
-    fn from(value: f64) -> Self {
-        if value == -1.0 {
-            Override::Default
-        } else if value == 0.0 {
-            Override::Unlimited
-        } else {
-            Override::Value(value)
-        }
-    }
-}
-
-impl From<Override> for f64 {
-    fn from(value: Override) -> f64 {
-        match value {
-            Override::Default => -1.0,
-            Override::Unlimited => 0.0,
-            Override::Value(value) => value,
-        }
-    }
-}
-
-/// `token_bucket = { rate, burst?, per_core?, overrides? }`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TokenBucketSpec {
-    /// Tokens per second.
-    pub rate: f64,
-    /// Largest burst; defaults to `rate` rounded up (`burst = qps`, as a host-level RPC limiter
-    /// has it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub burst: Option<u64>,
-    /// Multiply rate and burst by the number of cores.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub per_core: bool,
-    /// Per-kind rates.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
-}
-
-/// `leaky_bucket = { initial?, refill_interval, refill_amount, max, fair?, per_core?, overrides? }`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LeakyBucketSpec {
-    /// Tokens a new bucket starts with (default 0).
-    #[serde(default)]
-    pub initial: u64,
-    /// Over this interval, `refill_amount` tokens are added.
-    #[serde(with = "crate::duration::serde")]
-    pub refill_interval: Duration,
-    /// Tokens added per interval.
-    pub refill_amount: u64,
-    /// The most tokens a bucket holds.
-    pub max: u64,
-    /// Serve waiters strictly in arrival order (default true).
-    #[serde(default = "yes")]
-    pub fair: bool,
-    /// Multiply `refill_amount`, `max` and `initial` by the number of cores.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub per_core: bool,
-    /// Per-kind `refill_amount`s (`max` and `initial` scale with them).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
-}
-
-/// `strict = { qps, per_core?, overrides? }`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StrictSpec {
-    /// Requests per second, exactly spaced.
-    pub qps: f64,
-    /// Multiply qps by the number of cores.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub per_core: bool,
-    /// Per-kind qps.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
-}
-
-/// A window limiter's table, e.g. `fixed_window = { limit, window, per_core?, overrides? }`: at
-/// most `limit` hits per window, windows aligned to the Unix epoch, counted as the table's
-/// [`Count`] counts (a fixed window counts refused hits too, as the reference Envoy rate limit
-/// server does). A window never queues: the policy must say `on_exhausted = "reject"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WindowSpec {
-    /// Hits per window.
-    pub limit: u64,
-    /// A window's length (at least 1 ms).
-    #[serde(with = "crate::duration::serde")]
-    pub window: Duration,
-    /// Multiply `limit` by the number of cores.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub per_core: bool,
-    /// Per-kind limits.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
-}
-
-/// `concurrency = { node_limit, shared_limit?, lease_ttl?, on_unavailable?, max_loan?,
-/// learning_period?, per_core?, overrides? }`.
-///
-/// The core enforces `node_limit`; `shared_limit`, `lease_ttl` and `on_unavailable` configure the
-/// cluster-wide tier, which the cluster layer adds on top.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ConcurrencySpec {
-    /// In-flight requests per key on this node. 0: no node tier (everything goes to the shared
-    /// pool, where there is one).
-    pub node_limit: u64,
-    /// In-flight requests per key across the cluster, beyond the node tiers (default 0).
-    #[serde(default)]
-    pub shared_limit: u64,
-    /// How long a shared permit lives unless renewed (default 30 s).
-    #[serde(default = "default_lease_ttl", with = "crate::duration::serde")]
-    pub lease_ttl: Duration,
-    /// What to do when the shared pool cannot be asked (default `open`).
-    #[serde(default)]
-    pub on_unavailable: OnUnavailable,
-    /// The most shared units a bucket's owner lends one node at once, for its requests to take
-    /// with no call to the owner (default 16; 1: every shared admission asks the owner).
-    #[serde(
-        default = "default_max_loan",
-        skip_serializing_if = "is_default_max_loan"
-    )]
-    pub max_loan: u64,
-    /// `open` and `local_share` policies: how long a bucket's new owner waits, before it
-    /// grants, for the leases other nodes hold to be handed over to it (default 0 s: it grants
-    /// at once; at most `lease_ttl`; `closed` policies always wait a full `lease_ttl`).
-    #[serde(
-        default,
-        with = "crate::duration::serde",
-        skip_serializing_if = "Duration::is_zero"
-    )]
-    pub learning_period: Duration,
-    /// Multiply `node_limit` by the number of cores.
-    #[serde(default, skip_serializing_if = "is_false")]
-    pub per_core: bool,
-    /// Per-kind `node_limit`s.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
 }
 
 /// One policy, as written in a config file or sent to the API.
@@ -488,32 +318,11 @@ struct RawPolicyConfig {
 fn is_node_scope(scope: &Scope) -> bool {
     *scope == Scope::Node
 }
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-fn yes() -> bool {
-    true
-}
 fn default_max_wait() -> Duration {
     Duration::from_secs(5)
 }
 fn default_max_keys() -> usize {
     100_000
-}
-fn default_lease_ttl() -> Duration {
-    Duration::from_secs(30)
-}
-
-/// The default `max_loan`: enough for a node's requests to take shared units without a call
-/// in steady state, small enough that what lies idle on a node is little of a pool.
-pub const DEFAULT_MAX_LOAN: u64 = 16;
-
-fn default_max_loan() -> u64 {
-    DEFAULT_MAX_LOAN
-}
-
-fn is_default_max_loan(max_loan: &u64) -> bool {
-    *max_loan == DEFAULT_MAX_LOAN
 }
 
 impl Limiter {

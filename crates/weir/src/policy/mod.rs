@@ -15,7 +15,9 @@
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | [`Policy`]: building, reconfiguring, reading its config, stats and limits |
-//! | `config.rs` | the serde config types and their validation |
+//! | `config.rs` | a policy as configured: its one limiter, named by its table |
+//! | `specs.rs` | each limiter's table, the concurrency one's shared pool apart |
+//! | `validate.rs`, `shapes.rs` | checking a config; the bucket shapes it makes |
 //! | `request.rs` | [`Request`], [`Rejection`] and its typed [`RejectReason`] |
 //! | `admission.rs` | deciding, waiting, rollback; the [`Admission`] a request holds |
 //! | `adaptive.rs` | a policy whose engine is adaptive backpressure |
@@ -53,6 +55,7 @@ pub mod principal;
 mod request;
 mod set;
 mod shapes;
+mod specs;
 mod state;
 pub mod stats;
 pub mod throttled;

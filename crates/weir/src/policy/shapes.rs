@@ -123,7 +123,7 @@ impl PolicyConfig {
                         "must be greater than zero",
                     ));
                 }
-                if s.learning_period > s.lease_ttl {
+                if s.shared.learning_period > s.lease_ttl {
                     return Err(PolicyError::new(
                         name,
                         "concurrency.learning_period",
@@ -133,7 +133,7 @@ impl PolicyConfig {
                         ),
                     ));
                 }
-                if s.max_loan == 0 {
+                if s.shared.max_loan == 0 {
                     return Err(PolicyError::new(
                         name,
                         "concurrency.max_loan",

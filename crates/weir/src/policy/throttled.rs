@@ -235,7 +235,10 @@ mod tests {
         assert!(table.throttled("a", Some("k"), S).added);
         table.throttled("b", Some("k"), 2 * S);
         let changes = table.throttled("c", Some("k"), 3 * S);
-        assert_eq!(changes.removed, vec![("a".to_owned(), Some("k".to_owned()))]);
+        assert_eq!(
+            changes.removed,
+            vec![("a".to_owned(), Some("k".to_owned()))]
+        );
         assert_eq!(table.len(), 2);
         let (rows, _) = table.rows(4 * S, 10);
         let keys: Vec<_> = rows.iter().map(|r| r.key.as_str()).collect();
@@ -251,7 +254,10 @@ mod tests {
         table.throttled("a", Some("k"), 0);
         let (rows, changes) = table.rows(10 * S, 10);
         assert!(rows.is_empty());
-        assert_eq!(changes.removed, vec![("a".to_owned(), Some("k".to_owned()))]);
+        assert_eq!(
+            changes.removed,
+            vec![("a".to_owned(), Some("k".to_owned()))]
+        );
     }
 
     #[test]
