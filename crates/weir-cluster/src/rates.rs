@@ -88,9 +88,9 @@ pub struct Handover {
     pub quota: Quota,
 }
 
-/// The owner's answer.
+/// What a bucket's owner decided on a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RateDecision {
+pub enum Decided {
     /// Admitted on the owner.
     Admitted {
         /// How long it waited there.
@@ -109,6 +109,13 @@ pub enum RateDecision {
         /// What the key has spent and left just after, if the owner could tell.
         quota: Option<Quota>,
     },
+}
+
+/// An owner's answer to a forwarded request: its decision, or why it could not decide.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateDecision {
+    /// The owner decided.
+    Decided(Decided),
     /// The callee's ring does not name it the bucket's owner (the rings differ for a moment
     /// while membership changes).
     NotOwner,

@@ -29,7 +29,9 @@ use weir_cluster::batch::Batching;
 use weir_cluster::loan::{LOAN_MARGIN, UPKEEP_EVERY};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
-use weir_cluster::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of};
+use weir_cluster::rates::{
+    Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::hand_over;
 use weir_cluster::transport::{BoxFuture, Message, Reply, Transport, TransportError, TransportExt};
@@ -404,11 +406,11 @@ impl RateOwner for SimRates {
                 RateRequest::Decide(ask) => ask,
                 RateRequest::HandOver(handover) => {
                     self.policy.absorb(None, &handover.key, handover.quota);
-                    return RateDecision::Admitted {
+                    return RateDecision::Decided(Decided::Admitted {
                         waited: Duration::ZERO,
                         would_throttle: false,
                         quota: None,
-                    };
+                    });
                 }
             };
             if !self
@@ -418,16 +420,16 @@ impl RateOwner for SimRates {
                 return RateDecision::NotOwner;
             }
             match self.decide_here(&request.key) {
-                true => RateDecision::Admitted {
+                true => RateDecision::Decided(Decided::Admitted {
                     waited: Duration::ZERO,
                     would_throttle: false,
                     quota: None,
-                },
-                false => RateDecision::Refused {
+                }),
+                false => RateDecision::Decided(Decided::Refused {
                     retry_after: None,
                     reason: "rate limited".to_owned(),
                     quota: None,
-                },
+                }),
             }
         })
     }
@@ -502,8 +504,8 @@ async fn rate_load(
                         max_wait: Duration::ZERO,
                     });
                     match transport.decide(&owner, request).await {
-                        Ok(RateDecision::Admitted { .. }) => true,
-                        Ok(RateDecision::Refused { .. }) => false,
+                        Ok(RateDecision::Decided(Decided::Admitted { .. })) => true,
+                        Ok(RateDecision::Decided(Decided::Refused { .. })) => false,
                         Ok(_) | Err(_) => {
                             let alone = rates.policy.try_acquire(&Request::new(&key)).is_ok();
                             if alone {

@@ -5,7 +5,7 @@ use crate::in_memory::InMemory;
 use crate::messages::Ask;
 use crate::owner::Owner;
 use crate::pool::SharedPool;
-use crate::rates::RateAsk;
+use crate::rates::{Decided, RateAsk};
 use crate::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -61,11 +61,11 @@ impl Transport for Counting {
 }
 
 fn admitted() -> RateDecision {
-    RateDecision::Admitted {
+    RateDecision::Decided(Decided::Admitted {
         waited: Duration::ZERO,
         would_throttle: false,
         quota: None,
-    }
+    })
 }
 
 fn decision(max_wait: Duration) -> RateRequest {

@@ -24,7 +24,7 @@ use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
 use crate::pool::Grant;
-use crate::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest};
+use crate::rates::{Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{
     Adoption, Ask, BoxFuture, Fence, LeaseRequest, Message, Renewal, Reply, Transport,

@@ -3,8 +3,9 @@
 
 use super::wire::{ask_of, fence_of, request_of, with_quota};
 use super::{
-    Arc, Clock, ClusterSecret, Duration, Grant, LeaseRequest, Outcome, Owner, RateDecision,
-    RateOwner, Request, RequireToken, Response, Status, TransportError, duration_to_nanos, proto,
+    Arc, Clock, ClusterSecret, Decided, Duration, Grant, LeaseRequest, Outcome, Owner,
+    RateDecision, RateOwner, Request, RequireToken, Response, Status, TransportError,
+    duration_to_nanos, proto,
 };
 
 /// An owner's side of the protocol: its pool behind the ownership fence, on its own clock,
@@ -116,35 +117,35 @@ impl<C: Clock> ClusterService<C> {
 impl<C: Clock> ClusterService<C> {
     /// Decides one forwarded request with the server's [`RateOwner`].
     async fn decide_one(&self, request: proto::DecideRequest) -> proto::DecideReply {
-        use proto::decide_reply::Outcome as Decided;
+        use proto::decide_reply::Outcome as Wire;
         let Some(rates) = &self.rates else {
             return proto::DecideReply {
-                outcome: Decided::UnknownPolicy as i32,
+                outcome: Wire::UnknownPolicy as i32,
                 ..Default::default()
             };
         };
         let decision = rates.decide(request_of(request)).await;
         match decision {
-            RateDecision::Admitted {
+            RateDecision::Decided(Decided::Admitted {
                 waited,
                 would_throttle,
                 quota,
-            } => with_quota(
+            }) => with_quota(
                 proto::DecideReply {
-                    outcome: Decided::Admitted as i32,
+                    outcome: Wire::Admitted as i32,
                     waited_ns: duration_to_nanos(waited),
                     would_throttle,
                     ..Default::default()
                 },
                 quota,
             ),
-            RateDecision::Refused {
+            RateDecision::Decided(Decided::Refused {
                 retry_after,
                 reason,
                 quota,
-            } => with_quota(
+            }) => with_quota(
                 proto::DecideReply {
-                    outcome: Decided::Refused as i32,
+                    outcome: Wire::Refused as i32,
                     retry_after_ns: retry_after.map_or(0, duration_to_nanos),
                     reason,
                     ..Default::default()
@@ -152,11 +153,11 @@ impl<C: Clock> ClusterService<C> {
                 quota,
             ),
             RateDecision::NotOwner => proto::DecideReply {
-                outcome: Decided::NotOwner as i32,
+                outcome: Wire::NotOwner as i32,
                 ..Default::default()
             },
             RateDecision::UnknownPolicy => proto::DecideReply {
-                outcome: Decided::UnknownPolicy as i32,
+                outcome: Wire::UnknownPolicy as i32,
                 ..Default::default()
             },
         }

@@ -2,7 +2,7 @@
 //! Times cross as durations, never instants.
 
 use super::{
-    Ask, Duration, Fence, Grant, Handover, LeaseRequest, Nanos, Outcome, Quota, RateAsk,
+    Ask, Decided, Duration, Fence, Grant, Handover, LeaseRequest, Nanos, Outcome, Quota, RateAsk,
     RateDecision, RateRequest, TransportError, duration_to_nanos, proto,
 };
 
@@ -134,25 +134,25 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
 
 /// An owner's reply as a decision.
 pub(super) fn decision_of(reply: proto::DecideReply) -> RateDecision {
-    use proto::decide_reply::Outcome as Decided;
+    use proto::decide_reply::Outcome as Wire;
     let quota = reply.has_quota.then(|| Quota {
         used: reply.used,
         remaining: reply.remaining,
         reset_after: Duration::from_nanos(reply.reset_after_ns),
     });
-    match Decided::try_from(reply.outcome) {
-        Ok(Decided::Admitted) => RateDecision::Admitted {
+    match Wire::try_from(reply.outcome) {
+        Ok(Wire::Admitted) => RateDecision::Decided(Decided::Admitted {
             waited: Duration::from_nanos(reply.waited_ns),
             would_throttle: reply.would_throttle,
             quota,
-        },
-        Ok(Decided::Refused) => RateDecision::Refused {
+        }),
+        Ok(Wire::Refused) => RateDecision::Decided(Decided::Refused {
             retry_after: (reply.retry_after_ns > 0)
                 .then(|| Duration::from_nanos(reply.retry_after_ns)),
             reason: reply.reason,
             quota,
-        },
-        Ok(Decided::NotOwner) => RateDecision::NotOwner,
-        Ok(Decided::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
+        }),
+        Ok(Wire::NotOwner) => RateDecision::NotOwner,
+        Ok(Wire::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
     }
 }

@@ -17,36 +17,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::SystemClock;
-use weir::limiter::Quota;
 use weir::policy::{Mode, OnExhausted, Policy, Request, Scope};
-use weir_cluster::rates::{Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of};
+use weir_cluster::rates::{
+    Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+};
 use weir_cluster::transport::BoxFuture;
 
 use super::App;
 use super::admission::{AcquireInput, AcquireOutcome, AdmissionTier};
-
-/// What a bucket's owner, another node, decided.
-#[derive(Debug, Clone, PartialEq)]
-pub(super) enum OwnerAnswer {
-    /// Admitted, after waiting `waited` there.
-    Admitted {
-        /// How long the request waited in the owner's line.
-        waited: Duration,
-        /// Over the limit, let through by monitor mode.
-        would_throttle: bool,
-        /// What the key has spent and left just after, if known.
-        quota: Option<Quota>,
-    },
-    /// Refused.
-    Refused {
-        /// When to try again, if it can succeed then.
-        retry_after: Option<Duration>,
-        /// Why, as the owner put it.
-        reason: String,
-        /// What the key has spent and left, if known.
-        quota: Option<Quota>,
-    },
-}
 
 impl App {
     /// For a cluster-scoped policy whose bucket for `input.key` another node owns: its
@@ -73,7 +51,7 @@ impl App {
             .ask_owner(policy, &input.key, input.kind.as_deref(), cost, max_wait)
             .await?
         {
-            OwnerAnswer::Admitted {
+            Decided::Admitted {
                 waited,
                 would_throttle,
                 ..
@@ -84,7 +62,7 @@ impl App {
                 limit,
                 tier: AdmissionTier::Owner,
             }),
-            OwnerAnswer::Refused {
+            Decided::Refused {
                 retry_after,
                 reason,
                 ..
@@ -107,7 +85,7 @@ impl App {
         kind: Option<&str>,
         cost: u64,
         max_wait: Duration,
-    ) -> Option<OwnerAnswer> {
+    ) -> Option<Decided> {
         let cluster = self.cluster.as_ref()?;
         let Some(owner) = cluster.rate_owner(policy.name(), key) else {
             self.hold_while_learning(policy, kind, key);
@@ -121,24 +99,7 @@ impl App {
             max_wait,
         });
         match cluster.forward(&owner, request).await {
-            Ok(RateDecision::Admitted {
-                waited,
-                would_throttle,
-                quota,
-            }) => Some(OwnerAnswer::Admitted {
-                waited,
-                would_throttle,
-                quota,
-            }),
-            Ok(RateDecision::Refused {
-                retry_after,
-                reason,
-                quota,
-            }) => Some(OwnerAnswer::Refused {
-                retry_after,
-                reason,
-                quota,
-            }),
+            Ok(RateDecision::Decided(decided)) => Some(decided),
             Ok(RateDecision::NotOwner | RateDecision::UnknownPolicy) => None,
             Err(why) => {
                 tracing::debug!(policy = %policy.name(), %owner, "deciding here: {why}");
@@ -167,11 +128,11 @@ impl App {
                     policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
                     cluster.took_on_rate_bucket();
                 }
-                return RateDecision::Admitted {
+                return RateDecision::Decided(Decided::Admitted {
                     waited: Duration::ZERO,
                     would_throttle: false,
                     quota: None,
-                };
+                });
             }
         };
         if !cluster.owns_rate(&request.policy, &request.key) {
@@ -194,11 +155,11 @@ impl App {
         let decided = tokio::select! {
             decided = policy.acquire(&asked) => decided,
             () = self.shutting_down() => {
-                return RateDecision::Refused {
+                return RateDecision::Decided(Decided::Refused {
                     retry_after: None,
                     reason: "the bucket's owner is shutting down".to_owned(),
                     quota: None,
-                };
+                });
             }
         };
         decision_of(decided, policy.quota(request.kind.as_deref(), &request.key))
@@ -251,16 +212,16 @@ fn decision_of(
     quota: Option<weir::limiter::Quota>,
 ) -> RateDecision {
     match decided {
-        Ok(admission) => RateDecision::Admitted {
+        Ok(admission) => RateDecision::Decided(Decided::Admitted {
             waited: admission.waited(),
             would_throttle: admission.would_throttle(),
             quota,
-        },
-        Err(rejection) => RateDecision::Refused {
+        }),
+        Err(rejection) => RateDecision::Decided(Decided::Refused {
             retry_after: rejection.retry_after(),
             reason: rejection.to_string(),
             quota,
-        },
+        }),
     }
 }
 

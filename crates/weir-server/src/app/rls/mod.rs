@@ -20,7 +20,7 @@ use decision::Counted;
 pub use decision::Rls;
 
 use super::App;
-use super::cluster_rates::OwnerAnswer;
+use weir_cluster::rates::Decided;
 
 impl App {
     /// Answers `ShouldRateLimit`: `descriptors` in `domain`, each for its own hits or else
@@ -49,7 +49,7 @@ impl App {
                     .ask_owner(&policy, &key, None, hits, Duration::ZERO)
                     .await
                 {
-                    Some(OwnerAnswer::Admitted {
+                    Some(Decided::Admitted {
                         would_throttle,
                         quota,
                         ..
@@ -57,7 +57,7 @@ impl App {
                         over: would_throttle,
                         quota,
                     },
-                    Some(OwnerAnswer::Refused { quota, .. }) => Counted { over: true, quota },
+                    Some(Decided::Refused { quota, .. }) => Counted { over: true, quota },
                     None => continue,
                 };
                 elsewhere.push((step, counted));
