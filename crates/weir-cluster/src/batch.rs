@@ -164,11 +164,9 @@ async fn send_leases<T: Transport + 'static>(
                     continue;
                 };
                 if lend {
-                    // A loan: only the units this grant added go back (none for a renewal);
-                    // its holder may use the rest.
-                    if units > 0 {
-                        let _ = inner.give_back(&owner, &bucket, id, units).await;
-                    }
+                    // A loan: only the units this grant added go back (a renewal, which adds
+                    // none, is not a `Granted`); its holder may use the rest.
+                    let _ = inner.give_back(&owner, &bucket, id, units).await;
                 } else {
                     let _ = give_back.send((bucket, id));
                 }

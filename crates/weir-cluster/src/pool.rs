@@ -30,6 +30,8 @@ use std::time::Duration;
 
 use weir::Nanos;
 
+#[cfg(doc)]
+use crate::messages::Ask;
 use crate::messages::LeaseRequest;
 
 /// How long a refusal while units were lent elsewhere keeps every holder's `keep` at zero: long
@@ -54,14 +56,23 @@ pub struct PoolLease {
 /// The answer to a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Grant {
-    /// Granted: the lease's id and expiry.
+    /// Granted: a lease, or units added to the holder's loan.
     Granted {
         /// The lease id, to release or renew (a loan's id stays as it grows).
         id: u64,
         /// When it expires unless renewed.
         expires_at: Nanos,
-        /// Units added by this grant (0: a loan renewed, nothing added).
+        /// Units added by this grant (at least one).
         units: u64,
+        /// How many idle units the holder may keep rather than give back.
+        keep: u64,
+    },
+    /// The holder's loan renewed, nothing added ([`Ask::RenewLoan`]).
+    Renewed {
+        /// The loan's id.
+        id: u64,
+        /// When it expires unless renewed again.
+        expires_at: Nanos,
         /// How many idle units the holder may keep rather than give back.
         keep: u64,
     },
@@ -230,11 +241,18 @@ impl SharedPool {
                 (free - units) / (4 * holders)
             }
         };
-        Grant::Granted {
-            id,
-            expires_at,
-            units,
-            keep,
+        match units {
+            0 => Grant::Renewed {
+                id,
+                expires_at,
+                keep,
+            },
+            units => Grant::Granted {
+                id,
+                expires_at,
+                units,
+                keep,
+            },
         }
     }
 
@@ -536,25 +554,18 @@ mod tests {
         assert_eq!(pool.acquire("b", 8, "z", long, 0), Grant::Full);
         assert_eq!(pool.refused_while_lent(), 1);
         let id = match pool.lend(&lend(0, 0)) {
-            Grant::Granted { id, .. } => id,
+            Grant::Renewed { id, .. } => id,
             other => panic!("{other:?}"),
         };
         assert!(pool.give_back("b", id, 4));
         let renewed = pool.lend(&lend(0, 1));
         assert!(
-            matches!(
-                renewed,
-                Grant::Granted {
-                    units: 0,
-                    keep: 0,
-                    ..
-                }
-            ),
+            matches!(renewed, Grant::Renewed { keep: 0, .. }),
             "recalled: {renewed:?}"
         );
         let later = pool.lend(&lend(0, weir::clock::after(0, RECALL_FOR)));
         assert!(
-            matches!(later, Grant::Granted { keep: 1, .. }),
+            matches!(later, Grant::Renewed { keep: 1, .. }),
             "the recall is over: {later:?}"
         );
     }

@@ -246,7 +246,7 @@ async fn loans<T: Transport>(transport: &T, callee: &Callee) {
     // Renewed: nothing added.
     let renewed = transport.acquire("n2", ask(0)).await;
     assert!(
-        matches!(renewed, Ok(Grant::Granted { id: same, units: 0, keep: 6, .. }) if same == id),
+        matches!(renewed, Ok(Grant::Renewed { id: same, keep: 6, .. }) if same == id),
         "{renewed:?}"
     );
     // A plain lease beside it is a lease of its own.

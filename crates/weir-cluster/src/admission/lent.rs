@@ -73,7 +73,22 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 drop(ring);
                 return Box::pin(self.acquire_lease(bucket)).await;
             };
-            match self.ask_owner(bucket, owner, ask).await {
+            // For the loan book a renewal is a grant that added no units: the loan's idle units
+            // now live long enough to take one.
+            let answer = match self.ask_owner(bucket, owner, ask).await {
+                Ok(Grant::Renewed {
+                    id,
+                    expires_at,
+                    keep,
+                }) => Ok(Grant::Granted {
+                    id,
+                    expires_at,
+                    units: 0,
+                    keep,
+                }),
+                answer => answer,
+            };
+            match answer {
                 Ok(Grant::Granted {
                     id,
                     expires_at,
@@ -173,11 +188,10 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// node keep. False if the owner no longer has it (or could not be asked).
     pub(super) async fn renew_loan(&self, bucket: &str, owner: &str, id: u64) -> bool {
         match self.ask_owner(bucket, owner, Ask::RenewLoan).await {
-            Ok(Grant::Granted {
+            Ok(Grant::Renewed {
                 id: renewed,
                 expires_at,
                 keep,
-                ..
             }) if renewed == id => {
                 let owed = self.book().renewed(bucket, owner, id, keep, expires_at);
                 if let Some(owed) = owed {

@@ -126,7 +126,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 self.fenced_out(bucket, &error, Some(wait))
             }
             Err(error @ TransportError::NoMajority { .. }) => self.fenced_out(bucket, &error, None),
-            Ok(Grant::Granted { .. } | Grant::TooManyBuckets) | Err(_) => {
+            Ok(Grant::Granted { .. } | Grant::Renewed { .. } | Grant::TooManyBuckets) | Err(_) => {
                 self.unavailable(bucket, members)
             }
         }

@@ -87,6 +87,18 @@ impl<C: Clock> ClusterService<C> {
                 keep,
                 ..Default::default()
             },
+            Ok(Grant::Renewed {
+                id,
+                expires_at,
+                keep,
+            }) => proto::LeaseReply {
+                outcome: Outcome::Granted as i32,
+                id,
+                expires_in_ns: expires_at.saturating_sub(now),
+                units: 0,
+                keep,
+                ..Default::default()
+            },
             Ok(Grant::Full) => proto::LeaseReply {
                 outcome: Outcome::Full as i32,
                 ..Default::default()

@@ -61,6 +61,12 @@ pub(super) fn grant_of(
     owner: &str,
 ) -> Result<Grant, TransportError> {
     match Outcome::try_from(reply.outcome) {
+        // On the wire a renewal is a grant of no units.
+        Ok(Outcome::Granted) if reply.units == 0 => Ok(Grant::Renewed {
+            id: reply.id,
+            expires_at: now.saturating_add(reply.expires_in_ns),
+            keep: reply.keep,
+        }),
         Ok(Outcome::Granted) => Ok(Grant::Granted {
             id: reply.id,
             expires_at: now.saturating_add(reply.expires_in_ns),
