@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use weir::Clock;
+use weir::{Clock, Nanos};
 
 use super::{
     Ask, AtomicU64, ClusterAdmission, ClusterRefusal, Grant, Holding, LoanBook, Owed, Tier,
@@ -73,62 +73,51 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 drop(ring);
                 return Box::pin(self.acquire_lease(bucket)).await;
             };
-            // For the loan book a renewal is a grant that added no units: the loan's idle units
-            // now live long enough to take one.
-            let answer = match self.ask_owner(bucket, owner, ask).await {
-                Ok(Grant::Renewed {
-                    id,
-                    expires_at,
-                    keep,
-                }) => Ok(Grant::Granted {
-                    id,
-                    expires_at,
-                    units: 0,
-                    keep,
-                }),
-                answer => answer,
-            };
-            match answer {
-                Ok(Grant::Granted {
-                    id,
-                    expires_at,
-                    units,
-                    keep,
-                }) => {
-                    // As for a lease: checked and recorded under the book's lock, which
-                    // `rehome` takes after loading the ring.
-                    let (unit, owed) = {
-                        let mut book = self.book();
-                        match self.ring.is_owner(bucket, owner) {
-                            true => {
-                                let owed = book.granted(bucket, owner, id, units, keep, expires_at);
-                                (book.take(bucket, owner, hold_until, now), owed)
-                            }
-                            false => {
-                                self.counters.raced.fetch_add(1, Ordering::Relaxed);
-                                // Only what this grant added: the loan, if it was there
-                                // before, is the handoff's to move.
-                                let owed = (units > 0).then(|| Owed::GiveBack {
-                                    bucket: bucket.to_owned(),
-                                    owner: owner.to_owned(),
-                                    id,
-                                    units,
-                                });
-                                (None, owed)
-                            }
+            let answer = self.ask_owner(bucket, owner, ask).await;
+            if let Some(lent) = answer.as_ref().ok().and_then(Lent::of) {
+                // As for a lease: checked and recorded under the book's lock, which `rehome`
+                // takes after loading the ring.
+                let (unit, owed) = {
+                    let mut book = self.book();
+                    match self.ring.is_owner(bucket, owner) {
+                        true => {
+                            let owed = book.granted(
+                                bucket,
+                                owner,
+                                lent.id,
+                                lent.added,
+                                lent.keep,
+                                lent.expires_at,
+                            );
+                            (book.take(bucket, owner, hold_until, now), owed)
                         }
-                    };
-                    // Should the caller go away while the owed call is made, the unit goes
-                    // back to the loan rather than stay in use for ever.
-                    let mut handing = Handing { tier: self, unit };
-                    if let Some(owed) = owed {
-                        self.pay(owed).await;
+                        false => {
+                            self.counters.raced.fetch_add(1, Ordering::Relaxed);
+                            // Only what this grant added: the loan, if it was there before,
+                            // is the handoff's to move.
+                            let owed = (lent.added > 0).then(|| Owed::GiveBack {
+                                bucket: bucket.to_owned(),
+                                owner: owner.to_owned(),
+                                id: lent.id,
+                                units: lent.added,
+                            });
+                            (None, owed)
+                        }
                     }
-                    if let Some(unit) = handing.unit.take() {
-                        return Ok(self.lent_unit(unit, false));
-                    }
-                    // Taken by racing requests, or the ring moved: once more.
+                };
+                // Should the caller go away while the owed call is made, the unit goes back to
+                // the loan rather than stay in use for ever.
+                let mut handing = Handing { tier: self, unit };
+                if let Some(owed) = owed {
+                    self.pay(owed).await;
                 }
+                if let Some(unit) = handing.unit.take() {
+                    return Ok(self.lent_unit(unit, false));
+                }
+                // Taken by racing requests, or the ring moved: once more.
+                continue;
+            }
+            match answer {
                 Ok(Grant::Full) if ask == Ask::RenewLoan => {
                     // The owner no longer has the loan (its renewals failed for too long): it
                     // lends nothing more, and the next try starts another.
@@ -229,5 +218,44 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// Units lent to this node: loans, units, in use.
     pub fn lent(&self) -> loan::Totals {
         self.book().totals()
+    }
+}
+
+/// What an owner's answer did to this node's loan: its id and expiry, the units it added (none
+/// for a renewal) and how many idle units this node may keep.
+struct Lent {
+    id: u64,
+    expires_at: Nanos,
+    added: u64,
+    keep: u64,
+}
+
+impl Lent {
+    /// The loan a grant or a renewal leaves; `None` for a refusal.
+    fn of(grant: &Grant) -> Option<Lent> {
+        match *grant {
+            Grant::Granted {
+                id,
+                expires_at,
+                units,
+                keep,
+            } => Some(Lent {
+                id,
+                expires_at,
+                added: units,
+                keep,
+            }),
+            Grant::Renewed {
+                id,
+                expires_at,
+                keep,
+            } => Some(Lent {
+                id,
+                expires_at,
+                added: 0,
+                keep,
+            }),
+            Grant::Full | Grant::TooManyBuckets => None,
+        }
     }
 }

@@ -118,8 +118,9 @@ pub struct StrictSpec {
 
 /// A window limiter's table, e.g. `fixed_window = { limit, window, per_core?, overrides? }`: at
 /// most `limit` hits per window, windows aligned to the Unix epoch, counted as the table's
-/// [`Count`] counts (a fixed window counts refused hits too, as the reference Envoy rate limit
-/// server does). A window never queues: the policy must say `on_exhausted = "reject"`.
+/// [`Count`](crate::limiter::Count) counts (a fixed window counts refused hits too, as the
+/// reference Envoy rate limit server does). A window never queues: the policy must say
+/// `on_exhausted = "reject"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WindowSpec {
