@@ -16,11 +16,21 @@ fn rate() -> impl Strategy<Value = f64> {
     ]
 }
 
-/// Per-kind overrides: `-1` (the default), `0` (unlimited) or a value.
+/// Per-kind overrides of a rate: `-1` (the default), `0` (unlimited) or a rate.
 fn overrides() -> impl Strategy<Value = Value> {
     prop::collection::btree_map(
         prop::sample::select(vec!["read", "write", "scan"]),
         prop_oneof![Just(-1.0), Just(0.0), rate()],
+        0..3,
+    )
+    .prop_map(|map| json!(map))
+}
+
+/// Per-kind overrides of a count, which are whole: `-1`, `0` or a count.
+fn count_overrides() -> impl Strategy<Value = Value> {
+    prop::collection::btree_map(
+        prop::sample::select(vec!["read", "write", "scan"]),
+        prop_oneof![Just(-1.0), Just(0.0), (1u32..=100_000).prop_map(f64::from)],
         0..3,
     )
     .prop_map(|map| json!(map))
@@ -58,7 +68,7 @@ fn limiter() -> impl Strategy<Value = (&'static str, Value)> {
             1u64..=100,
             100u64..=10_000,
             any::<bool>(),
-            overrides()
+            count_overrides()
         )
             .prop_map(
                 |(initial, refill_interval, refill_amount, max, fair, overrides)| {

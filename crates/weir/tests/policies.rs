@@ -175,6 +175,13 @@ fn validation_names_the_policy_and_the_field() {
             token_bucket = { rate = 1 }"#,
             "policy `p`: `limiter` is ambiguous: give exactly one limiter table, not token_bucket and strict",
         ),
+        // A count's override is a whole number: its type says so, so it does not parse.
+        (
+            r#"
+            name = "p"
+            fixed_window = { limit = 10, window = "1s", overrides = { scan = 2.5 } }"#,
+            "must be -1 (default), 0 (unlimited) or a whole number above 0, got 2.5",
+        ),
     ];
     for (text, expected) in structural {
         let error = toml::from_str::<PolicyConfig>(text)

@@ -26,8 +26,8 @@ use crate::limiter::{Count, fixed_window, sliding_window};
 
 pub use super::shapes::KindLimit;
 pub use super::specs::{
-    ConcurrencySpec, DEFAULT_MAX_LOAN, LeakyBucketSpec, OnUnavailable, Override, Overrides,
-    SharedPoolSpec, StrictSpec, TokenBucketSpec, WindowSpec,
+    ConcurrencySpec, DEFAULT_MAX_LOAN, LeakyBucketSpec, LimitValue, OnUnavailable, Override,
+    Overrides, SharedPoolSpec, StrictSpec, TokenBucketSpec, WindowSpec,
 };
 pub use super::validate::PolicyError;
 use crate::keyed::Overflow;
@@ -347,15 +347,28 @@ impl KeyedSpec {
         }
     }
 
-    /// Per-kind values of the limiter's main number.
-    pub fn overrides(&self) -> &Overrides {
-        match self {
-            KeyedSpec::TokenBucket(s) => &s.overrides,
-            KeyedSpec::LeakyBucket(s) => &s.overrides,
-            KeyedSpec::Strict(s) => &s.overrides,
-            KeyedSpec::Window(_, s) => &s.overrides,
-            KeyedSpec::Concurrency(s) => &s.overrides,
+    /// Per-kind values of the limiter's main number, each as a rate (a count's value is
+    /// whole).
+    pub fn overrides(&self) -> Vec<(&str, Override)> {
+        fn each<T: LimitValue>(overrides: &Overrides<T>) -> Vec<(&str, Override)> {
+            let each = overrides.iter();
+            each.map(|(kind, value)| (kind.as_str(), value.as_f64()))
+                .collect()
         }
+        match self {
+            KeyedSpec::TokenBucket(s) => each(&s.overrides),
+            KeyedSpec::LeakyBucket(s) => each(&s.overrides),
+            KeyedSpec::Strict(s) => each(&s.overrides),
+            KeyedSpec::Window(_, s) => each(&s.overrides),
+            KeyedSpec::Concurrency(s) => each(&s.overrides),
+        }
+    }
+
+    /// How `kind` is overridden, if it is.
+    pub fn override_of(&self, kind: &str) -> Option<Override> {
+        self.overrides()
+            .into_iter()
+            .find_map(|(k, value)| (k == kind).then_some(value))
     }
 
     /// A limiter of `limit` hits per `window`, named by its table: a window limiter, or a

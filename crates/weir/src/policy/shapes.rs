@@ -56,10 +56,10 @@ impl PolicyConfig {
             // An adaptive policy's controller decides per key; there are no per-kind buckets.
             return Ok(Some(KindLimit::Default));
         };
-        match spec.overrides().get(kind) {
+        match spec.override_of(kind) {
             None | Some(Override::Default) => Ok(Some(KindLimit::Default)),
             Some(Override::Unlimited) => Ok(Some(KindLimit::Unlimited)),
-            Some(&Override::Value(v)) => {
+            Some(Override::Value(v)) => {
                 let factor = core_factor(spec, cores);
                 let shape = self.shape_with_value(spec, v, factor)?;
                 Ok(Some(KindLimit::Own(shape)))

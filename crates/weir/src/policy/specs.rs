@@ -20,42 +20,99 @@ pub enum OnUnavailable {
     LocalShare,
 }
 
-/// Per-kind overrides of a limiter's value (its rate, `max`, `qps` or `limit`).
-pub type Overrides = BTreeMap<String, Override>;
+/// Per-kind overrides of a limiter's main number (its rate, `refill_amount`, `qps`, `limit` or
+/// `node_limit`), each of that number's own type: a rate for the rate limiters, a whole count
+/// for the ones that count units.
+pub type Overrides<T = f64> = BTreeMap<String, Override<T>>;
 
 /// How one kind is limited under a policy. Written as a number: `-1` the policy's default,
-/// `0` unlimited, anything else that value (checked with the policy: above 0, and whole for
-/// the limiters that count whole units).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(from = "f64", into = "f64")]
-pub enum Override {
+/// `0` unlimited, anything else that value (checked with the policy: above 0).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Override<T = f64> {
     /// The policy's default buckets (`-1`).
     Default,
     /// No limit: admitted, counted, never throttled (`0`).
     Unlimited,
     /// Buckets of its own, with this value in place of the limiter's.
-    Value(f64),
+    Value(T),
 }
 
-impl From<f64> for Override {
-    fn from(value: f64) -> Self {
-        if value == -1.0 {
-            Override::Default
-        } else if value == 0.0 {
-            Override::Unlimited
+/// A limiter's main number as an override gives it: a rate (`f64`) or a whole count (`u64`).
+pub trait LimitValue: Copy {
+    /// The written number as this value, or what is wrong with it.
+    fn from_number(number: f64) -> Result<Self, String>;
+
+    /// The value as a number (a rate).
+    fn to_number(self) -> f64;
+}
+
+impl LimitValue for f64 {
+    /// Any number: a rate's range is checked with the policy.
+    fn from_number(number: f64) -> Result<f64, String> {
+        Ok(number)
+    }
+
+    fn to_number(self) -> f64 {
+        self
+    }
+}
+
+impl LimitValue for u64 {
+    fn to_number(self) -> f64 {
+        self as f64
+    }
+
+    fn from_number(number: f64) -> Result<u64, String> {
+        if number.fract() != 0.0 || !(0.0..=u64::MAX as f64).contains(&number) {
+            return Err(format!(
+                "must be -1 (default), 0 (unlimited) or a whole number above 0, got {number}"
+            ));
+        }
+        Ok(number as u64)
+    }
+}
+
+impl<T: LimitValue> Override<T> {
+    /// The override as written.
+    pub fn number(self) -> f64 {
+        match self {
+            Override::Default => -1.0,
+            Override::Unlimited => 0.0,
+            Override::Value(value) => value.to_number(),
+        }
+    }
+
+    /// The override with its value as a rate, for what every limiter does alike.
+    pub fn as_f64(self) -> Override<f64> {
+        match self {
+            Override::Default => Override::Default,
+            Override::Unlimited => Override::Unlimited,
+            Override::Value(value) => Override::Value(value.to_number()),
+        }
+    }
+
+    /// The override a number stands for.
+    pub fn from_number(number: f64) -> Result<Self, String> {
+        if number == -1.0 {
+            Ok(Override::Default)
+        } else if number == 0.0 {
+            Ok(Override::Unlimited)
         } else {
-            Override::Value(value)
+            T::from_number(number).map(Override::Value)
         }
     }
 }
 
-impl From<Override> for f64 {
-    fn from(value: Override) -> f64 {
-        match value {
-            Override::Default => -1.0,
-            Override::Unlimited => 0.0,
-            Override::Value(value) => value,
-        }
+impl<T: LimitValue> Serialize for Override<T> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_f64(self.number())
+    }
+}
+
+impl<'de, T: LimitValue> Deserialize<'de> for Override<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let number = f64::deserialize(deserializer)?;
+        Override::from_number(number).map_err(serde::de::Error::custom)
     }
 }
 
@@ -99,7 +156,7 @@ pub struct LeakyBucketSpec {
     pub per_core: bool,
     /// Per-kind `refill_amount`s (`max` and `initial` scale with them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
+    pub overrides: Overrides<u64>,
 }
 
 /// `strict = { qps, per_core?, overrides? }`.
@@ -134,7 +191,7 @@ pub struct WindowSpec {
     pub per_core: bool,
     /// Per-kind limits.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub overrides: Overrides,
+    pub overrides: Overrides<u64>,
 }
 
 /// `concurrency = { node_limit, lease_ttl?, shared_limit?, on_unavailable?, max_loan?,
@@ -156,7 +213,7 @@ pub struct ConcurrencySpec {
     /// Multiply `node_limit` by the number of cores.
     pub per_core: bool,
     /// Per-kind `node_limit`s.
-    pub overrides: Overrides,
+    pub overrides: Overrides<u64>,
 }
 
 /// A concurrency policy's shared pool: in-flight requests per key across the cluster beyond
@@ -213,7 +270,7 @@ struct RawConcurrencySpec {
     #[serde(default, skip_serializing_if = "is_false")]
     per_core: bool,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    overrides: Overrides,
+    overrides: Overrides<u64>,
 }
 
 impl From<RawConcurrencySpec> for ConcurrencySpec {

@@ -163,18 +163,18 @@ pub(super) fn build_state<C: Clock + Clone>(
         _ => None,
     };
     let mut kinds = HashMap::new();
-    for kind in spec.overrides().keys() {
+    for (kind, _) in spec.overrides() {
         match config.kind_limit(kind, cores)? {
             None | Some(KindLimit::Default) => {}
             Some(KindLimit::Unlimited) => {
-                kinds.insert(kind.clone(), KindBuckets::Unlimited);
+                kinds.insert(kind.to_owned(), KindBuckets::Unlimited);
             }
             Some(KindLimit::Own(shape)) => {
                 let existing = old_kinds.and_then(|k| match k.get(kind) {
                     Some(KindBuckets::Own(limiter)) => Some(limiter),
                     _ => None,
                 });
-                kinds.insert(kind.clone(), KindBuckets::Own(reuse(existing, shape)));
+                kinds.insert(kind.to_owned(), KindBuckets::Own(reuse(existing, shape)));
             }
         }
     }

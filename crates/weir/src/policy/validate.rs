@@ -177,7 +177,7 @@ impl PolicyConfig {
                     errors.push(e);
                 }
                 let table = spec.table();
-                for (kind, &value) in spec.overrides() {
+                for (kind, value) in spec.overrides() {
                     let Override::Value(value) = value else {
                         if kind.trim().is_empty() {
                             errors.push(PolicyError::new(
@@ -199,19 +199,6 @@ impl PolicyConfig {
                             name,
                             format!("{table}.overrides.{kind}"),
                             format!("must be -1 (default), 0 (unlimited) or > 0, got {value}"),
-                        ));
-                    } else if value.fract() != 0.0
-                        && matches!(
-                            spec,
-                            KeyedSpec::LeakyBucket(_)
-                                | KeyedSpec::Concurrency(_)
-                                | KeyedSpec::Window(..)
-                        )
-                    {
-                        errors.push(PolicyError::new(
-                            name,
-                            format!("{table}.overrides.{kind}"),
-                            format!("must be a whole number, got {value}"),
                         ));
                     } else if value > 0.0
                         && let Err(e) = self.shape_with_value(spec, value, 1.0)
