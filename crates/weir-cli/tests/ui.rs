@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::Server;
+use support::{Server, eventually};
 
 const TOKEN: &str = "ui-test-token-4f1c9a";
 
@@ -287,8 +287,22 @@ async fn the_page_in_a_browser_under_load() {
     );
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let loading = tokio::spawn(load(server.http.clone(), stopped));
-    // A second of load first: the key is held back before the page opens.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The key is held back before the page opens.
+    let throttles = server.url("/v1/throttles");
+    eventually(
+        Duration::from_secs(30),
+        "the load holding a key back",
+        || async {
+            let rows: serde_json::Value = reqwest::get(&throttles)
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            rows["rows"].as_array().is_some_and(|rows| !rows.is_empty())
+        },
+    )
+    .await;
 
     // With no admin token: the page must stay read-only there.
     let read_only = Server::start(CONFIG, &dir.path().join("read-only"));
