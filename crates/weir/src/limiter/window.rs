@@ -6,9 +6,9 @@
 //! window on its own; other counts may weigh the window before. Whatever the count, a key's
 //! whole state is one `u64` changed by one compare-and-swap, a window never queues (a request
 //! it refuses is told when to retry), and the keyed limiter, the policies, the cluster handover
-//! and every protocol treat all counts alike: they see a [`Window`] and call its methods.
+//! and every protocol treat all counts alike: they see a `Window` and call its methods.
 //!
-//! A new way of counting is one file: a unit struct implementing [`WindowCount`], a
+//! A new way of counting is one file: a unit struct implementing `WindowCount`, a
 //! `pub const COUNT: Count` naming it, and its table in the policy config.
 
 use std::fmt;
