@@ -113,18 +113,12 @@ fn keyed(c: &mut Criterion) {
         "name = \"bench\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 1000000000, burst = 1000000000 }",
     )
     .expect("valid config");
-    let policy = Policy::new(config, SystemClock::new()).expect("valid policy");
-    let mut i = 0;
-    group.bench_function(BenchmarkId::new("weir_policy", 1_000), |b| {
-        b.iter(|| {
-            i = if i + 1 == keys.len() { 0 } else { i + 1 };
-            black_box(
-                policy
-                    .try_acquire(&Request::new(black_box(&keys[i])))
-                    .is_ok(),
-            )
-        })
-    });
+    bench_policy(
+        &mut group,
+        BenchmarkId::new("weir_policy", 1_000),
+        config,
+        &keys,
+    );
     group.finish();
 
     // Every limiter that counts so many hits per window (the windows, a token bucket), through
@@ -137,20 +131,30 @@ fn keyed(c: &mut Criterion) {
         let spec = KeyedSpec::per_window(table, 4_000_000, Duration::from_secs(1))
             .expect("a table it lists");
         config.limiter = Limiter::Keyed(spec);
-        let policy = Policy::new(config, SystemClock::new()).expect("valid policy");
-        let mut i = 0;
-        group.bench_function(BenchmarkId::new(table, 1_000), |b| {
-            b.iter(|| {
-                i = if i + 1 == keys.len() { 0 } else { i + 1 };
-                black_box(
-                    policy
-                        .try_acquire(&Request::new(black_box(&keys[i])))
-                        .is_ok(),
-                )
-            })
-        });
+        bench_policy(&mut group, BenchmarkId::new(table, 1_000), config, &keys);
     }
     group.finish();
+}
+
+/// One policy of `config` deciding for `keys` in turn, measured as `id`.
+fn bench_policy(
+    group: &mut criterion::BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: BenchmarkId,
+    config: PolicyConfig,
+    keys: &[String],
+) {
+    let policy = Policy::new(config, SystemClock::new()).expect("valid policy");
+    let mut i = 0;
+    group.bench_function(id, |b| {
+        b.iter(|| {
+            i = if i + 1 == keys.len() { 0 } else { i + 1 };
+            black_box(
+                policy
+                    .try_acquire(&Request::new(black_box(&keys[i])))
+                    .is_ok(),
+            )
+        })
+    });
 }
 
 criterion_group! {
