@@ -298,17 +298,52 @@ descriptors:
         .should_rate_limit("bytes", std::slice::from_ref(&tenant), 1)
         .unwrap();
     assert_eq!(answer.overall, Code::OverLimit);
-    // More than a window can ever hold is a mistake, not a refusal.
-    let error = rls.should_rate_limit("bytes", &[tenant], 11).unwrap_err();
-    assert_eq!(
-        error,
-        RequestError::HitsAboveLimit {
-            index: 0,
-            hits: 11,
-            limit: 10,
-            unit: "SECOND"
-        }
+    // More than the limit in one call is counted and over it, as the reference server counts
+    // it: OVER_LIMIT with nothing left, not a failed call.
+    let answer = rls
+        .should_rate_limit("bytes", std::slice::from_ref(&tenant), 11)
+        .unwrap();
+    assert_eq!(answer.overall, Code::OverLimit);
+    assert_eq!(answer.statuses[0].limit_remaining, 0);
+}
+
+#[test]
+fn more_hits_than_the_limit_are_counted_and_over_it_not_a_failed_call() {
+    // What someone limiting by cost (bytes, tokens) sends: 25 hits against 20 a minute. The
+    // reference server counts them and answers OVER_LIMIT; failing the call would let the
+    // request through under Envoy's default `failure_mode_deny: false`.
+    let clock = ManualClock::new(MIDNIGHT);
+    let rls = service(
+        r#"
+domain: cost
+descriptors:
+  - key: tenant
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: shadowed
+    shadow_mode: true
+    rate_limit: { unit: minute, requests_per_unit: 20 }
+  - key: roomy
+    rate_limit: { unit: minute, requests_per_unit: 100 }
+"#,
+        &clock,
     );
+    let tenant = [descriptor(&[("tenant", "a")])];
+    let answer = rls.should_rate_limit("cost", &tenant, 25).unwrap();
+    assert_eq!(answer.overall, Code::OverLimit);
+    assert_eq!(answer.statuses[0].limit_remaining, 0);
+    // Counted: one more hit in the same minute is over too.
+    let answer = rls.should_rate_limit("cost", &tenant, 1).unwrap();
+    assert_eq!(answer.overall, Code::OverLimit);
+    // A shadow rule beside an enforced one: OK, the shadow rule with nothing left, the
+    // enforced one with what 25 hits leave of 100.
+    let both = [
+        descriptor(&[("shadowed", "b")]),
+        descriptor(&[("roomy", "b")]),
+    ];
+    let answer = rls.should_rate_limit("cost", &both, 25).unwrap();
+    assert_eq!(answer.overall, Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 0);
+    assert_eq!(answer.statuses[1].limit_remaining, 75);
 }
 
 #[test]

@@ -82,7 +82,8 @@ pub(crate) trait WindowCount: Send + Sync {
     /// cap instead.
     fn word_grows_as_it_fills(&self) -> bool;
 
-    /// Counts `cost` hits now, or refuses them. `cost` is at most the limit.
+    /// Counts `cost` hits now, or refuses them. `cost` is at most the limit, unless the count
+    /// counts refused hits (then it may be more, and is counted and refused).
     fn hit(
         &self,
         window: &Window,
@@ -174,11 +175,15 @@ impl Window {
         (unix / self.length, self.length - unix % self.length)
     }
 
-    /// Counts `cost` hits now, or refuses them. A cost above the limit is refused uncounted,
-    /// with no time to retry at: no window can ever hold it.
+    /// Counts `cost` hits now, or refuses them. A cost above the limit is refused with no time
+    /// to retry at (no window can ever hold it); a count of refused hits counts it all the
+    /// same, as an increment-then-compare counter does.
     #[inline]
     pub(crate) fn hit(&self, word: &AtomicU64, cost: u64, now: Nanos) -> Result<Quota, Refused> {
         if cost > self.limit {
+            if self.count.counts_refused() {
+                let _ = self.count.0.hit(self, word, cost, now);
+            }
             return Err(Refused::ExceedsCapacity {
                 cost,
                 capacity: self.limit,

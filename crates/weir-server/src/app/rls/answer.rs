@@ -104,20 +104,6 @@ pub enum RequestError {
         /// Its length.
         bytes: usize,
     },
-    /// More hits than the limit can ever hold.
-    #[error(
-        "descriptor {index} adds {hits} hits, more than its limit of {limit} per {unit} can ever admit"
-    )]
-    HitsAboveLimit {
-        /// The descriptor's index.
-        index: usize,
-        /// The hits asked for.
-        hits: u64,
-        /// The limit.
-        limit: u32,
-        /// The limit's unit.
-        unit: &'static str,
-    },
     /// More hits than any window can count.
     #[error(
         "descriptor {index} adds {hits} hits; one call may add at most 4294967295 (2^32 - 1), the most a window counts"

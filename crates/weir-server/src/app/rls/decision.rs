@@ -312,22 +312,11 @@ impl<C: Clock + Clone> Rls<C> {
         if hits > u64::from(u32::MAX) {
             return Err(RequestError::HitsTooMany { index, hits });
         }
-        let too_many = |limit: u32, unit: Unit| {
-            (limit > 0 && hits > u64::from(limit)).then_some(RequestError::HitsAboveLimit {
-                index,
-                hits,
-                limit,
-                unit: unit.name(),
-            })
-        };
         if !known {
             return Ok((Plan::Free, hits));
         }
         if let Some((per_unit, unit)) = descriptor.limit {
             let unit = unit.ok_or(RequestError::OverrideUnit { index })?;
-            if let Some(error) = too_many(per_unit, unit) {
-                return Err(error);
-            }
             let key = match self.tree.find(domain, descriptor.entries.iter().copied()) {
                 Lookup::Rule(matched) => matched.key,
                 _ => rules::counter_key(descriptor.entries.iter().copied()),
@@ -345,16 +334,9 @@ impl<C: Clock + Clone> Rls<C> {
             Lookup::UnknownDomain | Lookup::NoRule => Plan::Free,
             Lookup::Rule(matched) => match &self.tree.rules()[matched.rule].limit {
                 Limit::Unlimited { .. } => Plan::Unlimited,
-                Limit::Rate {
-                    requests_per_unit,
-                    unit,
-                    ..
-                } => {
-                    if let Some(error) = too_many(*requests_per_unit, *unit) {
-                        return Err(error);
-                    }
-                    Plan::Rule(matched)
-                }
+                // More hits than the limit are counted and over it, as the reference server
+                // counts them (a fixed window counts them; a bucket refuses them whole).
+                Limit::Rate { .. } => Plan::Rule(matched),
             },
         };
         Ok((plan, hits))
