@@ -17,8 +17,9 @@
 //!
 //! Unlike redis-cell, bad numbers are refused by name (a negative burst, a zero or negative
 //! count or period, a burst × period that no clock can hold), and a key asked with other
-//! parameters than last time is reshaped keeping its fill in requests, as every Weir limiter
-//! is, rather than read in the new shape.
+//! parameters than last time is reshaped keeping its fill (what it has left) in requests, as
+//! every Weir limiter is, rather than read in the new shape; a key whole again is a new key in
+//! any shape, as in redis-cell, where its key has expired.
 //!
 //! Keys are bounded as a policy's are: at most `max_keys`, spread over shards; a key whole
 //! again holds nothing a new key would not, so at the cap the whole ones are dropped first,
@@ -169,7 +170,9 @@ fn decide(
     let diff = new_tat.map_or(-1, |new_tat| now.saturating_sub(new_tat - tolerance));
     let (limited, ttl, kept) = match new_tat {
         Some(new_tat) if diff >= 0 => (false, new_tat - now, new_tat),
-        _ => (true, tat - now, tat),
+        // A TAT in the past is a bucket already whole: nothing more than whole remains (in
+        // redis-cell the key has expired by then).
+        _ => (true, tat.max(now) - now, tat),
     };
     let next = tolerance - ttl;
     let remaining = if next > -interval {
@@ -403,6 +406,10 @@ fn from_word(word: u64) -> i64 {
 /// The TAT that keeps `cell`'s fill, in requests, in a new shape; a fill above the new limit
 /// is capped (the bucket is simply whole).
 fn reshaped(cell: &Cell, interval: i64, tolerance: i64, now: i64) -> i64 {
+    // Whole again, it is a new key in any shape (as in redis-cell, where it has expired).
+    if cell.tat <= now {
+        return now;
+    }
     let debt = i128::from((cell.tat - now).max(0));
     let fill = i128::from(cell.tolerance) - debt;
     let new_fill =

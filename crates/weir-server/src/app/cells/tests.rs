@@ -176,6 +176,51 @@ fn new_parameters_reshape_a_key_keeping_its_fill() {
 }
 
 #[test]
+fn a_refusal_on_an_idle_key_reports_no_more_than_the_limit() {
+    // redis-cell's numbers: `0 1 1`, then 2.5 s later `0 1 1 5` (more than the limit).
+    let cells = Cells::new(100);
+    cells.throttle(b"k", &call(0, 1, 1, 1), 0).unwrap();
+    let v = cells
+        .throttle(b"k", &call(0, 1, 1, 5), 2_500 * MILLI)
+        .unwrap();
+    assert_eq!(
+        (
+            v.limited,
+            v.limit,
+            v.remaining,
+            v.retry_after,
+            v.reset_after
+        ),
+        (true, 1, 1, -1, 0)
+    );
+}
+
+#[test]
+fn a_key_whole_again_asked_in_a_new_shape_is_a_new_key() {
+    // `0 1 1`, then 1.5 s later (whole again) `9 1 1`: as a new key of that shape, and as
+    // redis-cell answers (its key has expired).
+    let cells = Cells::new(100);
+    cells.throttle(b"k", &call(0, 1, 1, 1), 0).unwrap();
+    let v = cells
+        .throttle(b"k", &call(9, 1, 1, 1), 1_500 * MILLI)
+        .unwrap();
+    let fresh = Cells::new(100)
+        .throttle(b"k", &call(9, 1, 1, 1), 1_500 * MILLI)
+        .unwrap();
+    assert_eq!(v, fresh);
+    assert_eq!(
+        (
+            v.limited,
+            v.limit,
+            v.remaining,
+            v.retry_after,
+            v.reset_after
+        ),
+        (false, 10, 9, -1, 1)
+    );
+}
+
+#[test]
 fn at_the_cap_whole_keys_make_room_and_newcomers_are_sketched_not_refused() {
     let cells = Cells::new(SHARDS);
     let slow = call(0, 1, 60, 1);
