@@ -309,6 +309,93 @@ print(json.dumps(out))
     assert_eq!(remaining, (901..=1000).rev().collect::<Vec<u64>>());
 }
 
+/// Transactions as redis-py makes them (its default `pipeline()` is `MULTI` … `EXEC`): the
+/// queued commands run together at `EXEC`, a discarded or aborted block takes nothing, and
+/// Redis's errors for the rest.
+#[test]
+fn redis_py_transactions_run_together_and_a_discarded_one_takes_nothing() {
+    if !available("python3", &["-c", "import redis"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (_server, resp) = server(&dir.path().join("data"), &[]);
+    let (host, port) = resp.rsplit_once(':').unwrap();
+    let script = r#"
+import json, sys, redis
+host, port = sys.argv[1], int(sys.argv[2])
+r = redis.Redis(host=host, port=port)
+out = {}
+pipe = r.pipeline()  # a transaction
+pipe.execute_command("CL.THROTTLE", "tx", 4, 1, 60)
+pipe.execute_command("CL.THROTTLE", "tx", 4, 1, 60)
+pipe.execute_command("WEIR.ACQUIRE", "queued", "q", "WAIT", "1000")
+pipe.execute_command("WEIR.ACQUIRE", "queued", "q", "WAIT", "1000")
+replies = pipe.execute()
+out["remaining"] = [replies[0][2], replies[1][2]]
+out["admitted"] = [dict(zip(reply[::2], reply[1::2]))[b"admitted"] for reply in replies[2:]]
+# A discarded block takes nothing.
+pipe = r.pipeline()
+pipe.execute_command("CL.THROTTLE", "tx", 4, 1, 60)
+pipe.reset()
+c = r.connection_pool.get_connection("MULTI")
+def call(*args):
+    c.send_command(*args)
+    try:
+        return c.read_response()
+    except redis.ResponseError as e:
+        return "error: " + str(e)
+out["multi"] = call("MULTI")
+out["queued"] = call("CL.THROTTLE", "tx", 4, 1, 60)
+out["nested"] = call("MULTI")
+out["discard"] = call("DISCARD")
+out["exec_alone"] = call("EXEC")
+out["discard_alone"] = call("DISCARD")
+# An unknown command aborts the whole block, and what was queued before it is not run.
+call("MULTI")
+call("CL.THROTTLE", "tx", 4, 1, 60)
+out["unknown"] = call("NOSUCH")
+out["aborted"] = call("EXEC")
+out["after"] = r.execute_command("CL.THROTTLE", "tx", 4, 1, 60)[2]
+out["watch"] = call("WATCH", "tx")
+print(json.dumps(out, default=lambda b: b.decode()))
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, host, port])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["remaining"], serde_json::json!([4, 3]), "{out}");
+    assert_eq!(out["admitted"], serde_json::json!([1, 1]), "{out}");
+    assert_eq!(out["multi"], "OK");
+    assert_eq!(out["queued"], "QUEUED");
+    assert_eq!(out["nested"], "error: MULTI calls can not be nested");
+    assert_eq!(out["discard"], "OK");
+    assert_eq!(out["exec_alone"], "error: EXEC without MULTI");
+    assert_eq!(out["discard_alone"], "error: DISCARD without MULTI");
+    assert!(
+        out["unknown"]
+            .as_str()
+            .unwrap()
+            .starts_with("error: unknown command 'nosuch'"),
+        "{out}"
+    );
+    // (redis-py keeps the message of an `EXECABORT` error, not its code.)
+    assert!(
+        out["aborted"]
+            .as_str()
+            .unwrap()
+            .contains("Transaction discarded because of previous errors"),
+        "{out}"
+    );
+    // Only the two in the executed block were taken: 5 − 2 − this one.
+    assert_eq!(out["after"], 2, "{out}");
+    assert!(
+        out["watch"].as_str().unwrap().contains("not supported"),
+        "{out}"
+    );
+}
+
 /// redis-rs, the Rust client, through its raw-command interface.
 #[test]
 fn redis_rs_throttles_through_weir() {

@@ -36,6 +36,17 @@ pub struct Session {
     pub authenticated: bool,
     /// `CLIENT SETNAME`.
     pub name: Option<Bytes>,
+    /// Between `MULTI` and `EXEC`: the commands queued.
+    pub transaction: Option<Transaction>,
+}
+
+/// The commands of a `MULTI` block, run together at `EXEC`.
+#[derive(Debug, Default)]
+pub struct Transaction {
+    /// Each command's name as [`counted_as`] knows it, and its arguments (name first).
+    queued: Vec<(&'static str, Vec<Bytes>)>,
+    /// A command could not be queued (unknown): `EXEC` runs none, as Redis does.
+    failed: bool,
 }
 
 impl Session {
@@ -46,6 +57,7 @@ impl Session {
             resp3: false,
             authenticated: !app.needs_data_token(),
             name: None,
+            transaction: None,
         }
     }
 }
@@ -64,7 +76,7 @@ pub enum Answer {
 /// The name a command is counted under in `weir_api_requests{api="resp"}`: its own for the
 /// commands Weir answers, `other` for the rest (a client's words are never a label).
 pub fn counted_as(name: &[u8]) -> &'static str {
-    const NAMES: [&str; 16] = [
+    const NAMES: [&str; 21] = [
         "PING",
         "ECHO",
         "HELLO",
@@ -81,6 +93,11 @@ pub fn counted_as(name: &[u8]) -> &'static str {
         "WEIR.RELEASE",
         "WEIR.RENEW",
         "WEIR.BUSY",
+        "MULTI",
+        "EXEC",
+        "DISCARD",
+        "WATCH",
+        "UNWATCH",
     ];
     NAMES
         .iter()
@@ -100,7 +117,56 @@ pub fn run(app: &Arc<App>, session: &mut Session, known: &'static str, args: Vec
     if !session.authenticated && !matches!(name, "AUTH" | "HELLO" | "QUIT" | "RESET") {
         return Answer::Now(Reply::Error("NOAUTH Authentication required.".to_owned()));
     }
+    if let Some(transaction) = &mut session.transaction
+        && !matches!(
+            name,
+            "MULTI" | "EXEC" | "DISCARD" | "WATCH" | "QUIT" | "RESET"
+        )
+    {
+        // Queued, as Redis queues: an unknown command is refused now and the block with it.
+        if name == "other" {
+            transaction.failed = true;
+            return Answer::Now(unknown(&String::from_utf8_lossy(first), args));
+        }
+        transaction.queued.push((
+            name,
+            [first.clone()]
+                .into_iter()
+                .chain(args.iter().cloned())
+                .collect(),
+        ));
+        return Answer::Now(Reply::Status("QUEUED"));
+    }
     let reply = match name {
+        "MULTI" => match (args, &session.transaction) {
+            ([], None) => {
+                session.transaction = Some(Transaction::default());
+                Reply::Status("OK")
+            }
+            ([], Some(_)) => Reply::err("MULTI calls can not be nested"),
+            _ => arity(name),
+        },
+        "EXEC" => match (args, session.transaction.take()) {
+            ([], Some(transaction)) => return exec(app, session, transaction),
+            ([], None) => Reply::err("EXEC without MULTI"),
+            (_, transaction) => {
+                session.transaction = transaction;
+                arity(name)
+            }
+        },
+        "DISCARD" => match (args, session.transaction.take()) {
+            ([], Some(_)) => Reply::Status("OK"),
+            ([], None) => Reply::err("DISCARD without MULTI"),
+            (_, transaction) => {
+                session.transaction = transaction;
+                arity(name)
+            }
+        },
+        // Weir keeps no data a transaction could depend on, so there is nothing to watch.
+        "WATCH" => Reply::err(
+            "WATCH is not supported: Weir keeps no keys to watch; MULTI and EXEC run a block together",
+        ),
+        "UNWATCH" => Reply::Status("OK"),
         "PING" => match args {
             [] => Reply::Status("PONG"),
             [message] => Reply::Bulk(message.clone()),
@@ -158,6 +224,43 @@ pub fn run(app: &Arc<App>, session: &mut Session, known: &'static str, args: Vec
         _ => unknown(&String::from_utf8_lossy(first), args),
     };
     Answer::Now(reply)
+}
+
+/// `EXEC`: the queued commands run in order, nothing else of this connection between them,
+/// their replies one array. One that waits (a waiting acquire) makes the array wait for it.
+fn exec(app: &Arc<App>, session: &mut Session, transaction: Transaction) -> Answer {
+    if transaction.failed {
+        return Answer::Now(Reply::Error(
+            "EXECABORT Transaction discarded because of previous errors.".to_owned(),
+        ));
+    }
+    let answers: Vec<Answer> = transaction
+        .queued
+        .into_iter()
+        .map(|(name, args)| run(app, session, name, args))
+        .collect();
+    if answers.iter().all(|a| matches!(a, Answer::Now(_))) {
+        let replies = answers
+            .into_iter()
+            .filter_map(|a| match a {
+                Answer::Now(reply) => Some(reply),
+                _ => None,
+            })
+            .collect();
+        return Answer::Now(Reply::Array(replies));
+    }
+    Answer::Later(tokio::spawn(async move {
+        let mut replies = Vec::with_capacity(answers.len());
+        for answer in answers {
+            replies.push(match answer {
+                Answer::Now(reply) | Answer::Close(reply) => reply,
+                Answer::Later(task) => task
+                    .await
+                    .unwrap_or_else(|_| Reply::err("the command's task ended without a reply")),
+            });
+        }
+        Reply::Array(replies)
+    }))
 }
 
 /// Redis's wrong-arity error.
