@@ -720,3 +720,45 @@ fn two_rules_with_one_path_are_refused_wherever_they_come_from() {
     .unwrap_err();
     assert!(across[0].to_string().contains("rule `a.b.c`"), "{across:?}");
 }
+
+#[test]
+fn a_rules_directory_is_read_whole_whatever_the_names_but_for_dot_names() {
+    // Two ConfigMaps mounted side by side, as Kubernetes lays one out: each file a link into
+    // `..data`, which links to a dated directory; a file with no extension; a nested folder.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for (map, domain) in [("edge", "edge"), ("internal", "internal")] {
+        let dated = root.join(map).join("..2026_12_02_00_00_00.1");
+        std::fs::create_dir_all(&dated).unwrap();
+        std::fs::write(
+            dated.join("rules"),
+            format!(
+                "domain: {domain}\ndescriptors:\n  - key: k\n    rate_limit: {{ unit: second, requests_per_unit: 1 }}\n"
+            ),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("..2026_12_02_00_00_00.1", root.join(map).join("..data"))
+            .unwrap();
+        std::os::unix::fs::symlink("..data/rules", root.join(map).join("rules")).unwrap();
+    }
+    let nested = root.join("more").join("deeper");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::fs::write(
+        nested.join("batch.yml"),
+        "domain: batch\ndescriptors:\n  - key: k\n    rate_limit: { unit: minute, requests_per_unit: 5 }\n",
+    )
+    .unwrap();
+    std::fs::write(root.join(".hidden.yaml"), "not: [rules").unwrap();
+    let config = RulesConfig::load(root).unwrap();
+    let mut domains: Vec<&str> = config.domains.iter().map(|d| d.domain.as_str()).collect();
+    domains.sort_unstable();
+    assert_eq!(domains, ["batch", "edge", "internal"]);
+
+    // A file that is not rules is named, not skipped.
+    std::fs::write(root.join("README"), "these are the rules").unwrap();
+    let errors = RulesConfig::load(root).unwrap_err();
+    assert!(
+        errors.iter().any(|e| e.place.file.ends_with("README")),
+        "{errors:?}"
+    );
+}

@@ -249,6 +249,38 @@ pub struct DomainRules {
     pub descriptors: Vec<Node>,
 }
 
+/// How deep subdirectories are followed: a symlink back up the tree ends here.
+const MAX_DEPTH: usize = 16;
+
+/// Every file under `dir`, in its subdirectories too, but for names starting with `.`.
+fn rules_files(dir: &Path, files: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    walk(dir, files, 0)
+}
+
+fn walk(dir: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(std::io::Error::other(format!(
+            "{} is more than {MAX_DEPTH} directories deep (a symlink loop?)",
+            dir.display()
+        )));
+    }
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with('.'))
+        {
+            continue;
+        }
+        if path.is_dir() {
+            walk(&path, files, depth + 1)?;
+        } else if path.is_file() {
+            files.push(path);
+        }
+    }
+    Ok(())
+}
+
 /// Every domain's rules.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RulesConfig {
@@ -257,8 +289,12 @@ pub struct RulesConfig {
 }
 
 impl RulesConfig {
-    /// Reads `path`: a YAML file, or a directory whose `.yaml` and `.yml` files (not its
-    /// subdirectories) are read in name order. Every mistake of every file is returned.
+    /// Reads `path`: a rules file, or a directory whose every file is one, in its
+    /// subdirectories too, whatever their names, as the reference server loads its directory
+    /// (several ConfigMaps mounted side by side). Names starting with `.` are skipped: a
+    /// mounted ConfigMap keeps its files' real copies in `..data` and dated `..` directories
+    /// beside the links to them, which would otherwise be read twice. Files are read in path
+    /// order. Every mistake of every file is returned.
     pub fn load(path: &Path) -> Result<RulesConfig, Vec<RuleError>> {
         let at_path = |problem: String| {
             vec![RuleError {
@@ -268,17 +304,14 @@ impl RulesConfig {
             }]
         };
         let files = if path.is_dir() {
-            let entries = std::fs::read_dir(path)
+            let mut files = Vec::new();
+            rules_files(path, &mut files)
                 .map_err(|e| at_path(format!("cannot read the directory: {e}")))?;
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(Result::ok)
-                .map(|entry| entry.path())
-                .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
-                .collect();
             files.sort();
             if files.is_empty() {
                 return Err(at_path(
-                    "holds no .yaml or .yml file: there are no rules to load".to_owned(),
+                    "holds no file (names starting with `.` are skipped): there are no rules to load"
+                        .to_owned(),
                 ));
             }
             files
