@@ -536,7 +536,7 @@ fn mistakes_in_rules_are_named_by_file_line_and_rule() {
     );
     // Every mistake at once, and unknown fields by name.
     let several = problems(
-        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: second }\n  - key: b\n    rate_limit: { unit: hour, requests_per_unit: 1, unlimited: true }\n",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: { unit: second, requests_per_unit: x }\n  - key: b\n    rate_limit: { unit: hour, requests_per_unit: 1, unlimited: true }\n",
     );
     assert_eq!(several.len(), 2, "{several:?}");
     let unknown = problems("domain: d\ndescriptors:\n  - key: a\n    rate_limt: {}\n");
@@ -611,20 +611,22 @@ descriptors:
 }
 
 #[test]
-fn a_directory_of_rules_loads_every_yaml_file_in_name_order() {
+fn a_directory_of_rules_loads_every_file_in_name_order() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("b.yml"), "domain: b\n").unwrap();
     std::fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
-    std::fs::write(dir.path().join("notes.txt"), "not rules").unwrap();
+    std::fs::write(dir.path().join("c"), "domain: c\n").unwrap();
     let config = RulesConfig::load(dir.path()).unwrap();
     let domains: Vec<&str> = config.domains.iter().map(|d| d.domain.as_str()).collect();
-    assert_eq!(domains, ["a", "b"]);
+    assert_eq!(domains, ["a", "b", "c"]);
+    // A file is a rules file whatever its name (as the reference server reads its directory):
+    // one that is not rules is named, not skipped.
+    std::fs::write(dir.path().join("notes.txt"), "not rules").unwrap();
+    let error = RulesConfig::load(dir.path()).unwrap_err();
+    assert!(error[0].place.file.ends_with("notes.txt"), "{error:?}");
     let empty = tempfile::tempdir().unwrap();
     let error = RulesConfig::load(empty.path()).unwrap_err();
-    assert!(
-        error[0].to_string().contains("no .yaml or .yml file"),
-        "{error:?}"
-    );
+    assert!(error[0].to_string().contains("holds no file"), "{error:?}");
 }
 
 #[test]
@@ -761,4 +763,23 @@ fn a_rules_directory_is_read_whole_whatever_the_names_but_for_dot_names() {
         errors.iter().any(|e| e.place.file.ends_with("README")),
         "{errors:?}"
     );
+}
+
+#[test]
+fn a_rate_limit_without_requests_per_unit_is_zero_as_the_reference_server_reads_it() {
+    let clock = ManualClock::new(MIDNIGHT);
+    let rls = service(
+        r#"
+domain: d
+descriptors:
+  - key: k
+    rate_limit: { unit: minute }
+"#,
+        &clock,
+    );
+    let answer = rls
+        .should_rate_limit("d", &[descriptor(&[("k", "v")])], 0)
+        .unwrap();
+    assert_eq!(answer.overall, Code::OverLimit);
+    assert_eq!(answer.statuses[0].limit_remaining, 0);
 }

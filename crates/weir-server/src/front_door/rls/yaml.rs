@@ -374,17 +374,14 @@ impl Context<'_> {
                 return None;
             }
         };
-        let Some(count) = written.requests_per_unit else {
-            self.error(
-                place.clone(),
-                path,
-                "`rate_limit` needs `requests_per_unit` (0 refuses every request)",
-            );
-            return None;
-        };
-        let requests_per_unit = match count.trim().parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => {
+        // Left out, it is 0, as the reference server reads it: every hit is over the limit.
+        let requests_per_unit = match written
+            .requests_per_unit
+            .map(|c| (c.trim().parse::<u32>(), c))
+        {
+            None => 0,
+            Some((Ok(n), _)) => n,
+            Some((Err(_), count)) => {
                 let at = place_of(self.file, &count);
                 self.error(
                     at,
