@@ -5,7 +5,8 @@
 //! `RESET` — answered as Redis answers them, so that clients work unmodified. redis-cell's
 //! `CL.THROTTLE`. And Weir's own commands over every configured policy, mirroring the HTTP
 //! API: `WEIR.ACQUIRE`, `WEIR.RELEASE`, `WEIR.RENEW`, `WEIR.BUSY`. The admin commands stay on
-//! the HTTP API.
+//! the HTTP API. Any of them may be queued between `MULTI` and `EXEC` (redis-py's default
+//! pipeline is such a block) and run together.
 //!
 //! A command is decided when it is read, in the order the pipeline sends them, except that a
 //! `WEIR.ACQUIRE` that has to wait goes on waiting in a task of its own while the commands
