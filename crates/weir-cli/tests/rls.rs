@@ -178,7 +178,7 @@ async fn malformed_requests_are_invalid_argument_and_leave_the_port_healthy() {
     let bad = [
         RateLimitRequest {
             domain: "messaging".into(),
-            descriptors: vec![descriptor(&[])],
+            descriptors: Vec::new(),
             hits_addend: 0,
         },
         RateLimitRequest {

@@ -447,21 +447,27 @@ fn malformed_requests_are_named_and_count_nothing() {
         rls.should_rate_limit("messaging", &[], 0).unwrap_err(),
         RequestError::NoDescriptors
     );
-    let empty = descriptor(&[]);
-    assert_eq!(
-        rls.should_rate_limit("messaging", &[good.clone(), empty], 0)
-            .unwrap_err(),
-        RequestError::NoEntries { index: 1 }
-    );
-    let no_key = descriptor(&[("to_number", "1"), ("", "x")]);
-    assert_eq!(
-        rls.should_rate_limit("messaging", &[no_key], 0)
-            .unwrap_err(),
-        RequestError::EmptyKey { index: 0, entry: 1 }
-    );
     // The good descriptor sent beside the bad ones was not counted.
     let answer = rls.should_rate_limit("messaging", &[good], 0).unwrap();
     assert_eq!(answer.statuses[0].limit_remaining, 99);
+}
+
+#[test]
+fn a_descriptor_without_entries_or_with_an_empty_key_has_no_limit_as_in_the_reference() {
+    // The reference server checks neither: no rule matches such a descriptor, so it is OK
+    // with no limit, and the others beside it are counted as usual.
+    let clock = ManualClock::new(MIDNIGHT);
+    let rls = service(MESSAGING, &clock);
+    let good = descriptor(&[("to_number", "1")]);
+    let empty = descriptor(&[]);
+    let no_key = descriptor(&[("to_number", "1"), ("", "x")]);
+    let answer = rls
+        .should_rate_limit("messaging", &[good.clone(), empty, no_key], 0)
+        .unwrap();
+    assert_eq!(answer.overall, Code::Ok);
+    assert_eq!(answer.statuses[0].limit_remaining, 99);
+    assert_eq!(answer.statuses[1].current_limit, None);
+    assert_eq!(answer.statuses[2].current_limit, None);
 }
 
 #[test]

@@ -82,20 +82,6 @@ pub enum RequestError {
     /// No descriptors.
     #[error("`descriptors` must not be empty")]
     NoDescriptors,
-    /// A descriptor without entries.
-    #[error("descriptor {index} has no entries")]
-    NoEntries {
-        /// The descriptor's index.
-        index: usize,
-    },
-    /// An entry without a key.
-    #[error("descriptor {index}, entry {entry}: `key` must not be empty")]
-    EmptyKey {
-        /// The descriptor's index.
-        index: usize,
-        /// The entry's index.
-        entry: usize,
-    },
     /// A descriptor too long to be a key.
     #[error("descriptor {index} is {bytes} bytes long; the most is {MAX_DESCRIPTOR_BYTES}")]
     TooLong {

@@ -292,11 +292,10 @@ impl<C: Clock + Clone> Rls<C> {
         descriptor: &Descriptor<'_>,
         request_hits: u64,
     ) -> Result<(Plan, u64), RequestError> {
-        if descriptor.entries.is_empty() {
-            return Err(RequestError::NoEntries { index });
-        }
-        if let Some(entry) = descriptor.entries.iter().position(|(k, _)| k.is_empty()) {
-            return Err(RequestError::EmptyKey { index, entry });
+        // No rule has an empty key, nor matches no entries: such a descriptor is OK with no
+        // limit, as the reference server answers it (it checks neither).
+        if descriptor.entries.is_empty() || descriptor.entries.iter().any(|(k, _)| k.is_empty()) {
+            return Ok((Plan::Free, descriptor.hits.unwrap_or(request_hits)));
         }
         let bytes: usize = descriptor
             .entries
