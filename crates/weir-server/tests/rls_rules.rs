@@ -789,3 +789,37 @@ descriptors:
     assert_eq!(answer.overall, Code::OverLimit);
     assert_eq!(answer.statuses[0].limit_remaining, 0);
 }
+
+#[test]
+fn an_unlimited_rule_that_replaces_a_limit_drops_it_as_in_the_reference() {
+    let clock = ManualClock::new(MIDNIGHT);
+    let rls = service(
+        r#"
+domain: d
+descriptors:
+  - key: tenant
+    rate_limit: { unit: minute, requests_per_unit: 1, name: per_tenant }
+  - key: vip
+    rate_limit: { unlimited: true, replaces: [{ name: per_tenant }] }
+"#,
+        &clock,
+    );
+    let both = [
+        descriptor(&[("tenant", "a")]),
+        descriptor(&[("vip", "yes")]),
+    ];
+    for _ in 0..3 {
+        let answer = rls.should_rate_limit("d", &both, 0).unwrap();
+        assert_eq!(answer.overall, Code::Ok);
+    }
+    // Without the unlimited rule beside it, the tenant's limit applies (and was not counted).
+    let alone = [descriptor(&[("tenant", "a")])];
+    assert_eq!(
+        rls.should_rate_limit("d", &alone, 0).unwrap().overall,
+        Code::Ok
+    );
+    assert_eq!(
+        rls.should_rate_limit("d", &alone, 0).unwrap().overall,
+        Code::OverLimit
+    );
+}

@@ -81,8 +81,8 @@ pub struct Counted {
 enum Plan {
     /// Nothing limits it.
     Free,
-    /// An unlimited rule.
-    Unlimited,
+    /// An unlimited rule (its index, for the limits it replaces).
+    Unlimited(usize),
     /// A rule with a rate.
     Rule(Matched),
     /// A limit sent with the request.
@@ -198,7 +198,11 @@ impl<C: Clock + Clone> Rls<C> {
         let replaced: BTreeSet<&str> = plans
             .iter()
             .filter_map(|(plan, _)| match plan {
-                Plan::Rule(m) => Some(self.tree.rules()[m.rule].limit.replaces()),
+                // An unlimited rule's `replaces` drops the named limits too, as in the
+                // reference server.
+                Plan::Rule(Matched { rule, .. }) | Plan::Unlimited(rule) => {
+                    Some(self.tree.rules()[*rule].limit.replaces())
+                }
                 _ => None,
             })
             .flatten()
@@ -253,7 +257,7 @@ impl<C: Clock + Clone> Rls<C> {
             .enumerate()
             .map(|(step, (plan, hits))| match plan {
                 Plan::Free => Status::unlimited(0),
-                Plan::Unlimited => Status::unlimited(u32::MAX),
+                Plan::Unlimited(_) => Status::unlimited(u32::MAX),
                 Plan::Rule(matched) => {
                     let counted = elsewhere
                         .remove(&step)
@@ -332,7 +336,7 @@ impl<C: Clock + Clone> Rls<C> {
         let plan = match self.tree.find(domain, descriptor.entries.iter().copied()) {
             Lookup::UnknownDomain | Lookup::NoRule => Plan::Free,
             Lookup::Rule(matched) => match &self.tree.rules()[matched.rule].limit {
-                Limit::Unlimited { .. } => Plan::Unlimited,
+                Limit::Unlimited { .. } => Plan::Unlimited(matched.rule),
                 // More hits than the limit are counted and over it, as the reference server
                 // counts them (a fixed window counts them; a bucket refuses them whole).
                 Limit::Rate { .. } => Plan::Rule(matched),
