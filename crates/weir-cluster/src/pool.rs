@@ -82,6 +82,50 @@ pub enum Grant {
     TooManyBuckets,
 }
 
+/// What a grant or a renewal leaves the holder: the lease's id and expiry, the units this
+/// answer added (none for a renewal) and how many idle units it may keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Terms {
+    /// The lease's (or loan's) id.
+    pub id: u64,
+    /// When it expires unless renewed.
+    pub expires_at: Nanos,
+    /// Units this answer added: none for a renewal.
+    pub added: u64,
+    /// How many idle units the holder may keep rather than give back.
+    pub keep: u64,
+}
+
+impl Grant {
+    /// The terms a grant or a renewal leaves; `None` for a refusal.
+    pub fn terms(&self) -> Option<Terms> {
+        match *self {
+            Grant::Granted {
+                id,
+                expires_at,
+                units,
+                keep,
+            } => Some(Terms {
+                id,
+                expires_at,
+                added: units,
+                keep,
+            }),
+            Grant::Renewed {
+                id,
+                expires_at,
+                keep,
+            } => Some(Terms {
+                id,
+                expires_at,
+                added: 0,
+                keep,
+            }),
+            Grant::Full | Grant::TooManyBuckets => None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct Bucket {
     leases: Vec<PoolLease>,

@@ -44,12 +44,13 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let deadline = std::time::Instant::now() + within;
+    let mut looks = looks();
     while !check().await {
         assert!(
             std::time::Instant::now() < deadline,
             "not within {within:?}: {what}"
         );
-        tokio::time::sleep(LOOK_EVERY).await;
+        looks.tick().await;
     }
 }
 
@@ -61,14 +62,23 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let start = std::time::Instant::now();
+    let mut looks = looks();
     while start.elapsed() < watched {
         assert!(
             check().await,
             "stopped holding after {:?}: {why}",
             start.elapsed()
         );
-        tokio::time::sleep(LOOK_EVERY).await;
+        looks.tick().await;
     }
+}
+
+/// The looks of [`eventually`] and [`holds_for`]: one every [`LOOK_EVERY`] from the second on
+/// (the first is at once); a slow check delays the next rather than bunching them.
+fn looks() -> tokio::time::Interval {
+    let mut looks = tokio::time::interval_at(tokio::time::Instant::now() + LOOK_EVERY, LOOK_EVERY);
+    looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    looks
 }
 
 /// The `weir` binary under test.

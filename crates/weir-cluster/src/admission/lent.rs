@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use weir::{Clock, Nanos};
+use weir::Clock;
 
 use super::{
     Ask, AtomicU64, ClusterAdmission, ClusterRefusal, Grant, Holding, LoanBook, Owed, Tier,
@@ -74,7 +74,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 return Box::pin(self.acquire_lease(bucket)).await;
             };
             let answer = self.ask_owner(bucket, owner, ask).await;
-            if let Some(lent) = answer.as_ref().ok().and_then(Lent::of) {
+            if let Some(lent) = answer.as_ref().ok().and_then(Grant::terms) {
                 // As for a lease: checked and recorded under the book's lock, which `rehome`
                 // takes after loading the ring.
                 let (unit, owed) = {
@@ -218,44 +218,5 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     /// Units lent to this node: loans, units, in use.
     pub fn lent(&self) -> loan::Totals {
         self.book().totals()
-    }
-}
-
-/// What an owner's answer did to this node's loan: its id and expiry, the units it added (none
-/// for a renewal) and how many idle units this node may keep.
-struct Lent {
-    id: u64,
-    expires_at: Nanos,
-    added: u64,
-    keep: u64,
-}
-
-impl Lent {
-    /// The loan a grant or a renewal leaves; `None` for a refusal.
-    fn of(grant: &Grant) -> Option<Lent> {
-        match *grant {
-            Grant::Granted {
-                id,
-                expires_at,
-                units,
-                keep,
-            } => Some(Lent {
-                id,
-                expires_at,
-                added: units,
-                keep,
-            }),
-            Grant::Renewed {
-                id,
-                expires_at,
-                keep,
-            } => Some(Lent {
-                id,
-                expires_at,
-                added: 0,
-                keep,
-            }),
-            Grant::Full | Grant::TooManyBuckets => None,
-        }
     }
 }

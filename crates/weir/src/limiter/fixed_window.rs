@@ -162,12 +162,7 @@ mod tests {
     const SECOND: u64 = 1_000_000_000;
 
     fn window(limit: u64, seconds: u64) -> Window {
-        Window {
-            count: COUNT,
-            length: seconds * SECOND,
-            limit,
-            unix_offset: 0,
-        }
+        Window::of_seconds(COUNT, limit, seconds)
     }
 
     #[test]

@@ -233,3 +233,17 @@ impl From<WindowConfig> for Window {
         }
     }
 }
+
+#[cfg(test)]
+impl Window {
+    /// A window of `count`, `limit` hits per `seconds`, windows starting at instant 0: for the
+    /// counts' tests.
+    pub(crate) fn of_seconds(count: Count, limit: u64, seconds: u64) -> Window {
+        Window {
+            count,
+            length: seconds * 1_000_000_000,
+            limit,
+            unix_offset: 0,
+        }
+    }
+}

@@ -95,19 +95,32 @@ impl Unit {
 /// How a rule counts: the table of the Weir limiter that counts its `requests_per_unit` per
 /// unit ([`KeyedSpec::per_window`]), as `weir_algorithm` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Algorithm(&'static str);
+pub struct Algorithm {
+    table: &'static str,
+    /// Read once here rather than for every answer.
+    counts_refused: bool,
+}
 
 impl Default for Algorithm {
     /// The reference server's: hits per calendar-aligned window.
     fn default() -> Self {
-        Algorithm("fixed_window")
+        let count = weir::limiter::fixed_window::COUNT;
+        Algorithm {
+            table: count.name(),
+            counts_refused: count.counts_refused(),
+        }
     }
 }
 
 impl Algorithm {
     /// The algorithm `name` names, if a limiter counts per window by that name.
     pub fn named(name: &str) -> Option<Algorithm> {
-        Algorithm::names().find(|n| *n == name).map(Algorithm)
+        let table = Algorithm::names().find(|n| *n == name)?;
+        let spec = KeyedSpec::per_window(table, 1, Duration::from_secs(1))?;
+        Some(Algorithm {
+            table,
+            counts_refused: spec.counts_refused(),
+        })
     }
 
     /// Every name `weir_algorithm` takes.
@@ -117,14 +130,13 @@ impl Algorithm {
 
     /// The limiter that counts `requests` per `window` this way.
     pub fn spec(self, requests: u64, window: Duration) -> Option<KeyedSpec> {
-        KeyedSpec::per_window(self.0, requests, window)
+        KeyedSpec::per_window(self.table, requests, window)
     }
 
     /// Whether the limiter counts a refused hit itself (a fixed window does; a bucket takes
     /// nothing it refuses).
     pub fn counts_refused(self) -> bool {
-        self.spec(1, Duration::from_secs(1))
-            .is_some_and(|spec| spec.counts_refused())
+        self.counts_refused
     }
 }
 
