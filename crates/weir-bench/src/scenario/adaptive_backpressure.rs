@@ -49,6 +49,9 @@ pub fn change(steady: u64) -> u64 {
     (steady / 2).clamp(1, 12)
 }
 
+/// The second the transient mix's capacity dips, for one second.
+const TRANSIENT_AT: u64 = 5;
+
 /// The RPC type every call is.
 const RPC: &str = "PREPARE_ROWSET";
 
@@ -124,6 +127,22 @@ impl Mix {
             capacity: vec![(0, CAPACITY)],
             seconds: steady + 2 * change,
             steady,
+        }
+    }
+
+    /// A transient: the hot table at 200 and the warm at 60 with one cold at 10, under the
+    /// capacity, which dips to half for the one second from `at`: both controls cut, and
+    /// [`ModeRun::let_go`] says how long each takes to let go once the dip is over.
+    pub fn transient(at: u64) -> Self {
+        Mix {
+            tables: vec![
+                Table::steady("hot", 200),
+                Table::steady("warm", 60),
+                Table::steady("cold-1", 10),
+            ],
+            capacity: vec![(0, CAPACITY), (at, CAPACITY / 2), (at + 1, CAPACITY)],
+            seconds: at + 30,
+            steady: at,
         }
     }
 
@@ -258,6 +277,10 @@ pub struct ModeRun {
     pub followed: Vec<(u64, Option<u64>)>,
     /// Whether a table outside the top-k (a cold one) was ever limited.
     pub cold_limited: bool,
+    /// Seconds from the last change of capacity until no table was limited below its demand
+    /// any more, to the end of the run; `None`: a table still was at the end. (Meant for
+    /// [`Mix::transient`]: the time to recover from a transient.)
+    pub let_go: Option<u64>,
 }
 
 /// The first second (index) from `from` to `to` that starts `SETTLED_RUN` settled ones.
@@ -304,8 +327,18 @@ impl ModeRun {
                 (at, found.map(|f| f as u64 + 1 - at))
             })
             .collect();
+        let dip_over = mix.capacity.last().map_or(0, |(from, _)| *from as usize);
+        let held = |s: &Second| mix.tables.iter().any(|t| s.held_below_demand(&t.name));
+        let let_go = match timeline.iter().rposition(held) {
+            None => Some(0),
+            Some(last) if last + 1 < timeline.len() => {
+                Some((last + 1).saturating_sub(dip_over) as u64)
+            }
+            Some(_) => None,
+        };
         ModeRun {
             control: name(control).to_owned(),
+            let_go,
             utilization: if takeable > 0.0 {
                 accepted as f64 / takeable
             } else {
@@ -476,6 +509,10 @@ pub struct AdaptiveBackpressure {
     pub mix: Mix,
     /// One pair per run.
     pub runs: Vec<Pair>,
+    /// The transient mix, run beside each pair.
+    pub transient: Mix,
+    /// One pair per run on the transient mix: how long each control takes to let go.
+    pub transients: Vec<Pair>,
 }
 
 /// Runs both modes at once, `settings.runs` times in a row, and reports every run.
@@ -484,15 +521,23 @@ pub async fn adaptive_backpressure(
 ) -> anyhow::Result<AdaptiveBackpressure> {
     let steady = (settings.warmup + settings.duration).as_secs().max(2);
     let mix = Mix::doris(steady);
+    let transient = Mix::transient(TRANSIENT_AT);
     let mut runs = Vec::with_capacity(settings.runs.max(1));
+    let mut transients = Vec::with_capacity(settings.runs.max(1));
     for _ in 0..settings.runs.max(1) {
-        let (stepwise, converging) = tokio::join!(
+        let (stepwise, converging, transient_stepwise, transient_converging) = tokio::join!(
             simulate(&mix, adaptive(Control::Stepwise), Duration::ZERO),
             simulate(&mix, adaptive(Control::Converging), Duration::ZERO),
+            simulate(&transient, adaptive(Control::Stepwise), Duration::ZERO),
+            simulate(&transient, adaptive(Control::Converging), Duration::ZERO),
         );
         runs.push(Pair {
             stepwise: stepwise?,
             converging: converging?,
+        });
+        transients.push(Pair {
+            stepwise: transient_stepwise?,
+            converging: transient_converging?,
         });
     }
     Ok(AdaptiveBackpressure {
@@ -500,6 +545,8 @@ pub async fn adaptive_backpressure(
         demand: mix.tables.iter().map(|t| u64::from(t.rate_at(0))).sum(),
         mix,
         runs,
+        transient,
+        transients,
     })
 }
 

@@ -64,10 +64,18 @@
 //! quiet rounds and lowers the estimate to what it measures ([`note_busy`](Converging::note_busy)).
 //!
 //! After each quiet interval the estimate, or the rate the backend accepted over it if higher,
-//! grows (above), and every limited key is looked at: one that used less than 90 % of its
-//! limit for two rounds running is released (its demand is under its limit); the others take
-//! their water-filled share of the grown estimate, if that is more than their limit (at most
-//! × 4 a round), with queued reservations dropped. (A key's rate is measured over at most two
+//! first *returns*: if it is below the rate the backend accepted when the last cut was made (the
+//! peak), it goes back to the peak at once — a transient signal, or a cut by `ratio` deeper than
+//! the overload, is undone in one quiet round, as TCP CUBIC returns to its last window before
+//! probing. From the peak on it grows (above). A signal refused by the cooldown lowers the peak
+//! to the accepted rate it measures: busy again at a level, that level is no place to return.
+//! Then every limited key is looked at: one that used less than 90 % of its limit for two
+//! rounds running is released (its demand is under its limit); one whose share of the grown
+//! estimate, headroom included, gives it what it sent when the signal that limited it came is
+//! released too, as the step-wise control lets go of its last step — at the first quiet round
+//! after its cut only (later, what it sends is its limit's, and what it wants is unknown); the
+//! others take their water-filled share, if that is more than their limit (at most × 4 a
+//! round), with queued reservations dropped. (A key's rate is measured over at most two
 //! thirds of the window, which the controller's settings keep within one quiet interval: a key
 //! just raised is judged on calls made under its new limit.)
 //!
@@ -130,6 +138,9 @@ struct Limit {
     qps: f64,
     /// Quiet rounds in a row the key left its limit unused.
     idle: u8,
+    /// Its rate when the busy signal that limited it came: what it wanted then. `None` after
+    /// the first quiet round: what it wants is unknown, its rate being its limit's.
+    from: Option<f64>,
 }
 
 /// The converging controller's state; see the [module docs](self).
@@ -139,6 +150,9 @@ pub struct Converging {
     limits: BTreeMap<Target, Limit>,
     /// Accepted calls a second, as last measured and grown since; `None` with no limit.
     capacity: Option<f64>,
+    /// The rate the backend accepted when the last cut was made: the level the estimate
+    /// returns to after a quiet round, before probing above it.
+    peak: Option<f64>,
     /// Quiet rounds in a row: since the last busy signal, whether or not it cut anything.
     quiet_rounds: u32,
 }
@@ -166,6 +180,7 @@ impl Converging {
             tuning,
             limits: BTreeMap::new(),
             capacity: None,
+            peak: None,
             quiet_rounds: 0,
         }
     }
@@ -239,6 +254,11 @@ impl Converging {
         if let Some(capacity) = &mut self.capacity {
             *capacity = capacity.min(measured).max(least);
         }
+        // Busy again at this level: it is no level to return to.
+        let accepted = self.measured(Signal::Answer, load).max(least);
+        if let Some(peak) = &mut self.peak {
+            *peak = peak.min(accepted);
+        }
     }
 
     /// A busy signal past the cooldown: cuts the keys of the set to their fair share of the
@@ -252,6 +272,7 @@ impl Converging {
         } = self.tuning;
         let accepted = self.measured(signal, load);
         self.capacity = Some(accepted);
+        self.peak = Some(self.measured(Signal::Answer, load));
         self.quiet_rounds = 0;
         let mut set: BTreeMap<Target, f64> = self
             .limits
@@ -284,7 +305,12 @@ impl Converging {
                     let new = share.max(qps * ratio).max(floor).min(CEILING);
                     if new < qps {
                         actions.push(set_limit(&target, new, false));
-                        self.limits.insert(target, Limit { qps: new, idle: 0 });
+                        let limit = Limit {
+                            qps: new,
+                            idle: 0,
+                            from: Some(qps),
+                        };
+                        self.limits.insert(target, limit);
                     }
                 }
                 None => {}
@@ -292,6 +318,7 @@ impl Converging {
         }
         if self.limits.is_empty() {
             self.capacity = None;
+            self.peak = None;
         } else {
             self.capacity = Some(accepted.max(self.least()));
         }
@@ -303,6 +330,7 @@ impl Converging {
     pub fn on_quiet(&mut self, load: &Load) -> Vec<Action> {
         if self.limits.is_empty() {
             self.capacity = None;
+            self.peak = None;
             return Vec::new();
         }
         let Tuning {
@@ -317,9 +345,15 @@ impl Converging {
         // small near the level last measured, and a low estimate is left behind quickly.
         let steps = 1 << self.quiet_rounds.saturating_sub(1).min(4);
         self.quiet_rounds = self.quiet_rounds.saturating_add(1);
-        let capacity = (before * increase.powi(steps))
-            .max(before + self.tuning.floor)
-            .min(CEILING);
+        let capacity = match self.peak {
+            // Back at once to the level the backend took when the cut was made: a cut deeper
+            // than the overload (one by `ratio`, or measured in a burst) is undone in one
+            // quiet round, as TCP CUBIC returns to its last window before probing.
+            Some(peak) if before < peak => peak,
+            _ => (before * increase.powi(steps))
+                .max(before + self.tuning.floor)
+                .min(CEILING),
+        };
         self.capacity = Some(capacity);
         let mut actions = Vec::new();
         let mut released = Vec::new();
@@ -339,24 +373,45 @@ impl Converging {
                 set.push((target.clone(), qps, f64::INFINITY));
             }
         }
+        let from: BTreeMap<Target, Option<f64>> = self
+            .limits
+            .iter()
+            .map(|(target, limit)| (target.clone(), limit.from))
+            .collect();
         let used: f64 = set.iter().map(|(_, qps, _)| qps).sum();
         // Released keys' calls are in the total, outside the set.
         let others = (load.total - used).max(0.0);
         let budget = capacity * (1.0 - headroom) - others;
         let demands: Vec<f64> = set.iter().map(|(_, _, demand)| *demand).collect();
         let shares = water_fill(budget, &demands);
-        let raised: Vec<(Target, f64)> = set
-            .into_iter()
-            .zip(shares)
-            .filter(|((_, _, demand), _)| demand.is_infinite())
-            .filter_map(|((target, _, _), share)| {
-                let old = self.limits[&target].qps;
-                let new = share.min(old * MAX_RAISE);
-                (new > old).then_some((target, new))
+        // The same estimate with no headroom kept: the test of whether a key can be given back
+        // all it sent before its cut. Given back, it shows whether the cut was a transient; if
+        // not, the next signal cuts it again, and it is not given back so again (its `from`
+        // is cleared).
+        // A key held back by its limit is taken to want what it sent before its cut, if known.
+        let wants: Vec<f64> = set
+            .iter()
+            .map(|(target, _, demand)| match from[target] {
+                Some(from) if demand.is_infinite() => from,
+                _ => *demand,
             })
             .collect();
-        for (target, new) in raised {
-            if new >= CEILING {
+        let whole = water_fill(capacity - others, &wants);
+        let raised: Vec<(Target, f64, f64)> = set
+            .into_iter()
+            .zip(shares.into_iter().zip(whole))
+            .filter(|((_, _, demand), _)| demand.is_infinite())
+            .filter_map(|((target, _, _), (share, whole))| {
+                let old = self.limits[&target].qps;
+                let new = share.min(old * MAX_RAISE);
+                // Within the headroom of it: rates measured over a span that saw the signal
+                // are a little off either way.
+                let wanted = from[&target].map_or(f64::INFINITY, |from| from * (1.0 - headroom));
+                (new > old || whole >= wanted).then_some((target, new, whole - wanted))
+            })
+            .collect();
+        for (target, new, spare) in raised {
+            if new >= CEILING || spare >= 0.0 {
                 released.push(target);
                 continue;
             }
@@ -364,6 +419,11 @@ impl Converging {
                 limit.qps = new;
             }
             actions.push(set_limit(&target, new, true));
+        }
+        // A key is given back what it sent once, at the first quiet round after its cut: after
+        // that, what it sends is its limit's, and what it wants is unknown.
+        for limit in self.limits.values_mut() {
+            limit.from = None;
         }
         for target in released {
             self.limits.remove(&target);
@@ -374,6 +434,7 @@ impl Converging {
         }
         if self.limits.is_empty() {
             self.capacity = None;
+            self.peak = None;
         }
         actions
     }
@@ -381,6 +442,7 @@ impl Converging {
     /// Drops every limit and the estimate; returns what to apply.
     pub fn clear(&mut self) -> Vec<Action> {
         self.capacity = None;
+        self.peak = None;
         std::mem::take(&mut self.limits)
             .into_keys()
             .map(|(rpc, key)| Action::RemoveLimit { rpc, key })

@@ -66,6 +66,20 @@ impl AdaptiveBackpressure {
                 ));
             }
         }
+        text.push_str(&format!(
+            "\nafter a transient (hot 200, warm 60, cold 10 against {}; the capacity halved for 1s at {}s): \
+             seconds until no table is limited below its demand\n",
+            self.capacity,
+            self.transient.steady
+        ));
+        for (i, pair) in self.transients.iter().enumerate() {
+            text.push_str(&format!(
+                "{:>3} stepwise {:>6}, converging {:>6}\n",
+                i + 1,
+                optional(pair.stepwise.let_go),
+                optional(pair.converging.let_go)
+            ));
+        }
         let Some(first) = self.runs.first() else {
             return text;
         };

@@ -235,3 +235,53 @@ async fn a_capacity_halved_mid_run_is_followed() {
         );
     }
 }
+
+/// A transient: the capacity halved for one second under a demand it takes. Both controls
+/// cut; the converging one returns to the level it had before at the first quiet interval and
+/// lets go as soon as the step-wise one does, at every phase.
+#[tokio::test(start_paused = true)]
+async fn after_a_transient_the_converging_control_lets_go_as_fast_as_the_stepwise() {
+    let mix = Mix::transient(5);
+    for phase in PHASES {
+        let stepwise = simulate(&mix, adaptive(Control::Stepwise), phase)
+            .await
+            .unwrap();
+        let converging = simulate(&mix, adaptive(Control::Converging), phase)
+            .await
+            .unwrap();
+        let shown = |run: &ModeRun| {
+            run.timeline
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{:>3}s {:>3} {:>3}  {}",
+                        s.at,
+                        s.capacity,
+                        s.arrived,
+                        row(s)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        assert!(
+            converging.timeline.iter().any(|s| !s.limits.is_empty()),
+            "the dip cut nothing: {}",
+            shown(&converging)
+        );
+        let (Some(stepwise_let_go), Some(converging_let_go)) = (stepwise.let_go, converging.let_go)
+        else {
+            panic!(
+                "a control never let go at {phase:?}:\n{}\n\n{}",
+                shown(&stepwise),
+                shown(&converging)
+            );
+        };
+        assert!(
+            converging_let_go <= stepwise_let_go,
+            "at {phase:?}: converging {converging_let_go}s, stepwise {stepwise_let_go}s:\n{}\n\n{}",
+            shown(&stepwise),
+            shown(&converging)
+        );
+    }
+}

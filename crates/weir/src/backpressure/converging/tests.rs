@@ -111,10 +111,11 @@ fn quiet_rounds_raise_every_limited_key_and_release_idle_ones() {
     let budget = 300.0 * 1.05 * 0.95;
     assert!(close(c.limit(&t("a")), budget / 2.0));
     assert!(close(c.limit(&t("b")), budget / 2.0));
-    // b stops: idle for one round, kept; idle two rounds, released.
+    // b stops: idle for one round, kept; idle two rounds, released. a takes what b leaves.
     let a = c.limit(&t("a")).unwrap();
     c.on_quiet(&load(a, 0.0, &[], &[("a", a), ("b", 0.0)]));
     assert!(c.limit(&t("b")).is_some());
+    assert!(c.limit(&t("a")).unwrap() > a);
     let a = c.limit(&t("a")).unwrap();
     let actions = c.on_quiet(&load(a, 0.0, &[], &[("a", a), ("b", 0.0)]));
     assert!(actions.contains(&Action::RemoveLimit {
@@ -122,6 +123,53 @@ fn quiet_rounds_raise_every_limited_key_and_release_idle_ones() {
         key: "b".into()
     }));
     assert_eq!(c.limit(&t("b")), None);
+}
+
+#[test]
+fn after_a_transient_the_estimate_returns_to_the_peak_at_once_and_lets_go() {
+    // Two keys under the capacity, a bare signal: cut by `ratio`, far deeper than any
+    // overload (there was none to measure).
+    let mut c = Converging::new(tuning());
+    c.on_busy(
+        Signal::Bare,
+        &load(90.0, 0.0, &[("a", 60.0), ("b", 30.0)], &[]),
+    );
+    assert_eq!(c.capacity(), Some(45.0));
+    let (a, b) = (c.limit(&t("a")).unwrap(), c.limit(&t("b")).unwrap());
+    assert!(a < 60.0 && b < 30.0, "{a} {b}");
+    // One quiet round: back to the 90 the backend took, not 45 × 1.05, and 90 gives each key
+    // what it sent before the cut: both let go, as the step-wise control lets go of its step.
+    c.on_quiet(&load(a + b, 0.0, &[], &[("a", a), ("b", b)]));
+    assert_eq!((c.len(), c.capacity()), (0, None));
+}
+
+#[test]
+fn a_key_is_given_back_what_it_sent_only_at_the_first_quiet_round() {
+    let mut c = Converging::new(tuning());
+    c.on_busy(Signal::Answer, &load(400.0, 100.0, &[("hot", 300.0)], &[]));
+    let hot = c.limit(&t("hot")).unwrap();
+    // The first quiet round: the estimate grows, but not to the 300 hot sent before.
+    c.on_quiet(&load(hot + 100.0, 0.0, &[], &[("hot", hot)]));
+    let raised = c.limit(&t("hot")).unwrap();
+    assert!(raised > hot && raised < 300.0 * 0.95, "{raised}");
+    // From then on its rate is its limit's: however much the estimate grows it is raised,
+    // not let go, until it leaves its limit unused.
+    for _ in 0..3 {
+        let hot = c.limit(&t("hot")).unwrap();
+        c.on_quiet(&load(hot + 100.0, 0.0, &[], &[("hot", hot)]));
+        assert!(c.limit(&t("hot")).is_some());
+    }
+}
+
+#[test]
+fn busy_again_at_the_peak_lowers_it() {
+    let mut c = Converging::new(tuning());
+    c.on_busy(Signal::Bare, &load(600.0, 0.0, &[("hot", 400.0)], &[]));
+    assert_eq!(c.capacity(), Some(300.0));
+    // Refused by the cooldown, 400 sent and 40 answered busy: 360 is the level now.
+    c.note_busy(Signal::Answer, &load(400.0, 40.0, &[], &[("hot", 200.0)]));
+    c.on_quiet(&load(300.0, 0.0, &[], &[("hot", 200.0)]));
+    assert_eq!(c.capacity(), Some(360.0));
 }
 
 #[test]
@@ -238,9 +286,13 @@ fn a_quiet_round_starts_from_what_the_backend_took_if_more_than_the_estimate() {
     let mut c = Converging::new(tuning());
     c.on_busy(Signal::Bare, &load(600.0, 0.0, &[("hot", 400.0)], &[]));
     assert_eq!(c.capacity(), Some(300.0));
-    // The backend took 450 a second without a busy answer: the estimate was low.
+    // The backend took 450 a second without a busy answer: the estimate was low, and comes
+    // back to the 600 it took when the cut was made.
     c.on_quiet(&load(450.0, 0.0, &[], &[("hot", 200.0)]));
-    assert!(close(c.capacity(), 450.0 * 1.05), "{:?}", c.capacity());
+    assert_eq!(c.capacity(), Some(600.0));
+    // From the peak on, a probe: × increase.
+    c.on_quiet(&load(610.0, 0.0, &[], &[("hot", 350.0)]));
+    assert!(close(c.capacity(), 610.0 * 1.05), "{:?}", c.capacity());
 }
 
 #[test]
