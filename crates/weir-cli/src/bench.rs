@@ -10,7 +10,7 @@ use weir_bench::schedule::Profile;
 use weir_bench::targets::{CellShape, RespCommand, RlsLoad};
 use weir_bench::{plot, scenario};
 use weir_server::Overrides;
-use weir_server::rls::RulesConfig;
+use weir_server::rls::{RulesConfig, SameDomain};
 
 /// `weir bench`'s options.
 #[derive(Debug, clap::Args)]
@@ -201,7 +201,8 @@ impl BenchArgs {
                     let path = self.rls_config.as_ref().context(
                         "--target redis-rls needs --rls-config (the rules it decides by)",
                     )?;
-                    let rules = RulesConfig::load(path).map_err(|errors| {
+                    // Read, not judged: a domain over several files is taken whole.
+                    let rules = RulesConfig::load(path, SameDomain::Merged).map_err(|errors| {
                         let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
                         anyhow::anyhow!("{}", list.join("\n"))
                     })?;

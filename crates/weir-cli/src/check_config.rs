@@ -19,8 +19,8 @@ pub(crate) fn check_config(
     let Some(file) = file else {
         // The rules alone, with the `[rls]` table's defaults.
         let path = rls_config.expect("clap requires FILE or --rls-config");
-        let settings = weir_server::rls::RlsTable::default().settings();
-        return Ok(match check_rules(&path, &settings) {
+        let table = weir_server::rls::RlsTable::default();
+        return Ok(match check_rules(&path, &table) {
             Ok(summary) => {
                 println!("{}: ok ({summary})", path.display());
                 ExitCode::SUCCESS
@@ -60,7 +60,7 @@ pub(crate) fn check_config(
             };
             let rules = match &loaded.rls.config {
                 None => String::new(),
-                Some(path) => match check_rules(path, &loaded.rls.settings()) {
+                Some(path) => match check_rules(path, &loaded.rls) {
                     Ok(summary) => format!(", {summary}"),
                     Err(problems) => {
                         for problem in &problems {
@@ -92,11 +92,11 @@ pub(crate) fn check_config(
 /// token bucket cannot hold is found here, not at start): a summary, or every problem.
 pub(crate) fn check_rules(
     path: &std::path::Path,
-    settings: &weir_server::rls::RlsSettings,
+    table: &weir_server::rls::RlsTable,
 ) -> Result<String, Vec<String>> {
-    let rules = RulesConfig::load(path)
+    let rules = RulesConfig::load(path, table.same_domain())
         .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
-    let policies = policies_of(&rules, settings, Scope::Node);
+    let policies = policies_of(&rules, &table.settings(), Scope::Node);
     let count = policies.len();
     weir::policy::PolicySet::new(policies, SystemClock::new())
         .map_err(|error| vec![format!("{}: {error}", path.display())])?;

@@ -4,12 +4,11 @@
 
 mod support;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::Server;
+use support::{Server, publish};
 
 const FIRST: &str = r#"
 [[policy]]
@@ -46,21 +45,6 @@ strict = { qps = 3 }
 "#;
 
 const BROKEN: &str = "[[policy]\nname = \"x\"\n";
-
-/// Writes `text` as version `version` of a ConfigMap-style mount in `dir` and swaps it in as
-/// the kubelet does: `weir.toml → ..data/weir.toml`, and `..data` replaced by a rename.
-fn publish(dir: &Path, version: &str, text: &str) {
-    let versioned = dir.join(format!("..{version}"));
-    std::fs::create_dir(&versioned).unwrap();
-    std::fs::write(versioned.join("weir.toml"), text).unwrap();
-    let staged = dir.join("..data_tmp");
-    std::os::unix::fs::symlink(format!("..{version}"), &staged).unwrap();
-    std::fs::rename(&staged, dir.join("..data")).unwrap();
-    let link = dir.join("weir.toml");
-    if std::fs::symlink_metadata(&link).is_err() {
-        std::os::unix::fs::symlink("..data/weir.toml", &link).unwrap();
-    }
-}
 
 async fn get(server: &Server, path: &str) -> (StatusCode, Value) {
     let response = reqwest::get(server.url(path)).await.unwrap();
@@ -112,7 +96,7 @@ async fn a_configmap_swap_is_applied_keeping_state_and_a_bad_file_changes_nothin
     let dir = tempfile::tempdir().unwrap();
     let mount = dir.path().join("config");
     std::fs::create_dir(&mount).unwrap();
-    publish(&mount, "first", FIRST);
+    publish(&mount, "first", &[("weir.toml", FIRST)]);
     let data = dir.path().join("data");
     let config = mount.join("weir.toml");
     let server = Server::start_from_env(
@@ -137,7 +121,7 @@ async fn a_configmap_swap_is_applied_keeping_state_and_a_bad_file_changes_nothin
     assert_eq!(acquire(&server, 100).await, StatusCode::OK);
     assert_eq!(acquire(&server, 50).await, StatusCode::TOO_MANY_REQUESTS);
 
-    publish(&mount, "second", SECOND);
+    publish(&mount, "second", &[("weir.toml", SECOND)]);
     let swapped = eventually(Duration::from_secs(2), || async {
         get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"] == json!(5.0)
     })
@@ -156,7 +140,7 @@ async fn a_configmap_swap_is_applied_keeping_state_and_a_bad_file_changes_nothin
     );
     assert_eq!(reloads(&server, "applied").await, 1);
 
-    publish(&mount, "broken", BROKEN);
+    publish(&mount, "broken", &[("weir.toml", BROKEN)]);
     let refused = eventually(Duration::from_secs(2), || async {
         reloads(&server, "failed").await == 1
     })

@@ -1,10 +1,12 @@
 //! Envoy's rate limit service on a real `weir serve`: the protocol over gRPC, the rules as
 //! read-only policies, `/v1/throttles`, `/metrics`, bad input, health, and bad rules at start
-//! and in `check-config`.
+//! and in `check-config`; the rules reloaded live.
 
 mod support;
 
-use support::{Server, weir};
+use std::time::Duration;
+
+use support::{Server, eventually, publish, weir};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -450,4 +452,164 @@ async fn the_data_token_guards_the_rate_limit_service() {
         .unwrap()
         .into_inner();
     assert_eq!(answer.overall_code, RlsCode::Ok as i32);
+}
+
+/// One call of `entries` in `domain`: its code, and whether a limit decided it.
+async fn ask(
+    client: &mut RateLimitServiceClient<tonic::transport::Channel>,
+    domain: &str,
+    entries: &[(&str, &str)],
+) -> (i32, bool) {
+    let answer = client
+        .should_rate_limit(RateLimitRequest {
+            domain: domain.to_owned(),
+            descriptors: vec![descriptor(entries)],
+            hits_addend: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    (
+        answer.overall_code,
+        answer.statuses[0].current_limit.is_some(),
+    )
+}
+
+/// `weir_rls_reloads_total{outcome}` as `/metrics` shows it.
+async fn rule_reloads(server: &Server, outcome: &str) -> u64 {
+    let text = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let series = format!("weir_rls_reloads_total{{outcome=\"{outcome}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+const RELOAD_RULES: &str = "domain: reload\ndescriptors:\n  - key: key1\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";
+
+#[tokio::test]
+async fn rules_added_or_changed_in_their_directory_apply_live_keeping_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(rules.join("messaging.yaml"), RULES).unwrap();
+    let config = format!("[rls]\nconfig = {:?}\n", rules.display().to_string());
+    let server = Server::start(&config, &dir.path().join("data"));
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    // Two of the marketing rule's five spent; `key1` has no rule yet.
+    for _ in 0..2 {
+        client.should_rate_limit(marketing("1")).await.unwrap();
+    }
+    assert_eq!(
+        ask(&mut client, "reload", &[("key1", "a")]).await,
+        (RlsCode::Ok as i32, false)
+    );
+
+    // A file added to the directory: its domain applies, without a restart.
+    std::fs::write(rules.join("reload.yaml"), RELOAD_RULES).unwrap();
+    eventually(
+        Duration::from_secs(5),
+        "the added rules file applied",
+        || {
+            let mut client = client.clone();
+            async move { ask(&mut client, "reload", &[("key1", "a")]).await.1 }
+        },
+    )
+    .await;
+    assert_eq!(
+        ask(&mut client, "reload", &[("key1", "a")]).await.0,
+        RlsCode::OverLimit as i32
+    );
+
+    // The marketing limit cut from 5 to 3: the rule is reshaped, not restarted, so with two
+    // spent one is left (a new counter would give three).
+    std::fs::write(
+        rules.join("messaging.yaml"),
+        RULES.replace("requests_per_unit: 5", "requests_per_unit: 3"),
+    )
+    .unwrap();
+    let policy = "/v1/policies/rls:messaging.message_type_marketing.to_number";
+    eventually(
+        Duration::from_secs(5),
+        "the changed limit applied",
+        || async {
+            let body: serde_json::Value = reqwest::get(server.url(policy))
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            body["fixed_window"]["limit"] == 3
+        },
+    )
+    .await;
+    let codes: Vec<i32> = {
+        let mut codes = Vec::new();
+        for _ in 0..2 {
+            let answer = client.should_rate_limit(marketing("1")).await.unwrap();
+            codes.push(answer.into_inner().overall_code);
+        }
+        codes
+    };
+    assert_eq!(codes, [RlsCode::Ok as i32, RlsCode::OverLimit as i32]);
+    assert!(rule_reloads(&server, "applied").await >= 2);
+
+    // A bad file keeps the running rules, is counted, and the node stays ready.
+    let failed_before = rule_reloads(&server, "failed").await;
+    std::fs::write(
+        rules.join("reload.yaml"),
+        "domain: reload\ndescriptors:\n  - key: key1\n    rate_limit: { unit: fortnight, requests_per_unit: 1 }\n",
+    )
+    .unwrap();
+    eventually(Duration::from_secs(5), "the bad file counted", || async {
+        rule_reloads(&server, "failed").await > failed_before
+    })
+    .await;
+    assert_eq!(
+        ask(&mut client, "reload", &[("key1", "b")]).await,
+        (RlsCode::Ok as i32, true)
+    );
+    assert_eq!(
+        ask(&mut client, "reload", &[("key1", "b")]).await.0,
+        RlsCode::OverLimit as i32
+    );
+    let ready = reqwest::get(server.url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200);
+}
+
+#[tokio::test]
+async fn a_configmap_swap_of_the_rules_applies_and_removes_what_is_gone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("rules");
+    std::fs::create_dir(&mount).unwrap();
+    publish(&mount, "first", &[("messaging.yaml", RULES)]);
+    let config = format!("[rls]\nconfig = {:?}\n", mount.display().to_string());
+    let server = Server::start(&config, &dir.path().join("data"));
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    assert!(ask(&mut client, "messaging", &[("to_number", "1")]).await.1);
+
+    // The next version of the ConfigMap holds the other domain only.
+    publish(&mount, "second", &[("reload.yaml", RELOAD_RULES)]);
+    std::fs::remove_file(mount.join("messaging.yaml")).unwrap();
+    eventually(Duration::from_secs(5), "the swapped rules applied", || {
+        let mut client = client.clone();
+        async move { ask(&mut client, "reload", &[("key1", "a")]).await.1 }
+    })
+    .await;
+    assert_eq!(
+        ask(&mut client, "messaging", &[("to_number", "1")]).await,
+        (RlsCode::Ok as i32, false)
+    );
+    let gone = reqwest::get(server.url("/v1/policies/rls:messaging.to_number"))
+        .await
+        .unwrap();
+    assert_eq!(gone.status(), 404);
 }

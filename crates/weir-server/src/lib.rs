@@ -66,5 +66,7 @@ pub mod rls {
     pub use crate::app::rls::{Code, CurrentLimit, Descriptor, RequestError, Rls};
     pub use crate::front_door::rls::config::Limit;
     pub use crate::front_door::rls::rules::{Lookup, Tree};
-    pub use crate::front_door::rls::{RlsSettings, RlsTable, RulesConfig, Unit, policies_of};
+    pub use crate::front_door::rls::{
+        RlsSettings, RlsTable, RulesConfig, SameDomain, Unit, policies_of,
+    };
 }

@@ -74,6 +74,7 @@ pub struct Metrics {
     latency: Family<LatencyLabels, Histogram>,
     reloads: Family<ReloadLabel, Counter>,
     tls_reloads: Family<ReloadLabel, Counter>,
+    rls_reloads: Family<ReloadLabel, Counter>,
     resp_closed: Family<ReasonLabel, Counter>,
 }
 
@@ -165,6 +166,15 @@ impl Metrics {
         for outcome in ["applied", "failed"] {
             let _ = tls_reloads.get_or_create(&ReloadLabel { outcome });
         }
+        let rls_reloads = Family::<ReloadLabel, Counter>::default();
+        registry.register(
+            "weir_rls_reloads",
+            "RLS rule reloads, by outcome: applied, unchanged (forced by SIGHUP, the rules as running), failed (the running rules kept)",
+            rls_reloads.clone(),
+        );
+        for outcome in ["applied", "unchanged", "failed"] {
+            let _ = rls_reloads.get_or_create(&ReloadLabel { outcome });
+        }
         registry.register_collector(Box::new(running::TraceExportCollector));
         registry.register_collector(Box::new(running::ProcessCollector));
         let resp_closed = Family::<ReasonLabel, Counter>::default();
@@ -199,6 +209,7 @@ impl Metrics {
             latency,
             reloads,
             tls_reloads,
+            rls_reloads,
             resp_closed,
         }
     }
@@ -259,6 +270,13 @@ impl Metrics {
     /// Counts a TLS certificate reload: `applied` or `failed`.
     pub fn count_tls_reload(&self, outcome: &'static str) {
         self.tls_reloads
+            .get_or_create(&ReloadLabel { outcome })
+            .inc();
+    }
+
+    /// Counts a reload of the RLS rules: `applied`, `unchanged` or `failed`.
+    pub fn count_rls_reload(&self, outcome: &'static str) {
+        self.rls_reloads
             .get_or_create(&ReloadLabel { outcome })
             .inc();
     }

@@ -155,14 +155,16 @@ pub fn load_rules(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>> {
     let Some(path) = &config.rls.config else {
         return Ok(None);
     };
-    RulesConfig::load(path).map(Some).map_err(|errors| {
-        let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
-        anyhow::anyhow!(
-            "the RLS rules in {} are not valid:\n{}",
-            path.display(),
-            list.join("\n")
-        )
-    })
+    RulesConfig::load(path, config.rls.same_domain())
+        .map(Some)
+        .map_err(|errors| {
+            let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
+            anyhow::anyhow!(
+                "the RLS rules in {} are not valid:\n{}",
+                path.display(),
+                list.join("\n")
+            )
+        })
 }
 
 /// The fewest characters an admin token must have to guard an address beyond loopback.
@@ -319,6 +321,13 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         .map(|_| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()))
         .transpose()
         .context("listening for SIGHUP")?;
+    let rls_hangups = config
+        .rls
+        .config
+        .as_ref()
+        .map(|_| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()))
+        .transpose()
+        .context("listening for SIGHUP")?;
     let http_listener = connections::bind(server.http, server.listen_backlog)
         .with_context(|| format!("binding the HTTP address {}", server.http))?;
     let grpc_listener = connections::bind(server.grpc, server.listen_backlog)
@@ -363,7 +372,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         tokio::spawn(Arc::clone(cluster).follow());
         tokio::spawn(Arc::clone(cluster).report_joining());
     }
-    let rls = load_rules(&config)?.map(|rules| (rules, config.rls.settings()));
+    let rules = load_rules(&config)?;
+    let rls = rules.clone().map(|rules| (rules, config.rls.settings()));
     let app = App::new(AppSettings {
         node_id: server.node_id.clone(),
         grpc: grpc_addr,
@@ -492,6 +502,15 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         source.map(|path| (path, config.text.clone())),
         hangups,
     );
+    if let (Some(rules), Some(path), Some(hangups)) = (rules, &config.rls.config, rls_hangups) {
+        crate::front_door::rls::reload::watch(
+            Arc::clone(&app),
+            path.clone(),
+            config.rls.same_domain(),
+            rules,
+            hangups,
+        );
+    }
     if let (Some(tls), Some(hangups)) = (&tls, tls_hangups) {
         let app = Arc::clone(&app);
         crate::tls::watch(Arc::clone(tls), hangups, move |outcome| {

@@ -1,5 +1,5 @@
 //! Files watched for changes the way Kubernetes and editors make them, and SIGHUP beside: what
-//! the config file's reload and the certificates' reload both wait on.
+//! the config file's, the certificates' and the RLS rules' reloads wait on.
 //!
 //! A mounted ConfigMap or Secret is a symlink (`weir.toml → ..data/weir.toml`) through a
 //! `..data` symlink swapped atomically for a new directory: the file's own inode never changes,
@@ -49,6 +49,27 @@ impl Changes {
                 let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
                 tracing::warn!(
                     files = ?files,
+                    "{what} will not be seen (SIGHUP still reloads): {error:#}"
+                );
+                None
+            }
+        };
+        Changes {
+            _watcher: watcher,
+            events,
+            hangups,
+        }
+    }
+
+    /// Watches everything under `dir`, in its subdirectories too (a directory of files read
+    /// whole, such as RLS rules), and listens to `hangups`; as [`Changes::new`] otherwise.
+    pub(crate) fn under(dir: &Path, hangups: Signal, what: &str) -> Changes {
+        let (changed, events) = mpsc::channel::<()>(1);
+        let watcher = match watch_tree(dir, changed) {
+            Ok(watcher) => Some(watcher),
+            Err(error) => {
+                tracing::warn!(
+                    dir = %dir.display(),
                     "{what} will not be seen (SIGHUP still reloads): {error:#}"
                 );
                 None
@@ -123,5 +144,19 @@ fn watch_files(
             .watch(dir, notify::RecursiveMode::NonRecursive)
             .with_context(|| format!("watching {} for changes", dir.display()))?;
     }
+    Ok(watcher)
+}
+
+/// Watches `dir` and everything under it, signalling `changed` at each event but a read.
+fn watch_tree(dir: &Path, changed: mpsc::Sender<()>) -> anyhow::Result<notify::RecommendedWatcher> {
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|event| !matches!(event.kind, notify::EventKind::Access(_))) {
+            let _ = changed.try_send(());
+        }
+    })
+    .context("starting a file watcher")?;
+    watcher
+        .watch(dir, notify::RecursiveMode::Recursive)
+        .with_context(|| format!("watching {} for changes", dir.display()))?;
     Ok(watcher)
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use weir::ManualClock;
 use weir::policy::{PolicySet, Scope};
 use weir_server::rls::{Code, Descriptor, RequestError, Rls, RlsSettings, RulesConfig, Unit};
-use weir_server::rls::{CurrentLimit, policies_of};
+use weir_server::rls::{CurrentLimit, SameDomain, policies_of};
 
 const SECOND: u64 = 1_000_000_000;
 /// Some Unix time at midnight UTC, so that day windows start at the clock's start.
@@ -622,16 +622,16 @@ fn a_directory_of_rules_loads_every_file_in_name_order() {
     std::fs::write(dir.path().join("b.yml"), "domain: b\n").unwrap();
     std::fs::write(dir.path().join("a.yaml"), "domain: a\n").unwrap();
     std::fs::write(dir.path().join("c"), "domain: c\n").unwrap();
-    let config = RulesConfig::load(dir.path()).unwrap();
+    let config = RulesConfig::load(dir.path(), SameDomain::Refused).unwrap();
     let domains: Vec<&str> = config.domains.iter().map(|d| d.domain.as_str()).collect();
     assert_eq!(domains, ["a", "b", "c"]);
     // A file is a rules file whatever its name (as the reference server reads its directory):
     // one that is not rules is named, not skipped.
     std::fs::write(dir.path().join("notes.txt"), "not rules").unwrap();
-    let error = RulesConfig::load(dir.path()).unwrap_err();
+    let error = RulesConfig::load(dir.path(), SameDomain::Refused).unwrap_err();
     assert!(error[0].place.file.ends_with("notes.txt"), "{error:?}");
     let empty = tempfile::tempdir().unwrap();
-    let error = RulesConfig::load(empty.path()).unwrap_err();
+    let error = RulesConfig::load(empty.path(), SameDomain::Refused).unwrap_err();
     assert!(error[0].to_string().contains("holds no file"), "{error:?}");
 }
 
@@ -757,14 +757,14 @@ fn a_rules_directory_is_read_whole_whatever_the_names_but_for_dot_names() {
     )
     .unwrap();
     std::fs::write(root.join(".hidden.yaml"), "not: [rules").unwrap();
-    let config = RulesConfig::load(root).unwrap();
+    let config = RulesConfig::load(root, SameDomain::Refused).unwrap();
     let mut domains: Vec<&str> = config.domains.iter().map(|d| d.domain.as_str()).collect();
     domains.sort_unstable();
     assert_eq!(domains, ["batch", "edge", "internal"]);
 
     // A file that is not rules is named, not skipped.
     std::fs::write(root.join("README"), "these are the rules").unwrap();
-    let errors = RulesConfig::load(root).unwrap_err();
+    let errors = RulesConfig::load(root, SameDomain::Refused).unwrap_err();
     assert!(
         errors.iter().any(|e| e.place.file.ends_with("README")),
         "{errors:?}"

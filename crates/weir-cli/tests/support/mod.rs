@@ -81,6 +81,26 @@ fn looks() -> tokio::time::Interval {
     looks
 }
 
+/// Writes `files` (name, text) as version `version` of a ConfigMap-style mount in `dir` and
+/// swaps them in as the kubelet does: each `name → ..data/name`, and `..data` replaced by a
+/// rename.
+pub fn publish(dir: &Path, version: &str, files: &[(&str, &str)]) {
+    let versioned = dir.join(format!("..{version}"));
+    std::fs::create_dir(&versioned).unwrap();
+    for (name, text) in files {
+        std::fs::write(versioned.join(name), text).unwrap();
+    }
+    let staged = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(format!("..{version}"), &staged).unwrap();
+    std::fs::rename(&staged, dir.join("..data")).unwrap();
+    for (name, _) in files {
+        let link = dir.join(name);
+        if std::fs::symlink_metadata(&link).is_err() {
+            std::os::unix::fs::symlink(format!("..data/{name}"), &link).unwrap();
+        }
+    }
+}
+
 /// The `weir` binary under test.
 pub fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))

@@ -10,6 +10,7 @@
 //! | `leasing.rs` | releasing, renewing and reclaiming leases |
 //! | `cluster_rates.rs` | cluster-scoped rate policies: forwarding to a bucket's owner, deciding for others |
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
+//! | `reloading.rs` | a reloaded config file's policies and RLS rules applied, the difference only |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
 //! | `stats.rs` | every policy's counters and gauges at once, as JSON (`/v1/stats`, the live page's) |
 //! | `auth.rs` | the admin token check |
@@ -20,6 +21,7 @@ pub mod cells;
 mod cluster_rates;
 mod leasing;
 mod policy_admin;
+mod reloading;
 pub mod rls;
 mod stats;
 mod throttles;
@@ -37,6 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
+use arc_swap::ArcSwap;
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::policy::{PolicyConfig, PolicySet, Scope};
 use weir::{Clock, SystemClock};
@@ -72,7 +75,8 @@ pub struct App {
     ready: AtomicBool,
     clock: SystemClock,
     cluster: Option<Arc<ClusterMode>>,
-    rls: Option<Arc<Rls>>,
+    /// Envoy's rate limit service, swapped whole when its rules reload.
+    rls: Option<Arc<ArcSwap<Rls>>>,
     /// `CL.THROTTLE`'s keys.
     cells: Arc<Cells>,
     /// When each adaptive policy last took a busy signal.
@@ -166,12 +170,12 @@ impl App {
             )
         })?;
         let rls = settings.rls.map(|(rules, rls_settings)| {
-            Arc::new(Rls::new(
+            Arc::new(ArcSwap::from_pointee(Rls::new(
                 &rules,
                 rls_settings,
                 &policies,
                 SystemClock::new(),
-            ))
+            )))
         });
         let policies = Arc::new(policies);
         let leases = Arc::new(Leases::new());
@@ -213,9 +217,9 @@ impl App {
         &self.metrics
     }
 
-    /// Envoy's rate limit service, when it is offered.
-    pub fn rls(&self) -> Option<&Arc<Rls>> {
-        self.rls.as_ref()
+    /// Envoy's rate limit service with its rules now, when it is offered.
+    pub fn rls(&self) -> Option<Arc<Rls>> {
+        self.rls.as_ref().map(|rls| rls.load_full())
     }
 
     /// Cluster mode, when this node is part of a cluster.
@@ -376,7 +380,7 @@ impl App {
 /// The collectors of the protocols' own counters on `/metrics`: the RLS rules' (if this node
 /// has any) and `CL.THROTTLE`'s.
 fn protocol_collectors(
-    rls: Option<&Arc<Rls>>,
+    rls: Option<&Arc<ArcSwap<Rls>>>,
     cells: &Arc<Cells>,
 ) -> Vec<Box<dyn prometheus_client::collector::Collector>> {
     let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![Box::new(

@@ -1,8 +1,6 @@
 //! Changing policies over the API: reads with their entity tags, conditional writes and
 //! deletes, each made durable before it takes effect.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use weir::policy::PolicyConfig;
 
 use super::App;
@@ -124,76 +122,6 @@ impl App {
         Ok(deleted)
     }
 
-    /// Re-applies the config file's policies, `file` as just read: the data dir's overlay is
-    /// laid over them as at start, and only the difference is applied — a changed policy is
-    /// reshaped keeping its buckets' state (as a `PUT` does), a policy gone from the result is
-    /// removed, a new one starts, and the others are not touched (their waiters, leases and
-    /// buckets go on). The RLS rules' policies are their YAML's and stay as they are.
-    ///
-    /// The whole result is checked first; if any of it is not valid, nothing changes.
-    pub async fn reload_policies(
-        &self,
-        file: Vec<PolicyConfig>,
-    ) -> Result<Reloaded, weir::policy::PolicySetError> {
-        // Serialised with the API's changes: each sees the other's result whole.
-        let overlay = self.overlay.lock().await;
-        let current: BTreeMap<String, PolicyConfig> = self
-            .policies
-            .policies()
-            .iter()
-            .map(|p| {
-                let config = p.config();
-                (config.name.clone(), config)
-            })
-            .collect();
-        let mut wanted = overlay.apply(file);
-        wanted.extend(
-            current
-                .values()
-                .filter(|c| c.name.starts_with(crate::reserved::RLS_PREFIX))
-                .cloned(),
-        );
-        // Built and dropped: the same checks as at start, over the whole set at once.
-        weir::policy::PolicySet::new(wanted.clone(), weir::SystemClock::new())?;
-        let mut reloaded = Reloaded::default();
-        let mut kept = BTreeSet::new();
-        for config in wanted {
-            kept.insert(config.name.clone());
-            let name = config.name.clone();
-            match current.get(&name) {
-                Some(running) if *running == config => continue,
-                Some(_) => reloaded.changed.push(name),
-                None => reloaded.created.push(name),
-            }
-            // Checked above with the rest; a failure here would be a policy that passed the
-            // set's checks but not its own: reported by name, and the reload counted failed.
-            if let Err(error) = self.policies.upsert(config) {
-                reloaded.failed.push(error.to_string());
-            }
-        }
-        for name in current.keys().filter(|name| !kept.contains(*name)) {
-            self.remove_policy(name);
-            reloaded.removed.push(name.clone());
-        }
-        Ok(reloaded)
-    }
-
-    /// Whether a config file with no policies at all would remove a running policy: one the
-    /// file defined (what the API made or changed stays, as the RLS rules' do).
-    pub async fn an_empty_file_would_remove_policies(&self) -> bool {
-        let kept: BTreeSet<String> = self
-            .overlay
-            .lock()
-            .await
-            .apply(Vec::new())
-            .into_iter()
-            .map(|config| config.name)
-            .collect();
-        self.policies.policies().iter().any(|policy| {
-            !policy.name().starts_with(crate::reserved::RLS_PREFIX) && !kept.contains(policy.name())
-        })
-    }
-
     async fn persist(&self, overlay: &Overlay) -> Result<(), ApiError> {
         let dir = self.data_dir.clone();
         let overlay = overlay.clone();
@@ -201,29 +129,6 @@ impl App {
             .await
             .map_err(|e| ApiError::internal(format!("writing the data dir: {e}")))?
             .map_err(|e| ApiError::internal(e.to_string()))
-    }
-}
-
-/// What a reload of the config file changed, by policy name.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reloaded {
-    /// Policies that started.
-    pub created: Vec<String>,
-    /// Policies reshaped, their buckets' state kept.
-    pub changed: Vec<String>,
-    /// Policies removed.
-    pub removed: Vec<String>,
-    /// Policies that could not be applied, each with why (the running one kept).
-    pub failed: Vec<String>,
-}
-
-impl Reloaded {
-    /// Whether the reload changed nothing.
-    pub fn is_empty(&self) -> bool {
-        self.created.is_empty()
-            && self.changed.is_empty()
-            && self.removed.is_empty()
-            && self.failed.is_empty()
     }
 }
 

@@ -49,6 +49,9 @@ pub struct Status {
     pub limit_remaining: u32,
     /// Whole seconds until the key is whole again, rounded up, if a limit decided.
     pub reset_after: Option<Duration>,
+    /// Its limit is in quota mode (its rule's `quota_mode`, or `[rls] quota_mode`): over alone,
+    /// it makes the request over only if every quota-mode descriptor is.
+    pub quota_mode: bool,
 }
 
 impl Status {
@@ -58,6 +61,7 @@ impl Status {
             current_limit: None,
             limit_remaining: remaining,
             reset_after: None,
+            quota_mode: false,
         }
     }
 }
@@ -65,7 +69,7 @@ impl Status {
 /// The answer to a whole request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Answer {
-    /// Over if any descriptor is.
+    /// Over if any descriptor not in quota mode is, or every one in quota mode is.
     pub overall: Code,
     /// One status per descriptor, in order.
     pub statuses: Vec<Status>,

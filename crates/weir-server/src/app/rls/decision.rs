@@ -11,52 +11,40 @@
 //! request an error and counts nothing.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use weir::keyed::{KeyedLimiter, Overflow, Shape};
 use weir::limiter::Quota;
-use weir::limiter::fixed_window;
 use weir::policy::{Policy, PolicySet, Request};
-use weir::{Clock, SystemClock, WindowConfig};
+use weir::{Clock, SystemClock};
 
 use super::answer::{
     Answer, Code, CurrentLimit, Descriptor, MAX_DESCRIPTOR_BYTES, RequestError, Status,
 };
 use super::counts::{Counts, RuleCounts};
+use super::sent::Overrides;
 use crate::front_door::rls::RlsSettings;
 use crate::front_door::rls::config::{Limit, RulesConfig, Unit};
 use crate::front_door::rls::rules::{self, Lookup, Matched, Tree};
 
 /// A rule with what counts for it.
 #[derive(Debug)]
-struct Bound<C: Clock + Clone> {
+pub(super) struct Bound<C: Clock + Clone> {
     /// The policy counting its hits; `None` for an unlimited rule or a limit of 0.
-    policy: Option<Arc<Policy<C>>>,
-    counts: RuleCounts,
-}
-
-/// Per domain: a hit counter per unit for the descriptors that bring their own limit.
-struct Overrides<C: Clock> {
-    /// Indexed by [`Unit`] in declaration order.
-    by_unit: [OnceLock<KeyedLimiter<C>>; 7],
-    counts: Counts,
-}
-
-impl<C: Clock> std::fmt::Debug for Overrides<C> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Overrides").finish_non_exhaustive()
-    }
+    pub(super) policy: Option<Arc<Policy<C>>>,
+    /// Shared with the service the rules reload into while the rule stays.
+    counts: Arc<RuleCounts>,
 }
 
 /// Envoy's rate limit service over Weir policies; see the module docs.
 #[derive(Debug)]
 pub struct Rls<C: Clock + Clone = SystemClock> {
-    tree: Tree,
-    bound: Vec<Bound<C>>,
-    overrides: HashMap<String, Overrides<C>>,
-    settings: RlsSettings,
-    clock: C,
+    pub(super) tree: Tree,
+    pub(super) bound: Vec<Bound<C>>,
+    /// Shared with the service the rules reload into while the domain stays.
+    pub(super) overrides: HashMap<String, Arc<Overrides<C>>>,
+    pub(super) settings: RlsSettings,
+    pub(super) clock: C,
 }
 
 /// A request checked and matched, nothing counted yet ([`Rls::prepare`]).
@@ -90,6 +78,8 @@ enum Plan {
         per_unit: u32,
         unit: Unit,
         key: String,
+        /// The matched rule whose counter it shares (its window, of the same unit).
+        shared: Option<usize>,
     },
 }
 
@@ -102,26 +92,73 @@ impl<C: Clock + Clone> Rls<C> {
         policies: &PolicySet<C>,
         clock: C,
     ) -> Self {
+        Rls::succeeding(None, config, settings, policies, clock)
+    }
+
+    /// The service for `config`'s rules as they reload over this one's: each rule that stays
+    /// (by domain and path) keeps its counters, each domain that stays its counters of sent
+    /// limits. `policies` must hold `policies_of(config)`.
+    pub fn reloaded(&self, config: &RulesConfig, policies: &PolicySet<C>) -> Self {
+        Rls::succeeding(
+            Some(self),
+            config,
+            self.settings.clone(),
+            policies,
+            self.clock.clone(),
+        )
+    }
+
+    /// The settings it answers with.
+    pub fn settings(&self) -> &RlsSettings {
+        &self.settings
+    }
+
+    fn succeeding(
+        before: Option<&Rls<C>>,
+        config: &RulesConfig,
+        settings: RlsSettings,
+        policies: &PolicySet<C>,
+        clock: C,
+    ) -> Self {
         let tree = Tree::new(config);
+        let counts_before: HashMap<(&str, &str), &Arc<RuleCounts>> = before
+            .map(|before| {
+                before
+                    .tree
+                    .rules()
+                    .iter()
+                    .zip(&before.bound)
+                    .map(|(rule, bound)| {
+                        ((rule.domain.as_str(), rule.path.as_str()), &bound.counts)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let bound = tree
             .rules()
             .iter()
             .map(|rule| Bound {
                 policy: policies.get(&rule.policy_name()),
-                counts: RuleCounts::default(),
+                counts: counts_before
+                    .get(&(rule.domain.as_str(), rule.path.as_str()))
+                    .map_or_else(Default::default, |counts| Arc::clone(counts)),
             })
             .collect();
         let overrides = config
             .domains
             .iter()
             .map(|d| {
-                (
-                    d.domain.clone(),
-                    Overrides {
-                        by_unit: Default::default(),
-                        counts: Counts::default(),
+                let kept = before.and_then(|before| before.overrides.get(&d.domain));
+                let overrides = kept.map_or_else(
+                    || {
+                        Arc::new(Overrides {
+                            by_unit: Default::default(),
+                            counts: Counts::default(),
+                        })
                     },
-                )
+                    Arc::clone,
+                );
+                (d.domain.clone(), overrides)
             })
             .collect();
         Rls {
@@ -139,7 +176,7 @@ impl<C: Clock + Clone> Rls<C> {
             .rules()
             .iter()
             .zip(&self.bound)
-            .map(|(rule, bound)| (rule.domain.as_str(), rule.path.as_str(), &bound.counts))
+            .map(|(rule, bound)| (rule.domain.as_str(), rule.path.as_str(), &*bound.counts))
     }
 
     /// The counters of limits sent with requests, per domain.
@@ -251,27 +288,46 @@ impl<C: Clock + Clone> Rls<C> {
     /// them, every other one here; then the answer.
     pub fn finish(&self, prepared: Prepared, decided_elsewhere: Vec<(usize, Counted)>) -> Answer {
         let mut elsewhere: HashMap<usize, Counted> = decided_elsewhere.into_iter().collect();
-        let statuses: Vec<Status> = prepared
-            .steps
-            .into_iter()
-            .enumerate()
-            .map(|(step, (plan, hits))| match plan {
-                Plan::Free => Status::unlimited(0),
-                Plan::Unlimited(_) => Status::unlimited(u32::MAX),
+        let all_quota = self.settings.quota_mode;
+        let mut statuses = Vec::with_capacity(prepared.steps.len());
+        // The reference server's rule: over if a descriptor not in quota mode is over, or if
+        // every descriptor in quota mode is. An unlimited rule's takes no part.
+        let (mut over, mut in_quota, mut quota_over) = (false, 0, 0);
+        for (step, (plan, hits)) in prepared.steps.into_iter().enumerate() {
+            let (mut status, quota_mode) = match plan {
+                Plan::Free => (Status::unlimited(0), all_quota),
+                Plan::Unlimited(_) => {
+                    statuses.push(Status::unlimited(u32::MAX));
+                    continue;
+                }
                 Plan::Rule(matched) => {
                     let counted = elsewhere
                         .remove(&step)
                         .unwrap_or_else(|| self.count_here(&matched, hits));
-                    self.account(&matched, hits, counted)
+                    let quota_mode = all_quota || self.tree.rules()[matched.rule].quota_mode;
+                    (self.account(&matched, hits, counted), quota_mode)
                 }
                 Plan::Override {
                     per_unit,
                     unit,
                     key,
-                } => self.count_override(&prepared.domain, per_unit, unit, &key, hits),
-            })
-            .collect();
-        let overall = if statuses.iter().any(|s| s.code == Code::OverLimit) {
+                    shared,
+                } => (
+                    self.count_override(&prepared.domain, per_unit, unit, &key, shared, hits),
+                    all_quota,
+                ),
+            };
+            let is_over = status.code == Code::OverLimit;
+            if quota_mode {
+                in_quota += 1;
+                quota_over += usize::from(is_over);
+            } else {
+                over |= is_over;
+            }
+            status.quota_mode = quota_mode;
+            statuses.push(status);
+        }
+        let overall = if over || (in_quota > 0 && quota_over == in_quota) {
             Code::OverLimit
         } else {
             Code::Ok
@@ -320,15 +376,19 @@ impl<C: Clock + Clone> Rls<C> {
         }
         if let Some((per_unit, unit)) = descriptor.limit {
             let unit = unit.ok_or(RequestError::OverrideUnit { index })?;
-            let key = match self.tree.find(domain, descriptor.entries.iter().copied()) {
-                Lookup::Rule(matched) => matched.key,
-                _ => rules::counter_key(descriptor.entries.iter().copied()),
+            let (key, shared) = match self.tree.find(domain, descriptor.entries.iter().copied()) {
+                Lookup::Rule(matched) => {
+                    let shared = self.shares_counter(matched.rule, unit);
+                    (matched.key, shared.then_some(matched.rule))
+                }
+                _ => (rules::counter_key(descriptor.entries.iter().copied()), None),
             };
             return Ok((
                 Plan::Override {
                     per_unit,
                     unit,
                     key,
+                    shared,
                 },
                 hits,
             ));
@@ -450,59 +510,7 @@ impl<C: Clock + Clone> Rls<C> {
                 u32::try_from(remaining).unwrap_or(u32::MAX)
             },
             reset_after: Some(whole_seconds(reset_after)),
-        }
-    }
-
-    /// Counts `hits` against a limit sent with the request.
-    fn count_override(
-        &self,
-        domain: &str,
-        per_unit: u32,
-        unit: Unit,
-        key: &str,
-        hits: u64,
-    ) -> Status {
-        let Some(overrides) = self.overrides.get(domain) else {
-            return Status::unlimited(0);
-        };
-        let counter = overrides.by_unit[unit as usize].get_or_init(|| {
-            let shape = Shape::try_from(WindowConfig {
-                count: fixed_window::COUNT,
-                limit: u64::from(u32::MAX),
-                window: unit.window(),
-            })
-            .expect("a whole unit is a valid window");
-            KeyedLimiter::new(
-                shape,
-                self.settings.max_keys,
-                Overflow::Shared,
-                self.clock.clone(),
-            )
-        });
-        // The counter never refuses (its limit is the most a window counts); the override's
-        // limit is compared here.
-        // The quota read with the decision: past the key cap it is the shared overflow cell's.
-        let (_counted, quota) = counter.try_acquire_with_quota(key, hits);
-        let quota = quota.unwrap_or(Quota {
-            used: hits,
-            remaining: 0,
-            reset_after: unit.window(),
-        });
-        let limit = u64::from(per_unit);
-        let over = quota.used > limit || (limit == 0 && hits > 0);
-        let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
-        overrides
-            .counts
-            .record(hits, quota.used, limit, near, false);
-        Status {
-            code: if over { Code::OverLimit } else { Code::Ok },
-            current_limit: Some(CurrentLimit {
-                requests_per_unit: per_unit,
-                unit,
-                name: None,
-            }),
-            limit_remaining: u32::try_from(limit.saturating_sub(quota.used)).unwrap_or(u32::MAX),
-            reset_after: Some(whole_seconds(quota.reset_after)),
+            quota_mode: false,
         }
     }
 
@@ -516,18 +524,19 @@ impl<C: Clock + Clone> Rls<C> {
 
 /// `duration` rounded up to whole seconds, as the reference server answers (a window's end is
 /// never reported early).
-fn whole_seconds(duration: Duration) -> Duration {
+pub(super) fn whole_seconds(duration: Duration) -> Duration {
     let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
     Duration::from_secs(seconds)
 }
 
-/// The RateLimit header fields for the status that matters most: the last over-limit one, or
-/// else the one with the fewest hits left (the first of equals). None if no limit decided.
+/// The RateLimit header fields for the status that matters most: the last over-limit one not
+/// in quota mode, or else the one with the fewest hits left (the first of equals). None if no
+/// limit decided.
 fn header_fields(statuses: &[Status]) -> Vec<(&'static str, String)> {
     let limited = statuses.iter().filter(|s| s.current_limit.is_some());
     let chosen = limited
         .clone()
-        .rfind(|s| s.code == Code::OverLimit)
+        .rfind(|s| s.code == Code::OverLimit && !s.quota_mode)
         .or_else(|| limited.min_by_key(|s| s.limit_remaining));
     let Some(status) = chosen else {
         return Vec::new();

@@ -6,12 +6,14 @@
 //! | `answer.rs` | a request's descriptors and its answer: statuses, header fields; why a request is refused whole |
 //! | `decision.rs` | `Rls`: a request checked whole, matched, counted, answered |
 //! | `counts.rs` | the reference server's own counters of each rule |
+//! | `sent.rs` | limits sent with requests: where their hits count, and their answer |
 //!
 //! The wire, the rules and their config are [`crate::front_door::rls`]'s.
 
 mod answer;
 mod counts;
 mod decision;
+mod sent;
 
 use std::time::Duration;
 
@@ -34,7 +36,7 @@ impl App {
         descriptors: &[Descriptor<'_>],
         hits_addend: u32,
     ) -> Option<Result<Answer, RequestError>> {
-        let rls = self.rls.as_deref()?;
+        let rls = self.rls.as_ref()?.load();
         let prepared = match rls.prepare(domain, descriptors, hits_addend) {
             Ok(prepared) => prepared,
             Err(error) => return Some(Err(error)),

@@ -199,6 +199,9 @@ pub struct Node {
     pub limit: Option<Limit>,
     /// Count, but always answer OK.
     pub shadow_mode: bool,
+    /// Over its limit, the descriptor says so, but the request is over only if a descriptor
+    /// not in quota mode is, or every one in quota mode is.
+    pub quota_mode: bool,
     /// Metrics name the descriptor's own values, not the rule's path.
     pub detailed_metric: bool,
     /// Metrics put the request's value where this node has none or a pattern.
@@ -293,6 +296,37 @@ fn walk(dir: &Path, files: &mut Vec<PathBuf>, depth: usize) -> std::io::Result<(
     Ok(())
 }
 
+/// What two files that define one domain mean.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SameDomain {
+    /// A mistake, named (the reference server's default).
+    #[default]
+    Refused,
+    /// The later file's descriptors join the domain's (`[rls] merge_domains`, the reference
+    /// server's `MERGE_DOMAIN_CONFIG`); one key and value defined in both is a mistake.
+    Merged,
+}
+
+/// Adds `more`'s descriptors to `domain`'s, each one whose key and value `domain` already
+/// has named as a mistake where `more` writes it.
+fn merge(domain: &mut DomainRules, more: DomainRules, errors: &mut Vec<RuleError>) {
+    for node in more.descriptors {
+        let same = |d: &&Node| d.key == node.key && d.value == node.value;
+        if let Some(first) = domain.descriptors.iter().find(same) {
+            errors.push(RuleError {
+                place: node.place.clone(),
+                rule: Some(node.path.clone()),
+                problem: format!(
+                    "the domain's files define this key and value twice (first at {})",
+                    first.place
+                ),
+            });
+            continue;
+        }
+        domain.descriptors.push(node);
+    }
+}
+
 /// Every domain's rules.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct RulesConfig {
@@ -306,8 +340,9 @@ impl RulesConfig {
     /// (several ConfigMaps mounted side by side). Names starting with `.` are skipped: a
     /// mounted ConfigMap keeps its files' real copies in `..data` and dated `..` directories
     /// beside the links to them, which would otherwise be read twice. Files are read in path
-    /// order. Every mistake of every file is returned.
-    pub fn load(path: &Path) -> Result<RulesConfig, Vec<RuleError>> {
+    /// order; `same_domain` says what two files defining one domain mean. Every mistake of
+    /// every file is returned.
+    pub fn load(path: &Path, same_domain: SameDomain) -> Result<RulesConfig, Vec<RuleError>> {
         let at_path = |problem: String| {
             vec![RuleError {
                 place: Place::file(path),
@@ -341,12 +376,25 @@ impl RulesConfig {
             })?;
             texts.push((file, text));
         }
-        RulesConfig::parse(texts.iter().map(|(f, t)| (f.as_path(), t.as_str())))
+        RulesConfig::parse_with(
+            texts.iter().map(|(f, t)| (f.as_path(), t.as_str())),
+            same_domain,
+        )
     }
 
-    /// Parses files given as (name, text). Every mistake of every file is returned.
+    /// Parses files given as (name, text), one domain to a file. Every mistake of every file
+    /// is returned.
     pub fn parse<'a>(
         files: impl IntoIterator<Item = (&'a Path, &'a str)>,
+    ) -> Result<RulesConfig, Vec<RuleError>> {
+        RulesConfig::parse_with(files, SameDomain::Refused)
+    }
+
+    /// Parses files given as (name, text), `same_domain` saying what two files defining one
+    /// domain mean. Every mistake of every file is returned.
+    pub fn parse_with<'a>(
+        files: impl IntoIterator<Item = (&'a Path, &'a str)>,
+        same_domain: SameDomain,
     ) -> Result<RulesConfig, Vec<RuleError>> {
         let mut errors = Vec::new();
         let mut domains: Vec<DomainRules> = Vec::new();
@@ -354,19 +402,22 @@ impl RulesConfig {
             let Some(rules) = parse_file(file, text, &mut errors) else {
                 continue;
             };
-            if let Some(first) = domains.iter().find(|d| d.domain == rules.domain) {
-                errors.push(RuleError {
+            match (
+                domains.iter_mut().find(|d| d.domain == rules.domain),
+                same_domain,
+            ) {
+                (Some(first), SameDomain::Merged) => merge(first, rules, &mut errors),
+                (Some(first), SameDomain::Refused) => errors.push(RuleError {
                     place: Place::file(file),
                     rule: None,
                     problem: format!(
-                        "domain `{}` is already defined in {}: one file per domain",
+                        "domain `{}` is already defined in {}: one file per domain (or `merge_domains = true` in [rls])",
                         rules.domain,
                         first.file.display()
                     ),
-                });
-                continue;
+                }),
+                (None, _) => domains.push(rules),
             }
-            domains.push(rules);
         }
         // A path names a rule's policy: two rules may not share one, whatever levels or
         // domains they come from (`b.c` at the top, or `b` then `c`).

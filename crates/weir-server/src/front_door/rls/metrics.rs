@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -12,15 +14,15 @@ use prometheus_client::metrics::counter::ConstCounter;
 use crate::app::rls::Rls;
 use crate::metrics::family;
 
-/// Envoy rate limit rules' counters, read at scrape time.
+/// Envoy rate limit rules' counters, read at scrape time from the rules then in force.
 #[derive(Debug)]
 pub(crate) struct RlsCollector {
-    rls: Arc<Rls>,
+    rls: Arc<ArcSwap<Rls>>,
 }
 
 impl RlsCollector {
-    /// The collector of `rls`'s counters.
-    pub(crate) fn new(rls: Arc<Rls>) -> Self {
+    /// The collector of `rls`'s counters, whatever rules it reloads.
+    pub(crate) fn new(rls: Arc<ArcSwap<Rls>>) -> Self {
         RlsCollector { rls }
     }
 }
@@ -36,7 +38,8 @@ struct RuleLabels {
 impl Collector for RlsCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let mut rows: Vec<(RuleLabels, [u64; 5])> = Vec::new();
-        for (domain, path, counts) in self.rls.counts() {
+        let rls = self.rls.load();
+        for (domain, path, counts) in rls.counts() {
             rows.push((
                 RuleLabels {
                     domain: domain.to_owned(),
@@ -55,7 +58,7 @@ impl Collector for RlsCollector {
                 ));
             }
         }
-        for (domain, counts) in self.rls.override_counts() {
+        for (domain, counts) in rls.override_counts() {
             let read = counts.read();
             if read[0] > 0 {
                 rows.push((

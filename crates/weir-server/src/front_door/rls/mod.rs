@@ -13,22 +13,27 @@
 //! | `settings.rs` | the config file's `[rls]` table |
 //! | `config.rs` | the rules as read: domains, descriptor trees, limits, mistakes named by place |
 //! | `yaml.rs` | the YAML files, checked, each mistake named by file, line and rule |
+//! | `yaml_tree.rs` | YAML text to a tree of placed values, anchors, aliases and `<<` merges resolved |
 //! | `rules.rs` | the compiled tree and the matching rules |
 //! | `policies.rs` | the Weir policy each rule with a rate counts through |
+//! | `reload.rs` | the rules watched and reloaded live |
 //! | `metrics.rs` | the reference server's per-rule counters on `/metrics` |
 //!
-//! What a request is answered is decided in [`crate::app::rls`]. Rules are read at start;
-//! their policies are read-only over the API (the YAML is their source).
+//! What a request is answered is decided in [`crate::app::rls`]. Rules are read at start and
+//! again whenever they change (`reload.rs`); their policies are read-only over the API (the
+//! YAML is their source).
 
 pub mod config;
 mod metrics;
 pub mod policies;
+pub mod reload;
 pub mod rules;
 mod service;
 pub mod settings;
 mod yaml;
+mod yaml_tree;
 
-pub use config::{RuleError, RulesConfig, Unit};
+pub use config::{RuleError, RulesConfig, SameDomain, Unit};
 pub(crate) use metrics::RlsCollector;
 pub use policies::policies_of;
 pub use service::RlsService;

@@ -28,6 +28,8 @@ pub struct Rule {
     pub limit: Limit,
     /// Count, but always answer OK.
     pub shadow_mode: bool,
+    /// Over alone, it does not make the request over (see [`super::config::Node::quota_mode`]).
+    pub quota_mode: bool,
     /// Metrics name the descriptor's values.
     pub detailed_metric: bool,
 }
@@ -119,6 +121,7 @@ impl Tree {
                     path: node.path.clone(),
                     limit: limit.clone(),
                     shadow_mode: node.shadow_mode,
+                    quota_mode: node.quota_mode,
                     detailed_metric: node.detailed_metric,
                 });
                 self.rules.len() - 1
@@ -163,6 +166,10 @@ impl Tree {
         let last = entries.len().saturating_sub(1);
         let mut key_text = String::new();
         let mut metric_values = String::new();
+        // The detailed name when a pattern shares its counter: that entry named by its
+        // pattern, the others by their values (an empty value adds nothing).
+        let mut metric_shared = String::new();
+        let mut shares = false;
         let mut wants_values = false;
         let mut path_with_values = String::from(domain);
         for (i, (key, value)) in entries.enumerate() {
@@ -197,6 +204,20 @@ impl Tree {
             metric_values.push_str(key);
             metric_values.push('_');
             metric_values.push_str(value);
+            metric_shared.push('.');
+            metric_shared.push_str(key);
+            match written {
+                Written::Pattern(pattern) if branch.share_threshold => {
+                    shares = true;
+                    metric_shared.push('_');
+                    metric_shared.push_str(pattern);
+                }
+                _ if !value.is_empty() => {
+                    metric_shared.push('_');
+                    metric_shared.push_str(value);
+                }
+                _ => {}
+            }
             path_with_values.push('.');
             path_with_values.push_str(key);
             match written {
@@ -206,8 +227,11 @@ impl Tree {
                 }
                 Written::Pattern(_) | Written::Any if branch.value_to_metric => {
                     wants_values = true;
-                    path_with_values.push('_');
-                    path_with_values.push_str(value);
+                    // An empty value names the key alone, as the reference server writes it.
+                    if !value.is_empty() {
+                        path_with_values.push('_');
+                        path_with_values.push_str(value);
+                    }
                 }
                 Written::Pattern(pattern) => {
                     path_with_values.push('_');
@@ -224,7 +248,13 @@ impl Tree {
                     return Lookup::NoRule;
                 };
                 let metric = if self.rules[rule].detailed_metric {
-                    Some(format!("{domain}{metric_values}"))
+                    // A shared pattern keeps one series for all its values, not one per value.
+                    let values = if shares {
+                        &metric_shared
+                    } else {
+                        &metric_values
+                    };
+                    Some(format!("{domain}{values}"))
                 } else {
                     wants_values.then_some(path_with_values)
                 };

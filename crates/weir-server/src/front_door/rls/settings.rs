@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::config::SameDomain;
+
 /// How the service answers, from the config file's `[rls]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RlsSettings {
@@ -16,6 +18,8 @@ pub struct RlsSettings {
     pub response_headers: bool,
     /// The most descriptors one call may carry.
     pub max_descriptors: usize,
+    /// Every descriptor's limit in quota mode, as if each rule said `quota_mode: true`.
+    pub quota_mode: bool,
 }
 
 impl Default for RlsSettings {
@@ -25,6 +29,7 @@ impl Default for RlsSettings {
             near_limit_ratio: 0.8,
             response_headers: false,
             max_descriptors: 64,
+            quota_mode: false,
         }
     }
 }
@@ -52,6 +57,14 @@ pub struct RlsTable {
     /// per matching rate limit action: a handful.
     #[serde(default = "default_max_descriptors")]
     pub max_descriptors: usize,
+    /// Every limit in quota mode (the reference server's `QUOTA_MODE`; default false): a
+    /// request is over only if a descriptor not in quota mode is, or every one in it is.
+    #[serde(default)]
+    pub quota_mode: bool,
+    /// Let several files add rules to one domain (the reference server's
+    /// `MERGE_DOMAIN_CONFIG`; default false: a domain defined twice is a mistake).
+    #[serde(default)]
+    pub merge_domains: bool,
 }
 
 fn default_rls_max_keys() -> usize {
@@ -72,6 +85,8 @@ impl Default for RlsTable {
             near_limit_ratio: default_near_limit_ratio(),
             response_headers: false,
             max_descriptors: default_max_descriptors(),
+            quota_mode: false,
+            merge_domains: false,
         }
     }
 }
@@ -81,6 +96,15 @@ impl RlsTable {
         *self == RlsTable::default()
     }
 
+    /// What two files defining one domain mean.
+    pub fn same_domain(&self) -> SameDomain {
+        if self.merge_domains {
+            SameDomain::Merged
+        } else {
+            SameDomain::Refused
+        }
+    }
+
     /// The service's settings.
     pub fn settings(&self) -> RlsSettings {
         RlsSettings {
@@ -88,6 +112,7 @@ impl RlsTable {
             near_limit_ratio: self.near_limit_ratio,
             response_headers: self.response_headers,
             max_descriptors: self.max_descriptors,
+            quota_mode: self.quota_mode,
         }
     }
 }

@@ -41,7 +41,7 @@ struct NodeYaml {
     #[serde(default)]
     share_threshold: bool,
     #[serde(default)]
-    quota_mode: Option<Spanned<bool>>,
+    quota_mode: bool,
     /// Read and not used: Weir does not answer `dynamic_metadata`.
     #[serde(default)]
     #[allow(dead_code)]
@@ -188,23 +188,28 @@ pub(super) fn parse_file(
     text: &str,
     errors: &mut Vec<RuleError>,
 ) -> Option<DomainRules> {
-    // Every unknown field first, each at its place: a file with any is not read further.
-    if let Ok(tree) = marked_yaml::parse_yaml(0, text) {
-        let before = errors.len();
-        unknown_fields(file, &tree, FILE_FIELDS, errors);
-        if errors.len() > before {
+    let tree = match super::yaml_tree::parse(text) {
+        Ok(tree) => tree,
+        Err(error) => {
+            errors.push(RuleError {
+                place: place_at(file, error.mark.as_ref()),
+                rule: None,
+                problem: format!("is not valid YAML: {}", error.problem),
+            });
             return None;
         }
+    };
+    // Every unknown field first, each at its place: a file with any is not read further.
+    let before = errors.len();
+    unknown_fields(file, &tree, FILE_FIELDS, errors);
+    if errors.len() > before {
+        return None;
     }
-    let parsed: FileYaml = match marked_yaml::from_yaml(0, text) {
+    let parsed: FileYaml = match marked_yaml::from_node(&tree) {
         Ok(parsed) => parsed,
         Err(error) => {
-            let mark = match &error {
-                marked_yaml::FromYamlError::FromNode(e) => e.start_mark(),
-                marked_yaml::FromYamlError::ParseYaml(_) => None,
-            };
             errors.push(RuleError {
-                place: place_at(file, mark.as_ref()),
+                place: place_at(file, error.start_mark().as_ref()),
                 rule: None,
                 problem: format!("is not a valid rules file: {error}"),
             });
@@ -286,16 +291,6 @@ impl Context<'_> {
                     "`share_threshold` needs a `value` with `*`: it makes every value the pattern matches share one counter",
                 );
             }
-            if let Some(quota) = &node.quota_mode
-                && **quota
-            {
-                let at = place_of(self.file, quota);
-                self.error(
-                        at,
-                        &path,
-                        "`quota_mode` is not supported by Weir: remove it (the rule then answers OVER_LIMIT as any other)",
-                    );
-            }
             let algorithm =
                 parse_algorithm(self.file, &node.weir_algorithm, Some(&path), self.errors)
                     .unwrap_or(self.algorithm);
@@ -310,6 +305,7 @@ impl Context<'_> {
                 place,
                 limit,
                 shadow_mode: node.shadow_mode,
+                quota_mode: node.quota_mode,
                 detailed_metric: node.detailed_metric,
                 value_to_metric: node.value_to_metric,
                 share_threshold: node.share_threshold,

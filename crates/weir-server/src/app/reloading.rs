@@ -1,0 +1,158 @@
+//! Reloads: the running policies brought to what a source read again wants — the config file's
+//! `[[policy]]` tables, or Envoy's rate limit rules — the difference only.
+//!
+//! Each source owns its policies: the config file (with the data dir's overlay) the ones it
+//! names, the rules the `rls:` ones. A reload of one checks what it wants together with the
+//! others' running policies, as a start would, and changes nothing if any of it is not valid;
+//! then it reshapes what changed (buckets kept, as a `PUT` does), starts what is new, and
+//! removes what is gone. What did not change is not touched: its waiters, leases and buckets
+//! go on. Reloads and API changes are serialised by the overlay's lock.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use weir::policy::{PolicyConfig, PolicySet, PolicySetError, Scope};
+
+use super::App;
+use crate::front_door::rls::{RulesConfig, policies_of};
+use crate::reserved::RLS_PREFIX;
+
+/// What a reload changed, by policy name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reloaded {
+    /// Policies that started.
+    pub created: Vec<String>,
+    /// Policies reshaped, their buckets' state kept.
+    pub changed: Vec<String>,
+    /// Policies removed.
+    pub removed: Vec<String>,
+    /// Policies that could not be applied, each with why (the running one kept).
+    pub failed: Vec<String>,
+}
+
+impl Reloaded {
+    /// Whether the reload changed nothing.
+    pub fn is_empty(&self) -> bool {
+        self.created.is_empty()
+            && self.changed.is_empty()
+            && self.removed.is_empty()
+            && self.failed.is_empty()
+    }
+}
+
+/// Why the rules were not reloaded.
+#[derive(Debug, thiserror::Error)]
+pub enum RulesReloadError {
+    /// This node was started without rules: there is no service to reload.
+    #[error("this node offers no rate limit service (it was started without RLS rules)")]
+    NotOffered,
+    /// A policy the rules would count through is not valid beside the running ones.
+    #[error(transparent)]
+    Policies(#[from] PolicySetError),
+}
+
+fn is_rule_policy(name: &str) -> bool {
+    name.starts_with(RLS_PREFIX)
+}
+
+impl App {
+    /// Re-applies the config file's policies, `file` as just read: the data dir's overlay is
+    /// laid over them as at start, and only the difference is applied (module docs). The RLS
+    /// rules' policies are their YAML's and stay as they are.
+    pub async fn reload_policies(
+        &self,
+        file: Vec<PolicyConfig>,
+    ) -> Result<Reloaded, PolicySetError> {
+        let overlay = self.overlay.lock().await;
+        let wanted = overlay.apply(file);
+        self.converge(wanted, |name| !is_rule_policy(name), || {})
+    }
+
+    /// Whether a config file with no policies at all would remove a running policy: one the
+    /// file defined (what the API made or changed stays, as the RLS rules' do).
+    pub async fn an_empty_file_would_remove_policies(&self) -> bool {
+        let kept: BTreeSet<String> = self
+            .overlay
+            .lock()
+            .await
+            .apply(Vec::new())
+            .into_iter()
+            .map(|config| config.name)
+            .collect();
+        self.policies
+            .policies()
+            .iter()
+            .any(|policy| !is_rule_policy(policy.name()) && !kept.contains(policy.name()))
+    }
+
+    /// Re-applies Envoy's rate limit rules, `rules` as just read: their policies converge as a
+    /// config reload's do (module docs), and the service answering `ShouldRateLimit` is swapped
+    /// for one over the new rules — each rule that stays keeps its counters — before the
+    /// policies of rules gone are removed.
+    pub async fn reload_rules(&self, rules: &RulesConfig) -> Result<Reloaded, RulesReloadError> {
+        let service = self.rls.as_ref().ok_or(RulesReloadError::NotOffered)?;
+        let _serialised = self.overlay.lock().await;
+        let running = service.load_full();
+        // In a cluster, a rule counts once for the cluster, as at start.
+        let scope = if self.cluster.is_some() {
+            Scope::Cluster
+        } else {
+            Scope::Node
+        };
+        let wanted = policies_of(rules, running.settings(), scope);
+        let reloaded = self.converge(wanted, is_rule_policy, || {
+            service.store(Arc::new(running.reloaded(rules, &self.policies)));
+        })?;
+        Ok(reloaded)
+    }
+
+    /// Brings the running policies `owned` picks to `wanted` (module docs); `swap` runs once
+    /// the new and changed ones are in place and before the ones gone are removed.
+    fn converge(
+        &self,
+        wanted: Vec<PolicyConfig>,
+        owned: impl Fn(&str) -> bool,
+        swap: impl FnOnce(),
+    ) -> Result<Reloaded, PolicySetError> {
+        let current: BTreeMap<String, PolicyConfig> = self
+            .policies
+            .policies()
+            .iter()
+            .map(|p| {
+                let config = p.config();
+                (config.name.clone(), config)
+            })
+            .collect();
+        let others = current.values().filter(|c| !owned(&c.name)).cloned();
+        // Built and dropped: the same checks as at start, over the whole set at once.
+        PolicySet::new(
+            wanted.iter().cloned().chain(others).collect(),
+            weir::SystemClock::new(),
+        )?;
+        let mut reloaded = Reloaded::default();
+        let mut kept = BTreeSet::new();
+        for config in wanted {
+            kept.insert(config.name.clone());
+            let name = config.name.clone();
+            match current.get(&name) {
+                Some(running) if *running == config => continue,
+                Some(_) => reloaded.changed.push(name),
+                None => reloaded.created.push(name),
+            }
+            // Checked above with the rest; a failure here would be a policy that passed the
+            // set's checks but not its own: reported by name, and the reload counted failed.
+            if let Err(error) = self.policies.upsert(config) {
+                reloaded.failed.push(error.to_string());
+            }
+        }
+        swap();
+        let gone = current
+            .keys()
+            .filter(|name| owned(name) && !kept.contains(*name));
+        for name in gone {
+            self.remove_policy(name);
+            reloaded.removed.push(name.clone());
+        }
+        Ok(reloaded)
+    }
+}
