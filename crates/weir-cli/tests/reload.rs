@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use support::{Server, publish};
+use support::{Server, counter, publish};
 
 const FIRST: &str = r#"
 [[policy]]
@@ -64,16 +64,11 @@ async fn acquire(server: &Server, cost: u64) -> StatusCode {
 
 /// `weir_config_reloads_total{outcome}` as `/metrics` shows it.
 async fn reloads(server: &Server, outcome: &str) -> u64 {
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let series = format!("weir_config_reloads_total{{outcome=\"{outcome}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .map_or(0, |n| n.trim().parse().unwrap())
+    counter(
+        server,
+        &format!("weir_config_reloads_total{{outcome=\"{outcome}\"}}"),
+    )
+    .await
 }
 
 /// Waits (up to `within`) for `done`; false if it never came.

@@ -1,9 +1,10 @@
 //! The Redis protocol with real clients nobody here wrote: `redis-cli`, `redis-benchmark`,
-//! redis-py and redis-rs, against a real `weir serve --resp`; and bad input over a raw socket.
+//! redis-py, redis-rs, ioredis and node-redis, against a real `weir serve --resp`; and bad input
+//! over a raw socket.
 //!
-//! `redis-cli` and `redis-benchmark` come with Debian's redis-tools, redis-py from PyPI; CI
-//! installs them and sets `WEIR_REQUIRE_REDIS`, so there a missing client fails the test
-//! rather than skipping it.
+//! `redis-cli` and `redis-benchmark` come with Debian's redis-tools, redis-py from PyPI, the
+//! Node.js clients from npm (`tests/node`); CI installs them and sets `WEIR_REQUIRE_REDIS`, so
+//! there a missing client fails the test rather than skipping it.
 
 mod support;
 
@@ -620,4 +621,53 @@ fn silent_and_half_sent_connections_do_not_lock_the_port() {
     assert!(closed("evicted") >= 1, "{metrics}");
     assert!(closed("command_timeout") >= 1, "{metrics}");
     drop(attackers);
+}
+
+/// ioredis and node-redis, the Node.js clients, each with its own connect sequence: raw
+/// commands, a pipeline, a transaction (`multi`, which both make with `MULTI` … `EXEC`), and a
+/// discarded one taking nothing. Their packages are in `tests/node` (`npm ci` there).
+#[test]
+fn node_clients_throttle_pipeline_and_run_transactions() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/node");
+    let installed = Command::new("node")
+        .current_dir(&dir)
+        .args(["-e", "require('ioredis'); require('redis')"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !installed {
+        assert!(
+            std::env::var_os("WEIR_REQUIRE_REDIS").is_none(),
+            "node with ioredis and redis (`npm ci` in {}) is required here",
+            dir.display()
+        );
+        eprintln!("skipping: node or its Redis clients are not installed");
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let (_server, resp) = server(&data.path().join("data"), &[]);
+    let (host, port) = resp.rsplit_once(':').unwrap();
+    let output = Command::new("node")
+        .current_dir(&dir)
+        .args(["clients.js", host, port])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    for client in ["ioredis", "node_redis"] {
+        let out = &out[client];
+        assert_eq!(
+            out["throttle"],
+            serde_json::json!([0, 5, 4, -1, 60]),
+            "{client}"
+        );
+        assert_eq!(out["pipeline"], serde_json::json!([4, 3]), "{client}");
+        assert_eq!(out["multi"], serde_json::json!([4, 3]), "{client}");
+        let acquired = out["acquired"].as_array().unwrap();
+        assert_eq!(
+            acquired[..2],
+            [serde_json::json!("admitted"), serde_json::json!(1)]
+        );
+    }
+    // The discarded block took nothing: 5 − 2 − this one.
+    assert_eq!(out["ioredis"]["after"], 2);
 }

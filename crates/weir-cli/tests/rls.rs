@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{Server, eventually, publish, weir};
+use support::{Server, counter, eventually, publish, weir};
 use tonic::Code;
 use tonic_health::pb::HealthCheckRequest;
 use tonic_health::pb::health_check_response::ServingStatus;
@@ -477,16 +477,11 @@ async fn ask(
 
 /// `weir_rls_reloads_total{outcome}` as `/metrics` shows it.
 async fn rule_reloads(server: &Server, outcome: &str) -> u64 {
-    let text = reqwest::get(server.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let series = format!("weir_rls_reloads_total{{outcome=\"{outcome}\"}} ");
-    text.lines()
-        .find_map(|line| line.strip_prefix(&series))
-        .map_or(0, |n| n.trim().parse().unwrap())
+    counter(
+        server,
+        &format!("weir_rls_reloads_total{{outcome=\"{outcome}\"}}"),
+    )
+    .await
 }
 
 const RELOAD_RULES: &str = "domain: reload\ndescriptors:\n  - key: key1\n    rate_limit: { unit: minute, requests_per_unit: 1 }\n";

@@ -42,34 +42,31 @@ impl Changes {
     /// limit on inotify instances, say) is logged, naming `what` would go unseen, and SIGHUP
     /// still reports.
     pub(crate) fn new(paths: &[&Path], hangups: Signal, what: &str) -> Changes {
-        let (changed, events) = mpsc::channel::<()>(1);
-        let watcher = match watch_files(paths, changed) {
-            Ok(watcher) => Some(watcher),
-            Err(error) => {
-                let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
-                tracing::warn!(
-                    files = ?files,
-                    "{what} will not be seen (SIGHUP still reloads): {error:#}"
-                );
-                None
-            }
-        };
-        Changes {
-            _watcher: watcher,
-            events,
-            hangups,
-        }
+        let files: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        Changes::of(|changed| watch_files(paths, changed), hangups, what, &files)
     }
 
     /// Watches everything under `dir`, in its subdirectories too (a directory of files read
     /// whole, such as RLS rules), and listens to `hangups`; as [`Changes::new`] otherwise.
     pub(crate) fn under(dir: &Path, hangups: Signal, what: &str) -> Changes {
+        let files = [dir.display().to_string()];
+        Changes::of(|changed| watch_tree(dir, changed), hangups, what, &files)
+    }
+
+    /// The changes `watch` reports, beside `hangups`; a watch that cannot start is logged,
+    /// naming `files`.
+    fn of(
+        watch: impl FnOnce(mpsc::Sender<()>) -> anyhow::Result<notify::RecommendedWatcher>,
+        hangups: Signal,
+        what: &str,
+        files: &[String],
+    ) -> Changes {
         let (changed, events) = mpsc::channel::<()>(1);
-        let watcher = match watch_tree(dir, changed) {
+        let watcher = match watch(changed) {
             Ok(watcher) => Some(watcher),
             Err(error) => {
                 tracing::warn!(
-                    dir = %dir.display(),
+                    files = ?files,
                     "{what} will not be seen (SIGHUP still reloads): {error:#}"
                 );
                 None

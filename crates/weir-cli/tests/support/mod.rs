@@ -81,6 +81,21 @@ fn looks() -> tokio::time::Interval {
     looks
 }
 
+/// The value of the counter `series` (`name_total{labels}`, as written in the exposition) in
+/// `server`'s `/metrics`; 0 when it is not there.
+pub async fn counter(server: &Server, series: &str) -> u64 {
+    let text = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let prefix = format!("{series} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
 /// Writes `files` (name, text) as version `version` of a ConfigMap-style mount in `dir` and
 /// swaps them in as the kubelet does: each `name → ..data/name`, and `..data` replaced by a
 /// rename.

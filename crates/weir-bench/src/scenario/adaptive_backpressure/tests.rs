@@ -33,22 +33,7 @@ fn assert_goals(run: &ModeRun) {
 /// `followed` seconds: what a mix that misses those two goals at some phase achieves at
 /// every phase (see docs/benchmarks.md).
 fn assert_within(run: &ModeRun, starved: u64, followed_within: u64) {
-    let shown = || {
-        let rows: Vec<String> = run
-            .timeline
-            .iter()
-            .map(|s| {
-                format!(
-                    "{:>3}s {:>3} {:>3}  {}",
-                    s.at,
-                    s.capacity,
-                    s.arrived,
-                    row(s)
-                )
-            })
-            .collect();
-        format!("{:?}\n{}", run.shares, rows.join("\n"))
-    };
+    let shown = || format!("{:?}\n{}", run.shares, timeline(run));
     assert!(
         run.utilization >= 0.9,
         "utilization {}: {}",
@@ -75,6 +60,24 @@ fn assert_within(run: &ModeRun, starved: u64, followed_within: u64) {
         );
     }
     assert!(!run.cold_limited, "{}", shown());
+}
+
+/// A run's timeline, a row a second, for a failed assertion to show.
+fn timeline(run: &ModeRun) -> String {
+    let rows: Vec<String> = run
+        .timeline
+        .iter()
+        .map(|s| {
+            format!(
+                "{:>3}s {:>3} {:>3}  {}",
+                s.at,
+                s.capacity,
+                s.arrived,
+                row(s)
+            )
+        })
+        .collect();
+    rows.join("\n")
 }
 
 /// On tokio's paused clock the scenario is exact: the step-wise control saw-tooths below
@@ -249,21 +252,7 @@ async fn after_a_transient_the_converging_control_lets_go_as_fast_as_the_stepwis
         let converging = simulate(&mix, adaptive(Control::Converging), phase)
             .await
             .unwrap();
-        let shown = |run: &ModeRun| {
-            run.timeline
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{:>3}s {:>3} {:>3}  {}",
-                        s.at,
-                        s.capacity,
-                        s.arrived,
-                        row(s)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
+        let shown = timeline;
         assert!(
             converging.timeline.iter().any(|s| !s.limits.is_empty()),
             "the dip cut nothing: {}",
