@@ -127,6 +127,10 @@ pub struct ClusterView {
     /// holding them (itself included; a plain lease is one unit).
     #[serde(default)]
     pub lent: std::collections::BTreeMap<String, u64>,
+    /// The members whose config version (see [`ClusterMember::config_version`]) is not this
+    /// node's: they run other policies, or have not yet applied a change made here.
+    #[serde(default)]
+    pub config_differs: Vec<String>,
 }
 
 /// A member in [`ClusterView`].
@@ -142,6 +146,10 @@ pub struct ClusterMember {
     pub protocol: u32,
     /// Whether it may own buckets.
     pub owner: bool,
+    /// The version of the policies it runs: a digest of every policy's config, the same on
+    /// members that run the same policies. `None` until it has advertised one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_version: Option<String>,
 }
 
 /// The ring in [`ClusterView`].

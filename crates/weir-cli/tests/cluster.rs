@@ -884,3 +884,92 @@ async fn a_joining_node_is_ready_once_it_has_joined() {
     .await;
     assert_eq!(readyz(&joiner).await, 200);
 }
+
+/// Each node's `config_differs`, in node order.
+async fn differing(servers: &[&Server]) -> Vec<Vec<String>> {
+    let mut all = Vec::new();
+    for server in servers {
+        all.push(view(server).await.config_differs);
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_changed_on_one_member_shows_as_drift_until_every_member_has_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path(), CONFIG).await;
+    let all = [&nodes[0], &nodes[1], &nodes[2]];
+    let agreed = || async {
+        for server in all {
+            let view = view(server).await;
+            let versions: Vec<Option<String>> = view
+                .members
+                .iter()
+                .map(|m| m.config_version.clone())
+                .collect();
+            if versions.len() != 3
+                || versions.iter().any(Option::is_none)
+                || versions.iter().any(|v| *v != versions[0])
+                || !view.config_differs.is_empty()
+            {
+                return false;
+            }
+        }
+        true
+    };
+    eventually(
+        Duration::from_secs(20),
+        "the members agreeing at start",
+        agreed,
+    )
+    .await;
+    let unchanged_before = view(&nodes[0]).await.ring.unchanged_for_ms;
+
+    // A policy made through n1's API alone: the others do not run it.
+    let extra = json!({"on_exhausted": "reject", "token_bucket": {"rate": 5, "burst": 5}});
+    let put = |server: &Server| {
+        let url = server.url("/v1/policies/extra");
+        let extra = extra.clone();
+        async move {
+            let status = reqwest::Client::new()
+                .put(url)
+                .json(&extra)
+                .send()
+                .await
+                .unwrap()
+                .status();
+            assert!(status.is_success(), "{status}");
+        }
+    };
+    put(&nodes[0]).await;
+    let expected = vec![
+        vec!["n2".to_owned(), "n3".to_owned()],
+        vec!["n1".to_owned()],
+        vec!["n1".to_owned()],
+    ];
+    eventually(
+        Duration::from_secs(20),
+        "the drift seen on every member",
+        || async { differing(&all).await == expected },
+    )
+    .await;
+    let metrics = reqwest::get(nodes[0].url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("weir_cluster_config_drift 2"), "{metrics}");
+    // A config version is no membership: the ring did not change.
+    assert!(view(&nodes[0]).await.ring.unchanged_for_ms > unchanged_before);
+
+    // The same policy made on the others: they agree again.
+    put(&nodes[1]).await;
+    put(&nodes[2]).await;
+    eventually(
+        Duration::from_secs(20),
+        "the members agreeing again",
+        agreed,
+    )
+    .await;
+}

@@ -128,6 +128,9 @@ const KEY_GRPC: &str = "grpc";
 const KEY_PROTOCOL: &str = "protocol";
 const KEY_OWNER: &str = "owner";
 const KEY_PROOF: &str = "proof";
+/// The version of the policies a member runs: no part of its membership (see
+/// [`GossipMembership::advertise_config`]).
+const KEY_CONFIG: &str = "config";
 
 impl GossipMembership {
     /// Starts gossiping over UDP and joins through `settings.seeds`.
@@ -212,7 +215,15 @@ impl GossipMembership {
                         "gossip peers without this cluster's secret are left out of the ring (a node with another `cluster_secret`, or a stranger)"
                     );
                 }
-                tx.send_replace(snapshot);
+                // Only a change of who is a member, or of how one advertises itself, is a
+                // change: a key that is no part of it (a config version) changes no ring.
+                tx.send_if_modified(|members| {
+                    let changed = *members != snapshot;
+                    if changed {
+                        *members = snapshot;
+                    }
+                    changed
+                });
                 if live.changed().await.is_err() {
                     return;
                 }
@@ -246,6 +257,33 @@ impl GossipMembership {
             }
         }
         beats.into_iter().collect()
+    }
+
+    /// Advertises the version of the policies this node runs, for the members to compare
+    /// (`/v1/cluster` names a member whose version differs). It is not part of the member's
+    /// advertisement: a new version changes no ring.
+    pub async fn advertise_config(&self, version: &str) {
+        let chitchat = self.handle.chitchat();
+        let mut chitchat = chitchat.lock().await;
+        if chitchat.self_node_state().get(KEY_CONFIG) != Some(version) {
+            chitchat.self_node_state().set(KEY_CONFIG, version);
+        }
+    }
+
+    /// The config version each live member advertises (one that has not yet is left out).
+    pub async fn config_versions(&self) -> Vec<(String, String)> {
+        let chitchat = self.handle.chitchat();
+        let chitchat = chitchat.lock().await;
+        chitchat
+            .live_nodes()
+            .filter_map(|id| {
+                let state = chitchat.node_state(id)?;
+                match admitted(id, state, &self.cluster_id, self.secret.as_ref()) {
+                    Admitted::Member(info) => Some((info.id, state.get(KEY_CONFIG)?.to_owned())),
+                    _ => None,
+                }
+            })
+            .collect()
     }
 
     /// Live gossip peers left out of the membership now because they lack the proof that they

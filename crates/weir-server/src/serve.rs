@@ -167,6 +167,9 @@ pub fn load_rules(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>> {
         })
 }
 
+/// How often a cluster member advertises its config version and reads the others'.
+const CONFIG_VERSION_EVERY: Duration = Duration::from_millis(500);
+
 /// The fewest characters an admin token must have to guard an address beyond loopback.
 const MIN_PUBLIC_TOKEN_CHARS: usize = 16;
 
@@ -400,6 +403,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         }
     }
     let background = spawn_background(&app, server.lease_sweep, server.report_interval);
+    // The members compare the policies they run (`/v1/cluster`'s `config_differs`).
+    tokio::spawn(Arc::clone(&app).share_config_version(CONFIG_VERSION_EVERY));
 
     let http = {
         let app = Arc::clone(&app);

@@ -365,6 +365,7 @@ impl App {
                 state: "alive".to_owned(),
                 protocol: crate::cluster::PROTOCOL,
                 owner: true,
+                config_version: Some(self.config_version()),
             }],
             ring: RingSummary {
                 members: 1,
@@ -373,6 +374,26 @@ impl App {
             },
             counters: ClusterCounters::default(),
             lent: Default::default(),
+            config_differs: Vec::new(),
+        }
+    }
+
+    /// The version of the policies this node runs (see [`crate::etag::version_of`]).
+    pub fn config_version(&self) -> String {
+        crate::etag::version_of(&self.policies)
+    }
+
+    /// In cluster mode, advertises this node's config version and reads the members', every
+    /// `every`, until the process ends.
+    pub async fn share_config_version(self: Arc<Self>, every: Duration) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            cluster.share_config_version(self.config_version()).await;
         }
     }
 }

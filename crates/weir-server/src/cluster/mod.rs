@@ -9,8 +9,11 @@
 //! owners; leases departed nodes held here stay until they expire (a "departed" node may only be
 //! paused, and still using them).
 
+mod config_versions;
 mod coordinators;
 mod rates;
+
+pub use config_versions::ConfigVersions;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -72,6 +75,8 @@ pub struct ClusterMode {
     rate_owner: std::sync::OnceLock<Arc<dyn RateOwner>>,
     /// Started with seeds to join through: not joined until another member is seen.
     seeded: bool,
+    /// This node's config version and the members', as last shared.
+    config_versions: Mutex<ConfigVersions>,
     /// The seeds and this node's gossip address, and when it started: what a node that has
     /// not joined yet says it is waiting for.
     seeds: Vec<String>,
@@ -185,6 +190,7 @@ impl ClusterMode {
             rates: RateCounters::default(),
             rate_owner: std::sync::OnceLock::new(),
             seeded,
+            config_versions: Mutex::default(),
             seeds,
             gossip_address: gossip,
             started: std::time::Instant::now(),
@@ -425,6 +431,7 @@ impl ClusterMode {
 
     /// Members, ring and counters, for `/v1/cluster`.
     pub fn describe(&self) -> ClusterView {
+        let versions = self.config_versions();
         let members = self
             .members
             .borrow()
@@ -435,9 +442,11 @@ impl ClusterMode {
                 state: "alive".to_owned(),
                 protocol: m.protocol,
                 owner: m.owner,
+                config_version: versions.members.get(&m.id).cloned(),
             })
             .collect();
         ClusterView {
+            config_differs: versions.differing(),
             mode: "cluster".to_owned(),
             members,
             ring: RingSummary {

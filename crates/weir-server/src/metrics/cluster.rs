@@ -51,6 +51,14 @@ impl Collector for ClusterCollector {
             ]
             .map(|(tier, v)| (TierLabel { tier }, ConstCounter::new(v))),
         )?;
+        let versions = self.cluster.config_versions();
+        single(
+            &mut encoder,
+            "weir_cluster_config_drift",
+            "Live members whose config version (`weir_config_info{hash}`) differs from this node's: they run other policies, or have not yet applied a change made here",
+            MetricType::Gauge,
+            ConstGauge::new(versions.differing().len() as i64),
+        )?;
         single(
             &mut encoder,
             "weir_cluster_unavailable",

@@ -56,33 +56,12 @@ impl Collector for BuildCollector {
             MetricType::Gauge,
             std::iter::once((
                 HashLabel {
-                    hash: policies_hash(&self.policies),
+                    hash: crate::etag::version_of(&self.policies),
                 },
                 ConstGauge::new(1),
             )),
         )
     }
-}
-
-/// A hash of every policy in force, by name and entity tag (FNV-1a, as the tags are).
-fn policies_hash(policies: &PolicySet<SystemClock>) -> String {
-    let mut tagged: Vec<(String, String)> = policies
-        .policies()
-        .iter()
-        .map(|p| {
-            let config = p.config();
-            let etag = crate::etag::etag_of(&config);
-            (config.name, etag)
-        })
-        .collect();
-    tagged.sort();
-    let hash = tagged
-        .iter()
-        .flat_map(|(name, etag)| name.bytes().chain([0]).chain(etag.bytes()).chain([0]))
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
-    format!("{hash:016x}")
 }
 
 /// The process's own metrics, as Prometheus's client libraries name them, read from `/proc`
