@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 use weir_api::grpc::weir_server::{Weir, WeirServer};
 use weir_api::grpc::{
     AcquireRequest, AcquireResponse, BusyRequest, BusyResponse, ReleaseRequest, ReleaseResponse,
-    RenewRequest, RenewResponse, ThrottlesRequest, ThrottlesResponse,
+    RenewRequest, RenewResponse, StatsRequest, StatsResponse, ThrottlesRequest, ThrottlesResponse,
 };
 use weir_api::http::{AcquireBody, Admission};
 
@@ -120,6 +120,10 @@ impl Weir for Floor {
         &self,
         _: Request<ThrottlesRequest>,
     ) -> Result<Response<ThrottlesResponse>, Status> {
+        Err(Status::unimplemented("not part of the floor"))
+    }
+
+    async fn stats(&self, _: Request<StatsRequest>) -> Result<Response<StatsResponse>, Status> {
         Err(Status::unimplemented("not part of the floor"))
     }
 

@@ -895,7 +895,7 @@ async fn differing(servers: &[&Server]) -> Vec<Vec<String>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_policy_changed_on_one_member_shows_as_drift_until_every_member_has_it() {
+async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_whole() {
     let dir = tempfile::tempdir().unwrap();
     let nodes = three_nodes(dir.path(), CONFIG).await;
     let all = [&nodes[0], &nodes[1], &nodes[2]];
@@ -962,6 +962,51 @@ async fn a_policy_changed_on_one_member_shows_as_drift_until_every_member_has_it
     assert!(metrics.contains("weir_cluster_config_drift 2"), "{metrics}");
     // A config version is no membership: the ring did not change.
     assert!(view(&nodes[0]).await.ring.unchanged_for_ms > unchanged_before);
+
+    // The cluster's numbers at once, from any member: each member's, and their sums.
+    for (i, server) in all.iter().enumerate() {
+        for _ in 0..=i {
+            reqwest::Client::new()
+                .post(server.url("/v1/acquire"))
+                .json(&json!({"policy": "extra", "key": "k"}))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    let stats: Value = reqwest::get(nodes[1].url("/v1/stats?scope=cluster"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = stats["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["node_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["n2", "n1", "n3"], "{stats}");
+    assert_eq!(stats["config_differs"], json!(["n1"]), "{stats}");
+    let extra = stats["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == "extra")
+        .unwrap_or_else(|| panic!("{stats}"));
+    // Only n1 runs `extra`: its one acquire; the others answered 404 and count nothing.
+    assert_eq!(extra["started"], 1, "{stats}");
+    let search = stats["totals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == "search")
+        .unwrap();
+    assert_eq!(search["started"], 0, "{stats}");
+    let bad = reqwest::get(nodes[0].url("/v1/stats?scope=everywhere"))
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
 
     // The same policy made on the others: they agree again.
     put(&nodes[1]).await;

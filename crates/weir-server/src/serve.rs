@@ -15,7 +15,6 @@ use crate::config::{ConfigFile, DEFAULT_CONFIG, TlsSettings};
 use crate::connections::{self, HttpLimits};
 use crate::front_door::grpc::WeirService;
 use crate::front_door::rls::RlsService;
-use crate::front_door::rls::RulesConfig;
 use crate::proto::weir_server::WeirServer;
 use crate::tls::Tls;
 use weir::policy::Scope;
@@ -148,23 +147,6 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
         }
     }
     Ok(config)
-}
-
-/// The RLS rules `[rls] config` names, if any, with every mistake in them listed.
-pub fn load_rules(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>> {
-    let Some(path) = &config.rls.config else {
-        return Ok(None);
-    };
-    RulesConfig::load(path, config.rls.same_domain())
-        .map(Some)
-        .map_err(|errors| {
-            let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
-            anyhow::anyhow!(
-                "the RLS rules in {} are not valid:\n{}",
-                path.display(),
-                list.join("\n")
-            )
-        })
 }
 
 /// How often a cluster member advertises its config version and reads the others'.
@@ -375,7 +357,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         tokio::spawn(Arc::clone(cluster).follow());
         tokio::spawn(Arc::clone(cluster).report_joining());
     }
-    let rules = load_rules(&config)?;
+    let rules = crate::front_door::rls::reload::read_at_start(&config)?;
     let rls = rules.clone().map(|rules| (rules, config.rls.settings()));
     let app = App::new(AppSettings {
         node_id: server.node_id.clone(),

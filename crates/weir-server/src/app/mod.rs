@@ -13,12 +13,14 @@
 //! | `reloading.rs` | a reloaded config file's policies and RLS rules applied, the difference only |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
 //! | `stats.rs` | every policy's counters and gauges at once, as JSON (`/v1/stats`, the live page's) |
+//! | `cluster_stats.rs` | every member's counters and their totals (`/v1/stats?scope=cluster`) |
 //! | `auth.rs` | the admin token check |
 
 mod admission;
 mod auth;
 pub mod cells;
 mod cluster_rates;
+mod cluster_stats;
 mod leasing;
 mod policy_admin;
 mod reloading;
@@ -29,7 +31,6 @@ mod throttles;
 pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_rates::AppRates;
-pub use stats::StatsView;
 pub use throttles::ThrottleQuery;
 
 use std::net::SocketAddr;
@@ -378,7 +379,8 @@ impl App {
         }
     }
 
-    /// The version of the policies this node runs (see [`crate::etag::version_of`]).
+    /// The version of the policies this node runs: a hash of them all, by name and entity tag
+    /// (`weir_config_info{hash}`), the same on every node that runs the same policies.
     pub fn config_version(&self) -> String {
         crate::etag::version_of(&self.policies)
     }

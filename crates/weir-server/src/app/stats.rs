@@ -61,6 +61,27 @@ pub struct PolicyStats {
     pub adaptive: Option<AdaptiveStats>,
 }
 
+impl PolicyStats {
+    /// `policy` with every number 0.
+    pub fn zero(policy: &str) -> Self {
+        PolicyStats {
+            policy: policy.to_owned(),
+            started: 0,
+            admitted: 0,
+            throttled: 0,
+            rejected: 0,
+            would_throttle: 0,
+            unkeyed: 0,
+            in_flight: 0,
+            waiters: 0,
+            keys: 0,
+            leases_node: 0,
+            leases_shared: 0,
+            adaptive: None,
+        }
+    }
+}
+
 /// An adaptive policy's controller now.
 #[derive(Debug, Clone, Serialize)]
 pub struct AdaptiveStats {

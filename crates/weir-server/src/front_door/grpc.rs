@@ -17,7 +17,8 @@ use crate::error::{ApiError, ErrorKind};
 use crate::proto::weir_server::Weir;
 use crate::proto::{
     AcquireRequest, AcquireResponse, BusyRequest, BusyResponse, ReleaseRequest, ReleaseResponse,
-    RenewRequest, RenewResponse, ThrottleRow, ThrottlesRequest, ThrottlesResponse,
+    RenewRequest, RenewResponse, StatsRequest, StatsResponse, ThrottleRow, ThrottlesRequest,
+    ThrottlesResponse,
 };
 
 impl From<ApiError> for Status {
@@ -263,6 +264,36 @@ impl Weir for WeirService {
             })
             .map_err(Status::from);
         self.observe("Throttles", start, &result);
+        result
+    }
+
+    async fn stats(&self, _: Request<StatsRequest>) -> Result<Response<StatsResponse>, Status> {
+        let start = Instant::now();
+        let stats = self.app.stats();
+        let result = Ok(Response::new(StatsResponse {
+            node_id: stats.node_id,
+            at_ms: stats.at_ms,
+            config_version: self.app.config_version(),
+            policies: stats
+                .policies
+                .into_iter()
+                .map(|p| crate::proto::PolicyStats {
+                    policy: p.policy,
+                    started: p.started,
+                    admitted: p.admitted,
+                    throttled: p.throttled,
+                    rejected: p.rejected,
+                    would_throttle: p.would_throttle,
+                    unkeyed: p.unkeyed,
+                    in_flight: p.in_flight,
+                    waiters: p.waiters,
+                    keys: p.keys,
+                    leases_node: p.leases_node,
+                    leases_shared: p.leases_shared,
+                })
+                .collect(),
+        }));
+        self.observe("Stats", start, &result);
         result
     }
 

@@ -221,8 +221,26 @@ pub(super) async fn cluster(State(app): State<Arc<App>>) -> Json<weir_api::http:
     Json(app.cluster())
 }
 
-pub(super) async fn stats(State(app): State<Arc<App>>) -> Json<crate::app::StatsView> {
-    Json(app.stats())
+#[derive(Debug, Deserialize)]
+pub(super) struct StatsParams {
+    scope: Option<String>,
+}
+
+/// `GET /v1/stats`: this node's; with `scope=cluster`, every member's and their totals.
+pub(super) async fn stats(
+    State(app): State<Arc<App>>,
+    query: Result<Query<StatsParams>, axum::extract::rejection::QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
+    Ok(match params.scope.as_deref() {
+        None | Some("node") => Json(app.stats()).into_response(),
+        Some("cluster") => Json(app.cluster_stats().await).into_response(),
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`scope` must be `node` or `cluster`, got `{other}`"
+            )));
+        }
+    })
 }
 
 pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {

@@ -1,4 +1,4 @@
-//! The rules reloaded live, as the reference server reloads its directory: the rules file, or
+//! The rules read at start, and reloaded live as the reference server reloads its directory: the rules file, or
 //! the directory and everything under it, watched (a mounted ConfigMap's swap, a file added,
 //! changed or removed), and read again on SIGHUP too.
 //!
@@ -15,7 +15,25 @@ use tokio::signal::unix::Signal;
 
 use super::config::{RulesConfig, SameDomain};
 use crate::app::App;
+use crate::config::ConfigFile;
 use crate::watch::{Change, Changes};
+
+/// The RLS rules `[rls] config` names, if any, with every mistake in them listed.
+pub fn read_at_start(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>> {
+    let Some(path) = &config.rls.config else {
+        return Ok(None);
+    };
+    RulesConfig::load(path, config.rls.same_domain())
+        .map(Some)
+        .map_err(|errors| {
+            let list: Vec<String> = errors.iter().map(|e| format!("  - {e}")).collect();
+            anyhow::anyhow!(
+                "the RLS rules in {} are not valid:\n{}",
+                path.display(),
+                list.join("\n")
+            )
+        })
+}
 
 /// Watches the rules at `path` (read at start as `started`), reloading them into `app` when
 /// they change or on `hangups` (SIGHUP), until the process ends.
