@@ -135,6 +135,16 @@ try:
     assert js("return weirUi.charts.get('tables').data[3].some(v => v > 0)"), "no rejections drawn"
     print(f"ok chart has {points} points", flush=True)
 
+    # The member table names the policies' version, as /v1/cluster has it, and whether it
+    # differs from this node's (alone, it cannot).
+    _, _, cluster = api("GET", "/v1/cluster")
+    version = cluster["members"][0]["config_version"]
+    member = until("the member's config version", lambda: js(
+        "const r = document.querySelector('#member-table tbody tr');"
+        "return r && {version: r.cells[5].textContent, differs: r.dataset.configDiffers}"), 5)
+    assert member == {"version": version, "differs": "false"}, (member, version)
+    print(f"ok member table shows config version {version}", flush=True)
+
     # Editing: without the token refused (401), with a wrong one refused (403), with it applied.
     def result():
         return driver.find_element(By.ID, "edit-result").text

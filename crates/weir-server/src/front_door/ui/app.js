@@ -280,13 +280,18 @@
     clusterMode = view.mode;
     $("cluster-mode").textContent = `${view.mode} · ${view.ring.members} ring owner(s), ` +
       `${view.ring.vnodes} points each · ring generation ${stats.ring.generation}`;
+    // A member whose policies are not this node's: a change made through one node's API that
+    // the others have not had.
+    const differs = new Set(view.config_differs ?? []);
     $("member-table").tBodies[0].replaceChildren(...view.members.map((m) => {
       const share = stats.ring.shares[m.id];
-      return el("tr", { "data-member": m.id }, [
+      const version = m.config_version ?? "–";
+      return el("tr", { "data-member": m.id, "data-config-differs": String(differs.has(m.id)) }, [
         el("td", { text: m.id + (m.id === stats.node_id ? " (this node)" : "") }),
         el("td", { text: m.grpc }), el("td", { text: m.state + (m.owner ? "" : " (not an owner)") }),
         el("td", { class: "num", text: share == null ? "–" : `${fmt(share * 100)}%` }),
         el("td", { class: "num", text: String(view.lent[m.id] ?? 0) }),
+        el("td", { text: differs.has(m.id) ? `${version} — differs from this node's` : version }),
       ]);
     }));
     const c = view.counters;
