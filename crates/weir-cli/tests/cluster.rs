@@ -1018,3 +1018,89 @@ async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_w
     )
     .await;
 }
+
+/// 40 a second with a burst of 10, one bucket per key for the whole cluster.
+const STEADY: &str = "[[policy]]\nname = \"steady\"\nscope = \"cluster\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 40, burst = 10 }\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_leave_hands_over_first_and_keeps_a_cluster_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path(), STEADY).await;
+    // The owner of key `k`'s bucket: the node that decides it when another is asked.
+    let decided = |server: &Server| {
+        let url = server.url("/v1/cluster");
+        async move {
+            let view: ClusterView = reqwest::get(url).await.unwrap().json().await.unwrap();
+            view.counters.decided_for_others
+        }
+    };
+    let mut before = Vec::new();
+    for server in &nodes {
+        before.push(decided(server).await);
+    }
+    ask(&nodes[0], "steady", "k").await;
+    let mut owner = 0;
+    for (i, server) in nodes.iter().enumerate() {
+        if decided(server).await > before[i] {
+            owner = i;
+        }
+    }
+    let asked: Vec<String> = (0..3)
+        .filter(|i| *i != owner)
+        .map(|i| nodes[i].url("/v1/acquire"))
+        .collect();
+
+    // The key asked through the two other nodes, as fast as they answer, throughout.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for url in asked {
+        let stop = std::sync::Arc::clone(&stop);
+        load.spawn(async move {
+            let client = reqwest::Client::new();
+            let mut admitted = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let response = client
+                    .post(&url)
+                    .json(&json!({"policy": "steady", "key": "k"}))
+                    .send()
+                    .await
+                    .unwrap();
+                if response.status() == 200 {
+                    admitted.push(Instant::now());
+                }
+            }
+            admitted
+        });
+    }
+    // The burst spent and the bucket at its rate; then the owner is stopped gracefully.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let stopped = Instant::now();
+    let [n1, n2, n3] = nodes;
+    let mut nodes = [Some(n1), Some(n2), Some(n3)];
+    let leaving = nodes[owner].take().unwrap();
+    leaving.signal("TERM");
+    let watched = Duration::from_secs(4);
+    tokio::time::sleep(watched).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut admitted = 0;
+    while let Some(times) = load.join_next().await {
+        admitted += times
+            .unwrap()
+            .iter()
+            .filter(|at| **at >= stopped && at.duration_since(stopped) < watched)
+            .count();
+    }
+    let (status, _) = leaving.wait();
+    assert!(status.success());
+    // Rate × time + burst, and 1 %: what one bucket admits, whoever owns it.
+    let bound = (40.0 * watched.as_secs_f64() + 10.0) * 1.01;
+    assert!(
+        admitted as f64 <= bound,
+        "{admitted} admitted in the {watched:?} after the owner was stopped (bound {bound})"
+    );
+    // And the bucket was decided throughout: not refused for want of an owner.
+    assert!(
+        admitted as f64 >= 40.0 * watched.as_secs_f64() * 0.8,
+        "{admitted}"
+    );
+}

@@ -114,6 +114,9 @@ pub struct GossipMembership {
     strangers: Arc<AtomicU64>,
     cluster_id: String,
     secret: Option<ClusterSecret>,
+    /// What this node advertises that its proof covers, but whether it owns: (node id, gRPC
+    /// address, protocol), for [`GossipMembership::step_down`] to prove again.
+    advertised: (String, String, String),
 }
 
 impl std::fmt::Debug for GossipMembership {
@@ -236,6 +239,7 @@ impl GossipMembership {
             strangers,
             cluster_id: admit_cluster,
             secret: admit_secret,
+            advertised: (settings.node_id.clone(), settings.grpc.clone(), protocol),
         })
     }
 
@@ -257,6 +261,23 @@ impl GossipMembership {
             }
         }
         beats.into_iter().collect()
+    }
+
+    /// Stops owning buckets while staying a member: advertises itself as no owner, so that
+    /// every member — this one too — rebuilds its ring without it and its buckets move to
+    /// their next owners while it still answers. What a graceful leave does first.
+    pub async fn step_down(&self) {
+        let chitchat = self.handle.chitchat();
+        let mut chitchat = chitchat.lock().await;
+        let state = chitchat.self_node_state();
+        let owner = false.to_string();
+        // The field and the proof that covers it are set together, and travel in one delta.
+        if let Some(secret) = &self.secret {
+            let (node_id, grpc, protocol) = &self.advertised;
+            let fields = [self.cluster_id.as_str(), node_id, grpc, protocol, &owner];
+            state.set(KEY_PROOF, secret.prove(&fields));
+        }
+        state.set(KEY_OWNER, owner);
     }
 
     /// Advertises the version of the policies this node runs, for the members to compare

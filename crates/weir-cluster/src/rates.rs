@@ -72,6 +72,8 @@ pub struct RateAsk {
     pub cost: u64,
     /// The longest it may wait on the owner (zero: decide now).
     pub max_wait: Duration,
+    /// Passed on by a node that no longer owns the bucket: not to be passed on again.
+    pub relayed: bool,
 }
 
 /// A bucket as its previous owner left it when the ring moved it (see the module docs): the

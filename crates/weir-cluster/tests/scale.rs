@@ -502,6 +502,7 @@ async fn rate_load(
                         kind: None,
                         cost: 1,
                         max_wait: Duration::ZERO,
+                        relayed: false,
                     });
                     match transport.decide(&owner, request).await {
                         Ok(RateDecision::Decided(Decided::Admitted { .. })) => true,

@@ -149,6 +149,13 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     Ok(config)
 }
 
+/// The longest a leaving node waits for its own ring to drop it and its buckets to be handed
+/// over.
+const STEP_DOWN_WITHIN: Duration = Duration::from_secs(3);
+/// How long a leaving node goes on answering once its buckets are handed over, for the others'
+/// rings to drop it too (a few gossip rounds).
+const STEP_DOWN_SETTLE: Duration = Duration::from_millis(1000);
+
 /// How often a cluster member advertises its config version and reads the others'.
 const CONFIG_VERSION_EVERY: Duration = Duration::from_millis(500);
 
@@ -532,6 +539,11 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         health
             .set_service_status(name, tonic_health::ServingStatus::NotServing)
             .await;
+    }
+    // Handed over first, drained after: while this node still answers, its buckets move to
+    // their next owners, and the others' rings follow (see the cluster's `leaving.rs`).
+    if let Some(cluster) = &cluster {
+        cluster.step_down(STEP_DOWN_WITHIN, STEP_DOWN_SETTLE).await;
     }
     app.begin_shutdown();
     let drained = tokio::time::timeout(Duration::from_secs(10), async {

@@ -75,6 +75,7 @@ fn decision(max_wait: Duration) -> RateRequest {
         kind: None,
         cost: 1,
         max_wait,
+        relayed: false,
     })
 }
 

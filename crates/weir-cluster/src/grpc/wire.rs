@@ -99,6 +99,7 @@ pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
             kind: ask.kind.unwrap_or_default(),
             cost: ask.cost,
             max_wait_ns: duration_to_nanos(ask.max_wait),
+            relayed: ask.relayed,
             ..Default::default()
         },
         RateRequest::HandOver(handover) => proto::DecideRequest {
@@ -135,6 +136,7 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
         kind: (!request.kind.is_empty()).then_some(request.kind),
         cost: request.cost,
         max_wait: Duration::from_nanos(request.max_wait_ns),
+        relayed: request.relayed,
     })
 }
 

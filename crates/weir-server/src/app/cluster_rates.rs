@@ -97,6 +97,7 @@ impl App {
             kind: kind.map(str::to_owned),
             cost,
             max_wait,
+            relayed: false,
         });
         match cluster.forward(&owner, request).await {
             Ok(RateDecision::Decided(decided)) => Some(decided),
@@ -126,7 +127,7 @@ impl App {
                 // emptier.
                 if let Some(policy) = &policy {
                     policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
-                    cluster.took_on_rate_bucket();
+                    cluster.took_on_rate_bucket(&handover.policy, &handover.key);
                 }
                 return RateDecision::Decided(Decided::Admitted {
                     waited: Duration::ZERO,
@@ -135,7 +136,24 @@ impl App {
                 });
             }
         };
-        if !cluster.owns_rate(&request.policy, &request.key) {
+        if !cluster.owns_rate(&request.policy, &request.key)
+            && !cluster.was_handed(&request.policy, &request.key)
+        {
+            // Leaving, this node passes an ask on to the bucket's next owner (the others'
+            // rings still name this one for a moment).
+            if cluster.is_leaving()
+                && !request.relayed
+                && let Some(owner) = cluster.rate_owner(&request.policy, &request.key)
+            {
+                let relayed = RateAsk {
+                    relayed: true,
+                    ..request
+                };
+                return cluster
+                    .forward(&owner, RateRequest::Decide(relayed))
+                    .await
+                    .unwrap_or(RateDecision::NotOwner);
+            }
             return RateDecision::NotOwner;
         }
         let Some(policy) = policy else {

@@ -11,6 +11,7 @@
 
 mod config_versions;
 mod coordinators;
+mod leaving;
 mod rates;
 
 pub use config_versions::ConfigVersions;
@@ -84,6 +85,13 @@ pub struct ClusterMode {
     started: std::time::Instant,
     /// Another member has been seen (for good: a node that has joined stays joined).
     joined: std::sync::atomic::AtomicBool,
+    /// This node has stepped down as an owner, and is leaving.
+    leaving: std::sync::atomic::AtomicBool,
+    /// Cluster-scoped rate buckets handed to this node lately.
+    handed: Mutex<leaving::Handed>,
+    /// The ring generation whose change the membership follower has finished applying
+    /// (leases rehomed, rate buckets handed over).
+    followed: watch::Sender<u64>,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -195,6 +203,9 @@ impl ClusterMode {
             gossip_address: gossip,
             started: std::time::Instant::now(),
             joined: std::sync::atomic::AtomicBool::new(false),
+            leaving: std::sync::atomic::AtomicBool::new(false),
+            handed: Mutex::default(),
+            followed: watch::channel(0).0,
         }))
     }
 
@@ -347,7 +358,9 @@ impl ClusterMode {
             for coordinator in self.coordinators() {
                 coordinator.rehome().await;
             }
-            self.hand_over_rates(&before, &self.ring.load()).await;
+            let (generation, after) = self.ring.load_versioned();
+            self.hand_over_rates(&before, &after).await;
+            self.followed.send_replace(generation);
             if watch.changed().await.is_err() {
                 return;
             }

@@ -60,8 +60,10 @@ impl ClusterMode {
             .fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Counts a cluster-scoped rate bucket another node handed over, taken on here.
-    pub fn took_on_rate_bucket(&self) {
+    /// Counts a cluster-scoped rate bucket another node handed over, taken on here, and notes
+    /// it: asks for it are decided here until the ring names this node (see `leaving.rs`).
+    pub fn took_on_rate_bucket(&self, policy: &str, key: &str) {
+        self.note_handed(policy, key);
         self.rates.taken_on.fetch_add(1, Ordering::Relaxed);
     }
 
