@@ -89,25 +89,7 @@ fn member_of(answer: crate::proto::StatsResponse) -> MemberStats {
         node_id: answer.node_id,
         at_ms: answer.at_ms,
         config_version: answer.config_version,
-        policies: answer
-            .policies
-            .into_iter()
-            .map(|p| PolicyStats {
-                policy: p.policy,
-                started: p.started,
-                admitted: p.admitted,
-                throttled: p.throttled,
-                rejected: p.rejected,
-                would_throttle: p.would_throttle,
-                unkeyed: p.unkeyed,
-                in_flight: p.in_flight,
-                waiters: p.waiters,
-                keys: p.keys,
-                leases_node: p.leases_node,
-                leases_shared: p.leases_shared,
-                adaptive: None,
-            })
-            .collect(),
+        policies: answer.policies.into_iter().map(Into::into).collect(),
     }
 }
 
@@ -131,4 +113,46 @@ fn totals(members: &[MemberStats]) -> Vec<PolicyStats> {
         total.leases_shared += stats.leases_shared;
     }
     totals.into_values().collect()
+}
+
+/// A member's policy as the gRPC `Stats` call carries it (without its adaptive controller).
+impl From<crate::proto::PolicyStats> for PolicyStats {
+    fn from(p: crate::proto::PolicyStats) -> Self {
+        PolicyStats {
+            policy: p.policy,
+            started: p.started,
+            admitted: p.admitted,
+            throttled: p.throttled,
+            rejected: p.rejected,
+            would_throttle: p.would_throttle,
+            unkeyed: p.unkeyed,
+            in_flight: p.in_flight,
+            waiters: p.waiters,
+            keys: p.keys,
+            leases_node: p.leases_node,
+            leases_shared: p.leases_shared,
+            adaptive: None,
+        }
+    }
+}
+
+/// This node's policy as the gRPC `Stats` call answers it: the same numbers, the adaptive
+/// controller's left out.
+impl From<PolicyStats> for crate::proto::PolicyStats {
+    fn from(p: PolicyStats) -> Self {
+        crate::proto::PolicyStats {
+            policy: p.policy,
+            started: p.started,
+            admitted: p.admitted,
+            throttled: p.throttled,
+            rejected: p.rejected,
+            would_throttle: p.would_throttle,
+            unkeyed: p.unkeyed,
+            in_flight: p.in_flight,
+            waiters: p.waiters,
+            keys: p.keys,
+            leases_node: p.leases_node,
+            leases_shared: p.leases_shared,
+        }
+    }
 }

@@ -274,24 +274,7 @@ impl Weir for WeirService {
             node_id: stats.node_id,
             at_ms: stats.at_ms,
             config_version: self.app.config_version(),
-            policies: stats
-                .policies
-                .into_iter()
-                .map(|p| crate::proto::PolicyStats {
-                    policy: p.policy,
-                    started: p.started,
-                    admitted: p.admitted,
-                    throttled: p.throttled,
-                    rejected: p.rejected,
-                    would_throttle: p.would_throttle,
-                    unkeyed: p.unkeyed,
-                    in_flight: p.in_flight,
-                    waiters: p.waiters,
-                    keys: p.keys,
-                    leases_node: p.leases_node,
-                    leases_shared: p.leases_shared,
-                })
-                .collect(),
+            policies: stats.policies.into_iter().map(Into::into).collect(),
         }));
         self.observe("Stats", start, &result);
         result
