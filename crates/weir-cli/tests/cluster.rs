@@ -1050,38 +1050,57 @@ async fn a_graceful_leave_hands_over_first_and_keeps_a_cluster_rate() {
         .map(|i| nodes[i].url("/v1/acquire"))
         .collect();
 
-    // The key asked through the two other nodes, as fast as they answer, throughout.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The key asked through the two other nodes, as fast as they answer, throughout; the
+    // refusals counted and the latest answer's time kept, for the waits below.
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let refused = Arc::new(AtomicU64::new(0));
+    let latest = Arc::new(std::sync::Mutex::new(Instant::now()));
     let mut load = tokio::task::JoinSet::new();
     for url in asked {
-        let stop = std::sync::Arc::clone(&stop);
+        let (stop, refused, latest) =
+            (Arc::clone(&stop), Arc::clone(&refused), Arc::clone(&latest));
         load.spawn(async move {
             let client = reqwest::Client::new();
             let mut admitted = Vec::new();
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let response = client
                     .post(&url)
                     .json(&json!({"policy": "steady", "key": "k"}))
                     .send()
                     .await
                     .unwrap();
+                let at = Instant::now();
                 if response.status() == 200 {
-                    admitted.push(Instant::now());
+                    admitted.push(at);
+                } else {
+                    refused.fetch_add(1, Ordering::Relaxed);
                 }
+                *latest.lock().unwrap() = at;
             }
             admitted
         });
     }
-    // The burst spent and the bucket at its rate; then the owner is stopped gracefully.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The burst spent and the bucket at its rate (refusing); then the owner is stopped
+    // gracefully.
+    eventually(Duration::from_secs(10), "the burst spent", || async {
+        refused.load(Ordering::Relaxed) >= 10
+    })
+    .await;
     let stopped = Instant::now();
     let [n1, n2, n3] = nodes;
     let mut nodes = [Some(n1), Some(n2), Some(n3)];
     let leaving = nodes[owner].take().unwrap();
     leaving.signal("TERM");
     let watched = Duration::from_secs(4);
-    tokio::time::sleep(watched).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    eventually(
+        watched + Duration::from_secs(10),
+        "the load answered past the watched span",
+        || async { *latest.lock().unwrap() >= stopped + watched },
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
     let mut admitted = 0;
     while let Some(times) = load.join_next().await {
         admitted += times
