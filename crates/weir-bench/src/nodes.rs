@@ -19,6 +19,10 @@ pub struct LocalNode {
     pub http: String,
     /// Its gRPC API, `http://127.0.0.1:PORT`.
     pub grpc: String,
+    /// How it was started, to start it again.
+    binary: PathBuf,
+    dir: PathBuf,
+    args: Vec<String>,
 }
 
 impl LocalNode {
@@ -29,6 +33,31 @@ impl LocalNode {
         let config_path = dir.join("weir.toml");
         std::fs::write(&config_path, config)
             .with_context(|| format!("writing {}", config_path.display()))?;
+        Self::spawn(binary, dir, args)
+    }
+
+    /// Stops it gracefully (SIGTERM, as an orchestrator does) and waits until it has exited.
+    pub fn stop(&mut self) -> anyhow::Result<()> {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .context("running kill")?;
+        anyhow::ensure!(status.success(), "kill -TERM {} failed", self.pid());
+        self.child
+            .wait()
+            .context("waiting for weir serve to exit")?;
+        Ok(())
+    }
+
+    /// Starts it again, as it was started, on its data dir (new HTTP and gRPC ports).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        let again = Self::spawn(&self.binary, &self.dir, &self.args)?;
+        *self = again;
+        Ok(())
+    }
+
+    fn spawn(binary: &Path, dir: &Path, args: &[String]) -> anyhow::Result<Self> {
+        let config_path = dir.join("weir.toml");
         let mut child = Command::new(binary)
             .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
             .args(["--log", "error", "--config"])
@@ -45,7 +74,14 @@ impl LocalNode {
             let _ = child.wait();
             anyhow::bail!("weir serve did not say where it listens within {START_TIMEOUT:?}");
         };
-        Ok(LocalNode { child, http, grpc })
+        Ok(LocalNode {
+            child,
+            http,
+            grpc,
+            binary: binary.to_owned(),
+            dir: dir.to_owned(),
+            args: args.to_vec(),
+        })
     }
 
     /// Its process id.

@@ -153,9 +153,18 @@ pub(crate) fn init_logs(
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{Layer as _, fmt};
 
+    // The Raft library behind the cluster's policy log narrates elections and membership
+    // changes at INFO and WARN as a matter of course; Weir says what matters of them itself.
+    // Its errors still show, and a filter that names `openraft` is taken as written.
+    let quiet_raft = |filter: String| match filter.contains("openraft") {
+        true => filter,
+        false => format!("{filter},openraft=error"),
+    };
     let filter = || match level {
-        Some(level) => EnvFilter::new(level),
-        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        Some(level) => EnvFilter::new(quiet_raft(level.to_owned())),
+        None => EnvFilter::new(quiet_raft(
+            std::env::var(EnvFilter::DEFAULT_ENV).unwrap_or_else(|_| "info".to_owned()),
+        )),
     };
     let (traces, exporter) = match otlp_endpoint {
         Some(endpoint) => {

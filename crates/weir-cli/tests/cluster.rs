@@ -60,14 +60,18 @@ async fn three_nodes(dir: &std::path::Path, config: &str) -> [Server; 3] {
 
 /// Three nodes, each on its own config (a config change rolling through).
 async fn three_nodes_on(dir: &std::path::Path, configs: [&str; 3]) -> [Server; 3] {
-    let seed = free_udp();
+    three_nodes_through(dir, configs, &free_udp()).await
+}
+
+/// Three nodes, each on its own config, n1 gossiping on `seed`.
+async fn three_nodes_through(dir: &std::path::Path, configs: [&str; 3], seed: &str) -> [Server; 3] {
     let node = |id: &str, config: &str, gossip: &str, join: Option<&str>| {
         start_node(dir, id, config, gossip, join)
     };
     let nodes = [
-        node("n1", configs[0], &seed, None),
-        node("n2", configs[1], &free_udp(), Some(&seed)),
-        node("n3", configs[2], &free_udp(), Some(&seed)),
+        node("n1", configs[0], seed, None),
+        node("n2", configs[1], &free_udp(), Some(seed)),
+        node("n3", configs[2], &free_udp(), Some(seed)),
     ];
     converge(&[&nodes[0], &nodes[1], &nodes[2]], 3).await;
     nodes
@@ -866,8 +870,12 @@ async fn a_joining_node_is_ready_once_it_has_joined() {
     .await;
     assert_eq!(health(&joiner).await, ServingStatus::NotServing as i32);
     let first = start_node(dir.path(), "n1", CONFIG, &seed, None);
-    // The first node has no seeds: ready at once.
-    assert_eq!(readyz(&first).await, 200);
+    // The first node has no seeds: ready as soon as it has started the cluster's policy log
+    // (after listening a second for one already running).
+    eventually(Duration::from_secs(10), "the first node ready", || async {
+        readyz(&first).await == 200
+    })
+    .await;
     converge(&[&first, &joiner], 2).await;
     eventually(Duration::from_secs(10), "SERVING once joined", || async {
         health(&joiner).await == ServingStatus::Serving as i32
@@ -894,10 +902,15 @@ async fn differing(servers: &[&Server]) -> Vec<Vec<String>> {
     all
 }
 
+/// A policy in one member's config file only.
+const EXTRA: &str = "\n[[policy]]\nname = \"extra\"\non_exhausted = \"reject\"\ntoken_bucket = { rate = 5, burst = 5 }\n";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let nodes = three_nodes(dir.path(), CONFIG).await;
+    // n1's config file has a policy the others' do not (a ConfigMap change rolling through).
+    let with_extra = format!("{CONFIG}{EXTRA}");
+    let nodes = three_nodes_on(dir.path(), [&with_extra, CONFIG, CONFIG]).await;
     let all = [&nodes[0], &nodes[1], &nodes[2]];
     let agreed = || async {
         for server in all {
@@ -917,31 +930,7 @@ async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_w
         }
         true
     };
-    eventually(
-        Duration::from_secs(20),
-        "the members agreeing at start",
-        agreed,
-    )
-    .await;
     let unchanged_before = view(&nodes[0]).await.ring.unchanged_for_ms;
-
-    // A policy made through n1's API alone: the others do not run it.
-    let extra = json!({"on_exhausted": "reject", "token_bucket": {"rate": 5, "burst": 5}});
-    let put = |server: &Server| {
-        let url = server.url("/v1/policies/extra");
-        let extra = extra.clone();
-        async move {
-            let status = reqwest::Client::new()
-                .put(url)
-                .json(&extra)
-                .send()
-                .await
-                .unwrap()
-                .status();
-            assert!(status.is_success(), "{status}");
-        }
-    };
-    put(&nodes[0]).await;
     let expected = vec![
         vec!["n2".to_owned(), "n3".to_owned()],
         vec!["n1".to_owned()],
@@ -1008,9 +997,17 @@ async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_w
         .unwrap();
     assert_eq!(bad.status(), 400);
 
-    // The same policy made on the others: they agree again.
-    put(&nodes[1]).await;
-    put(&nodes[2]).await;
+    // The same policy made through the API, on any member: the cluster's policy log takes it
+    // to all three, and they agree again.
+    let extra = json!({"on_exhausted": "reject", "token_bucket": {"rate": 5, "burst": 5}});
+    let status = reqwest::Client::new()
+        .put(nodes[1].url("/v1/policies/extra"))
+        .json(&extra)
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "{status}");
     eventually(
         Duration::from_secs(20),
         "the members agreeing again",
@@ -1122,4 +1119,153 @@ async fn a_graceful_leave_hands_over_first_and_keeps_a_cluster_rate() {
         admitted as f64 >= 40.0 * watched.as_secs_f64() * 0.8,
         "{admitted}"
     );
+}
+
+/// `PUT /v1/policies/{name}` on `server`, with `If-Match` if given: the status, the
+/// `Retry-After` header and the body.
+async fn put_policy(
+    server: &Server,
+    name: &str,
+    rate: u32,
+    if_match: Option<&str>,
+) -> (u16, Option<String>, Value) {
+    let mut request = reqwest::Client::new()
+        .put(server.url(&format!("/v1/policies/{name}")))
+        .json(&json!({"on_exhausted": "reject", "token_bucket": {"rate": rate, "burst": 5}}));
+    if let Some(tag) = if_match {
+        request = request.header("if-match", tag);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        status,
+        retry_after,
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+/// The policy `name` on `server`: its rate and entity tag, or `None` if it does not run there.
+async fn policy_on(server: &Server, name: &str) -> Option<(f64, String)> {
+    let response = reqwest::get(server.url(&format!("/v1/policies/{name}")))
+        .await
+        .unwrap();
+    if response.status() == 404 {
+        return None;
+    }
+    let etag = response.headers()["etag"].to_str().unwrap().to_owned();
+    let body: Value = response.json().await.unwrap();
+    Some((body["token_bucket"]["rate"].as_f64().unwrap(), etag))
+}
+
+async fn is_ready(server: &Server) -> bool {
+    reqwest::get(server.url("/readyz"))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// A change made through any member is committed by the cluster's policy log and runs on every
+/// member; of conditional writes against one version made at once on every member, exactly
+/// one wins, round after round; a member cut off from the majority refuses changes (503 with
+/// `Retry-After`) and keeps deciding; a member that was away runs what changed meanwhile by the
+/// time it says it is ready.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_change_through_any_member_reaches_every_member() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [CONFIG; 3], &seed).await;
+    eventually(Duration::from_secs(30), "every member ready", || async {
+        is_ready(&n1).await && is_ready(&n2).await && is_ready(&n3).await
+    })
+    .await;
+
+    // Made on n1, it runs on all three; deleted through n3, it is gone from all three.
+    let (status, _, _) = put_policy(&n1, "made", 5, None).await;
+    assert_eq!(status, 201);
+    for server in [&n2, &n3] {
+        eventually(
+            Duration::from_secs(5),
+            "the new policy on every member",
+            || async {
+                policy_on(server, "made")
+                    .await
+                    .is_some_and(|(rate, _)| rate == 5.0)
+            },
+        )
+        .await;
+    }
+
+    // Three writers at once, on three members, each against the version it read.
+    for round in 0..5u32 {
+        let (_, tag) = policy_on(&n2, "made").await.unwrap();
+        let rates = [10 + round * 3, 11 + round * 3, 12 + round * 3];
+        let (a, b, c) = tokio::join!(
+            put_policy(&n1, "made", rates[0], Some(&tag)),
+            put_policy(&n2, "made", rates[1], Some(&tag)),
+            put_policy(&n3, "made", rates[2], Some(&tag)),
+        );
+        let statuses = [a.0, b.0, c.0];
+        let winners: Vec<usize> = (0..3).filter(|i| statuses[*i] == 200).collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: {statuses:?} ({a:?} {b:?} {c:?})"
+        );
+        assert_eq!(
+            statuses.iter().filter(|s| **s == 412).count(),
+            2,
+            "round {round}: {statuses:?}"
+        );
+        let won = f64::from(rates[winners[0]]);
+        for server in [&n1, &n2, &n3] {
+            eventually(
+                Duration::from_secs(5),
+                "the winner on every member",
+                || async {
+                    policy_on(server, "made")
+                        .await
+                        .is_some_and(|(rate, _)| rate == won)
+                },
+            )
+            .await;
+        }
+    }
+
+    // n1 cut off from the others (they are stopped): it refuses a change and keeps deciding.
+    n2.signal("STOP");
+    n3.signal("STOP");
+    let (status, retry_after, body) = put_policy(&n1, "made", 99, None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert_eq!(body["error"], "no_quorum", "{body}");
+    assert_eq!(acquire(&n1).await.0, 200, "the node tier still admits");
+    n2.signal("CONT");
+    n3.signal("CONT");
+    eventually(
+        Duration::from_secs(20),
+        "a change committed again",
+        || async { put_policy(&n1, "made", 40, None).await.0 == 200 },
+    )
+    .await;
+
+    // n3 leaves; a change is made while it is away; back on its data dir, it runs that
+    // change by the time it says it is ready.
+    n3.signal("TERM");
+    let (status, _) = n3.wait();
+    assert!(status.success());
+    let (status, _, body) = put_policy(&n2, "made", 77, None).await;
+    assert_eq!(status, 200, "{body}");
+    let n3 = start_node(dir.path(), "n3", CONFIG, &free_udp(), Some(&seed));
+    eventually(Duration::from_secs(30), "n3 ready again", || async {
+        if !is_ready(&n3).await {
+            return false;
+        }
+        let rate = policy_on(&n3, "made").await.map(|(rate, _)| rate);
+        assert_eq!(rate, Some(77.0), "ready before it caught up");
+        true
+    })
+    .await;
 }

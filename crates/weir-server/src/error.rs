@@ -37,6 +37,9 @@ pub enum ErrorKind {
     NotReady,
     /// 503 `shutting_down`.
     ShuttingDown,
+    /// 503 `no_quorum`: in a cluster, a policy change that could not be committed (no
+    /// majority of the members reachable); answered with `Retry-After`.
+    NoQuorum,
 }
 
 impl ErrorKind {
@@ -53,7 +56,7 @@ impl ErrorKind {
             ErrorKind::PreconditionFailed => 412,
             ErrorKind::TooLarge => 413,
             ErrorKind::Internal => 500,
-            ErrorKind::NotReady | ErrorKind::ShuttingDown => 503,
+            ErrorKind::NotReady | ErrorKind::ShuttingDown | ErrorKind::NoQuorum => 503,
         }
     }
 
@@ -75,6 +78,7 @@ impl ErrorKind {
             ErrorKind::Internal => "internal",
             ErrorKind::NotReady => "not_ready",
             ErrorKind::ShuttingDown => "shutting_down",
+            ErrorKind::NoQuorum => "no_quorum",
         }
     }
 }

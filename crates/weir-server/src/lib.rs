@@ -38,6 +38,7 @@ mod etag;
 mod front_door;
 mod leases;
 mod metrics;
+mod policy_log;
 mod reload;
 mod reserved;
 mod serve;

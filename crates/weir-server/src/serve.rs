@@ -340,6 +340,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     let cluster = match server.gossip {
         Some(gossip) => Some(
             ClusterMode::start(
+                &server.data_dir,
                 &server.node_id,
                 &server.cluster_id,
                 gossip,
@@ -391,9 +392,10 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
             );
         }
     }
-    let background = spawn_background(&app, server.lease_sweep, server.report_interval);
+    let background = app.spawn_background(server.lease_sweep, server.report_interval);
     // The members compare the policies they run (`/v1/cluster`'s `config_differs`).
     tokio::spawn(Arc::clone(&app).share_config_version(CONFIG_VERSION_EVERY));
+    tokio::spawn(Arc::clone(&app).follow_cluster_policies());
 
     let http = {
         let app = Arc::clone(&app);
@@ -448,6 +450,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         let owner_service = cluster
             .as_ref()
             .map(|c| c.service(Arc::new(AppRates(Arc::clone(&app)))));
+        let policy_log_service = cluster.as_ref().map(|c| c.policy_log_service());
         // Offered only with rules: a proxy pointed at a node without them sees UNIMPLEMENTED
         // (an error it counts and reports), not a silent "OK" for everything.
         let rls_service = app
@@ -461,6 +464,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
                 .add_service(health_service)
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
                 .add_optional_service(owner_service)
+                .add_optional_service(policy_log_service)
                 .add_optional_service(rls_service);
             let shutdown = {
                 let app = Arc::clone(&app);
@@ -565,31 +569,4 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     // kept across restarts (leases are not: their holders' permits are this process's).
     tracing::info!("drained");
     Ok(())
-}
-
-/// The lease sweeper, the adaptive ticker and the periodic report, on one task.
-fn spawn_background(
-    app: &Arc<App>,
-    lease_sweep: Duration,
-    report_interval: Duration,
-) -> tokio::task::JoinHandle<()> {
-    let app = Arc::clone(app);
-    tokio::spawn(async move {
-        let mut sweep = tokio::time::interval(lease_sweep);
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let mut report = tokio::time::interval(report_interval);
-        report.tick().await;
-        loop {
-            tokio::select! {
-                _ = sweep.tick() => {
-                    let reclaimed = app.sweep_leases();
-                    if reclaimed > 0 {
-                        tracing::info!(reclaimed, "leases expired without a release");
-                    }
-                }
-                _ = tick.tick() => app.tick(1000),
-                _ = report.tick() => app.report(),
-            }
-        }
-    })
 }

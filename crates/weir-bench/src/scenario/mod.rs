@@ -13,11 +13,13 @@
 //! | `owner_throughput.rs` | `owner-throughput` | shared admissions of one hot bucket, with loans and without |
 //! | `tenant_throttling.rs` | `tenant-throttling` | per-tenant page-read workloads against one node, with its CPU use |
 //! | `adaptive_backpressure.rs` | `adaptive-backpressure` | adaptive backpressure against a toy busy backend, both controls |
+//! | `rolling_restart.rs` | `rolling-restart` | a rolling restart of three local nodes under load, per restart |
 
 pub mod adaptive_backpressure;
 pub mod cluster_rate_accuracy;
 pub mod owner_throughput;
 pub mod rate_accuracy;
+pub mod rolling_restart;
 pub mod tenant_throttling;
 pub mod two_tier_latency;
 
@@ -74,6 +76,7 @@ pub const SCENARIOS: &[Scenario] = &[
     owner_throughput::SCENARIO,
     tenant_throttling::SCENARIO,
     adaptive_backpressure::SCENARIO,
+    rolling_restart::SCENARIO,
 ];
 
 /// The scenario `name` names (its name or an alias).

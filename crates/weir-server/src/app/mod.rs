@@ -10,6 +10,8 @@
 //! | `leasing.rs` | releasing, renewing and reclaiming leases |
 //! | `cluster_rates.rs` | cluster-scoped rate policies: forwarding to a bucket's owner, deciding for others |
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
+//! | `cluster_policies.rs` | in a cluster, those changes made through the policy log and applied as it commits them |
+//! | `background.rs` | the lease sweeper, the adaptive ticker and the periodic report |
 //! | `reloading.rs` | a reloaded config file's policies and RLS rules applied, the difference only |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
 //! | `stats.rs` | every policy's counters and gauges at once, as JSON (`/v1/stats`, the live page's) |
@@ -18,7 +20,9 @@
 
 mod admission;
 mod auth;
+mod background;
 pub mod cells;
+mod cluster_policies;
 mod cluster_rates;
 mod cluster_stats;
 mod leasing;
@@ -67,6 +71,8 @@ pub struct App {
     data_dir: PathBuf,
     /// The overlay in force; the lock also serialises admin changes.
     overlay: AsyncMutex<Overlay>,
+    /// The config file's policies as last read: what the overlay is laid over.
+    file_policies: std::sync::Mutex<Vec<PolicyConfig>>,
     leases: Arc<Leases>,
     access: auth::Access,
     max_cost: u64,
@@ -149,6 +155,7 @@ impl App {
                 "the data dir cannot be written ({e}): policy changes over the API will be refused until it can"
             );
         }
+        let file_policies = std::sync::Mutex::new(settings.policies.clone());
         let mut configs = overlay.apply(settings.policies);
         // The rules' policies come from their YAML alone: the API cannot change them, so no
         // overlay applies.
@@ -193,6 +200,7 @@ impl App {
             policies,
             data_dir: settings.data_dir,
             overlay: AsyncMutex::new(overlay),
+            file_policies,
             leases,
             access: settings.access,
             max_cost: settings.max_cost,

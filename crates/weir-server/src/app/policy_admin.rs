@@ -82,6 +82,9 @@ impl App {
             return Err(ApiError::invalid(e.to_string()));
         }
         refuse_rule_policy(name)?;
+        if let Some(log) = self.policy_log() {
+            return self.put_cluster_policy(log, config, if_match).await;
+        }
         let mut overlay = self.overlay.lock().await;
         self.check_if_match(name, if_match)?;
         let next = overlay.with_upsert(config.clone());
@@ -107,13 +110,16 @@ impl App {
         name: &str,
         if_match: Option<&str>,
     ) -> Result<TaggedPolicy, ApiError> {
-        let mut overlay = self.overlay.lock().await;
-        let deleted = self.policy(name)?;
         // A policy an older version let take a name now reserved can still be deleted; an RLS
         // rule's cannot (its YAML would bring it back).
         if name.starts_with(crate::reserved::RLS_PREFIX) {
             refuse_rule_policy(name)?;
         }
+        if let Some(log) = self.policy_log() {
+            return self.delete_cluster_policy(log, name, if_match).await;
+        }
+        let mut overlay = self.overlay.lock().await;
+        let deleted = self.policy(name)?;
         self.check_if_match(name, if_match)?;
         let next = overlay.with_delete(name);
         self.persist(&next).await?;
@@ -122,7 +128,7 @@ impl App {
         Ok(deleted)
     }
 
-    async fn persist(&self, overlay: &Overlay) -> Result<(), ApiError> {
+    pub(super) async fn persist(&self, overlay: &Overlay) -> Result<(), ApiError> {
         let dir = self.data_dir.clone();
         let overlay = overlay.clone();
         tokio::task::spawn_blocking(move || durable::store(&dir, &overlay))

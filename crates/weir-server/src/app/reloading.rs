@@ -51,7 +51,8 @@ pub enum RulesReloadError {
     Policies(#[from] PolicySetError),
 }
 
-fn is_rule_policy(name: &str) -> bool {
+/// Whether `name` is an RLS rule's policy (its YAML's, not the config file's or the API's).
+pub(super) fn is_rule_policy(name: &str) -> bool {
     name.starts_with(RLS_PREFIX)
 }
 
@@ -64,6 +65,10 @@ impl App {
         file: Vec<PolicyConfig>,
     ) -> Result<Reloaded, PolicySetError> {
         let overlay = self.overlay.lock().await;
+        *self
+            .file_policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = file.clone();
         let wanted = overlay.apply(file);
         self.converge(wanted, |name| !is_rule_policy(name), || {})
     }
@@ -108,27 +113,14 @@ impl App {
 
     /// Brings the running policies `owned` picks to `wanted` (module docs); `swap` runs once
     /// the new and changed ones are in place and before the ones gone are removed.
-    fn converge(
+    pub(super) fn converge(
         &self,
         wanted: Vec<PolicyConfig>,
         owned: impl Fn(&str) -> bool,
         swap: impl FnOnce(),
     ) -> Result<Reloaded, PolicySetError> {
-        let current: BTreeMap<String, PolicyConfig> = self
-            .policies
-            .policies()
-            .iter()
-            .map(|p| {
-                let config = p.config();
-                (config.name.clone(), config)
-            })
-            .collect();
-        let others = current.values().filter(|c| !owned(&c.name)).cloned();
-        // Built and dropped: the same checks as at start, over the whole set at once.
-        PolicySet::new(
-            wanted.iter().cloned().chain(others).collect(),
-            weir::SystemClock::new(),
-        )?;
+        self.check_converge(&wanted, &owned)?;
+        let current = self.running();
         let mut reloaded = Reloaded::default();
         let mut kept = BTreeSet::new();
         for config in wanted {
@@ -154,5 +146,33 @@ impl App {
             reloaded.removed.push(name.clone());
         }
         Ok(reloaded)
+    }
+
+    /// The running policies, by name.
+    fn running(&self) -> BTreeMap<String, PolicyConfig> {
+        self.policies
+            .policies()
+            .iter()
+            .map(|p| {
+                let config = p.config();
+                (config.name.clone(), config)
+            })
+            .collect()
+    }
+
+    /// Whether [`converge`](Self::converge) would take `wanted`: the same checks as at start,
+    /// over the whole set at once (built and dropped).
+    pub(super) fn check_converge(
+        &self,
+        wanted: &[PolicyConfig],
+        owned: impl Fn(&str) -> bool,
+    ) -> Result<(), PolicySetError> {
+        let current = self.running();
+        let others = current.into_values().filter(|c| !owned(&c.name));
+        PolicySet::new(
+            wanted.iter().cloned().chain(others).collect(),
+            weir::SystemClock::new(),
+        )
+        .map(drop)
     }
 }

@@ -12,6 +12,7 @@
 mod config_versions;
 mod coordinators;
 mod leaving;
+mod policies;
 mod rates;
 
 pub use config_versions::ConfigVersions;
@@ -92,6 +93,12 @@ pub struct ClusterMode {
     /// The ring generation whose change the membership follower has finished applying
     /// (leases rehomed, rate buckets handed over).
     followed: watch::Sender<u64>,
+    /// The cluster's policy changes, agreed by Raft.
+    policy_log: Arc<crate::policy_log::PolicyLog>,
+    /// What this node brings to a policy log it starts: its own overlay (taken once).
+    seed: Mutex<Option<crate::durable::Overlay>>,
+    /// This node has caught up with the policy log (or given up waiting).
+    caught_up: watch::Sender<bool>,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -143,9 +150,12 @@ fn connect(address: &str, tls: Option<&PeerConnector>) -> Option<Channel> {
 }
 
 impl ClusterMode {
-    /// Joins the cluster: gossips on `gossip` (through `join` seeds), advertising `grpc_url`.
-    /// With `tls`, every call to another node goes over it.
+    /// Joins the cluster: gossips on `gossip` (through `join` seeds), advertising `grpc_url`,
+    /// and keeps its part of the policy log in `data_dir`. With `tls`, every call to another
+    /// node goes over it.
+    #[allow(clippy::too_many_arguments)]
     pub async fn start(
+        data_dir: &std::path::Path,
         node_id: &str,
         cluster_id: &str,
         gossip: SocketAddr,
@@ -168,7 +178,7 @@ impl ClusterMode {
             cluster_id: cluster_id.to_owned(),
             gossip,
             seeds: join,
-            grpc: grpc_url,
+            grpc: grpc_url.clone(),
             protocol: PROTOCOL,
             owner: true,
             interval: Duration::from_millis(200),
@@ -176,6 +186,22 @@ impl ClusterMode {
         })
         .await?;
         let members = membership.watch();
+        let policy_log = crate::policy_log::PolicyLog::start(
+            node_id,
+            grpc_url,
+            data_dir,
+            {
+                let tls = tls.clone();
+                Arc::new(move |address: &str| connect(address, tls.as_ref()))
+            },
+            secret
+                .as_ref()
+                .map(ClusterSecret::attach)
+                .unwrap_or_default(),
+        )
+        .await?;
+        // A data dir that does not read is reported when the node builds its policies.
+        let seed = crate::durable::load(data_dir).unwrap_or_default();
         Ok(Arc::new(ClusterMode {
             node_id: node_id.to_owned(),
             ring,
@@ -206,6 +232,9 @@ impl ClusterMode {
             leaving: std::sync::atomic::AtomicBool::new(false),
             handed: Mutex::default(),
             followed: watch::channel(0).0,
+            policy_log,
+            seed: Mutex::new(Some(seed)),
+            caught_up: watch::channel(false).0,
         }))
     }
 
@@ -214,6 +243,15 @@ impl ClusterMode {
     pub fn joining(&self) -> Option<String> {
         if self.has_joined() {
             return None;
+        }
+        if self.gossip_has_joined() {
+            return Some(format!(
+                "catching up with the cluster's policy log (leader: {}); a node serves once it runs the policies the cluster has committed, or after {} s without a leader",
+                self.policy_log
+                    .leader()
+                    .unwrap_or_else(|| "none known yet".to_owned()),
+                policies::CATCH_UP_WITHIN.as_secs()
+            ));
         }
         Some(format!(
             "joining the cluster: no other member seen in {} s through the seed(s) {} (gossiping on {}); check that a seed's gossip address is right and reachable, and that the nodes share `cluster_id` and `cluster_secret`",
@@ -249,9 +287,15 @@ impl ClusterMode {
         }
     }
 
-    /// Whether this node has joined its cluster: at once for a node started without seeds
-    /// (the first of a cluster), else once it has seen another member.
+    /// Whether this node has joined its cluster: seen another member (at once for a node
+    /// started without seeds, the first of a cluster) and caught up with the policy log.
     pub fn has_joined(&self) -> bool {
+        self.gossip_has_joined() && self.has_caught_up()
+    }
+
+    /// Whether gossip has joined: at once for a node started without seeds, else once it has
+    /// seen another member.
+    fn gossip_has_joined(&self) -> bool {
         use std::sync::atomic::Ordering;
         if !self.seeded || self.joined.load(Ordering::Acquire) {
             return true;
@@ -266,6 +310,12 @@ impl ClusterMode {
     /// Resolves once this node has joined (see [`has_joined`](Self::has_joined)); never, if
     /// membership ends first.
     pub async fn joined(&self) {
+        self.gossip_joined().await;
+        self.caught_up().await;
+    }
+
+    /// Resolves once gossip has joined; never, if membership ends first.
+    async fn gossip_joined(&self) {
         let mut members = self.members.clone();
         if members
             .wait_for(|members| !self.seeded || members.len() > 1)
@@ -293,6 +343,13 @@ impl ClusterMode {
     /// held each bucket and notices a pause of its own; and every 250 ms the loans this node
     /// holds are looked after (renewed when due, trimmed, returned when idle).
     pub async fn follow(self: Arc<Self>) {
+        let seed = self
+            .seed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default();
+        tokio::spawn(Arc::clone(&self).follow_policies(seed));
         let node = Arc::clone(&self);
         let beats = tokio::spawn(async move {
             let clock = SystemClock::new();
@@ -492,6 +549,7 @@ impl ClusterMode {
         if let Some(gossip) = self.gossip.lock().await.take() {
             gossip.stop().await;
         }
+        self.policy_log.stop().await;
     }
 }
 

@@ -35,7 +35,9 @@ impl From<ApiError> for Status {
             ErrorKind::Conflict | ErrorKind::PreconditionFailed => {
                 Status::failed_precondition(message)
             }
-            ErrorKind::NotReady | ErrorKind::ShuttingDown => Status::unavailable(message),
+            ErrorKind::NotReady | ErrorKind::ShuttingDown | ErrorKind::NoQuorum => {
+                Status::unavailable(message)
+            }
             ErrorKind::MethodNotAllowed | ErrorKind::BodyTimeout | ErrorKind::Internal => {
                 Status::internal(message)
             }

@@ -18,11 +18,18 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status =
             StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (
+        let mut response = (
             status,
             Json(json!({ "error": self.code(), "detail": self.detail() })),
         )
-            .into_response()
+            .into_response();
+        // A majority is usually back within an election or two.
+        if self.kind() == ErrorKind::NoQuorum {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
     }
 }
 

@@ -1,0 +1,389 @@
+//! `rolling-restart`: three local nodes restarted one after another under load, as an
+//! orchestrator rolls a new version through — each stopped gracefully (SIGTERM), started again
+//! on its data dir, and waited for until it is ready — while clients ask the nodes that are up
+//! for a cluster-scoped rate and for leases of a `closed` concurrency policy.
+//!
+//! Per restart (the span from the SIGTERM to [`SETTLE`] after the node is ready again): what
+//! the rate admitted against its bound over that span (rate × time + burst, so anything above
+//! is over-admission), how long the shared tier refused every lease for want of an owner that
+//! could grant, the most leases out at once against the ceiling, and the answers' latency.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::Mutex;
+
+use super::{Scenario, ScenarioSettings, finish};
+use crate::nodes::{LocalNode, Workdir, start_cluster};
+
+/// The cluster-scoped rate, per second, and its burst.
+const RATE: u32 = 40;
+const BURST: u32 = 10;
+/// The concurrency policy's shared limit (no node tier: every lease is the cluster's) and its
+/// leases' TTL.
+const SHARED_LIMIT: usize = 4;
+const LEASE_TTL: &str = "3s";
+/// How often the rate is asked (5× its rate), and how many clients take leases.
+const ASK_EVERY: Duration = Duration::from_millis(5);
+const HOLDERS: usize = 8;
+/// How long a lease is held, and how long a refused holder waits before asking again.
+const HOLD: Duration = Duration::from_millis(20);
+/// How long each restart's span lasts after the node is ready again.
+const SETTLE: Duration = Duration::from_secs(5);
+/// The slots the shared tier's refusals are counted in.
+const SLOT: Duration = Duration::from_millis(100);
+const NODES: usize = 3;
+
+/// One restart's figures.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Restart {
+    /// The node restarted.
+    pub node: String,
+    /// The span's length, in seconds.
+    pub seconds: f64,
+    /// How long the node took from the SIGTERM until it was ready again, in seconds.
+    pub down_seconds: f64,
+    /// What the rate admitted over the span.
+    pub admitted: u64,
+    /// Its bound: rate × span + burst.
+    pub bound: f64,
+    /// What was admitted beyond the bound, as a share of rate × span (0 if none).
+    pub over: f64,
+    /// How long every lease asked for was refused as unavailable (no owner that could grant),
+    /// in seconds, in slots of 100 ms.
+    pub shared_refusing_seconds: f64,
+    /// The most leases out at once.
+    pub most_leases: usize,
+    /// The answers' latency over the span, in ms: p50 and p99.
+    pub p50_ms: f64,
+    /// The 99th percentile.
+    pub p99_ms: f64,
+    /// Requests that failed (no answer: connection refused, a node going away).
+    pub failed: u64,
+}
+
+/// `rolling-restart`'s report.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RollingRestart {
+    /// The rate and its burst.
+    pub rate: u32,
+    /// Its burst.
+    pub burst: u32,
+    /// The concurrency policy's ceiling.
+    pub ceiling: usize,
+    /// Its leases' TTL.
+    pub lease_ttl: &'static str,
+    /// One row per restart.
+    pub restarts: Vec<Restart>,
+}
+
+impl RollingRestart {
+    /// The report as a table.
+    pub fn render(&self) -> String {
+        let mut text = format!(
+            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 5x through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
+            self.rate,
+            self.burst,
+            self.ceiling,
+            self.lease_ttl,
+            "node",
+            "span s",
+            "down s",
+            "admitted",
+            "bound",
+            "over",
+            "shared-off s",
+            "most",
+            "p50 ms",
+            "p99 ms",
+            "failed"
+        );
+        for r in &self.restarts {
+            text.push_str(&format!(
+                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
+                r.node,
+                r.seconds,
+                r.down_seconds,
+                r.admitted,
+                r.bound,
+                r.over * 100.0,
+                r.shared_refusing_seconds,
+                r.most_leases,
+                r.p50_ms,
+                r.p99_ms,
+                r.failed
+            ));
+        }
+        text
+    }
+}
+
+fn config() -> String {
+    format!(
+        "[[policy]]\nname = \"steady\"\nscope = \"cluster\"\non_exhausted = \"reject\"\ntoken_bucket = {{ rate = {RATE}, burst = {BURST} }}\n\n[[policy]]\nname = \"pool\"\non_exhausted = \"reject\"\nconcurrency = {{ node_limit = 0, shared_limit = {SHARED_LIMIT}, lease_ttl = \"{LEASE_TTL}\", on_unavailable = \"closed\" }}\n"
+    )
+}
+
+/// What one answer was.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Answer {
+    /// The rate admitted.
+    Admitted,
+    /// A lease granted.
+    Leased,
+    /// The rate refused, or the pool full.
+    Refused,
+    /// The pool could not grant: no owner able to (settling, no majority, unreachable).
+    Unavailable,
+    /// No answer.
+    Failed,
+}
+
+/// Every answer, stamped with when it was asked (since the start) and how long it took.
+type Log = Arc<Mutex<Vec<(Duration, Duration, Answer)>>>;
+
+/// The nodes' HTTP addresses, `None` while a node is down.
+type Up = Arc<Mutex<Vec<Option<String>>>>;
+
+/// The next node up after `turn`.
+async fn next_up(up: &Up, turn: &AtomicUsize) -> Option<String> {
+    let up = up.lock().await;
+    for _ in 0..up.len() {
+        let i = turn.fetch_add(1, Ordering::Relaxed) % up.len();
+        if let Some(url) = &up[i] {
+            return Some(url.clone());
+        }
+    }
+    None
+}
+
+async fn acquire(client: &reqwest::Client, url: &str, policy: &str) -> (Answer, Option<String>) {
+    let response = client
+        .post(format!("{url}/v1/acquire"))
+        .json(&serde_json::json!({"policy": policy, "key": "k"}))
+        .send()
+        .await;
+    let Ok(response) = response else {
+        return (Answer::Failed, None);
+    };
+    let status = response.status().as_u16();
+    let Ok(body) = response.json::<serde_json::Value>().await else {
+        return (Answer::Failed, None);
+    };
+    match status {
+        200 if policy == "pool" => (Answer::Leased, body["lease"].as_str().map(str::to_owned)),
+        200 => (Answer::Admitted, None),
+        429 => {
+            let reason = body["reason"].as_str().unwrap_or_default();
+            // "reached its … shared limit" is a full pool; any other refusal of the shared
+            // tier ("could not check its shared limit …") is one with no owner able to grant.
+            match policy == "pool" && !reason.contains("reached") {
+                true => (Answer::Unavailable, None),
+                false => (Answer::Refused, None),
+            }
+        }
+        _ => (Answer::Failed, None),
+    }
+}
+
+/// Restarts each node in turn under load; the figures of each restart.
+pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<RollingRestart> {
+    let dir = Workdir::new("rolling-restart")?;
+    let mut nodes = start_cluster(&settings.binary, &config(), dir.path(), NODES).await?;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    wait_ready(&client, &nodes).await?;
+    let up: Up = Arc::new(Mutex::new(
+        nodes.iter().map(|n| Some(n.http.clone())).collect(),
+    ));
+    let log: Log = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(Mutex::new(Vec::<(Duration, usize)>::new()));
+    let mut tasks = Vec::new();
+    {
+        let (client, up, log, stop) = (client.clone(), up.clone(), log.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let turn = AtomicUsize::new(0);
+            let mut ticks = tokio::time::interval(ASK_EVERY);
+            while !stop.load(Ordering::Relaxed) {
+                ticks.tick().await;
+                let Some(url) = next_up(&up, &turn).await else {
+                    continue;
+                };
+                let asked = start.elapsed();
+                let (answer, _) = acquire(&client, &url, "steady").await;
+                log.lock()
+                    .await
+                    .push((asked, start.elapsed() - asked, answer));
+            }
+        }));
+    }
+    for holder in 0..HOLDERS {
+        let (client, up, log, stop) = (client.clone(), up.clone(), log.clone(), stop.clone());
+        let (in_flight, most) = (in_flight.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let turn = AtomicUsize::new(holder);
+            while !stop.load(Ordering::Relaxed) {
+                let Some(url) = next_up(&up, &turn).await else {
+                    tokio::time::sleep(HOLD).await;
+                    continue;
+                };
+                let asked = start.elapsed();
+                let (answer, lease) = acquire(&client, &url, "pool").await;
+                log.lock()
+                    .await
+                    .push((asked, start.elapsed() - asked, answer));
+                if let Some(lease) = lease {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.lock().await.push((start.elapsed(), now));
+                    tokio::time::sleep(HOLD).await;
+                    // Counted out before the release is sent: a lease is never counted out
+                    // later than it really ends.
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    let _ = client
+                        .post(format!("{url}/v1/release"))
+                        .json(&serde_json::json!({"lease": lease}))
+                        .send()
+                        .await;
+                } else {
+                    tokio::time::sleep(HOLD).await;
+                }
+            }
+        }));
+    }
+    // The load runs alone first, so the cluster is in its steady state.
+    tokio::time::sleep(SETTLE).await;
+    let mut spans = Vec::new();
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let from = start.elapsed();
+        up.lock().await[i] = None;
+        tokio::task::block_in_place(|| node.stop())?;
+        tokio::task::block_in_place(|| node.restart())?;
+        wait_ready(&client, std::slice::from_ref(node)).await?;
+        let ready = start.elapsed();
+        up.lock().await[i] = Some(node.http.clone());
+        tokio::time::sleep(SETTLE).await;
+        spans.push((format!("n{}", i + 1), from, ready, start.elapsed()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        task.await?;
+    }
+    let log = log.lock().await.clone();
+    let most = most.lock().await.clone();
+    let restarts = spans
+        .into_iter()
+        .map(|(node, from, ready, to)| figures(&log, &most, node, from, ready, to))
+        .collect();
+    Ok(RollingRestart {
+        rate: RATE,
+        burst: BURST,
+        ceiling: SHARED_LIMIT,
+        lease_ttl: LEASE_TTL,
+        restarts,
+    })
+}
+
+/// One restart's figures from the answers asked between `from` and `to`.
+fn figures(
+    log: &[(Duration, Duration, Answer)],
+    most: &[(Duration, usize)],
+    node: String,
+    from: Duration,
+    ready: Duration,
+    to: Duration,
+) -> Restart {
+    let span: Vec<&(Duration, Duration, Answer)> = log
+        .iter()
+        .filter(|(at, _, _)| *at >= from && *at < to)
+        .collect();
+    let seconds = (to - from).as_secs_f64();
+    let admitted = span
+        .iter()
+        .filter(|(_, _, a)| *a == Answer::Admitted)
+        .count() as u64;
+    let bound = f64::from(RATE) * seconds + f64::from(BURST);
+    let over = ((admitted as f64 - bound) / (f64::from(RATE) * seconds)).max(0.0);
+    let slots = ((to - from).as_millis() / SLOT.as_millis()).max(1) as usize;
+    let mut refusing = vec![(0usize, 0usize); slots];
+    for (at, _, answer) in &span {
+        let slot = (((*at - from).as_millis() / SLOT.as_millis()) as usize).min(slots - 1);
+        match answer {
+            Answer::Unavailable => refusing[slot].0 += 1,
+            Answer::Leased | Answer::Refused => refusing[slot].1 += 1,
+            _ => {}
+        }
+    }
+    let shared_refusing = refusing
+        .iter()
+        .filter(|(off, on)| *off > 0 && *on == 0)
+        .count() as f64
+        * SLOT.as_secs_f64();
+    let mut latencies: Vec<f64> = span
+        .iter()
+        .filter(|(_, _, a)| *a != Answer::Failed)
+        .map(|(_, took, _)| took.as_secs_f64() * 1000.0)
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let pct = |p: f64| match latencies.len() {
+        0 => 0.0,
+        n => latencies[((n - 1) as f64 * p).round() as usize],
+    };
+    Restart {
+        node,
+        seconds,
+        down_seconds: (ready - from).as_secs_f64(),
+        admitted,
+        bound,
+        over,
+        shared_refusing_seconds: shared_refusing,
+        most_leases: most
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .map(|(_, n)| *n)
+            .max()
+            .unwrap_or(0),
+        p50_ms: pct(0.5),
+        p99_ms: pct(0.99),
+        failed: span.iter().filter(|(_, _, a)| *a == Answer::Failed).count() as u64,
+    }
+}
+
+/// Waits until every node in `nodes` answers `/readyz` with 200.
+async fn wait_ready(client: &reqwest::Client, nodes: &[LocalNode]) -> anyhow::Result<()> {
+    let started = Instant::now();
+    for node in nodes {
+        loop {
+            let ready = client
+                .get(format!("{}/readyz", node.http))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200);
+            if ready {
+                break;
+            }
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(60),
+                "{} not ready within 60 s",
+                node.http
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    Ok(())
+}
+
+/// This scenario, as `weir bench scenario` lists it.
+pub const SCENARIO: Scenario = Scenario {
+    name: "rolling-restart",
+    aliases: &[],
+    measures: "a rolling restart of 3 local nodes under load: over-admission, shared-tier refusals, latency per restart",
+    figures: "docs/benchmarks.md, Rolling restart",
+    plots: false,
+    run: |settings, _plot| finish(rolling_restart(settings), RollingRestart::render),
+};

@@ -1,0 +1,179 @@
+//! In a cluster, a policy change made over the API (HTTP, gRPC, `weir config`, the page) is
+//! proposed to the cluster's policy log and acknowledged once committed — by a majority, on
+//! disk — and applied on this node; every member applies the log's overlay over its own config
+//! file as it commits, the difference only, as a reload does. The node also keeps its own copy
+//! of the overlay in the data dir, so that it restarts with what the cluster had even before it
+//! hears from a leader.
+
+use std::sync::Arc;
+
+use weir::policy::PolicyConfig;
+
+use super::App;
+use super::policy_admin::TaggedPolicy;
+use super::reloading::is_rule_policy;
+use crate::durable::Overlay;
+use crate::error::{ApiError, ErrorKind};
+use crate::etag::etag_of;
+use crate::policy_log::PolicyLog;
+use crate::policy_log::change::{Change, Expect, Outcome};
+
+impl App {
+    /// The cluster's policy log, in cluster mode.
+    pub(super) fn policy_log(&self) -> Option<&Arc<PolicyLog>> {
+        self.cluster.as_ref().map(|cluster| cluster.policy_log())
+    }
+
+    /// What a conditional write on `name` expects, with this node's config file's policy.
+    fn expect(&self, name: &str, if_match: Option<&str>) -> Expect {
+        let base = self
+            .file_policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find(|policy| policy.name == name)
+            .cloned();
+        Expect {
+            if_match: if_match.map(str::to_owned),
+            base,
+        }
+    }
+
+    /// Follows the policy log until it ends, applying each overlay it commits.
+    pub async fn follow_cluster_policies(self: Arc<Self>) {
+        let Some(log) = self.policy_log() else {
+            return;
+        };
+        let mut applied = log.applied();
+        loop {
+            let (index, overlay) = {
+                let now = applied.borrow_and_update();
+                (now.index, Arc::clone(&now.overlay))
+            };
+            // Index 0: the log has applied nothing yet; the data dir's copy stands meanwhile.
+            if index > 0 {
+                self.apply_cluster_overlay(&overlay).await;
+            }
+            if applied.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Lays `overlay`, as the log committed it, over the config file: the difference only.
+    async fn apply_cluster_overlay(&self, overlay: &Overlay) {
+        let mut current = self.overlay.lock().await;
+        if *current == *overlay {
+            return;
+        }
+        let file = self
+            .file_policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        match self.converge(overlay.apply(file), |name| !is_rule_policy(name), || {}) {
+            Ok(applied) if !applied.is_empty() => tracing::info!(
+                created = ?applied.created,
+                changed = ?applied.changed,
+                removed = ?applied.removed,
+                "applied the cluster's policy changes"
+            ),
+            Ok(_) => {}
+            Err(error) => tracing::error!(
+                %error,
+                "the cluster's policies do not fit this node's (its config file or rules differ): this node keeps running the ones it has; `/v1/cluster` shows it as differing"
+            ),
+        }
+        *current = overlay.clone();
+        if let Err(error) = self.persist(overlay).await {
+            tracing::warn!(%error, "could not keep a copy of the cluster's policy changes in the data dir");
+        }
+    }
+
+    /// Checks that the running policies with `change` made would still be a valid set here,
+    /// as a change on one node is checked: so a mistake is refused before it is proposed.
+    async fn check_change(&self, change: &Change) -> Result<(), ApiError> {
+        let overlay = self.overlay.lock().await.clone();
+        let mut next = overlay;
+        crate::policy_log::change::apply(&mut next, change.clone());
+        let file = self
+            .file_policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        self.check_converge(&next.apply(file), |name| !is_rule_policy(name))
+            .map_err(|error| ApiError::invalid(error.to_string()))
+    }
+
+    /// Commits `change` through the policy log and applies it here.
+    async fn commit(&self, log: &PolicyLog, change: Change) -> Result<Outcome, ApiError> {
+        self.check_change(&change).await?;
+        let committed = log.propose(change).await.map_err(|refusal| match refusal {
+            crate::policy_log::Refusal::Stopped => ApiError::shutting_down(),
+            refusal => ApiError::new(ErrorKind::NoQuorum, refusal.to_string()),
+        })?;
+        let overlay = Arc::clone(&log.applied().borrow().overlay);
+        self.apply_cluster_overlay(&overlay).await;
+        Ok(committed.outcome)
+    }
+
+    /// `PUT` in a cluster: committed, then answered as on one node.
+    pub(super) async fn put_cluster_policy(
+        &self,
+        log: &PolicyLog,
+        config: PolicyConfig,
+        if_match: Option<&str>,
+    ) -> Result<(bool, TaggedPolicy), ApiError> {
+        let expect = self.expect(&config.name, if_match);
+        let name = config.name.clone();
+        let change = Change::Put {
+            config: config.clone(),
+            expect,
+        };
+        match self.commit(log, change).await? {
+            Outcome::Written { created } => Ok((
+                created,
+                TaggedPolicy {
+                    etag: etag_of(&config),
+                    config,
+                },
+            )),
+            outcome => Err(refused(&name, if_match, outcome)),
+        }
+    }
+
+    /// `DELETE` in a cluster: committed, then answered as on one node.
+    pub(super) async fn delete_cluster_policy(
+        &self,
+        log: &PolicyLog,
+        name: &str,
+        if_match: Option<&str>,
+    ) -> Result<TaggedPolicy, ApiError> {
+        let change = Change::Delete {
+            name: name.to_owned(),
+            expect: self.expect(name, if_match),
+        };
+        match self.commit(log, change).await? {
+            Outcome::Deleted { previous } => Ok(TaggedPolicy {
+                etag: etag_of(&previous),
+                config: previous,
+            }),
+            outcome => Err(refused(name, if_match, outcome)),
+        }
+    }
+}
+
+/// The error of a change the log refused when it applied it.
+fn refused(name: &str, if_match: Option<&str>, outcome: Outcome) -> ApiError {
+    match outcome {
+        Outcome::PreconditionFailed { current } => ApiError::precondition_failed(format!(
+            "If-Match {} does not match policy `{name}` (its tag is {}): another change was committed first",
+            if_match.unwrap_or("(none)"),
+            current.as_deref().unwrap_or("absent: no such policy")
+        )),
+        Outcome::NotFound => ApiError::unknown_policy(name),
+        outcome => ApiError::internal(format!(
+            "the policy log answered a change of `{name}` with {outcome:?}"
+        )),
+    }
+}

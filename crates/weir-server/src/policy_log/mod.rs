@@ -1,0 +1,331 @@
+//! The cluster's policy changes, agreed by Raft: a change made through any member is proposed
+//! to the leader, committed once a majority of the members has it on disk, then applied by
+//! every member in the same order ([`change`]). So a change reaches every node, a conditional
+//! write is decided once for the whole cluster, and a member that was away catches up.
+//!
+//! Raft itself is openraft's; Weir brings the log's storage ([`store`], in the data dir), the
+//! state machine ([`machine`]: the API's overlay), the calls between members ([`network`],
+//! [`service`]) and who is a member ([`members`]: gossip's live members, added and removed by
+//! the leader). See `docs/guarantees.md` for what it gives and what a partition does.
+
+pub mod change;
+pub mod machine;
+pub mod members;
+pub mod network;
+pub mod service;
+pub mod store;
+
+use std::io::Cursor;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, Raft};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use change::{Change, Outcome};
+use machine::{Applied, Machine};
+use network::{Connect, Peers, call};
+use store::Store;
+
+openraft::declare_raft_types!(
+    /// The policy log's Raft types: its entries carry [`Change`]s and answer [`Outcome`]s.
+    pub PolicyRaft:
+        D = Change,
+        R = Outcome,
+);
+
+/// How long a change may take to be committed before the caller is told it was not.
+pub const PROPOSE_WITHIN: Duration = Duration::from_secs(3);
+
+/// A member's id in the log: its node id, hashed (Raft's ids are numbers).
+pub fn id_of(node_id: &str) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(node_id.as_bytes())
+}
+
+/// Why the policy log could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data dir's database.
+    #[error(transparent)]
+    Store(#[from] store::StoreError),
+    /// Raft's own checks or start.
+    #[error("starting the policy log: {0}")]
+    Raft(String),
+}
+
+/// A change committed by the cluster: where it is in the log, and what applying it did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Committed {
+    /// Its index in the log.
+    pub index: u64,
+    /// What it did.
+    pub outcome: Outcome,
+}
+
+/// Why a change was not committed, or a read barrier not given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, thiserror::Error)]
+pub enum Refusal {
+    /// The member asked is not the leader (it names the one it knows of, if any).
+    #[error("this member is not the policy log's leader")]
+    NotLeader {
+        /// The leader's gRPC address, if known.
+        leader: Option<String>,
+    },
+    /// No leader could commit it in time: this member cannot reach a majority, or the
+    /// cluster is electing one.
+    #[error(
+        "the change was not committed within {within_ms} ms: the cluster's policy log has no leader reachable from this member with a majority behind it ({why}). It may still apply if it reached a leader; read the policy, then retry (with If-Match, a retry is safe)"
+    )]
+    NoQuorum {
+        /// How long it was given.
+        within_ms: u64,
+        /// What was last seen.
+        why: String,
+    },
+    /// The member is stopping.
+    #[error("the policy log is stopping")]
+    Stopped,
+}
+
+/// This member's part of the policy log.
+pub struct PolicyLog {
+    raft: Raft<PolicyRaft>,
+    node_id: String,
+    id: u64,
+    address: String,
+    applied: watch::Receiver<Applied>,
+    peers: Peers,
+}
+
+impl std::fmt::Debug for PolicyLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyLog")
+            .field("id", &self.id)
+            .field("address", &self.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyLog {
+    /// Starts this member's part: its log and state machine read from `dir`, reaching others
+    /// through `connect` with `token`. It serves through [`service`] and joins through
+    /// [`members`].
+    pub async fn start(
+        node_id: &str,
+        address: String,
+        dir: &Path,
+        connect: Connect,
+        token: weir_cluster::secret::AttachToken,
+    ) -> Result<Arc<PolicyLog>, StartError> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StartError::Raft(format!("creating {}: {e}", dir.display())))?;
+        let store = Store::open(dir)?;
+        let machine = Machine::open(store.clone())?;
+        let applied = machine.applied();
+        let config = openraft::Config {
+            cluster_name: "weir-policies".to_owned(),
+            // A change reaches the followers with the next heartbeat at the latest.
+            heartbeat_interval: 100,
+            election_timeout_min: 500,
+            election_timeout_max: 1000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+        let peers = Peers::new(connect, token);
+        let id = id_of(node_id);
+        let raft = Raft::new(id, Arc::new(config), peers.clone(), store, machine)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        Ok(Arc::new(PolicyLog {
+            raft,
+            node_id: node_id.to_owned(),
+            id,
+            address,
+            applied,
+            peers,
+        }))
+    }
+
+    /// What this member has applied, as it changes.
+    pub fn applied(&self) -> watch::Receiver<Applied> {
+        self.applied.clone()
+    }
+
+    /// The leader's gRPC address, as this member knows it.
+    pub fn leader(&self) -> Option<String> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let leader = metrics.current_leader?;
+        if leader == self.id {
+            return Some(self.address.clone());
+        }
+        metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|node| node.addr.clone())
+    }
+
+    /// Whether this member's log has been started (initialised, or joined by a leader).
+    pub async fn started(&self) -> bool {
+        self.raft.is_initialized().await.unwrap_or(false)
+    }
+
+    /// Proposes `change` here, if this member leads: its outcome once committed and applied
+    /// here.
+    pub async fn propose_here(&self, change: Change) -> Result<Committed, Refusal> {
+        match self.raft.client_write(change).await {
+            Ok(response) => Ok(Committed {
+                index: response.log_id.index,
+                outcome: response.data,
+            }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
+                Err(Refusal::NotLeader {
+                    leader: forward.leader_node.map(|node| node.addr),
+                })
+            }
+            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(error))) => {
+                Err(Refusal::NoQuorum {
+                    within_ms: 0,
+                    why: error.to_string(),
+                })
+            }
+            Err(RaftError::Fatal(_)) => Err(Refusal::Stopped),
+        }
+    }
+
+    /// Proposes `change` through the leader, wherever it is, and waits until it is committed
+    /// and applied on this member — at most [`PROPOSE_WITHIN`].
+    pub async fn propose(&self, change: Change) -> Result<Committed, Refusal> {
+        let mut last = String::new();
+        let attempt = async {
+            loop {
+                let leader = self.leader();
+                last = match &leader {
+                    Some(leader) if *leader == self.address => "this member leads, but a majority of the members has not confirmed the change".to_owned(),
+                    Some(leader) => format!("the leader {leader} has not confirmed the change"),
+                    None => "no leader elected".to_owned(),
+                };
+                let outcome = match leader {
+                    Some(leader) if leader == self.address => {
+                        self.propose_here(change.clone()).await
+                    }
+                    Some(leader) => call(&self.peers, &leader, PROPOSE_WITHIN, &change, |c, r| {
+                        Box::pin(c.propose(r))
+                    })
+                    .await
+                    .unwrap_or_else(|error| {
+                        Err(Refusal::NoQuorum {
+                            within_ms: 0,
+                            why: error.to_string(),
+                        })
+                    }),
+                    None => Err(Refusal::NotLeader { leader: None }),
+                };
+                match outcome {
+                    Ok(committed) => return Ok(committed),
+                    Err(Refusal::Stopped) => return Err(Refusal::Stopped),
+                    Err(Refusal::NotLeader { leader }) => {
+                        last = match leader {
+                            Some(leader) => format!("the leader moved to {leader}"),
+                            None => "no leader elected".to_owned(),
+                        };
+                    }
+                    Err(Refusal::NoQuorum { why, .. }) => last = why,
+                }
+                // Until a leader is elected or known: Raft's heartbeat tells the members.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let committed = tokio::time::timeout(PROPOSE_WITHIN, attempt)
+            .await
+            .map_err(|_| Refusal::NoQuorum {
+                within_ms: PROPOSE_WITHIN.as_millis() as u64,
+                why: last.clone(),
+            })??;
+        self.applied_through(committed.index, PROPOSE_WITHIN).await;
+        Ok(committed)
+    }
+
+    /// Waits until this member has applied the log through `index`, at most `within`; says
+    /// whether it has.
+    pub async fn applied_through(&self, index: u64, within: Duration) -> bool {
+        let mut applied = self.applied.clone();
+        let reached = applied.wait_for(|applied| applied.index >= index);
+        matches!(tokio::time::timeout(within, reached).await, Ok(Ok(_)))
+    }
+
+    /// The index through which a member must have applied the log to have every change
+    /// committed so far: the leader's, asked of whoever is known to lead or else of `others`
+    /// (gRPC addresses) in turn.
+    pub async fn read_index(&self, others: &[String]) -> Result<u64, Refusal> {
+        let mut ask: Vec<String> = self.leader().into_iter().collect();
+        ask.extend(others.iter().cloned());
+        let mut last = "no member answered".to_owned();
+        let mut tried = std::collections::BTreeSet::new();
+        while let Some(address) = ask.pop() {
+            if !tried.insert(address.clone()) {
+                continue;
+            }
+            let answer = if address == self.address {
+                self.read_index_here().await
+            } else {
+                call(
+                    &self.peers,
+                    &address,
+                    Duration::from_secs(1),
+                    &(),
+                    |c, r| Box::pin(c.read_index(r)),
+                )
+                .await
+                .unwrap_or_else(|error| {
+                    Err(Refusal::NoQuorum {
+                        within_ms: 0,
+                        why: error.to_string(),
+                    })
+                })
+            };
+            match answer {
+                Ok(index) => return Ok(index),
+                Err(Refusal::NotLeader {
+                    leader: Some(leader),
+                }) => ask.push(leader),
+                Err(refusal) => last = refusal.to_string(),
+            }
+        }
+        Err(Refusal::NoQuorum {
+            within_ms: 0,
+            why: last,
+        })
+    }
+
+    /// The read barrier, if this member leads: the index committed as of now, confirmed by a
+    /// majority still following it.
+    pub async fn read_index_here(&self) -> Result<u64, Refusal> {
+        match self.raft.get_read_log_id().await {
+            Ok((read, _)) => Ok(read.map_or(0, |id| id.index)),
+            Err(RaftError::APIError(_)) => Err(Refusal::NotLeader {
+                leader: self.leader().filter(|leader| *leader != self.address),
+            }),
+            Err(RaftError::Fatal(_)) => Err(Refusal::Stopped),
+        }
+    }
+
+    /// Stops this member's part of the log.
+    pub async fn stop(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+
+    /// This member's Raft, for the service and the membership follower.
+    fn raft(&self) -> &Raft<PolicyRaft> {
+        &self.raft
+    }
+
+    /// This member's id and address, as the log knows it.
+    fn node(&self) -> (u64, BasicNode) {
+        (self.id, BasicNode::new(self.address.clone()))
+    }
+}
