@@ -460,3 +460,32 @@ fn the_redis_baseline_holds_the_same_policies() {
         String::from_utf8_lossy(&refused.stderr)
     );
 }
+
+/// A rolling restart of three real nodes under load, each stopped with SIGTERM and started
+/// again on its data dir: through every restart the cluster-scoped rate stays within its rate
+/// × time + burst, and the `closed` pool never has more leases out than its ceiling.
+#[test]
+fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
+    let output = weir()
+        .args(["bench", "scenario", "rolling-restart", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let restarts = report["restarts"].as_array().unwrap();
+    assert_eq!(restarts.len(), 3, "{report}");
+    for restart in restarts {
+        assert!(restart["admitted"].as_u64().unwrap() > 0, "{restart}");
+        let admitted = restart["admitted"].as_f64().unwrap();
+        let bound = restart["bound"].as_f64().unwrap();
+        assert!(admitted <= bound * 1.01, "over the rate: {restart}");
+        assert!(
+            restart["most_leases"].as_u64().unwrap() <= report["ceiling"].as_u64().unwrap(),
+            "over the ceiling: {restart}"
+        );
+    }
+}

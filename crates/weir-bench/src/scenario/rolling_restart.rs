@@ -22,7 +22,9 @@ use crate::nodes::{LocalNode, Workdir, start_cluster};
 const RATE: u32 = 40;
 const BURST: u32 = 10;
 /// The concurrency policy's shared limit (no node tier: every lease is the cluster's) and its
-/// leases' TTL.
+/// leases' TTL. Without loans (`max_loan = 1`), so that every lease is asked of the bucket's
+/// owner and the shared tier's availability shows as it is (a loan held from before a change
+/// of owner would admit through it).
 const SHARED_LIMIT: usize = 4;
 const LEASE_TTL: &str = "3s";
 /// How often the rate is asked (5× its rate), and how many clients take leases.
@@ -31,7 +33,7 @@ const HOLDERS: usize = 8;
 /// How long a lease is held, and how long a refused holder waits before asking again.
 const HOLD: Duration = Duration::from_millis(20);
 /// How long each restart's span lasts after the node is ready again.
-const SETTLE: Duration = Duration::from_secs(5);
+const SETTLE: Duration = Duration::from_secs(10);
 /// The slots the shared tier's refusals are counted in.
 const SLOT: Duration = Duration::from_millis(100);
 const NODES: usize = 3;
@@ -51,8 +53,10 @@ pub struct Restart {
     pub bound: f64,
     /// What was admitted beyond the bound, as a share of rate × span (0 if none).
     pub over: f64,
-    /// How long every lease asked for was refused as unavailable (no owner that could grant),
-    /// in seconds, in slots of 100 ms.
+    /// Leases refused as unavailable: no owner that could grant (settling after a change of
+    /// owner, no majority, unreachable).
+    pub shared_refused: u64,
+    /// How long leases were refused so, in seconds: the 100 ms slots with such a refusal.
     pub shared_refusing_seconds: f64,
     /// The most leases out at once.
     pub most_leases: usize,
@@ -83,7 +87,7 @@ impl RollingRestart {
     /// The report as a table.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 5x through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
+            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 5x through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>14} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
             self.rate,
             self.burst,
             self.ceiling,
@@ -94,7 +98,8 @@ impl RollingRestart {
             "admitted",
             "bound",
             "over",
-            "shared-off s",
+            "shared refused",
+            "refusing s",
             "most",
             "p50 ms",
             "p99 ms",
@@ -102,13 +107,14 @@ impl RollingRestart {
         );
         for r in &self.restarts {
             text.push_str(&format!(
-                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
+                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>14} {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
                 r.node,
                 r.seconds,
                 r.down_seconds,
                 r.admitted,
                 r.bound,
                 r.over * 100.0,
+                r.shared_refused,
                 r.shared_refusing_seconds,
                 r.most_leases,
                 r.p50_ms,
@@ -122,7 +128,7 @@ impl RollingRestart {
 
 fn config() -> String {
     format!(
-        "[[policy]]\nname = \"steady\"\nscope = \"cluster\"\non_exhausted = \"reject\"\ntoken_bucket = {{ rate = {RATE}, burst = {BURST} }}\n\n[[policy]]\nname = \"pool\"\non_exhausted = \"reject\"\nconcurrency = {{ node_limit = 0, shared_limit = {SHARED_LIMIT}, lease_ttl = \"{LEASE_TTL}\", on_unavailable = \"closed\" }}\n"
+        "[[policy]]\nname = \"steady\"\nscope = \"cluster\"\non_exhausted = \"reject\"\ntoken_bucket = {{ rate = {RATE}, burst = {BURST} }}\n\n[[policy]]\nname = \"pool\"\non_exhausted = \"reject\"\nconcurrency = {{ node_limit = 0, shared_limit = {SHARED_LIMIT}, lease_ttl = \"{LEASE_TTL}\", on_unavailable = \"closed\", max_loan = 1 }}\n"
     )
 }
 
@@ -310,20 +316,16 @@ fn figures(
     let bound = f64::from(RATE) * seconds + f64::from(BURST);
     let over = ((admitted as f64 - bound) / (f64::from(RATE) * seconds)).max(0.0);
     let slots = ((to - from).as_millis() / SLOT.as_millis()).max(1) as usize;
-    let mut refusing = vec![(0usize, 0usize); slots];
+    let mut refusing = vec![false; slots];
+    let mut shared_refused = 0;
     for (at, _, answer) in &span {
-        let slot = (((*at - from).as_millis() / SLOT.as_millis()) as usize).min(slots - 1);
-        match answer {
-            Answer::Unavailable => refusing[slot].0 += 1,
-            Answer::Leased | Answer::Refused => refusing[slot].1 += 1,
-            _ => {}
+        if *answer == Answer::Unavailable {
+            let slot = (((*at - from).as_millis() / SLOT.as_millis()) as usize).min(slots - 1);
+            refusing[slot] = true;
+            shared_refused += 1;
         }
     }
-    let shared_refusing = refusing
-        .iter()
-        .filter(|(off, on)| *off > 0 && *on == 0)
-        .count() as f64
-        * SLOT.as_secs_f64();
+    let shared_refusing = refusing.iter().filter(|r| **r).count() as f64 * SLOT.as_secs_f64();
     let mut latencies: Vec<f64> = span
         .iter()
         .filter(|(_, _, a)| *a != Answer::Failed)
@@ -341,6 +343,7 @@ fn figures(
         admitted,
         bound,
         over,
+        shared_refused,
         shared_refusing_seconds: shared_refusing,
         most_leases: most
             .iter()
@@ -387,3 +390,42 @@ pub const SCENARIO: Scenario = Scenario {
     plots: false,
     run: |settings, _plot| finish(rolling_restart(settings), RollingRestart::render),
 };
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_has_a_cluster_rate_and_a_closed_pool_without_loans() {
+        let config = weir_server::ConfigFile::parse(&config()).unwrap();
+        let names: Vec<&str> = config.policy.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["steady", "pool"]);
+        assert_eq!(config.policy[0].scope, weir::policy::Scope::Cluster);
+    }
+
+    #[test]
+    fn a_restarts_figures_count_what_passed_the_bound_and_the_slots_refused() {
+        let ms = Duration::from_millis;
+        let mut log = Vec::new();
+        // 2 s span from t = 1 s: 100 admitted against a bound of 40 × 2 + 10 = 90.
+        for i in 0..100 {
+            log.push((ms(1000 + i * 10), ms(1), Answer::Admitted));
+        }
+        // Two refusals in one slot and one in another; one before the span, not counted.
+        log.push((ms(1200), ms(2), Answer::Unavailable));
+        log.push((ms(1250), ms(2), Answer::Unavailable));
+        log.push((ms(1500), ms(2), Answer::Unavailable));
+        log.push((ms(500), ms(2), Answer::Unavailable));
+        log.push((ms(1600), ms(0), Answer::Failed));
+        let most = [(ms(900), 9), (ms(1100), 3), (ms(1900), 4)];
+        let r = figures(&log, &most, "n1".into(), ms(1000), ms(1500), ms(3000));
+        assert_eq!(r.admitted, 100);
+        assert_eq!(r.bound, 90.0);
+        assert!((r.over - 10.0 / 80.0).abs() < 1e-9, "{}", r.over);
+        assert_eq!(r.shared_refused, 3);
+        assert!((r.shared_refusing_seconds - 0.2).abs() < 1e-9);
+        assert_eq!(r.most_leases, 4);
+        assert_eq!(r.failed, 1);
+        assert_eq!(r.down_seconds, 0.5);
+    }
+}
