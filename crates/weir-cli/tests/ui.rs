@@ -311,46 +311,16 @@ async fn the_page_in_a_browser_under_load() {
         None => dir.path().join("screenshots"),
     };
     std::fs::create_dir_all(&shots).unwrap();
-    let mut browser = Command::new("python3")
-        .arg(repo().join("crates/weir-cli/tests/ui_browser.py"))
-        .args([&server.http, TOKEN])
-        .arg(&shots)
-        .arg(&read_only.http)
-        // Selenium's own driver manager would go looking on the network: the driver is given.
-        .env("SE_OFFLINE", "true")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting python3");
-    let output = {
-        let started = Instant::now();
-        loop {
-            if browser.try_wait().unwrap().is_some() {
-                break browser.wait_with_output().unwrap();
-            }
-            if started.elapsed() > Duration::from_secs(120) {
-                // Bounded: SIGTERM lets the script stop its driver and browser by their ids;
-                // SIGKILL if it has not within ten seconds.
-                let _ = Command::new("kill")
-                    .args(["-TERM", &browser.id().to_string()])
-                    .status();
-                let terminated = Instant::now();
-                while browser.try_wait().unwrap().is_none()
-                    && terminated.elapsed() < Duration::from_secs(10)
-                {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                let _ = browser.kill();
-                let output = browser.wait_with_output().unwrap();
-                panic!(
-                    "the browser run took over 120 s:\n{}\n{}",
-                    String::from_utf8_lossy(&output.stdout),
-                    String::from_utf8_lossy(&output.stderr)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    };
+    let output = run_browser(
+        "ui_browser.py",
+        &[
+            server.http.clone(),
+            TOKEN.to_owned(),
+            shots.display().to_string(),
+            read_only.http.clone(),
+        ],
+    )
+    .await;
     stop.send_replace(true);
     loading.await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -384,4 +354,119 @@ async fn the_page_in_a_browser_under_load() {
     assert!(status.success(), "{log}");
     assert!(!log.is_empty(), "debug logging wrote nothing to search");
     assert!(!log.contains(TOKEN), "the server logged the token:\n{log}");
+}
+
+/// Runs the browser script `script` (beside this file) with `args`, for at most 120 s: SIGTERM
+/// then lets the script stop its driver and browser by their ids; SIGKILL if it has not within
+/// ten seconds. Its output, once it has exited.
+async fn run_browser(script: &str, args: &[String]) -> std::process::Output {
+    let mut browser = Command::new("python3")
+        .arg(repo().join("crates/weir-cli/tests").join(script))
+        .args(args)
+        // Selenium's own driver manager would go looking on the network: the driver is given.
+        .env("SE_OFFLINE", "true")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting python3");
+    let started = Instant::now();
+    loop {
+        if browser.try_wait().unwrap().is_some() {
+            return browser.wait_with_output().unwrap();
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &browser.id().to_string()])
+                .status();
+            let terminated = Instant::now();
+            while browser.try_wait().unwrap().is_none()
+                && terminated.elapsed() < Duration::from_secs(10)
+            {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = browser.kill();
+            let output = browser.wait_with_output().unwrap();
+            panic!(
+                "the browser run took over 120 s:\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// In a cluster the page shows the whole cluster's numbers by default: a policy asked only
+/// through the other member shows its admissions on this member's page, and "this node"
+/// shows this member's own (none).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_shows_the_whole_cluster_by_default() {
+    if !selenium_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let gossip = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let other_gossip = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let paged = Server::start_full(
+        CONFIG,
+        &dir.path().join("paged"),
+        &[],
+        &["--node-id", "paged", "--gossip", &gossip],
+    );
+    let asked = Server::start_full(
+        CONFIG,
+        &dir.path().join("asked"),
+        &[],
+        &[
+            "--node-id",
+            "asked",
+            "--gossip",
+            &other_gossip,
+            "--join",
+            &gossip,
+        ],
+    );
+    for server in [&paged, &asked] {
+        eventually(Duration::from_secs(30), "both members ready", || async {
+            reqwest::get(server.url("/readyz"))
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+    }
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let url = asked.url("/v1/acquire");
+    let loading = tokio::spawn(async move {
+        let client = reqwest::Client::new();
+        while !*stopped.borrow_and_update() {
+            let _ = client
+                .post(&url)
+                .json(&serde_json::json!({"policy": "edited", "key": "k"}))
+                .send()
+                .await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+    let output = run_browser("ui_cluster_browser.py", &[paged.http.clone()]).await;
+    stop.send_replace(true);
+    loading.await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!("{stdout}");
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    for check in [
+        "cluster by default",
+        "the other member's admissions",
+        "this node alone",
+    ] {
+        assert!(stdout.contains(&format!("ok {check}")), "{stdout}");
+    }
 }

@@ -243,3 +243,6 @@ impl RaftLogStorage<PolicyRaft> for Store {
             .map_err(|e| StorageIOError::write_logs(failed(e)).into())
     }
 }
+
+#[cfg(test)]
+mod tests;

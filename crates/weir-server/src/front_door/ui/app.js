@@ -10,7 +10,8 @@
 
   let token = null;
   let policies = new Map();      // name -> {config, etag}, from /v1/policies
-  let prevStats = null;
+  let prevStats = null;          // the numbers the policy cards showed last, for rates
+  let shownScope = null;         // whose numbers the cards show: "node" or "cluster"
   let prevCluster = null;
   let ticks = 0;
   const series = new Map();      // name -> arrays for the chart
@@ -163,6 +164,7 @@
         card.remove();
       }
     }
+    prevStats = stats;
   }
 
   // --- who is throttled -----------------------------------------------------------------
@@ -280,8 +282,8 @@
     clusterMode = view.mode;
     $("cluster-mode").textContent = `${view.mode} · ${view.ring.members} ring owner(s), ` +
       `${view.ring.vnodes} points each · ring generation ${stats.ring.generation}`;
-    // A member whose policies are not this node's: a change made through one node's API that
-    // the others have not had.
+    // A member whose policies are not this node's: its config file or rules differ, or it has
+    // not applied a change of the cluster's yet.
     const differs = new Set(view.config_differs ?? []);
     $("member-table").tBodies[0].replaceChildren(...view.members.map((m) => {
       const share = stats.ring.shares[m.id];
@@ -443,12 +445,37 @@
     throttleRows = throttles.body.rows;
     ui.throttleRows = throttleRows;
     ui.throttleFetchedAt = Date.now();
-    renderPolicies(stats.body);
+    renderPolicies(await policyStats(stats.body));
     renderThrottles();
     renderAdaptive(stats.body);
     renderLeases(stats.body);
     renderCluster(cluster.body, stats.body);
-    prevStats = stats.body;
+  }
+
+  // The numbers the policy cards show: in a cluster, by default, every member's summed
+  // (`/v1/stats?scope=cluster`); this node's otherwise, or when asked for. A change of scope
+  // starts the charts afresh: rates across it would mix two sources.
+  async function policyStats(nodeStats) {
+    const inCluster = clusterMode === "cluster";
+    $("stats-scope-control").hidden = !inCluster;
+    const scope = inCluster ? $("stats-scope").value : "node";
+    let shown = nodeStats;
+    if (scope === "cluster") {
+      const { body } = await getJson("/v1/stats?scope=cluster");
+      const notes = [`totals over ${body.members.length} member(s)`];
+      if (body.unanswered.length) notes.push(`not answering: ${body.unanswered.join(", ")}`);
+      if (body.config_differs.length) notes.push(`policies differ on: ${body.config_differs.join(", ")}`);
+      $("stats-members").textContent = notes.join(" · ");
+      shown = { at_ms: Math.max(...body.members.map((m) => m.at_ms)), policies: body.totals };
+    } else {
+      $("stats-members").textContent = inCluster ? `${nodeStats.node_id} alone` : "";
+    }
+    if (scope !== shownScope) {
+      shownScope = scope;
+      prevStats = null;
+      for (const data of series.values()) data.forEach((column) => { column.length = 0; });
+    }
+    return shown;
   }
 
   // The live region speaks only when the state changes, not at every reading.
