@@ -5,8 +5,8 @@
 //! seeds) and has listened for a second — unless a live member already has a log (so a member
 //! restarted on an empty data dir joins the running log rather than start a second one). From then on the leader, every half second,
 //! makes one change at a time: a live member that is not a voter is added (as a learner first,
-//! caught up, then a voter); a voter that is stepping down (leaving gracefully) is removed; a
-//! voter whose address changed is updated. A member that stops without a word stays a voter —
+//! caught up, then a voter); a voter that is stepping down (leaving gracefully) is removed if
+//! more than three would remain (a scale-down); a voter whose address changed is updated. A member that stops without a word stays a voter —
 //! gossip cannot tell it from a paused or cut-off one — so it still counts in the majority: a
 //! cluster of three keeps taking changes with one member down, not two.
 
@@ -28,6 +28,11 @@ use crate::durable::Overlay;
 const LISTEN_FIRST: Duration = Duration::from_secs(1);
 /// How often the leader looks at the members.
 const EVERY: Duration = Duration::from_millis(500);
+/// The fewest voters a graceful leave leaves. A cluster of three stopped member by member and
+/// started again then has its voters back, whichever returns first; a smaller count would
+/// leave the last member to stop as the only voter, and the log without a leader until it
+/// returns. Leaving three changes nothing the majority needs: two of three either way.
+const KEPT_VOTERS: usize = 3;
 /// How long a new member has to catch up as a learner before it is made a voter.
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
 
@@ -143,7 +148,7 @@ impl PolicyLog {
                 (true, true) if membership.get_node(&id) != Some(&node) => {
                     ChangeMembers::SetNodes(BTreeMap::from([(id, node)]))
                 }
-                (false, true) if voters.len() > 1 => {
+                (false, true) if voters.len() > KEPT_VOTERS => {
                     let mut next = voters.clone();
                     next.remove(&id);
                     ChangeMembers::ReplaceAllVoters(next)
