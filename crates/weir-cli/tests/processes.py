@@ -1,4 +1,4 @@
-"""Finding and stopping the processes a browser run started, by their ids (for ui_browser.py
+"""Finding and stopping the processes a browser run started, by their ids (for browser.py
 and bench/ui.sh): what chromedriver's quit leaves behind is found under its process in /proc."""
 
 import os

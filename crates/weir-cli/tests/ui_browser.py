@@ -10,20 +10,16 @@ their process ids before it exits, also when it is stopped with SIGTERM.
 
 import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from processes import descendants, kill_browser
+from browser import Browser, until
 
 BASE, TOKEN, SHOTS, READ_ONLY = sys.argv[1:5]
 assert BASE.startswith("http://127.0.0.1:") and READ_ONLY.startswith("http://127.0.0.1:"), \
@@ -53,35 +49,8 @@ def throttle_row(policy, key):
     return rows[0]
 
 
-def until(what, check, within):
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within} s: {what}")
-        time.sleep(0.05)
-
-
-profile = tempfile.mkdtemp(prefix="weir-ui-chromium-")
-options = webdriver.ChromeOptions()
-options.binary_location = shutil.which("chromium")
-for argument in [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-    "--window-size=1400,900", "--no-first-run", "--no-default-browser-check",
-    "--disable-extensions", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--disable-default-apps", f"--user-data-dir={profile}",
-    # Nothing but the server on loopback is reachable from the page.
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]:
-    options.add_argument(argument)
-options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-service = Service(executable_path=shutil.which("chromedriver"),
-                  service_args=["--allowed-ips=127.0.0.1"])
-driver = webdriver.Chrome(service=service, options=options)
-driver_pid = service.process.pid
-browser_pids = descendants(driver_pid)
+browser = Browser(logs=True)
+driver = browser.driver
 try:
     js = driver.execute_script
 
@@ -238,10 +207,4 @@ try:
     assert mode.startswith("Read-only"), mode
     print(f"ok read-only without a server token: {mode!r}", flush=True)
 finally:
-    browser_pids = sorted(set(browser_pids + descendants(driver_pid)))
-    try:
-        driver.quit()
-    finally:
-        # Whatever quit left behind, by process id: the driver and the browser it started.
-        kill_browser([driver_pid] + browser_pids)
-        shutil.rmtree(profile, ignore_errors=True)
+    browser.stop()

@@ -10,51 +10,21 @@ also when it is stopped with SIGTERM.
 """
 
 import re
-import shutil
 import signal
 import sys
-import tempfile
-import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from processes import descendants, kill_browser
+from browser import Browser, until
 
 BASE = sys.argv[1]
 assert BASE.startswith("http://127.0.0.1:"), "loopback only"
 signal.signal(signal.SIGTERM, lambda *_: sys.exit("stopped by SIGTERM"))
 
 
-def until(what, check, within):
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {within} s: {what}")
-        time.sleep(0.05)
-
-
-profile = tempfile.mkdtemp(prefix="weir-ui-chromium-")
-options = webdriver.ChromeOptions()
-options.binary_location = shutil.which("chromium")
-for argument in [
-    "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-    "--window-size=1400,900", "--no-first-run", "--no-default-browser-check",
-    "--disable-extensions", "--disable-background-networking", "--disable-component-update",
-    "--disable-sync", "--disable-default-apps", f"--user-data-dir={profile}",
-    "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
-]:
-    options.add_argument(argument)
-service = Service(executable_path=shutil.which("chromedriver"),
-                  service_args=["--allowed-ips=127.0.0.1"])
-driver = webdriver.Chrome(service=service, options=options)
-driver_pid = service.process.pid
-browser_pids = descendants(driver_pid)
+browser = Browser()
+driver = browser.driver
 try:
     driver.get(BASE + "/ui")
     control = driver.find_element(By.ID, "stats-scope-control")
@@ -79,9 +49,4 @@ try:
     until("this node's own rate, none", lambda: admitted() == 0, 10)
     print(f"ok this node alone: {members.text!r}, admitted {admitted()}/s", flush=True)
 finally:
-    browser_pids = sorted(set(browser_pids + descendants(driver_pid)))
-    try:
-        driver.quit()
-    finally:
-        kill_browser([driver_pid] + browser_pids)
-        shutil.rmtree(profile, ignore_errors=True)
+    browser.stop()
