@@ -262,8 +262,9 @@ impl PolicyLog {
     /// committed so far: the leader's, asked of whoever is known to lead or else of `others`
     /// (gRPC addresses) in turn.
     pub async fn read_index(&self, others: &[String]) -> Result<u64, Refusal> {
-        let mut ask: Vec<String> = self.leader().into_iter().collect();
-        ask.extend(others.iter().cloned());
+        // Asked from the end: the leader this member knows of first, then the others.
+        let mut ask: Vec<String> = others.to_vec();
+        ask.extend(self.leader());
         let mut last = "no member answered".to_owned();
         let mut tried = std::collections::BTreeSet::new();
         while let Some(address) = ask.pop() {
