@@ -455,7 +455,7 @@ async fn the_page_shows_the_whole_cluster_by_default() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
-    let output = run_browser("ui_cluster_browser.py", &[paged.http.clone()]).await;
+    let output = run_browser("ui_cluster_browser.py", std::slice::from_ref(&paged.http)).await;
     stop.send_replace(true);
     loading.await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
