@@ -128,9 +128,31 @@ pub struct ClusterView {
     #[serde(default)]
     pub lent: std::collections::BTreeMap<String, u64>,
     /// The members whose config version (see [`ClusterMember::config_version`]) is not this
-    /// node's: they run other policies, or have not yet applied a change made here.
+    /// node's: they run other policies, or have not yet applied a change the cluster made.
     #[serde(default)]
     pub config_differs: Vec<String>,
+    /// The cluster's policy log as this node sees it (cluster mode only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_log: Option<PolicyLogView>,
+}
+
+/// The cluster's policy log (Raft) as one member sees it, in [`ClusterView`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyLogView {
+    /// The leader's gRPC address, if one is known.
+    pub leader: Option<String>,
+    /// Whether this node leads.
+    pub is_leader: bool,
+    /// The Raft term.
+    pub term: u64,
+    /// The index of the last change this node has applied.
+    pub applied_index: u64,
+    /// How many members vote.
+    pub voters: usize,
+    /// Changes made through this node: committed, and refused for want of a majority.
+    pub committed_here: u64,
+    /// See [`committed_here`](Self::committed_here).
+    pub refused_here: u64,
 }
 
 /// A member in [`ClusterView`].

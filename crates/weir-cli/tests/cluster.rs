@@ -1182,7 +1182,27 @@ async fn a_policy_change_through_any_member_reaches_every_member() {
     })
     .await;
 
-    // Made on n1, it runs on all three; deleted through n3, it is gone from all three.
+    // One leader, three voters, seen alike from every member.
+    let logs: Vec<_> = [&n1, &n2, &n3].iter().map(|server| view(server)).collect();
+    let mut leaders = Vec::new();
+    for log in logs {
+        let log = log.await.policy_log.expect("a policy log in cluster mode");
+        assert_eq!(log.voters, 3, "{log:?}");
+        leaders.push((log.leader.clone(), log.is_leader));
+    }
+    assert_eq!(
+        leaders.iter().filter(|(_, leads)| *leads).count(),
+        1,
+        "{leaders:?}"
+    );
+    assert!(
+        leaders
+            .iter()
+            .all(|(l, _)| l.is_some() && *l == leaders[0].0),
+        "{leaders:?}"
+    );
+
+    // Made on n1, it runs on all three.
     let (status, _, _) = put_policy(&n1, "made", 5, None).await;
     assert_eq!(status, 201);
     for server in [&n2, &n3] {
@@ -1242,6 +1262,16 @@ async fn a_policy_change_through_any_member_reaches_every_member() {
     assert_eq!(retry_after.as_deref(), Some("1"));
     assert_eq!(body["error"], "no_quorum", "{body}");
     assert_eq!(acquire(&n1).await.0, 200, "the node tier still admits");
+    let metrics = reqwest::get(n1.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("weir_policy_log_changes_total{outcome=\"no_quorum\"} 1"),
+        "{metrics}"
+    );
     n2.signal("CONT");
     n3.signal("CONT");
     eventually(
@@ -1268,4 +1298,20 @@ async fn a_policy_change_through_any_member_reaches_every_member() {
         true
     })
     .await;
+
+    // Deleted through the member that came back, it is gone from all three.
+    let deleted = reqwest::Client::new()
+        .delete(n3.url("/v1/policies/made"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    for server in [&n1, &n2, &n3] {
+        eventually(
+            Duration::from_secs(5),
+            "the policy gone everywhere",
+            || async { policy_on(server, "made").await.is_none() },
+        )
+        .await;
+    }
 }

@@ -384,6 +384,7 @@ impl App {
             counters: ClusterCounters::default(),
             lent: Default::default(),
             config_differs: Vec::new(),
+            policy_log: None,
         }
     }
 

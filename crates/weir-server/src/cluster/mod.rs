@@ -529,6 +529,7 @@ impl ClusterMode {
             },
             counters: self.counters(),
             lent: self.lent(),
+            policy_log: Some(self.policy_log.status()),
         }
     }
 

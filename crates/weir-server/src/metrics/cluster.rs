@@ -55,9 +55,51 @@ impl Collector for ClusterCollector {
         single(
             &mut encoder,
             "weir_cluster_config_drift",
-            "Live members whose config version (`weir_config_info{hash}`) differs from this node's: they run other policies, or have not yet applied a change made here",
+            "Live members whose config version (`weir_config_info{hash}`) differs from this node's: they run other policies, or have not yet applied a change the cluster made",
             MetricType::Gauge,
             ConstGauge::new(versions.differing().len() as i64),
+        )?;
+        let log = self.cluster.policy_log().status();
+        for (name, help, value) in [
+            (
+                "weir_policy_log_leader",
+                "1 if this node leads the cluster's policy log, else 0",
+                i64::from(log.is_leader),
+            ),
+            (
+                "weir_policy_log_term",
+                "The policy log's Raft term: it grows with each election",
+                i64::try_from(log.term).unwrap_or(i64::MAX),
+            ),
+            (
+                "weir_policy_log_applied_index",
+                "The index of the last policy change this node has applied",
+                i64::try_from(log.applied_index).unwrap_or(i64::MAX),
+            ),
+            (
+                "weir_policy_log_voters",
+                "Members that vote in the policy log",
+                i64::try_from(log.voters).unwrap_or(i64::MAX),
+            ),
+        ] {
+            single(
+                &mut encoder,
+                name,
+                help,
+                MetricType::Gauge,
+                ConstGauge::new(value),
+            )?;
+        }
+        family(
+            &mut encoder,
+            "weir_policy_log_changes",
+            "Policy changes made through this node: committed by the cluster, or refused for want of a majority",
+            MetricType::Counter,
+            [
+                ("committed", log.committed_here),
+                ("no_quorum", log.refused_here),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
         )?;
         single(
             &mut encoder,

@@ -18,6 +18,7 @@ pub mod store;
 use std::io::Cursor;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -93,6 +94,9 @@ pub enum Refusal {
 /// This member's part of the policy log.
 pub struct PolicyLog {
     raft: Raft<PolicyRaft>,
+    /// Changes made through this member: committed, and refused for want of a majority.
+    committed_here: AtomicU64,
+    refused_here: AtomicU64,
     node_id: String,
     id: u64,
     address: String,
@@ -142,6 +146,8 @@ impl PolicyLog {
             .map_err(|e| StartError::Raft(e.to_string()))?;
         Ok(Arc::new(PolicyLog {
             raft,
+            committed_here: AtomicU64::new(0),
+            refused_here: AtomicU64::new(0),
             node_id: node_id.to_owned(),
             id,
             address,
@@ -245,7 +251,12 @@ impl PolicyLog {
             .map_err(|_| Refusal::NoQuorum {
                 within_ms: PROPOSE_WITHIN.as_millis() as u64,
                 why: last.clone(),
-            })??;
+            })
+            .and_then(|outcome| outcome)
+            .inspect_err(|_| {
+                self.refused_here.fetch_add(1, Ordering::Relaxed);
+            })?;
+        self.committed_here.fetch_add(1, Ordering::Relaxed);
         self.applied_through(committed.index, PROPOSE_WITHIN).await;
         Ok(committed)
     }
@@ -312,6 +323,20 @@ impl PolicyLog {
                 leader: self.leader().filter(|leader| *leader != self.address),
             }),
             Err(RaftError::Fatal(_)) => Err(Refusal::Stopped),
+        }
+    }
+
+    /// The log as this member sees it, for `/v1/cluster` and `/metrics`.
+    pub fn status(&self) -> weir_api::http::PolicyLogView {
+        let metrics = self.raft.metrics().borrow().clone();
+        weir_api::http::PolicyLogView {
+            leader: self.leader(),
+            is_leader: metrics.state.is_leader(),
+            term: metrics.current_term,
+            applied_index: metrics.last_applied.map_or(0, |id| id.index),
+            voters: metrics.membership_config.membership().voter_ids().count(),
+            committed_here: self.committed_here.load(Ordering::Relaxed),
+            refused_here: self.refused_here.load(Ordering::Relaxed),
         }
     }
 
