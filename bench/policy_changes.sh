@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# Cluster-wide policy changes: three local nodes joined by gossip, their policy log agreed by
-# Raft. Two measurements:
+# Cluster-wide policy changes: NODES local nodes (default 3) joined by gossip, their policy log
+# agreed by Raft. Two measurements:
 #
 # - propagation: CHANGES changes, made in turn through each node (`PUT /v1/policies/p`, a new
 #   rate each time); for each, how long the PUT took to be answered (committed by a majority,
-#   applied on the node asked) and how long until all three nodes served the new rate (each
+#   applied on the node asked) and how long until every node served the new rate (each
 #   polled in its own thread, every millisecond). Prints p50, p99 and max of both.
-# - conflicting writers: ROUNDS rounds of three conditional writers at once, one per node, each
-#   `If-Match` the version all three just read. Checks the history, round by round: exactly one
-#   write acknowledged, the two others 412, and the version every node serves next is the
+# - conflicting writers: ROUNDS rounds of conditional writers at once, one per node, each
+#   `If-Match` the version all of them just read. Checks the history, round by round: exactly one
+#   write acknowledged, the others 412, and the version every node serves next is the
 #   acknowledged one's (an acknowledged write lost, or two accepted, fails the run).
 #
-#   bash bench/policy_changes.sh [CHANGES] [ROUNDS]
+#   bash bench/policy_changes.sh [CHANGES] [ROUNDS] [NODES]
 source "$(dirname "$0")/common.sh"
 changes=${1:-100}
 rounds=${2:-50}
+nodes=${3:-3}
 need curl:curl python3:python3
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
@@ -26,7 +27,7 @@ free_udp() {
 printf '[[policy]]\nname = "p"\non_exhausted = "reject"\ntoken_bucket = { rate = 1, burst = 5 }\n' \
   >"$bench_dir/config.toml"
 seed=127.0.0.1:$(free_udp)
-for i in 1 2 3; do
+for i in $(seq 1 "$nodes"); do
   gossip=$seed join=()
   if [ "$i" != 1 ]; then gossip=127.0.0.1:$(free_udp); join=(--join "$seed"); fi
   "$WEIR_BIN" serve --config "$bench_dir/config.toml" --data-dir "$bench_dir/data$i" \
@@ -35,7 +36,7 @@ for i in 1 2 3; do
   pids+=($!)
 done
 urls=()
-for i in 1 2 3; do
+for i in $(seq 1 "$nodes"); do
   for _ in $(seq 1 300); do
     grep -q '^listening' "$bench_dir/out$i" && break
     sleep 0.1
@@ -95,10 +96,11 @@ for change in range(changes):
     everywhere.append((max(seen) - start) * 1000)
 
 print(f"{'changes':<28}{'p50 ms':>10}{'p99 ms':>10}{'max ms':>10}")
-for name, values in [("answered (committed)", acked), ("applied on all 3 nodes", everywhere)]:
+for name, values in [("answered (committed)", acked),
+                     (f"applied on all {len(urls)} nodes", everywhere)]:
     print(f"{name:<28}{pct(values, 50):>10.1f}{pct(values, 99):>10.1f}{max(values):>10.1f}")
 
-wins = {0: 0, 1: 0, 2: 0}
+wins = {i: 0 for i in range(len(urls))}
 for round_ in range(rounds):
     _, tag = get(urls[0])
     results = [None] * len(urls)
@@ -111,7 +113,7 @@ for round_ in range(rounds):
         w.join()
     ok = [i for i, (status, _) in enumerate(results) if status == 200]
     refused = [i for i, (status, _) in enumerate(results) if status == 412]
-    assert len(ok) == 1 and len(refused) == 2, f"round {round_}: {results}"
+    assert len(ok) == 1 and len(refused) == len(urls) - 1, f"round {round_}: {results}"
     winner_tag = results[ok[0]][1]
     wins[ok[0]] += 1
     # The history: every node serves the acknowledged write next (within a heartbeat).
@@ -120,6 +122,7 @@ for round_ in range(rounds):
         while get(url)[1] != winner_tag:
             assert time.time() < deadline, f"round {round_}: {url} lost the acknowledged write"
             time.sleep(0.005)
-print(f"conflicting writers: {rounds} rounds of 3, exactly one acknowledged each "
-      f"(won by node 1/2/3: {wins[0]}/{wins[1]}/{wins[2]}), no acknowledged write lost")
+won = "/".join(str(wins[i]) for i in range(len(urls)))
+print(f"conflicting writers: {rounds} rounds of {len(urls)}, exactly one acknowledged each "
+      f"(won through node 1/…/{len(urls)}: {won}), no acknowledged write lost")
 EOF
