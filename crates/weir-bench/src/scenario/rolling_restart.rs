@@ -3,7 +3,7 @@
 //! on its data dir, and waited for until it is ready — while clients ask the nodes that are up
 //! for a cluster-scoped rate and for leases of a `closed` concurrency policy.
 //!
-//! Per restart (the span from the SIGTERM to [`SETTLE`] after the node is ready again): what
+//! Per restart (the span from the SIGTERM to 10 s after the node is ready again): what
 //! the rate admitted against its bound over that span (rate × time + burst, so anything above
 //! is over-admission), how long the shared tier refused every lease for want of an owner that
 //! could grant, the most leases out at once against the ceiling, and the answers' latency.
