@@ -1,4 +1,4 @@
-//! In a cluster, a policy change made over the API (HTTP, gRPC, `weir config`, the page) is
+//! In a cluster, a policy change made over the API (HTTP `PUT`/`DELETE`, `weir config`, the page) is
 //! proposed to the cluster's policy log and acknowledged once committed — by a majority, on
 //! disk — and applied on this node; every member applies the log's overlay over its own config
 //! file as it commits, the difference only, as a reload does. The node also keeps its own copy
