@@ -1,9 +1,9 @@
-//! In a cluster, a policy change made over the API (HTTP `PUT`/`DELETE`, `weir config`, the page) is
-//! proposed to the cluster's policy log and acknowledged once committed — by a majority, on
-//! disk — and applied on this node; every member applies the log's overlay over its own config
-//! file as it commits, the difference only, as a reload does. The node also keeps its own copy
-//! of the overlay in the data dir, so that it restarts with what the cluster had even before it
-//! hears from a leader.
+//! In a cluster, a policy change made over the API (HTTP `PUT`/`DELETE`, `weir config`, the
+//! page) is proposed to the cluster's policy log and acknowledged once committed — by a
+//! majority, on disk — and applied on this node; every member applies the log's overlay over
+//! its own config file as it commits, the difference only, as a reload does. The node also
+//! keeps its own copy of the overlay in the data dir, so that it restarts with what the
+//! cluster had even before it hears from a leader.
 
 use std::sync::Arc;
 
