@@ -469,7 +469,7 @@ fn the_redis_baseline_holds_the_same_policies() {
 /// takes its buckets again, what it decides before the handover from their interim owner
 /// arrives, and what the interim owner decides for members whose rings have not followed yet,
 /// are not counted against each other (`docs/configuration.md`, Cluster mode). Deciding during
-/// the drain instead of handing over first admitted 30–55 more in 4 s (`cluster.rs`), which
+/// the drain instead of handing over first admitted 28–56 more in 4 s (`cluster.rs`), which
 /// this bound still catches.
 #[test]
 fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
