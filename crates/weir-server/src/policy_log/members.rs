@@ -3,12 +3,14 @@
 //! The log is started, with this member alone in it, by the member whose node id is the least
 //! of the live members it sees — once it has joined (at once for a member started without
 //! seeds) and has listened for a second — unless a live member already has a log (so a member
-//! restarted on an empty data dir joins the running log rather than start a second one). From then on the leader, every half second,
-//! makes one change at a time: a live member that is not a voter is added (as a learner first,
-//! caught up, then a voter); a voter that is stepping down (leaving gracefully) is removed if
-//! more than three would remain (a scale-down); a voter whose address changed is updated. A member that stops without a word stays a voter —
-//! gossip cannot tell it from a paused or cut-off one — so it still counts in the majority: a
-//! cluster of three keeps taking changes with one member down, not two.
+//! restarted on an empty data dir joins the running log rather than start a second one).
+//!
+//! From then on the leader, every half second, makes one change at a time: a live member that
+//! is not a voter is added (as a learner first, caught up, then a voter); a voter that is
+//! stepping down (leaving gracefully) is removed if more than three would remain (a
+//! scale-down); a voter whose address changed is updated. A member that stops without a word
+//! stays a voter — gossip cannot tell it from a paused or cut-off one — so it still counts in
+//! the majority: a cluster of three keeps taking changes with one member down, not two.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,9 +31,9 @@ const LISTEN_FIRST: Duration = Duration::from_secs(1);
 /// How often the leader looks at the members.
 const EVERY: Duration = Duration::from_millis(500);
 /// The fewest voters a graceful leave leaves. A cluster of three stopped member by member and
-/// started again then has its voters back, whichever returns first; a smaller count would
-/// leave the last member to stop as the only voter, and the log without a leader until it
-/// returns. Leaving three changes nothing the majority needs: two of three either way.
+/// started again then elects a leader once any two are back; a smaller count would leave the
+/// last member to stop as the only voter, and the log without a leader until that one
+/// returns. Keeping three changes nothing the majority needs: two of three either way.
 const KEPT_VOTERS: usize = 3;
 /// How long a new member has to catch up as a learner before it is made a voter.
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
