@@ -7,7 +7,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{Server, eventually};
 
@@ -360,7 +360,7 @@ async fn the_page_in_a_browser_under_load() {
 /// then lets the script stop its driver and browser by their ids; SIGKILL if it has not within
 /// ten seconds. Its output, once it has exited.
 async fn run_browser(script: &str, args: &[String]) -> std::process::Output {
-    let mut browser = Command::new("python3")
+    let browser = Command::new("python3")
         .arg(repo().join("crates/weir-cli/tests").join(script))
         .args(args)
         // Selenium's own driver manager would go looking on the network: the driver is given.
@@ -369,31 +369,24 @@ async fn run_browser(script: &str, args: &[String]) -> std::process::Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("starting python3");
-    let started = Instant::now();
-    loop {
-        if browser.try_wait().unwrap().is_some() {
-            return browser.wait_with_output().unwrap();
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = Command::new("kill")
-                .args(["-TERM", &browser.id().to_string()])
-                .status();
-            let terminated = Instant::now();
-            while browser.try_wait().unwrap().is_none()
-                && terminated.elapsed() < Duration::from_secs(10)
-            {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let _ = browser.kill();
-            let output = browser.wait_with_output().unwrap();
-            panic!(
-                "the browser run took over 120 s:\n{}\n{}",
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let pid = browser.id().to_string();
+    let mut exited = tokio::task::spawn_blocking(move || browser.wait_with_output().unwrap());
+    if let Ok(output) = tokio::time::timeout(Duration::from_secs(120), &mut exited).await {
+        return output.unwrap();
     }
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    if tokio::time::timeout(Duration::from_secs(10), &mut exited)
+        .await
+        .is_err()
+    {
+        let _ = Command::new("kill").args(["-KILL", &pid]).status();
+    }
+    let output = exited.await.unwrap();
+    panic!(
+        "the browser run took over 120 s:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// In a cluster the page shows the whole cluster's numbers by default: a policy asked only
@@ -446,13 +439,15 @@ async fn the_page_shows_the_whole_cluster_by_default() {
     let url = asked.url("/v1/acquire");
     let loading = tokio::spawn(async move {
         let client = reqwest::Client::new();
+        // Paced, twenty a second: twice the policy's rate.
+        let mut ticks = tokio::time::interval(Duration::from_millis(50));
         while !*stopped.borrow_and_update() {
+            ticks.tick().await;
             let _ = client
                 .post(&url)
                 .json(&serde_json::json!({"policy": "edited", "key": "k"}))
                 .send()
                 .await;
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
     let output = run_browser("ui_cluster_browser.py", std::slice::from_ref(&paged.http)).await;
