@@ -48,6 +48,13 @@ class Browser:
             shutil.rmtree(self.profile, ignore_errors=True)
 
 
+def text_of(driver, css):
+    """The rendered text of the first element matching `css`, or None: read in the page in one
+    step, so an element the page re-renders between finding and reading cannot go stale."""
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;", css)
+
+
 def until(what, check, within):
     """`check()`'s first true value, asked every 50 ms; raises if none within `within` s."""
     deadline = time.monotonic() + within

@@ -1321,3 +1321,82 @@ async fn a_policy_change_through_any_member_reaches_every_member() {
         .await;
     }
 }
+
+const CENSUS_CONFIG: &str = r#"
+[[policy]]
+name = "reports"
+on_exhausted = "reject"
+concurrency = { node_limit = 0, shared_limit = 3, lease_ttl = "10s", on_unavailable = "closed" }
+"#;
+
+/// `CENSUS_CONFIG`'s tenure: a loan's TTL (`lease_ttl` and 2 s) plus the quorum's margin (4 s).
+const CENSUS_TENURE: Duration = Duration::from_secs(16);
+
+/// Asks `server` for a shared permit of `reports` on keys `k0`..`k39` (a few buckets of every
+/// owner's), releasing each; the first refusal, if any.
+async fn refusal_of_any_key(server: &Server) -> Option<Value> {
+    let client = reqwest::Client::new();
+    for i in 0..40 {
+        let response = client
+            .post(server.url("/v1/acquire"))
+            .json(&json!({"policy": "reports", "key": format!("k{i}")}))
+            .send()
+            .await
+            .unwrap();
+        let body: Value = response.json().await.unwrap();
+        if body["lease"].is_null() {
+            return Some(body);
+        }
+        client
+            .post(server.url("/v1/release"))
+            .json(&json!({"lease": body["lease"]}))
+            .send()
+            .await
+            .unwrap();
+    }
+    None
+}
+
+/// Waits until `server` grants every key, and checks that it did so by asking: before a
+/// tenure had passed since the ring change at `changed`, when the tenure alone would still
+/// refuse.
+async fn granted_by_asking(server: &Server, changed: Instant, what: &str) {
+    eventually(CENSUS_TENURE, what, || async {
+        refusal_of_any_key(server).await.is_none()
+    })
+    .await;
+    assert!(
+        changed.elapsed() < CENSUS_TENURE,
+        "{what}: granted only after the whole tenure ({:?})",
+        changed.elapsed()
+    );
+}
+
+/// A planned ring change keeps a `closed` shared tier available: the new owners ask every
+/// member what it holds instead of waiting out a lease TTL. A join: the new node grants its
+/// buckets once every member has answered; a graceful leave: the members that take the leaver's
+/// buckets grant once it has answered on the ring without it. Each well before the tenure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_owner_asks_instead_of_waiting_through_a_join_and_a_graceful_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [CENSUS_CONFIG; 3], &seed).await;
+    // The cluster's first tenure: nobody has watched a whole window yet.
+    settle(&[&n1, &n2, &n3], Duration::from_secs(10)).await;
+    assert_eq!(refusal_of_any_key(&n1).await, None);
+
+    let joined = Instant::now();
+    let n4 = start_node(dir.path(), "n4", CENSUS_CONFIG, &free_udp(), Some(&seed));
+    converge(&[&n1, &n2, &n3, &n4], 4).await;
+    granted_by_asking(&n4, joined, "n4's buckets granted after it joined").await;
+
+    let left = Instant::now();
+    n4.signal("TERM");
+    granted_by_asking(&n1, left, "n4's buckets granted as it leaves").await;
+    let (status, _) = tokio::task::spawn_blocking(move || n4.wait())
+        .await
+        .unwrap();
+    assert!(status.success());
+    converge(&[&n1, &n2, &n3], 3).await;
+    assert_eq!(refusal_of_any_key(&n2).await, None, "after it left");
+}

@@ -16,7 +16,7 @@ import sys
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select
 
-from browser import Browser, until
+from browser import Browser, text_of, until
 
 BASE = sys.argv[1]
 assert BASE.startswith("http://127.0.0.1:"), "loopback only"
@@ -36,8 +36,8 @@ try:
     print(f"ok cluster by default: {members.text!r}", flush=True)
 
     def admitted():
-        cards = driver.find_elements(By.CSS_SELECTOR, '[data-policy="edited"] .now span')
-        match = cards and re.match(r"admitted ([0-9.]+)/s", cards[0].text)
+        text = text_of(driver, '[data-policy="edited"] .now span')
+        match = text and re.match(r"admitted ([0-9.]+)/s", text)
         return float(match.group(1)) if match else None
 
     # Asked only through the other member: seen here only in the cluster's totals.

@@ -6,7 +6,7 @@
 //! rate policy's buckets have owners too, which decide every request ([`rates`]).
 //!
 //! The crate has two halves. The decision logic — [`ring`], [`pool`], [`owner`] (the ownership
-//! fence), [`tenure`], [`quorum`], [`loan`] (capacity lent to a node), [`admission`] (two
+//! fence), [`tenure`], [`census`] (a new owner asks instead of waiting), [`quorum`], [`loan`] (capacity lent to a node), [`admission`] (two
 //! tiers, handoff) — does no I/O and reads
 //! no clock of its own: time comes in as an argument or through a `Clock`, and it is tested on
 //! a manual clock. The I/O shells around it are [`transport`] (the trait), [`in_memory`] (an in-memory
@@ -16,6 +16,7 @@
 
 pub mod admission;
 pub mod batch;
+pub mod census;
 pub mod grpc;
 pub mod in_memory;
 pub mod loan;

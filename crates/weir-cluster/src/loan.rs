@@ -421,6 +421,22 @@ impl LoanBook {
         }
     }
 
+    /// The loans of the buckets `mine` picks, live at `now`, for a census answer: each counts
+    /// for every unit lent (any of them may be taken without a call).
+    pub fn held(&self, mine: impl Fn(&str) -> bool, now: Nanos) -> Vec<crate::census::Held> {
+        self.loans
+            .iter()
+            .filter(|(bucket, loan)| loan.expires_at > now && mine(bucket))
+            .map(|(bucket, loan)| crate::census::Held {
+                bucket: bucket.clone(),
+                owner: loan.owner.clone(),
+                id: loan.id,
+                units: loan.units,
+                remaining: Duration::from_nanos(loan.expires_at - now),
+            })
+            .collect()
+    }
+
     /// Loans, units lent and units in use, over every bucket.
     pub fn totals(&self) -> Totals {
         self.loans

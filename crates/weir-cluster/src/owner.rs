@@ -13,6 +13,10 @@
 //! quorum's margin to the TTL. Before that, the answer is [`TransportError::Settling`]; without
 //! a majority, [`TransportError::NoMajority`] (and fenced renewals fail); the caller refuses.
 //!
+//! A fenced request is granted before the tenure is long enough when the [`Census`] of the
+//! current ring is settled: every live member has said what it holds here, and nobody has
+//! seen a member vanish without stepping down within the tenure's window.
+//!
 //! An unfenced request may carry a *learning period* instead: a shorter tenure (at most the
 //! TTL) during which a new owner lets the leases other nodes hold be re-registered (the
 //! handoff) before it grants, trading a short refusal for not granting what is already out.
@@ -20,6 +24,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use std::sync::Mutex;
+
+use crate::census::{Answer, Census, Quiet};
 use crate::messages::{Ask, Fence, LeaseRequest, TransportError};
 use crate::pool::{Grant, SharedPool};
 use crate::quorum::Quorum;
@@ -34,6 +41,7 @@ pub struct Owner {
     pool: Arc<SharedPool>,
     tenure: Tenure,
     quorum: Option<Arc<Quorum>>,
+    census: Mutex<Census>,
 }
 
 impl Owner {
@@ -45,7 +53,67 @@ impl Owner {
             ring,
             pool,
             quorum: None,
+            census: Mutex::new(Census::new()),
         }
+    }
+
+    fn census(&self) -> std::sync::MutexGuard<'_, Census> {
+        self.census.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The fingerprint of the ring this node runs.
+    pub fn fingerprint(&self) -> u64 {
+        self.ring.load().fingerprint()
+    }
+
+    /// The members live now (this node among them or not): the census of the ring in force
+    /// waits for their answers.
+    pub fn expect(&self, live: impl IntoIterator<Item = String>) {
+        let fingerprint = self.fingerprint();
+        self.census().expect(fingerprint, live);
+    }
+
+    /// A member departed at `now`; `stepped_down`: it had stopped owning first.
+    pub fn departed(&self, stepped_down: bool, now: weir::Nanos) {
+        self.census().departed(stepped_down, now);
+    }
+
+    /// What this node has seen, as of `now`: for its answers to others' census.
+    pub fn quiet(&self, now: weir::Nanos) -> Quiet {
+        self.census().quiet(self.tenure.awake_since(now), now)
+    }
+
+    /// The live members whose answer the census of the ring in force still waits for.
+    pub fn unanswered(&self) -> Vec<String> {
+        let fingerprint = self.fingerprint();
+        self.census().missing(fingerprint, &self.node_id)
+    }
+
+    /// Counts `member`'s answer at `now`: what it holds for this node's buckets and this node
+    /// does not know (a handoff that failed, a lease of this node's previous process) is
+    /// counted here until it expires. False if it answered on another ring than this node's.
+    pub fn counted(&self, member: &str, answer: &Answer, now: weir::Nanos) -> bool {
+        if answer.fingerprint != self.fingerprint() {
+            return false;
+        }
+        for held in &answer.held {
+            let known = held.owner == self.node_id && self.pool.holds(&held.bucket, held.id, now);
+            if !known && self.fence(&held.bucket).is_ok() {
+                let expires_at = weir::clock::after(now, held.remaining);
+                self.pool
+                    .adopt(&held.bucket, member, expires_at, held.units, false);
+            }
+        }
+        self.census()
+            .answer(member, answer.fingerprint, answer.quiet)
+    }
+
+    /// Whether the census lets this node grant leases of `window` (TTL and margin) at `now`
+    /// before its tenure is that long.
+    fn census_settled(&self, window: Duration, now: weir::Nanos) -> bool {
+        let (fingerprint, own) = (self.fingerprint(), self.quiet(now));
+        self.census()
+            .settled(&self.node_id, fingerprint, own, window)
     }
 
     /// Fences with `quorum` too: fenced requests need a majority (a cluster's owners; a single
@@ -92,7 +160,7 @@ impl Owner {
     }
 
     /// Grants a lease if this node owns the bucket in its own view of the ring — and, for a
-    /// fenced request, has held it for the request's TTL.
+    /// fenced request, has held it for the request's TTL or has a settled census.
     pub fn grant(&self, request: &LeaseRequest) -> Result<Grant, TransportError> {
         self.fence(&request.bucket)?;
         let tenure = match (request.ask, request.fence) {
@@ -115,7 +183,8 @@ impl Owner {
                 .tenure
                 .wait(&request.bucket, tenure, &self.ring, request.now)
                 .ok_or_else(|| TransportError::NotOwner(self.node_id.clone()))?;
-            if !wait.is_zero() {
+            // A learning period waits for handoffs too: a settled census has them all.
+            if !wait.is_zero() && !self.census_settled(tenure, request.now) {
                 return Err(TransportError::Settling {
                     owner: self.node_id.clone(),
                     wait,
@@ -146,7 +215,9 @@ impl Owner {
 
     /// Extends a live lease to `now + ttl`; false if it is unknown or expired here, or if the
     /// renewal is fenced and this node does not hear from a majority (a cut-off owner must let
-    /// its leases run out, or the other side's new owner would grant over them).
+    /// its leases run out, or the other side's new owner would grant over them) or no longer
+    /// owns the bucket (a lease whose handoff failed must run out too: its new owner does not
+    /// count it).
     pub fn renew(
         &self,
         bucket: &str,
@@ -155,7 +226,7 @@ impl Owner {
         now: weir::Nanos,
         fenced: bool,
     ) -> bool {
-        if fenced && self.check_majority(now).is_err() {
+        if fenced && (self.check_majority(now).is_err() || self.fence(bucket).is_err()) {
             return false;
         }
         self.pool.renew(bucket, lease, ttl, now).is_some()
@@ -303,5 +374,135 @@ mod tests {
             "unfenced: renewed"
         );
         assert!(matches!(a.grant(&request("b")), Ok(Grant::Granted { .. })));
+    }
+
+    #[test]
+    fn a_settled_census_lets_a_new_owner_grant_before_its_tenure_and_counts_what_is_held() {
+        use crate::census::{Answer, Held, Quiet};
+        const S: u64 = 1_000_000_000;
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("b", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let pool = Arc::new(SharedPool::new(100));
+        let a = Owner::new("a", Arc::clone(&ring), Arc::clone(&pool));
+        for t in 0..=100 {
+            a.beat(t * S);
+        }
+        // a joins: the bucket moves to it from b.
+        ring.publish(Ring::new(
+            [Member::owner("a", 1), Member::owner("b", 1)],
+            DEFAULT_VNODES,
+            1,
+        ));
+        let bucket = (0..100)
+            .map(|i| format!("bucket-{i}"))
+            .find(|b| ring.owner_of(b).as_deref() == Some("a"))
+            .expect("a bucket of a's");
+        a.beat(101 * S);
+        let fenced = |now| LeaseRequest {
+            fence: Fence::Closed,
+            now,
+            ttl: Duration::from_secs(10),
+            limit: 3,
+            ..request(&bucket)
+        };
+        let settling = |result: Result<Grant, TransportError>| {
+            matches!(result, Err(TransportError::Settling { .. }))
+        };
+        assert!(settling(a.grant(&fenced(101 * S))));
+        a.expect(["a".to_owned(), "b".to_owned()]);
+        assert_eq!(a.unanswered(), vec!["b".to_owned()]);
+        assert!(settling(a.grant(&fenced(101 * S))), "b has not answered");
+        let answer = |fingerprint, unclean: Option<u64>| Answer {
+            fingerprint,
+            quiet: Quiet {
+                awake: Duration::from_secs(500),
+                unclean_departure: unclean.map(Duration::from_secs),
+            },
+            // b still holds a lease from its own pool whose handoff failed: counted here.
+            held: vec![Held {
+                bucket: bucket.clone(),
+                owner: "b".to_owned(),
+                id: 9,
+                units: 2,
+                remaining: Duration::from_secs(5),
+            }],
+        };
+        assert!(
+            !a.counted("b", &answer(a.fingerprint() + 1, None), 101 * S),
+            "an answer on another ring"
+        );
+        assert_eq!(pool.in_use(&bucket, 101 * S), 0);
+        assert!(a.counted("b", &answer(a.fingerprint(), None), 101 * S));
+        assert!(a.unanswered().is_empty());
+        assert_eq!(pool.in_use(&bucket, 101 * S), 2);
+        // Granted 85 s before the tenure would have been long enough, with b's two units
+        // counted against the limit of 3.
+        assert!(matches!(
+            a.grant(&fenced(101 * S)),
+            Ok(Grant::Granted { .. })
+        ));
+        assert!(matches!(a.grant(&fenced(101 * S)), Ok(Grant::Full)));
+        // A member that vanished without stepping down: back to the tenure.
+        a.departed(false, 102 * S);
+        a.beat(102 * S);
+        assert!(settling(a.grant(&fenced(102 * S))));
+    }
+
+    #[test]
+    fn a_census_answer_lists_nothing_twice() {
+        use crate::census::{Answer, Held, Quiet};
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("a", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let pool = Arc::new(SharedPool::new(100));
+        let a = Owner::new("a", Arc::clone(&ring), Arc::clone(&pool));
+        let Ok(Grant::Granted { id, .. }) = a.grant(&request("b")) else {
+            panic!("granted");
+        };
+        let listed = |id| Answer {
+            fingerprint: a.fingerprint(),
+            quiet: Quiet {
+                awake: Duration::from_secs(1),
+                unclean_departure: None,
+            },
+            held: vec![Held {
+                bucket: "b".to_owned(),
+                owner: "a".to_owned(),
+                id,
+                units: 1,
+                remaining: Duration::from_nanos(500),
+            }],
+        };
+        a.expect(["a".to_owned(), "c".to_owned()]);
+        // A lease this pool knows is counted once; one it does not (its previous process's)
+        // is counted too.
+        a.counted("c", &listed(id), 0);
+        assert_eq!(pool.in_use("b", 0), 1);
+        a.counted("c", &listed(id + 1), 0);
+        assert_eq!(pool.in_use("b", 0), 2);
+    }
+
+    #[test]
+    fn a_fenced_renewal_fails_once_the_bucket_has_moved() {
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("a", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)));
+        let Ok(Grant::Granted { id, .. }) = a.grant(&request("b")) else {
+            panic!("granted");
+        };
+        ring.publish(Ring::new([Member::owner("z", 1)], DEFAULT_VNODES, 1));
+        assert!(
+            !a.renew("b", id, Duration::from_nanos(1_000), 10, true),
+            "its new owner does not count it"
+        );
+        assert!(a.renew("b", id, Duration::from_nanos(1_000), 10, false));
     }
 }

@@ -176,6 +176,12 @@ impl SharedPool {
         }
     }
 
+    /// The same pool, numbering its leases from `first` on.
+    pub fn with_first_id(self, first: u64) -> Self {
+        self.lock().next_id = first;
+        self
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -324,6 +330,14 @@ impl SharedPool {
             holder: holder.to_owned(),
         });
         id
+    }
+
+    /// Whether lease `id` of `bucket` is live here at `now`.
+    pub fn holds(&self, bucket: &str, id: u64, now: Nanos) -> bool {
+        self.lock()
+            .buckets
+            .get(bucket)
+            .is_some_and(|b| b.leases.iter().any(|l| l.id == id && l.expires_at > now))
     }
 
     /// Ends a lease, every unit of it. Unknown ids (released, swept, never granted) are a

@@ -126,6 +126,18 @@ impl Ring {
         &self.members
     }
 
+    /// A hash of who is placed and how: two rings with the same fingerprint give every bucket
+    /// the same owner (for a [`Census`](crate::census::Census), which compares members' rings).
+    pub fn fingerprint(&self) -> u64 {
+        let mut key = Vec::new();
+        key.extend_from_slice(&(self.points.len() as u64).to_be_bytes());
+        for id in &self.members {
+            key.extend_from_slice(id.as_bytes());
+            key.push(0);
+        }
+        xxh3_64_with_seed(&key, RING_SEED)
+    }
+
     /// Whether no member is placed.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty()
@@ -313,5 +325,29 @@ mod tests {
         assert_eq!(shared.owner_of("b"), None);
         assert!(shared.load().is_empty());
         assert_eq!(shared.load_versioned().0, 1, "each publish is a generation");
+    }
+
+    #[test]
+    fn rings_that_place_the_same_members_alike_share_a_fingerprint() {
+        let ring = |ids: &[&str], vnodes| {
+            Ring::new(ids.iter().map(|id| Member::owner(*id, 1)), vnodes, 1).fingerprint()
+        };
+        assert_eq!(ring(&["a", "b"], 64), ring(&["b", "a"], 64));
+        assert_ne!(ring(&["a", "b"], 64), ring(&["a", "b", "c"], 64));
+        assert_ne!(ring(&["a", "b"], 64), ring(&["a", "b"], 32));
+        assert_ne!(ring(&["ab"], 64), ring(&["a", "b"], 64));
+        // A member that does not own buckets is not placed.
+        let stepped_down = Ring::new(
+            [
+                Member::owner("a", 1),
+                Member {
+                    owner: false,
+                    ..Member::owner("b", 1)
+                },
+            ],
+            64,
+            1,
+        );
+        assert_eq!(stepped_down.fingerprint(), ring(&["a"], 64));
     }
 }

@@ -152,6 +152,12 @@ impl Tenure {
         seen.max(state.awake_since.unwrap_or(now))
     }
 
+    /// Since when this node has run without a pause of its own, as of `now` (its first look,
+    /// if none).
+    pub fn awake_since(&self, now: Nanos) -> Nanos {
+        self.lock().awake_since.unwrap_or(now)
+    }
+
     /// How long until this node may grant `bucket` leases of `ttl`: zero if it has held the
     /// bucket for `ttl` already; `None` if it does not own it.
     pub fn wait(

@@ -219,4 +219,25 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
     pub fn lent(&self) -> loan::Totals {
         self.book().totals()
     }
+
+    /// Every lease and loan this node holds for the buckets `owner` owns on `ring`, for its
+    /// census (see [`census`](crate::census)).
+    pub fn held_for(&self, owner: &str, ring: &crate::ring::Ring) -> Vec<crate::census::Held> {
+        let now = self.clock.now();
+        let mine = |bucket: &str| ring.owner_of(bucket) == Some(owner);
+        let mut held = self.book().held(mine, now);
+        held.extend(
+            self.held_leases()
+                .values()
+                .filter(|lease| lease.expires_at > now && mine(&lease.bucket))
+                .map(|lease| crate::census::Held {
+                    bucket: lease.bucket.clone(),
+                    owner: lease.owner.clone(),
+                    id: lease.id,
+                    units: 1,
+                    remaining: std::time::Duration::from_nanos(lease.expires_at - now),
+                }),
+        );
+        held
+    }
 }

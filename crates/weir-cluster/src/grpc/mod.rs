@@ -5,6 +5,7 @@
 //! The owner stamps a lease with its own clock; the coordinator turns the remaining time back
 //! into an instant on its clock.
 
+mod census;
 mod server;
 mod wire;
 

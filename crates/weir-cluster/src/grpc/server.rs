@@ -14,6 +14,7 @@ pub struct ClusterService<C: Clock> {
     owner: Arc<Owner>,
     clock: C,
     rates: Option<Arc<dyn RateOwner>>,
+    census: Option<Arc<dyn crate::census::CensusAnswers>>,
 }
 
 impl<C: Clock> std::fmt::Debug for ClusterService<C> {
@@ -31,7 +32,15 @@ impl<C: Clock> ClusterService<C> {
             owner,
             clock,
             rates: None,
+            census: None,
         }
+    }
+
+    /// Answers new owners' census with `census` (without it, never ready: they wait out
+    /// their tenure).
+    pub fn with_census(mut self, census: Arc<dyn crate::census::CensusAnswers>) -> Self {
+        self.census = Some(census);
+        self
     }
 
     /// Decides forwarded requests of cluster-scoped rate policies with `rates` (without it
@@ -249,6 +258,18 @@ impl<C: Clock> proto::cluster_server::Cluster for ClusterService<C> {
             request.fenced,
         );
         Ok(Response::new(proto::RenewReply { renewed }))
+    }
+
+    async fn census(
+        &self,
+        request: Request<proto::CensusRequest>,
+    ) -> Result<Response<proto::CensusReply>, Status> {
+        let request = request.into_inner();
+        let answer = self
+            .census
+            .as_ref()
+            .and_then(|census| census.answer(&request.owner, request.fingerprint));
+        Ok(Response::new(super::census::wire_answer(answer)))
     }
 
     async fn adopt(

@@ -9,6 +9,7 @@
 //! owners; leases departed nodes held here stay until they expire (a "departed" node may only be
 //! paused, and still using them).
 
+mod census;
 mod config_versions;
 mod coordinators;
 mod leaving;
@@ -99,6 +100,8 @@ pub struct ClusterMode {
     seed: Mutex<Option<crate::durable::Overlay>>,
     /// This node has caught up with the policy log (or given up waiting).
     caught_up: watch::Sender<bool>,
+    /// Where this node keeps its state (the clean-stop mark among it).
+    data_dir: std::path::PathBuf,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -165,7 +168,13 @@ impl ClusterMode {
         tls: Option<PeerConnector>,
     ) -> anyhow::Result<Arc<Self>> {
         let ring = Arc::new(SharedRing::default());
-        let pool = Arc::new(SharedPool::new(1_000_000));
+        // Lease ids go on from the wall clock's nanoseconds, so that a process that restarts
+        // under the same node id never hands out an id a holder still has from the one before.
+        let first_id = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let pool = Arc::new(SharedPool::new(1_000_000).with_first_id(first_id));
+        let crashed = Self::crashed_before(data_dir);
         let seeded = !join.is_empty();
         let seeds = join.clone();
         let quorum = Arc::new(Quorum::new(node_id, DEFAULT_WINDOW, seeded));
@@ -173,6 +182,13 @@ impl ClusterMode {
             Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool))
                 .with_quorum(Arc::clone(&quorum)),
         );
+        if crashed {
+            // Its clients may still hold what the crashed run granted them, known to nobody.
+            tracing::info!(
+                "the previous run of this node did not stop cleanly: new owners wait out their tenure for a lease TTL"
+            );
+            owner.departed(false, SystemClock::new().now());
+        }
         let membership = GossipMembership::start(GossipSettings {
             node_id: node_id.to_owned(),
             cluster_id: cluster_id.to_owned(),
@@ -235,6 +251,7 @@ impl ClusterMode {
             policy_log,
             seed: Mutex::new(Some(seed)),
             caught_up: watch::channel(false).0,
+            data_dir: data_dir.to_owned(),
         }))
     }
 
@@ -330,10 +347,11 @@ impl ClusterMode {
 
     /// This node's owner service, to add to the gRPC server (behind the secret's check when
     /// the cluster has one).
-    pub fn service(&self, rates: Arc<dyn RateOwner>) -> GuardedCluster<SystemClock> {
+    pub fn service(self: &Arc<Self>, rates: Arc<dyn RateOwner>) -> GuardedCluster<SystemClock> {
         let _ = self.rate_owner.set(Arc::clone(&rates));
         ClusterService::new(Arc::clone(&self.owner), SystemClock::new())
             .with_rates(rates)
+            .with_census(Arc::new(census::Answers(Arc::clone(self))))
             .into_server(self.secret.as_ref())
     }
 
@@ -378,8 +396,12 @@ impl ClusterMode {
             }
         });
         let _upkeep = AbortOnDrop(upkeep);
+        let _census = AbortOnDrop(tokio::spawn(Arc::clone(&self).take_census()));
         let mut watch = self.members.clone();
         let mut previous = BTreeSet::new();
+        // Whether each member owned buckets, as last seen: one that departs still owning them
+        // did not step down first.
+        let mut owning: HashMap<String, bool> = HashMap::new();
         loop {
             let members = watch.borrow_and_update().clone();
             let before = self.ring.load();
@@ -412,12 +434,19 @@ impl ClusterMode {
             if !applied.departed.is_empty() {
                 tracing::info!(departed = ?applied.departed, members = members.len(), "members left the cluster; their shared leases here expire with their TTL");
             }
+            let now = SystemClock::new().now();
+            for departed in &applied.departed {
+                let stepped_down = owning.get(departed) == Some(&false);
+                self.owner.departed(stepped_down, now);
+            }
+            owning = members.iter().map(|m| (m.id.clone(), m.owner)).collect();
             for coordinator in self.coordinators() {
                 coordinator.rehome().await;
             }
             let (generation, after) = self.ring.load_versioned();
             self.hand_over_rates(&before, &after).await;
             self.followed.send_replace(generation);
+            self.owner.expect(members.iter().map(|m| m.id.clone()));
             if watch.changed().await.is_err() {
                 return;
             }
@@ -551,6 +580,7 @@ impl ClusterMode {
             gossip.stop().await;
         }
         self.policy_log.stop().await;
+        self.mark_stopped_cleanly();
     }
 }
 

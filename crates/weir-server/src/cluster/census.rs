@@ -1,0 +1,96 @@
+//! This node's part in the owners' census (see [`weir_cluster::census`]): asking the members
+//! what they hold for the buckets it just took on, answering the others, and telling a crash
+//! from a clean stop across a restart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use weir::{Clock, SystemClock};
+use weir_cluster::census::{Answer, CensusAnswers};
+
+use super::ClusterMode;
+
+/// How often an owner asks the members that have not answered its census yet.
+const ASK_EVERY: Duration = Duration::from_millis(200);
+
+/// How long an owner waits for one member's answer before asking again at the next round.
+const ANSWER_WITHIN: Duration = Duration::from_millis(500);
+
+/// Left in the data dir by a clean stop, and taken at the next start: a node that starts
+/// without it after a run of its own crashed, and the leases its clients still hold are known
+/// to nobody.
+const STOPPED_CLEANLY: &str = "stopped-cleanly";
+
+/// A census answerer over a node's cluster state.
+pub(super) struct Answers(pub(super) Arc<ClusterMode>);
+
+impl CensusAnswers for Answers {
+    fn answer(&self, owner: &str, fingerprint: u64) -> Option<Answer> {
+        let node = &self.0;
+        let (generation, ring) = node.ring.load_versioned();
+        // Ready once this node runs the asker's ring and its handoff for it has run.
+        if ring.fingerprint() != fingerprint || *node.followed.borrow() < generation {
+            return None;
+        }
+        let held = node
+            .coordinators()
+            .iter()
+            .flat_map(|coordinator| coordinator.held_for(owner, &ring))
+            .collect();
+        Some(Answer {
+            fingerprint,
+            quiet: node.owner.quiet(SystemClock::new().now()),
+            held,
+        })
+    }
+}
+
+impl ClusterMode {
+    /// Asks, every [`ASK_EVERY`], each live member that has not answered this node's census
+    /// of its ring yet, all at once; counts the answers. Runs until the process ends.
+    pub(super) async fn take_census(self: Arc<Self>) {
+        let clock = SystemClock::new();
+        let mut ticks = tokio::time::interval(ASK_EVERY);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            let missing = self.owner.unanswered();
+            if missing.is_empty() {
+                continue;
+            }
+            let fingerprint = self.owner.fingerprint();
+            let (transport, me) = (self.transport.inner(), self.node_id.as_str());
+            let asks = missing.iter().map(|member| async move {
+                let asked = transport.census(member, me, fingerprint);
+                match tokio::time::timeout(ANSWER_WITHIN, asked).await {
+                    Ok(Ok(Some(answer))) => Some((member, answer)),
+                    _ => None,
+                }
+            });
+            for (member, answer) in futures_util::future::join_all(asks)
+                .await
+                .into_iter()
+                .flatten()
+            {
+                self.owner.counted(member, &answer, clock.now());
+            }
+        }
+    }
+
+    /// At the start: whether this node's previous run in `data_dir` ended in a crash (it ran,
+    /// and did not leave the clean-stop mark). The mark is taken, so that the next crash shows.
+    pub(super) fn crashed_before(data_dir: &std::path::Path) -> bool {
+        let mark = data_dir.join(STOPPED_CLEANLY);
+        let ran_before = data_dir.join(crate::policy_log::store::FILE).exists();
+        let clean = std::fs::remove_file(&mark).is_ok();
+        ran_before && !clean
+    }
+
+    /// At a clean stop: leaves the mark [`crashed_before`](Self::crashed_before) looks for.
+    pub(super) fn mark_stopped_cleanly(&self) {
+        let mark = self.data_dir.join(STOPPED_CLEANLY);
+        if let Err(e) = std::fs::write(&mark, b"") {
+            tracing::warn!(path = %mark.display(), "could not mark a clean stop: {e}; the next start counts as after a crash");
+        }
+    }
+}
