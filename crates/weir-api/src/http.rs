@@ -186,6 +186,11 @@ pub struct RingSummary {
     /// reach (a loan's TTL and the quorum's margin) before it grants. 0 on a single node.
     #[serde(default)]
     pub unchanged_for_ms: u64,
+    /// Every live member has answered this node's census of the ring: each runs it and has
+    /// handed over what it moved here, so the buckets this node took on are decided with what
+    /// their previous owners spent. True on a single node.
+    #[serde(default)]
+    pub handed_over: bool,
 }
 
 /// This node's shared-tier counters in [`ClusterView`].

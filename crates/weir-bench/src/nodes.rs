@@ -270,17 +270,17 @@ pub async fn start_cluster(
     loop {
         let mut converged = true;
         for node in &nodes {
-            let members = client
+            let view = client
                 .get(format!("{}/v1/cluster", node.http))
                 .send()
                 .await
                 .context("asking a node for its members")?
                 .json::<serde_json::Value>()
                 .await
-                .context("reading a node's members")?["members"]
-                .as_array()
-                .map_or(0, Vec::len);
-            converged &= members == count;
+                .context("reading a node's members")?;
+            let members = view["members"].as_array().map_or(0, Vec::len);
+            // And every member's handover of what the ring moved there has arrived.
+            converged &= members == count && view["ring"]["handed_over"] == true;
         }
         if converged {
             return Ok(nodes);

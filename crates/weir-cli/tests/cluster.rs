@@ -115,7 +115,8 @@ async fn members(server: &Server) -> usize {
     view.members.len()
 }
 
-/// Waits until every server sees `count` members and has rebuilt its ring from them.
+/// Waits until every server sees `count` members, has rebuilt its ring from them and has had
+/// every member's answer on it (each has handed over what the ring moved).
 async fn converge(servers: &[&Server], count: usize) {
     eventually(
         Duration::from_secs(60),
@@ -125,6 +126,9 @@ async fn converge(servers: &[&Server], count: usize) {
                 let view = view(server).await;
                 assert_eq!(view.mode, "cluster");
                 if view.members.len() != count || view.ring.members != count {
+                    return false;
+                }
+                if !view.ring.handed_over {
                     return false;
                 }
             }

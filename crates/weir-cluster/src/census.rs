@@ -136,9 +136,10 @@ impl Census {
         }
     }
 
-    /// Records `member`'s answer; false (and nothing recorded) if it answered on another ring.
+    /// Records `member`'s answer; false (and nothing recorded) if it answered on another ring
+    /// than the one counted, or has answered on it already.
     pub fn answer(&mut self, member: &str, fingerprint: u64, quiet: Quiet) -> bool {
-        if fingerprint != self.fingerprint {
+        if fingerprint != self.fingerprint || self.answered.contains_key(member) {
             return false;
         }
         self.answered.insert(member.to_owned(), quiet);
@@ -156,10 +157,16 @@ impl Census {
             .collect()
     }
 
+    /// Whether every member expected on `fingerprint` has answered on it, `me` aside: each has
+    /// handed over what that ring moved to `me`.
+    pub fn answered_all(&self, me: &str, fingerprint: u64) -> bool {
+        fingerprint == self.fingerprint && self.missing(fingerprint, me).is_empty()
+    }
+
     /// Whether node `me`, running ring `fingerprint` and having seen `own`, may grant leases
     /// of `window` (a TTL plus the margin) now: see the [module docs](self).
     pub fn settled(&self, me: &str, fingerprint: u64, own: Quiet, window: Duration) -> bool {
-        if fingerprint != self.fingerprint || !self.missing(fingerprint, me).is_empty() {
+        if !self.answered_all(me, fingerprint) {
             return false;
         }
         let answers = || {

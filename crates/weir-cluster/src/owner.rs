@@ -89,11 +89,22 @@ impl Owner {
         self.census().missing(fingerprint, &self.node_id)
     }
 
+    /// Whether every live member has answered the census of the ring in force: each has
+    /// handed over what that ring moved here (its leases, its cluster-scoped rate buckets).
+    pub fn handed_over(&self) -> bool {
+        let fingerprint = self.fingerprint();
+        self.census().answered_all(&self.node_id, fingerprint)
+    }
+
     /// Counts `member`'s answer at `now`: what it holds for this node's buckets and this node
     /// does not know (a handoff that failed, a lease of this node's previous process) is
-    /// counted here until it expires. False if it answered on another ring than this node's.
+    /// counted here until it expires. False (nothing counted) if it answered on another ring
+    /// than the census counts, or has been counted on it already.
     pub fn counted(&self, member: &str, answer: &Answer, now: weir::Nanos) -> bool {
-        if answer.fingerprint != self.fingerprint() {
+        let mut census = self.census();
+        if answer.fingerprint != self.fingerprint()
+            || !census.answer(member, answer.fingerprint, answer.quiet)
+        {
             return false;
         }
         for held in &answer.held {
@@ -104,8 +115,7 @@ impl Owner {
                     .adopt(&held.bucket, member, expires_at, held.units, false);
             }
         }
-        self.census()
-            .answer(member, answer.fingerprint, answer.quiet)
+        true
     }
 
     /// Whether the census lets this node grant leases of `window` (TTL and margin) at `now`
@@ -215,9 +225,7 @@ impl Owner {
 
     /// Extends a live lease to `now + ttl`; false if it is unknown or expired here, or if the
     /// renewal is fenced and this node does not hear from a majority (a cut-off owner must let
-    /// its leases run out, or the other side's new owner would grant over them) or no longer
-    /// owns the bucket (a lease whose handoff failed must run out too: its new owner does not
-    /// count it).
+    /// its leases run out, or the other side's new owner would grant over them).
     pub fn renew(
         &self,
         bucket: &str,
@@ -226,7 +234,7 @@ impl Owner {
         now: weir::Nanos,
         fenced: bool,
     ) -> bool {
-        if fenced && (self.check_majority(now).is_err() || self.fence(bucket).is_err()) {
+        if fenced && self.check_majority(now).is_err() {
             return false;
         }
         self.pool.renew(bucket, lease, ttl, now).is_some()
@@ -478,31 +486,14 @@ mod tests {
                 remaining: Duration::from_nanos(500),
             }],
         };
-        a.expect(["a".to_owned(), "c".to_owned()]);
+        a.expect(["a".to_owned(), "c".to_owned(), "d".to_owned()]);
         // A lease this pool knows is counted once; one it does not (its previous process's)
-        // is counted too.
-        a.counted("c", &listed(id), 0);
+        // is counted too; a member's second answer on the same ring adds nothing.
+        assert!(a.counted("c", &listed(id), 0));
         assert_eq!(pool.in_use("b", 0), 1);
-        a.counted("c", &listed(id + 1), 0);
+        assert!(a.counted("d", &listed(id + 1), 0));
         assert_eq!(pool.in_use("b", 0), 2);
-    }
-
-    #[test]
-    fn a_fenced_renewal_fails_once_the_bucket_has_moved() {
-        let ring = Arc::new(SharedRing::new(Ring::new(
-            [Member::owner("a", 1)],
-            DEFAULT_VNODES,
-            1,
-        )));
-        let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)));
-        let Ok(Grant::Granted { id, .. }) = a.grant(&request("b")) else {
-            panic!("granted");
-        };
-        ring.publish(Ring::new([Member::owner("z", 1)], DEFAULT_VNODES, 1));
-        assert!(
-            !a.renew("b", id, Duration::from_nanos(1_000), 10, true),
-            "its new owner does not count it"
-        );
-        assert!(a.renew("b", id, Duration::from_nanos(1_000), 10, false));
+        assert!(!a.counted("d", &listed(id + 1), 0));
+        assert_eq!(pool.in_use("b", 0), 2);
     }
 }

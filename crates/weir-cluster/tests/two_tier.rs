@@ -473,6 +473,49 @@ async fn renewing_a_shared_lease_extends_it_on_its_owner() {
     );
 }
 
+/// A lease whose handoff failed (its new owner was unreachable when the ring moved) is handed
+/// over when it is next renewed, and renewed on the owner that counts it now.
+#[tokio::test]
+async fn a_lease_whose_handoff_failed_is_handed_over_at_its_renewal() {
+    let c = cluster(3, config(0, 4, OnUnavailable::Open));
+    let old_owner = c.owner();
+    // A lease held on each other node: one of them will hold it away from the new owner.
+    let mut held = Vec::new();
+    for i in (0..3).filter(|&i| i != old_owner) {
+        held.push((i, c.nodes[i].acquire(BUCKET).await.unwrap()));
+    }
+    move_bucket(&c);
+    let new_owner = c.owner();
+    let (holder, admission) = held
+        .into_iter()
+        .find(|(i, _)| *i != new_owner)
+        .expect("a holder that is not the new owner");
+    let new_id = format!("n{}", new_owner + 1);
+    c.network.set_down(&new_id, true);
+    assert_eq!(c.nodes[holder].rehome().await, 0, "the new owner is down");
+    c.network.set_down(&new_id, false);
+    assert_eq!(c.nodes[new_owner].rehome().await, 1, "its own lease moves");
+    assert_eq!(c.pools[new_owner].in_use(BUCKET, 0), 1);
+    assert!(
+        c.nodes[holder]
+            .renew(
+                admission.shared().expect("a shared lease"),
+                Duration::from_secs(30)
+            )
+            .await
+    );
+    assert_eq!(
+        c.pools[new_owner].in_use(BUCKET, 0),
+        2,
+        "counted where it lives now"
+    );
+    assert_eq!(
+        c.pools[old_owner].in_use(BUCKET, 0),
+        0,
+        "and released where it was"
+    );
+}
+
 /// A network on which the ring changes while a grant is on its way back: the owner grants
 /// under the old ring, then the new ring is published before the coordinator sees the answer.
 struct RingChangesInFlight {
@@ -642,6 +685,97 @@ async fn fenced_under_load_a_membership_change_never_over_admits() {
     for lag in [0, 1, 3, 10, 35] {
         let most = churn(OnUnavailable::Closed, lag).await;
         assert_eq!(most, 4, "lag {lag}: {most} live at once (limit 4)");
+    }
+}
+
+/// The churn of `churn` on a `closed` policy, with the census: the bucket's owner steps down at
+/// step 20 (it stays a member), each node runs its handoff `lags[i]` steps later (`None`:
+/// never, a live member that does not answer), and only then answers the new owner's census
+/// — which the new owner starts once its own handoff has run, as a server does. With
+/// `unclean`, the new owner has just seen a member depart without stepping down. Returns the
+/// most shared leases live at once and the first step at which the new owner granted.
+async fn churn_with_census(lags: [Option<usize>; 3], unclean: bool) -> (usize, Option<usize>) {
+    use weir_cluster::census::Answer;
+    let c = cluster(3, config(0, 4, OnUnavailable::Closed));
+    let ids: Vec<String> = (1..=3).map(|i| format!("n{i}")).collect();
+    let (mut held, mut most, mut first) = (Vec::new(), 0, None);
+    let mut handed = [false; 3];
+    let mut new_owner = None;
+    for step in 0..60 {
+        let now = weir::Clock::now(&c.clock);
+        if step == 20 {
+            move_bucket(&c);
+            new_owner = Some(c.owner());
+            if unclean {
+                c.owners[c.owner()].departed(false, now);
+            }
+        }
+        if let Some(n) = new_owner {
+            for i in 0..3 {
+                if !handed[i] && lags[i].is_some_and(|lag| step >= 20 + lag) {
+                    c.nodes[i].rehome().await;
+                    handed[i] = true;
+                    if i == n {
+                        c.owners[n].expect(ids.clone());
+                    }
+                }
+            }
+            let ring = c.ring.load();
+            for i in (0..3).filter(|&i| i != n && handed[i]) {
+                let answer = Answer {
+                    fingerprint: ring.fingerprint(),
+                    quiet: c.owners[i].quiet(now),
+                    held: c.nodes[i].held_for(&ids[n], &ring),
+                };
+                c.owners[n].counted(&ids[i], &answer, now);
+            }
+        }
+        let before = held.len();
+        for (i, node) in c.nodes.iter().enumerate() {
+            if let Ok(admission) = node.acquire(BUCKET).await {
+                held.push((i, admission));
+            }
+        }
+        if step >= 20 && held.len() > before && first.is_none() {
+            first = Some(step);
+        }
+        c.advance(Duration::from_secs(1));
+        most = most.max(held.len());
+        if step % 3 == 2 && !held.is_empty() {
+            let (i, admission) = held.remove(0);
+            c.nodes[i].release(admission).await;
+        }
+    }
+    (most, first)
+}
+
+/// A planned change of owner with the census: the new owner grants as soon as every member has
+/// run its handoff and answered — not a lease TTL (30 s here) later — and never over the
+/// ceiling, whatever order the handoffs run in. A member that stays silent, or a member seen
+/// departing without stepping down, sends the new owner back to its tenure.
+#[tokio::test]
+async fn with_the_census_a_planned_change_of_owner_grants_once_everyone_answered() {
+    for lags in [[0, 0, 0], [0, 3, 7], [7, 3, 0], [2, 9, 5]] {
+        let (most, first) = churn_with_census(lags.map(Some), false).await;
+        assert_eq!(most, 4, "lags {lags:?}: {most} live at once (limit 4)");
+        let last = 20 + lags.iter().max().unwrap();
+        let first = first.expect("granted after the change");
+        assert!(
+            first <= last + 1 && first < 20 + 30,
+            "lags {lags:?}: first grant at step {first}, every handoff in by {last}"
+        );
+    }
+    for (lags, unclean) in [
+        ([Some(0), None, Some(0)], false),
+        ([Some(0), Some(0), None], false),
+        ([Some(0), Some(1), Some(2)], true),
+    ] {
+        let (most, first) = churn_with_census(lags, unclean).await;
+        assert_eq!(most, 4, "lags {lags:?}: {most} live at once (limit 4)");
+        assert!(
+            first.is_none_or(|first| first >= 20 + 30),
+            "lags {lags:?}, unclean {unclean}: granted at step {first:?}, before the tenure"
+        );
     }
 }
 

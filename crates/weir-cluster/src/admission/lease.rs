@@ -147,9 +147,22 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 return self.renew_loan(&unit.bucket, &owner, id).await;
             }
         };
-        let Some(lease) = self.held_leases().get(&handle).cloned() else {
+        let Some(mut lease) = self.held_leases().get(&handle).cloned() else {
             return false;
         };
+        if self
+            .ring
+            .owner_of(&lease.bucket)
+            .is_some_and(|o| o != lease.owner)
+        {
+            // Its bucket moved and its handoff has not happened or failed: hand it over now,
+            // so that it is renewed where it is counted.
+            self.rehome().await;
+            match self.held_leases().get(&handle) {
+                Some(moved) => lease = moved.clone(),
+                None => return false,
+            }
+        }
         let now = self.clock.now();
         let fenced = self.fenced();
         let renewed = if lease.owner == self.node_id {

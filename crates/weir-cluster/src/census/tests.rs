@@ -26,7 +26,9 @@ fn settled_once_every_live_member_answered_on_the_same_ring() {
     // An answer on another ring counts for nothing.
     assert!(!census.answer("c", 8, quiet(100, None)));
     assert!(!census.settled("a", 7, own, WINDOW));
+    assert!(!census.answered_all("a", 7));
     assert!(census.answer("c", 7, quiet(1, None)));
+    assert!(census.answered_all("a", 7));
     assert!(census.settled("a", 7, own, WINDOW));
     // A ring this census does not count is not settled.
     assert!(!census.settled("a", 8, own, WINDOW));
@@ -57,14 +59,18 @@ fn an_unclean_departure_within_the_window_anywhere_leaves_it_to_the_tenure() {
         !census.settled("a", 7, quiet(100, None), WINDOW),
         "b saw a crash 3 s ago"
     );
-    census.answer("b", 7, quiet(100, Some(10)));
-    assert!(census.settled("a", 7, quiet(100, None), WINDOW));
+    // Answered once per ring: b's next answer counts on the next ring.
+    assert!(!census.answer("b", 7, quiet(100, Some(10))));
+    census.expect(8, live(&["a", "b", "c"]));
+    census.answer("b", 8, quiet(100, Some(10)));
+    census.answer("c", 8, quiet(100, None));
+    assert!(census.settled("a", 8, quiet(100, None), WINDOW));
     // Seen here.
     census.departed(false, 50 * S);
     let own = census.quiet(0, 55 * S);
     assert_eq!(own, quiet(55, Some(5)));
-    assert!(!census.settled("a", 7, own, WINDOW));
-    assert!(census.settled("a", 7, census.quiet(0, 60 * S), WINDOW));
+    assert!(!census.settled("a", 8, own, WINDOW));
+    assert!(census.settled("a", 8, census.quiet(0, 60 * S), WINDOW));
 }
 
 #[test]
@@ -83,8 +89,9 @@ fn someone_must_have_watched_the_whole_window() {
     assert!(!census.settled("a", 7, quiet(4, None), WINDOW));
     // A restarted node among members that have run all along.
     assert!(census.settled("a", 7, quiet(10, None), WINDOW));
-    census.answer("b", 7, quiet(40, None));
-    assert!(census.settled("a", 7, quiet(1, None), WINDOW));
+    census.expect(8, live(&["a", "b"]));
+    census.answer("b", 8, quiet(40, None));
+    assert!(census.settled("a", 8, quiet(1, None), WINDOW));
 }
 
 #[test]

@@ -188,7 +188,16 @@ impl App {
     /// For a bucket this node owns: while it has owned it for less than the policy's
     /// `learning_period`, holds it to the share of its capacity that period allows (an owner
     /// that crashed handed nothing over).
+    /// And while the ring has just given it the bucket and its previous owner's handover may
+    /// still be on the way, holds it likewise for at most
+    /// [`HANDOVER_HOLD`](crate::cluster::HANDOVER_HOLD).
     fn hold_while_learning(&self, policy: &Policy<SystemClock>, kind: Option<&str>, key: &str) {
+        if let Some(cluster) = &self.cluster
+            && let Some(held_for) = cluster.awaiting_handover(policy.name(), key)
+        {
+            policy.hold_to_tenure(kind, key, held_for, crate::cluster::HANDOVER_HOLD);
+            cluster.held_while_learning();
+        }
         let learning = policy.with_config(|config| config.learning_period);
         if learning.is_zero() {
             return;

@@ -380,6 +380,7 @@ impl App {
                 members: 1,
                 vnodes: weir_cluster::ring::DEFAULT_VNODES,
                 unchanged_for_ms: 0,
+                handed_over: true,
             },
             counters: ClusterCounters::default(),
             lent: Default::default(),

@@ -3,6 +3,7 @@
 //! from a clean stop across a restart.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use weir::{Clock, SystemClock};
@@ -54,6 +55,7 @@ impl ClusterMode {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
+            self.note_handovers();
             let missing = self.owner.unanswered();
             if missing.is_empty() {
                 continue;
@@ -74,7 +76,18 @@ impl ClusterMode {
             {
                 self.owner.counted(member, &answer, clock.now());
             }
+            self.note_handovers();
         }
+    }
+
+    /// Notes whether a handover may still be on the way — some member has not answered this
+    /// node's census of its ring, and the ring is younger than [`super::HANDOVER_HOLD`] (past
+    /// that, no bucket is held for one) — for
+    /// [`awaiting_handover`](Self::awaiting_handover) to read without a lock.
+    pub(super) fn note_handovers(&self) {
+        let young = self.owner.ring_unchanged_for(SystemClock::new().now()) < super::HANDOVER_HOLD;
+        self.handovers_pending
+            .store(young && !self.owner.handed_over(), Ordering::Release);
     }
 
     /// At the start: whether this node's previous run in `data_dir` ended in a crash (it ran,

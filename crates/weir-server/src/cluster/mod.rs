@@ -17,6 +17,7 @@ mod policies;
 mod rates;
 
 pub use config_versions::ConfigVersions;
+pub use rates::HANDOVER_HOLD;
 
 use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
@@ -102,6 +103,9 @@ pub struct ClusterMode {
     caught_up: watch::Sender<bool>,
     /// Where this node keeps its state (the clean-stop mark among it).
     data_dir: std::path::PathBuf,
+    /// Some member has not answered this node's census of its ring yet: buckets the ring just
+    /// gave it may still have a handover on the way (see `rates.rs`).
+    handovers_pending: std::sync::atomic::AtomicBool,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -252,6 +256,7 @@ impl ClusterMode {
             seed: Mutex::new(Some(seed)),
             caught_up: watch::channel(false).0,
             data_dir: data_dir.to_owned(),
+            handovers_pending: std::sync::atomic::AtomicBool::new(true),
         }))
     }
 
@@ -404,6 +409,8 @@ impl ClusterMode {
         let mut owning: HashMap<String, bool> = HashMap::new();
         loop {
             let members = watch.borrow_and_update().clone();
+            // Before the ring changes: its buckets' handovers are on their way from then.
+            self.handovers_pending.store(true, Ordering::Release);
             let before = self.ring.load();
             let transport = Arc::clone(&self.transport);
             let applied = membership::apply(
@@ -447,6 +454,7 @@ impl ClusterMode {
             self.hand_over_rates(&before, &after).await;
             self.followed.send_replace(generation);
             self.owner.expect(members.iter().map(|m| m.id.clone()));
+            self.note_handovers();
             if watch.changed().await.is_err() {
                 return;
             }
@@ -555,6 +563,7 @@ impl ClusterMode {
                     .owner
                     .ring_unchanged_for(SystemClock::new().now())
                     .as_millis() as u64,
+                handed_over: self.owner.handed_over(),
             },
             counters: self.counters(),
             lent: self.lent(),

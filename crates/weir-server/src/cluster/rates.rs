@@ -8,6 +8,13 @@ use super::{
 use weir::Clock;
 use weir_cluster::transport::TransportExt;
 
+/// How long a bucket the ring just gave this node is held while the previous owner's handover
+/// may be on the way: until every member has answered this node's census (each has handed
+/// over what the ring moved here), or this long after it took the bucket, whichever is first.
+/// Meanwhile the bucket allows the share of its capacity its tenure is of this, so a decision
+/// made before the handover arrives cannot admit the burst the previous owner already did.
+pub const HANDOVER_HOLD: Duration = Duration::from_secs(1);
+
 impl ClusterMode {
     /// The owner of a cluster-scoped rate bucket when it is another node; `None` when this
     /// node decides it (it owns it, or the ring is empty).
@@ -65,6 +72,18 @@ impl ClusterMode {
     pub fn took_on_rate_bucket(&self, policy: &str, key: &str) {
         self.note_handed(policy, key);
         self.rates.taken_on.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// For a cluster-scoped rate bucket this node owns: how long it has owned it, if the ring
+    /// gave it to this node less than [`HANDOVER_HOLD`] ago and some member has not yet
+    /// answered this node's census (its handover of the bucket may still be on the way).
+    /// `None` otherwise — one atomic load, unless a ring change is in progress.
+    pub fn awaiting_handover(&self, policy: &str, key: &str) -> Option<Duration> {
+        if !self.handovers_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        self.rate_tenure(policy, key)
+            .filter(|held_for| *held_for < HANDOVER_HOLD)
     }
 
     /// Counts a decision on a rate bucket held to its owner's tenure.
