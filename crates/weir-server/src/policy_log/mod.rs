@@ -57,6 +57,22 @@ pub enum StartError {
     Raft(String),
 }
 
+/// Raft's timing for the policy log, the same on every member.
+fn raft_config() -> Result<Arc<openraft::Config>, StartError> {
+    let config = openraft::Config {
+        cluster_name: "weir-policies".to_owned(),
+        // A change reaches the followers with the next heartbeat at the latest.
+        heartbeat_interval: 100,
+        election_timeout_min: 500,
+        election_timeout_max: 1000,
+        ..Default::default()
+    };
+    config
+        .validate()
+        .map(Arc::new)
+        .map_err(|e| StartError::Raft(e.to_string()))
+}
+
 /// A change committed by the cluster: where it is in the log, and what applying it did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Committed {
@@ -129,19 +145,9 @@ impl PolicyLog {
         let store = Store::open(dir)?;
         let machine = Machine::open(store.clone())?;
         let applied = machine.applied();
-        let config = openraft::Config {
-            cluster_name: "weir-policies".to_owned(),
-            // A change reaches the followers with the next heartbeat at the latest.
-            heartbeat_interval: 100,
-            election_timeout_min: 500,
-            election_timeout_max: 1000,
-            ..Default::default()
-        }
-        .validate()
-        .map_err(|e| StartError::Raft(e.to_string()))?;
         let peers = Peers::new(connect, token);
         let id = id_of(node_id);
-        let raft = Raft::new(id, Arc::new(config), peers.clone(), store, machine)
+        let raft = Raft::new(id, raft_config()?, peers.clone(), store, machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
         Ok(Arc::new(PolicyLog {
@@ -355,3 +361,6 @@ impl PolicyLog {
         (self.id, BasicNode::new(self.address.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests;
