@@ -21,18 +21,12 @@ use crate::etag::etag_of;
 use network::{Network, Shared, World};
 
 /// The delay model every simulation here uses: a link of one datacenter. Tokio's timers
-/// count whole milliseconds, so a crossing takes 1 ms (a jitter below that would be rounded
-/// away); a leader's fan-out adds 20 µs a message, which shows once it sums past a millisecond.
+/// count whole milliseconds, so a crossing takes 1 ms (no finer latency or jitter would
+/// survive the rounding); a leader's fan-out adds 20 µs a message, which shows once it sums
+/// past a millisecond.
 fn world() -> Shared {
-    World::new(
-        Duration::from_millis(1),
-        Duration::ZERO,
-        Duration::from_micros(20),
-    )
+    World::new(Duration::from_millis(1), Duration::from_micros(20))
 }
-
-/// How long a proposal may take, as [`PROPOSE_WITHIN`] for a real member.
-const WITHIN: Duration = PROPOSE_WITHIN;
 
 fn policy(name: &str, qps: u64) -> PolicyConfig {
     toml::from_str(&format!("name = \"{name}\"\nstrict = {{ qps = {qps} }}")).unwrap()
@@ -110,9 +104,7 @@ impl Sim {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, World> {
-        self.world
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        network::lock(&self.world)
     }
 
     fn raft(&self, id: u64) -> Option<Raft<PolicyRaft>> {
@@ -178,7 +170,7 @@ impl Sim {
 
     /// Proposes `change` through member `via` as a real member does: to the leader it knows
     /// of (a forward crossing the network both ways), again while the leader moves, at most
-    /// [`WITHIN`].
+    /// [`PROPOSE_WITHIN`], as a real member's.
     async fn propose(&self, via: u64, change: Change) -> Answer {
         let attempt = async {
             loop {
@@ -212,7 +204,7 @@ impl Sim {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         };
-        tokio::time::timeout(WITHIN, attempt)
+        tokio::time::timeout(PROPOSE_WITHIN, attempt)
             .await
             .unwrap_or(Answer::Unknown)
     }

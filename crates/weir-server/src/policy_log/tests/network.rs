@@ -3,9 +3,8 @@
 //!
 //! The delay model: a message waits for its sender's outgoing link (each message occupies it
 //! for [`World::per_message`], so a leader's fan-out to N − 1 followers takes N − 1 slots),
-//! then crosses in [`World::latency`] plus a jitter of up to [`World::jitter`] drawn from a
-//! hash of the link and the message's number (the same run gives the same delays). The
-//! reply crosses back the same way. Disk writes take no simulated time.
+//! then crosses in [`World::latency`]. The reply crosses back the same way. Disk writes take
+//! no simulated time.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -30,13 +29,10 @@ pub struct World {
     pub cut: BTreeSet<(u64, u64)>,
     /// One-way latency of every link.
     pub latency: Duration,
-    /// Added to the latency: up to this much, per message.
-    pub jitter: Duration,
     /// How long one message occupies its sender's outgoing link.
     pub per_message: Duration,
     /// When each member's outgoing link is free again.
     busy_until: HashMap<u64, Instant>,
-    sent: u64,
 }
 
 /// The world, shared by every member's network.
@@ -44,15 +40,13 @@ pub type Shared = Arc<Mutex<World>>;
 
 impl World {
     /// A world with no member up yet.
-    pub fn new(latency: Duration, jitter: Duration, per_message: Duration) -> Shared {
+    pub fn new(latency: Duration, per_message: Duration) -> Shared {
         Arc::new(Mutex::new(World {
             up: HashMap::new(),
             cut: BTreeSet::new(),
             latency,
-            jitter,
             per_message,
             busy_until: HashMap::new(),
-            sent: 0,
         }))
     }
 
@@ -71,20 +65,15 @@ impl World {
     }
 
     /// When a message `from` → `to` sent now arrives.
-    fn arrival(&mut self, from: u64, to: u64) -> Instant {
+    fn arrival(&mut self, from: u64) -> Instant {
         let now = Instant::now();
         let free = self.busy_until.get(&from).copied().unwrap_or(now).max(now) + self.per_message;
         self.busy_until.insert(from, free);
-        self.sent += 1;
-        let draw =
-            xxhash_rust::xxh3::xxh3_64(&[from, to, self.sent].map(u64::to_le_bytes).concat());
-        let jitter_ns = self.jitter.as_nanos() as u64;
-        let jitter = Duration::from_nanos(if jitter_ns == 0 { 0 } else { draw % jitter_ns });
-        free + self.latency + jitter
+        free + self.latency
     }
 }
 
-fn lock(world: &Shared) -> MutexGuard<'_, World> {
+pub fn lock(world: &Shared) -> MutexGuard<'_, World> {
     world.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -128,7 +117,7 @@ impl Link {
             if !world.linked(from, to) {
                 return false;
             }
-            world.arrival(from, to)
+            world.arrival(from)
         };
         tokio::time::sleep_until(arrival).await;
         lock(&self.world).linked(from, to)
