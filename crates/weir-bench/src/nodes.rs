@@ -12,6 +12,10 @@ use anyhow::Context;
 /// How long a node may take to say where it listens.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// The environment variable that sets the started nodes' `--log` filter (default `error`), to
+/// see what a scenario's nodes did: their logs go to the bench's standard error.
+pub const NODE_LOG: &str = "WEIR_BENCH_NODE_LOG";
+
 /// A `weir serve` child process; killed when dropped.
 pub struct LocalNode {
     child: Child,
@@ -60,7 +64,9 @@ impl LocalNode {
         let config_path = dir.join("weir.toml");
         let mut child = Command::new(binary)
             .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
-            .args(["--log", "error", "--config"])
+            .arg("--log")
+            .arg(std::env::var(NODE_LOG).unwrap_or_else(|_| "error".to_owned()))
+            .arg("--config")
             .arg(&config_path)
             .arg("--data-dir")
             .arg(dir.join("data"))

@@ -463,14 +463,10 @@ fn the_redis_baseline_holds_the_same_policies() {
 
 /// A rolling restart of three real nodes under load, each stopped with SIGTERM and started
 /// again on its data dir: the `closed` pool never has more leases out than its ceiling, and the
-/// cluster-scoped rate stays within rate × time + three bursts. Release builds measure no
-/// over-admission at all (`docs/benchmarks.md`, Rolling restart); this debug build on a loaded
-/// machine is given two more bursts for what a join still costs: when the node comes back and
-/// takes its buckets again, what it decides before the handover from their interim owner
-/// arrives, and what the interim owner decides for members whose rings have not followed yet,
-/// are not counted against each other (`docs/configuration.md`, Cluster mode). Deciding during
-/// the drain instead of handing over first admitted 28–56 more in 4 s (`cluster.rs`), which
-/// this bound still catches.
+/// cluster-scoped rate admits at most 1 % over rate × time + burst (`docs/benchmarks.md`,
+/// Rolling restart). Before, the seed node came back alone on its ring and decided the bucket
+/// fresh for a moment (about one burst over, 3 %), and a handoff freed leases on an old owner
+/// that still granted (5 out against 4, in one run of seven).
 #[test]
 fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
     let output = weir()
@@ -487,10 +483,10 @@ fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
     assert_eq!(restarts.len(), 3, "{report}");
     for restart in restarts {
         assert!(restart["admitted"].as_u64().unwrap() > 0, "{restart}");
-        let admitted = restart["admitted"].as_f64().unwrap();
-        let burst = report["burst"].as_f64().unwrap();
-        let with_join = restart["bound"].as_f64().unwrap() + 2.0 * burst;
-        assert!(admitted <= with_join, "over the rate: {restart}");
+        assert!(
+            restart["over"].as_f64().unwrap() <= 0.01,
+            "over the rate: {restart}"
+        );
         assert!(
             restart["most_leases"].as_u64().unwrap() <= report["ceiling"].as_u64().unwrap(),
             "over the ceiling: {restart}"

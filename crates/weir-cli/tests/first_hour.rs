@@ -84,7 +84,7 @@ async fn a_node_that_cannot_join_says_what_it_waits_for() {
         || async {
             let (_, body) = get(server.url("/readyz")).await;
             let waited: u64 = body
-                .split("no other member seen in ")
+                .split("with the other members after ")
                 .nth(1)
                 .and_then(|rest| rest.split(' ').next())
                 .and_then(|seconds| seconds.parse().ok())

@@ -92,6 +92,14 @@ impl Transport for InMemory {
                     owner.give_back(&bucket, lease, units);
                     Reply::Done
                 }
+                Message::MovedAway {
+                    bucket,
+                    lease,
+                    idle,
+                } => {
+                    owner.moved_away(&bucket, lease, idle);
+                    Reply::Done
+                }
                 Message::Renew(renewal) => Reply::Renewed(owner.renew(
                     &renewal.bucket,
                     renewal.lease,

@@ -107,12 +107,32 @@ impl Owner {
         {
             return false;
         }
+        tracing::debug!(
+            node = %self.node_id,
+            member,
+            held = answer.held.len(),
+            "census answer counted"
+        );
         for held in &answer.held {
-            let known = held.owner == self.node_id && self.pool.holds(&held.bucket, held.id, now);
+            // A lease this pool numbered is counted here while it is live; one it no longer
+            // holds has ended here (released while the answer was on its way, or expired), so
+            // it is not counted again. Only what another owner granted, or this node's
+            // previous process, is new.
+            let known = held.owner == self.node_id && self.pool.issued(held.id);
             if !known && self.fence(&held.bucket).is_ok() {
                 let expires_at = weir::clock::after(now, held.remaining);
-                self.pool
+                let id = self
+                    .pool
                     .adopt(&held.bucket, member, expires_at, held.units, false);
+                tracing::debug!(
+                    node = %self.node_id,
+                    bucket = %held.bucket,
+                    member,
+                    from = %held.owner,
+                    was = held.id,
+                    id,
+                    "a lease it did not know, counted from a census answer"
+                );
             }
         }
         true
@@ -215,7 +235,16 @@ impl Owner {
         lent: bool,
     ) -> Result<u64, TransportError> {
         self.fence(bucket)?;
-        Ok(self.pool.adopt(bucket, holder, expires_at, units, lent))
+        let id = self.pool.adopt(bucket, holder, expires_at, units, lent);
+        tracing::debug!(
+            node = %self.node_id,
+            bucket,
+            holder,
+            id,
+            units,
+            "a lease adopted in a handoff"
+        );
+        Ok(id)
     }
 
     /// Takes `units` idle units of a loan back (whoever owns the bucket now, as a release).
@@ -243,6 +272,32 @@ impl Owner {
     /// Releases a lease (whoever owns the bucket now: a release is never refused).
     pub fn release(&self, bucket: &str, lease: u64) {
         self.pool.release(bucket, lease);
+    }
+
+    /// Lease `lease` of `bucket`, granted here, now lives with the bucket's new owner: it ends
+    /// here, unless this node's own ring still names it the owner. Then the holder's ring is
+    /// ahead of this node's, which may still grant; freeing the units in use would let it
+    /// grant them again while the new owner counts them too. So they stay counted here until
+    /// the lease expires (it is renewed on the new owner only), and only a loan's `idle` units
+    /// come back.
+    pub fn moved_away(&self, bucket: &str, lease: u64, idle: u64) {
+        let still_owner = self.fence(bucket).is_ok();
+        tracing::debug!(
+            node = %self.node_id,
+            bucket,
+            lease,
+            still_owner,
+            "a lease moved to the bucket's new owner"
+        );
+        match still_owner {
+            true if idle > 0 => {
+                self.pool.give_back(bucket, lease, idle);
+            }
+            true => {}
+            false => {
+                self.pool.release(bucket, lease);
+            }
+        }
     }
 
     /// `NotOwner` unless this node's own ring names it `bucket`'s owner.
@@ -467,33 +522,41 @@ mod tests {
             DEFAULT_VNODES,
             1,
         )));
-        let pool = Arc::new(SharedPool::new(100));
+        // This process numbers its leases from 1000; its previous one numbered below.
+        let pool = Arc::new(SharedPool::new(100).with_first_id(1000));
         let a = Owner::new("a", Arc::clone(&ring), Arc::clone(&pool));
-        let Ok(Grant::Granted { id, .. }) = a.grant(&request("b")) else {
-            panic!("granted");
+        let granted = || match a.grant(&request("b")) {
+            Ok(Grant::Granted { id, .. }) => id,
+            other => panic!("granted: {other:?}"),
         };
-        let listed = |id| Answer {
+        let (live, released) = (granted(), granted());
+        a.release("b", released);
+        let listed = |ids: &[u64]| Answer {
             fingerprint: a.fingerprint(),
             quiet: Quiet {
                 awake: Duration::from_secs(1),
                 unclean_departure: None,
             },
-            held: vec![Held {
-                bucket: "b".to_owned(),
-                owner: "a".to_owned(),
-                id,
-                units: 1,
-                remaining: Duration::from_nanos(500),
-            }],
+            held: ids
+                .iter()
+                .map(|&id| Held {
+                    bucket: "b".to_owned(),
+                    owner: "a".to_owned(),
+                    id,
+                    units: 1,
+                    remaining: Duration::from_nanos(500),
+                })
+                .collect(),
         };
         a.expect(["a".to_owned(), "c".to_owned(), "d".to_owned()]);
-        // A lease this pool knows is counted once; one it does not (its previous process's)
-        // is counted too; a member's second answer on the same ring adds nothing.
-        assert!(a.counted("c", &listed(id), 0));
+        // A live lease of this pool is counted once; one it released while the answer was on
+        // its way is not counted again; one of its previous process is new, and counted.
+        assert!(a.counted("c", &listed(&[live, released]), 0));
         assert_eq!(pool.in_use("b", 0), 1);
-        assert!(a.counted("d", &listed(id + 1), 0));
+        assert!(a.counted("d", &listed(&[999]), 0));
         assert_eq!(pool.in_use("b", 0), 2);
-        assert!(!a.counted("d", &listed(id + 1), 0));
+        // A member's second answer on the same ring adds nothing.
+        assert!(!a.counted("d", &listed(&[998]), 0));
         assert_eq!(pool.in_use("b", 0), 2);
     }
 }

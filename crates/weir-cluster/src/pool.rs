@@ -146,6 +146,8 @@ impl Bucket {
 
 #[derive(Debug, Default)]
 struct Buckets {
+    /// The first id this pool numbered, and the next.
+    first_id: u64,
     next_id: u64,
     buckets: HashMap<String, Bucket>,
     refused_while_lent: u64,
@@ -178,8 +180,16 @@ impl SharedPool {
 
     /// The same pool, numbering its leases from `first` on.
     pub fn with_first_id(self, first: u64) -> Self {
-        self.lock().next_id = first;
+        let mut state = self.lock();
+        (state.first_id, state.next_id) = (first, first);
+        drop(state);
         self
+    }
+
+    /// Whether this pool numbered `id` (granted or adopted it), whether or not it is live now.
+    pub fn issued(&self, id: u64) -> bool {
+        let state = self.lock();
+        (state.first_id..state.next_id).contains(&id)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
@@ -330,14 +340,6 @@ impl SharedPool {
             holder: holder.to_owned(),
         });
         id
-    }
-
-    /// Whether lease `id` of `bucket` is live here at `now`.
-    pub fn holds(&self, bucket: &str, id: u64, now: Nanos) -> bool {
-        self.lock()
-            .buckets
-            .get(bucket)
-            .is_some_and(|b| b.leases.iter().any(|l| l.id == id && l.expires_at > now))
     }
 
     /// Ends a lease, every unit of it. Unknown ids (released, swept, never granted) are a

@@ -39,6 +39,18 @@ pub enum Message {
         /// Units given back.
         units: u64,
     },
+    /// A lease (or loan) has been handed over to the bucket's new owner, and is done with here
+    /// — unless the receiver still owns the bucket in its own ring (the holder's ring is
+    /// ahead of it): then it may still grant, so what is in use stays counted until it
+    /// expires, and only the `idle` units come back. Answered [`Reply::Done`].
+    MovedAway {
+        /// The bucket.
+        bucket: String,
+        /// The lease or loan, as the receiver knows it.
+        lease: u64,
+        /// Units of a loan that were not in use (0 for a plain lease): not handed over.
+        idle: u64,
+    },
     /// Extend a lease: answered [`Reply::Renewed`].
     Renew(Renewal),
     /// Decide a request of a cluster-scoped rate policy, or take a bucket handed over
@@ -87,7 +99,7 @@ pub struct Renewal {
 pub enum Reply {
     /// To `Acquire`.
     Grant(Grant),
-    /// To `Release`, `GiveBack` and `ReleaseBatch`.
+    /// To `Release`, `GiveBack`, `MovedAway` and `ReleaseBatch`.
     Done,
     /// To `Adopt`: the lease's id on the new owner.
     Adopted(u64),
@@ -221,6 +233,23 @@ pub trait TransportExt: Transport {
         done(self.send(owner, message), owner)
     }
 
+    /// Tells `owner`, the bucket's previous owner, that lease `lease` now lives with the new
+    /// one (see [`Message::MovedAway`]).
+    fn moved_away(
+        &self,
+        owner: &str,
+        bucket: &str,
+        lease: u64,
+        idle: u64,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        let message = Message::MovedAway {
+            bucket: bucket.to_owned(),
+            lease,
+            idle,
+        };
+        done(self.send(owner, message), owner)
+    }
+
     /// Extends a lease on `owner`; false if it is gone there (or, fenced, if the owner does
     /// not hear from a majority).
     fn renew(&self, owner: &str, renewal: Renewal) -> BoxFuture<'_, Result<bool, TransportError>> {
@@ -338,7 +367,13 @@ pub async fn hand_over<T: Transport + 'static>(
         let owner = owner.to_owned();
         let transport = Arc::clone(transport);
         let request = RateRequest::HandOver(handover);
-        sent.spawn(async move { transport.decide(&owner, request).await.is_ok() });
+        sent.spawn(async move {
+            let answered = transport.decide(&owner, request).await;
+            if let Err(error) = &answered {
+                tracing::warn!(%owner, "a rate bucket's handover failed: {error}");
+            }
+            answered.is_ok()
+        });
     }
     let mut taken = 0;
     while let Some(answered) = sent.join_next().await {

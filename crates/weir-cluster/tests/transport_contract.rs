@@ -3,7 +3,8 @@
 //! the same: grants up to the limit then full, "not the owner" for a bucket it does not own,
 //! "settling" for a fenced request too early, a release that frees a place, renewals of live
 //! leases only, adoption that counts, batches answered in order, an unknown node unreachable,
-//! and loans (several units in one lease) grown, renewed, given back in part and adopted.
+//! and loans (several units in one lease) grown, renewed, given back in part, moved away to
+//! another owner (counted on while this one still owns the bucket) and adopted.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -256,13 +257,18 @@ async fn loans<T: Transport>(transport: &T, callee: &Callee) {
         "{plain:?}"
     );
     in_use(15).await;
-    transport
-        .release("n2", &bucket, grant_id(plain))
-        .await
-        .unwrap();
+    let plain = grant_id(plain);
+    // Handed to another owner while n2's own ring still names n2: it may still grant, so the
+    // lease stays counted here until it expires.
+    transport.moved_away("n2", &bucket, plain, 0).await.unwrap();
+    in_use(15).await;
+    transport.release("n2", &bucket, plain).await.unwrap();
     // Five units given back; the loan goes on with nine.
     transport.give_back("n2", &bucket, id, 5).await.unwrap();
     in_use(9).await;
+    // A loan handed over with three of its units idle: those come back, the rest stays.
+    transport.moved_away("n2", &bucket, id, 3).await.unwrap();
+    in_use(6).await;
     // A loan handed over whole counts all its units, and is the holder's loan there.
     let expires_at = weir::clock::after(SystemClock::new().now(), TTL);
     transport.release("n2", &bucket, id).await.unwrap();

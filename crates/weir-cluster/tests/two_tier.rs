@@ -119,8 +119,13 @@ impl Cluster {
 
 /// Admits on `node` until refused; returns the admissions.
 async fn fill(node: &TwoTier<ManualClock, InMemory>) -> Vec<ClusterAdmission> {
+    fill_bucket(node, BUCKET).await
+}
+
+/// Admits `bucket` on `node` until refused; returns the admissions.
+async fn fill_bucket(node: &TwoTier<ManualClock, InMemory>, bucket: &str) -> Vec<ClusterAdmission> {
     let mut held = Vec::new();
-    while let Ok(admission) = node.acquire(BUCKET).await {
+    while let Ok(admission) = node.acquire(bucket).await {
         held.push(admission);
         assert!(held.len() < 1000, "never refused");
     }
@@ -1070,4 +1075,95 @@ async fn a_handed_over_loan_is_renewed_during_the_new_owners_tenure() {
         "still counted, 35 s on"
     );
     node.release(held).await;
+}
+
+/// The previous owner's ring can lag the holder's: a holder that has already handed its leases
+/// to the new owner must not free them on an old owner that still grants, or both count
+/// capacity the other has given out (seen in a rolling restart: the old owner granted the
+/// ceiling again beside the leases the new one had taken over). What is in use stays counted
+/// on the old owner until it expires or the old owner's ring moves on; a loan's idle units
+/// come back at once.
+#[tokio::test]
+async fn a_handoff_does_not_free_what_is_in_use_on_an_old_owner_that_still_grants() {
+    let before = Ring::new(
+        [Member::owner("n1", 1), Member::owner("n2", 1)],
+        DEFAULT_VNODES,
+        1,
+    );
+    let after = Ring::new(
+        ["n1", "n2", "n3"].map(|id| Member::owner(id, 1)),
+        DEFAULT_VNODES,
+        1,
+    );
+    let bucket = (0..10_000)
+        .map(|i| format!("bucket-{i}"))
+        .find(|b| {
+            before.owner_of(b).as_deref() == Some("n2")
+                && after.owner_of(b).as_deref() == Some("n3")
+        })
+        .unwrap();
+    for max_loan in [1, 4] {
+        let config = match max_loan {
+            1 => config(0, 4, OnUnavailable::Open),
+            _ => lending(4, max_loan, OnUnavailable::Open),
+        };
+        let network = Arc::new(InMemory::new());
+        let clock = ManualClock::new(0);
+        // n2 still runs the ring before; n1 (the holder) and n3 run the one after.
+        let n2_ring = Arc::new(SharedRing::new(before.clone()));
+        let n1_ring = Arc::new(SharedRing::new(before.clone()));
+        let n3_ring = Arc::new(SharedRing::new(after.clone()));
+        let (n2_pool, n3_pool) = (
+            Arc::new(SharedPool::new(100)),
+            Arc::new(SharedPool::new(100)),
+        );
+        let n2_owner = Arc::new(Owner::new("n2", Arc::clone(&n2_ring), Arc::clone(&n2_pool)));
+        network.add("n2", Arc::clone(&n2_owner));
+        network.add(
+            "n3",
+            Arc::new(Owner::new("n3", n3_ring, Arc::clone(&n3_pool))),
+        );
+        let coordinator = |id: &str, ring: &Arc<SharedRing>, owner: Arc<Owner>| {
+            TwoTier::new(
+                id,
+                config.clone(),
+                Arc::clone(ring),
+                Arc::clone(&network),
+                owner,
+                clock.clone(),
+            )
+        };
+        let n1_owner = Arc::new(Owner::new(
+            "n1",
+            Arc::clone(&n1_ring),
+            Arc::new(SharedPool::new(100)),
+        ));
+        let n1 = coordinator("n1", &n1_ring, n1_owner);
+        let n2 = coordinator("n2", &n2_ring, n2_owner);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(n1.acquire(&bucket).await.unwrap());
+        }
+        n1_ring.publish(after.clone());
+        assert_eq!(n1.rehome().await, if max_loan > 1 { 1 } else { 3 });
+        assert_eq!(
+            n3_pool.in_use(&bucket, 0),
+            3,
+            "the new owner counts the three in use"
+        );
+        assert_eq!(
+            n2_pool.in_use(&bucket, 0),
+            3,
+            "the old owner, still owning in its view, keeps counting them (max_loan {max_loan})"
+        );
+        let granted = fill_bucket(&n2, &bucket).await;
+        assert_eq!(
+            granted.len(),
+            1,
+            "only the one unit nobody uses (max_loan {max_loan})"
+        );
+        // Released where they were handed: the new owner.
+        release_all(&n1, held).await;
+        assert_eq!(n3_pool.in_use(&bucket, 0), 0);
+    }
 }

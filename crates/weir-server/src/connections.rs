@@ -139,9 +139,13 @@ pub async fn serve_http(
                     // Telling HTTP/1 from HTTP/2 waits for the first bytes, with no timer of
                     // its own: a connection that never sends is closed here.
                     let mut first = [0u8; 1];
-                    let spoke =
-                        tokio::time::timeout(limits.header_timeout, tcp.peek(&mut first)).await;
-                    if matches!(spoke, Ok(Ok(1))) {
+                    let spoke = draining
+                        .unless_begun(tokio::time::timeout(
+                            limits.header_timeout,
+                            tcp.peek(&mut first),
+                        ))
+                        .await;
+                    if matches!(spoke, Some(Ok(Ok(1)))) {
                         serve_connection(builder, tcp, service, &draining).await;
                     }
                 }
@@ -150,9 +154,13 @@ pub async fn serve_http(
                     // client speaking plain HTTP to a TLS port, told so in plain HTTP rather
                     // than with a TLS alert it cannot read.
                     let mut first = [0u8; 1];
-                    let spoke =
-                        tokio::time::timeout(limits.header_timeout, tcp.peek(&mut first)).await;
-                    if !matches!(spoke, Ok(Ok(1))) {
+                    let spoke = draining
+                        .unless_begun(tokio::time::timeout(
+                            limits.header_timeout,
+                            tcp.peek(&mut first),
+                        ))
+                        .await;
+                    if !matches!(spoke, Some(Ok(Ok(1)))) {
                         drop(slot);
                         return;
                     }
@@ -161,18 +169,23 @@ pub async fn serve_http(
                         drop(slot);
                         return;
                     }
-                    let handshake =
-                        tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp)).await;
-                    if let Ok(Ok(stream)) = handshake {
+                    let handshake = draining
+                        .unless_begun(tokio::time::timeout(
+                            limits.header_timeout,
+                            acceptor.accept(tcp),
+                        ))
+                        .await;
+                    if let Some(Ok(Ok(stream))) = handshake {
                         // No peek through TLS: the first bytes are waited for in a buffer
                         // hyper then reads from, under the same timeout.
                         let mut stream = tokio::io::BufReader::new(stream);
-                        let spoke = tokio::time::timeout(
-                            limits.header_timeout,
-                            tokio::io::AsyncBufReadExt::fill_buf(&mut stream),
-                        )
-                        .await;
-                        if matches!(spoke, Ok(Ok(first)) if !first.is_empty()) {
+                        let spoke = draining
+                            .unless_begun(tokio::time::timeout(
+                                limits.header_timeout,
+                                tokio::io::AsyncBufReadExt::fill_buf(&mut stream),
+                            ))
+                            .await;
+                        if matches!(spoke, Some(Ok(Ok(first))) if !first.is_empty()) {
                             serve_connection(builder, stream, service, &draining).await;
                         }
                     }
@@ -376,6 +389,8 @@ async fn serve_connection<I>(
 #[derive(Debug, Default)]
 struct Draining {
     started: AtomicBool,
+    /// Wakes the connections that have not sent their first bytes yet.
+    begun: tokio::sync::Notify,
     /// Each open connection's waker, by the connection's number.
     open: Mutex<HashMap<u64, Arc<AtomicWaker>>>,
     next: AtomicU64,
@@ -398,9 +413,28 @@ impl Draining {
         output
     }
 
+    /// `wait`'s output, or `None` if draining starts first. A connection that has not sent
+    /// its first bytes has no request to finish: waiting its first-bytes timeout out (an HTTP
+    /// client may open a connection for its pool and send nothing on it yet) held a stop for
+    /// that long.
+    async fn unless_begun<F: Future>(&self, wait: F) -> Option<F::Output> {
+        let begun = self.begun.notified();
+        let mut begun = std::pin::pin!(begun);
+        // Enabled before the flag is read: a start in between still wakes it.
+        begun.as_mut().enable();
+        if self.started.load(Ordering::SeqCst) {
+            return None;
+        }
+        tokio::select! {
+            output = wait => Some(output),
+            () = begun => None,
+        }
+    }
+
     /// Starts draining: wakes every open connection to tell it.
     fn start(&self) {
         self.started.store(true, Ordering::SeqCst);
+        self.begun.notify_waiters();
         for waker in self.lock().values() {
             waker.wake();
         }

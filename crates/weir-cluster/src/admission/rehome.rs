@@ -47,7 +47,8 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             };
             let Some(id) = adopted else { continue };
             let rehomed = self.book().rehomed(&m, id);
-            self.pay(give_back).await;
+            self.hand_away(&from, &m.bucket, old_id, m.units.saturating_sub(m.in_use))
+                .await;
             if rehomed {
                 moved += 1;
             } else {
@@ -55,6 +56,19 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
             }
         }
         moved
+    }
+
+    /// Tells a lease's (or loan's) previous `owner` that it now lives with the bucket's new
+    /// owner: see [`Owner::moved_away`](crate::owner::Owner::moved_away). Best effort: if
+    /// the call fails, it stays counted there until it expires.
+    async fn hand_away(&self, owner: &str, bucket: &str, id: u64, idle: u64) {
+        if owner == self.node_id {
+            self.owner.moved_away(bucket, id, idle);
+        } else {
+            let _ = self
+                .call(self.transport.moved_away(owner, bucket, id, idle))
+                .await;
+        }
     }
 
     /// After a ring change: hands every held lease (and loan) whose bucket has a new owner over
@@ -99,7 +113,7 @@ impl<C: Clock + Clone, T: Transport> TwoTier<C, T> {
                 None => false,
             };
             if still_held {
-                self.release_lease(&lease.owner, &lease.bucket, lease.id)
+                self.hand_away(&lease.owner, &lease.bucket, lease.id, 0)
                     .await;
                 moved += 1;
             } else {

@@ -127,13 +127,15 @@ impl<C: Clock> GrpcTransport<C> {
         self.addresses.store(Arc::new(addresses));
     }
 
-    /// One `Unlease` call: `units` of lease `lease` back (0: the whole lease).
+    /// One `Unlease` call: `units` of lease `lease` back (0: the whole lease); `moved_away`:
+    /// the lease went to the bucket's new owner (see [`Message::MovedAway`]).
     fn unlease(
         &self,
         owner: &str,
         bucket: &str,
         lease: u64,
         units: u64,
+        moved_away: bool,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
         let client = self.client(owner);
         let (owner, bucket) = (owner.to_owned(), bucket.to_owned());
@@ -143,6 +145,7 @@ impl<C: Clock> GrpcTransport<C> {
                     bucket,
                     id: lease,
                     units,
+                    moved_away,
                 })
                 .await
                 .map(|_| ())
@@ -352,6 +355,7 @@ impl<C: Clock> GrpcTransport<C> {
                         bucket,
                         id,
                         units: 0,
+                        moved_away: false,
                     })
                     .collect();
                 client?
@@ -369,7 +373,7 @@ impl<C: Clock> GrpcTransport<C> {
         bucket: &str,
         lease: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.unlease(owner, bucket, lease, 0)
+        self.unlease(owner, bucket, lease, 0, false)
     }
 
     fn call_give_back(
@@ -379,7 +383,7 @@ impl<C: Clock> GrpcTransport<C> {
         lease: u64,
         units: u64,
     ) -> BoxFuture<'_, Result<(), TransportError>> {
-        self.unlease(owner, bucket, lease, units.max(1))
+        self.unlease(owner, bucket, lease, units.max(1), false)
     }
 
     fn call_adopt(
@@ -445,6 +449,13 @@ impl<C: Clock> Transport for GrpcTransport<C> {
                 lease,
                 units,
             } => replied(self.call_give_back(owner, &bucket, lease, units), |()| {
+                Reply::Done
+            }),
+            Message::MovedAway {
+                bucket,
+                lease,
+                idle,
+            } => replied(self.unlease(owner, &bucket, lease, idle, true), |()| {
                 Reply::Done
             }),
             Message::Renew(renewal) => replied(self.call_renew(owner, renewal), Reply::Renewed),

@@ -61,11 +61,12 @@ impl<C: Clock> ClusterService<C> {
 }
 
 impl<C: Clock> ClusterService<C> {
-    /// Ends a lease, or gives some of a loan's units back.
+    /// Ends a lease, gives some of a loan's units back, or takes note of a handoff.
     fn unlease_one(&self, request: &proto::UnleaseRequest) {
-        match request.units {
-            0 => self.owner.release(&request.bucket, request.id),
-            units => self.owner.give_back(&request.bucket, request.id, units),
+        match (request.moved_away, request.units) {
+            (true, idle) => self.owner.moved_away(&request.bucket, request.id, idle),
+            (false, 0) => self.owner.release(&request.bucket, request.id),
+            (false, units) => self.owner.give_back(&request.bucket, request.id, units),
         }
     }
 

@@ -7,6 +7,9 @@
 //! each bucket it owns, for that long after it took it on, to the share of its capacity the
 //! period allows — handed over or not, since a handover may arrive after the first requests.
 //!
+//! A node asked for a bucket its ring gives to another passes the ask on to that owner, once
+//! (rings change on every node at a slightly different moment).
+//!
 //! When the owner cannot decide — unreachable, or its ring or policies differ from this node's
 //! for a moment while membership or config changes — this node decides on its own bucket of
 //! the key and counts it (`forward_failed` in `/v1/cluster`): the cluster then admits up to
@@ -139,10 +142,13 @@ impl App {
         if !cluster.owns_rate(&request.policy, &request.key)
             && !cluster.was_handed(&request.policy, &request.key)
         {
-            // Leaving, this node passes an ask on to the bucket's next owner (the others'
-            // rings still name this one for a moment).
-            if cluster.is_leaving()
-                && !request.relayed
+            // The asker's ring still names this node (it is leaving, or the ring moved the
+            // bucket to a node that joined and the asker's ring has not followed yet): the ask
+            // is passed on, once, to the owner this node's ring names. Answered "not the
+            // owner", the asker would decide on a bucket of its own, admitting up to a burst
+            // more for every node whose ring lags — what a join measured (3 % over rate ×
+            // time + burst).
+            if !request.relayed
                 && let Some(owner) = cluster.rate_owner(&request.policy, &request.key)
             {
                 let relayed = RateAsk {

@@ -17,6 +17,11 @@ const ASK_EVERY: Duration = Duration::from_millis(200);
 /// How long an owner waits for one member's answer before asking again at the next round.
 const ANSWER_WITHIN: Duration = Duration::from_millis(500);
 
+/// How long a joining node's ring, with another member in it, must have held unchanged for the
+/// node to count as joined though some live member has not answered its census on it (a
+/// paused or cut-off member must not keep every restarted node out of service).
+pub(super) const AGREE_WITHIN: Duration = Duration::from_secs(3);
+
 /// Left in the data dir by a clean stop, and taken at the next start: a node that starts
 /// without it after a run of its own crashed, and the leases its clients still hold are known
 /// to nobody.
@@ -56,6 +61,7 @@ impl ClusterMode {
         loop {
             ticks.tick().await;
             self.note_handovers();
+            self.note_joined();
             let missing = self.owner.unanswered();
             if missing.is_empty() {
                 continue;
@@ -77,6 +83,35 @@ impl ClusterMode {
                 self.owner.counted(member, &answer, clock.now());
             }
             self.note_handovers();
+            self.note_joined();
+        }
+    }
+
+    /// Notes that this node has joined once it runs the cluster's ring: one with another
+    /// member in it, that every live member has answered this node's census on — so the
+    /// members run the same ring, and none is missing from it — or that has held unchanged
+    /// for [`AGREE_WITHIN`].
+    ///
+    /// A node started without seeds that was in a cluster before waits for the others to find
+    /// it for [`CATCH_UP_WITHIN`](super::policies::CATCH_UP_WITHIN) at most, then serves
+    /// alone: its old members may be gone for good.
+    fn note_joined(&self) {
+        if *self.joined.borrow() {
+            return;
+        }
+        if self.ring.load().members().len() < 2 {
+            if self.seeds.is_empty() && self.started.elapsed() >= super::policies::CATCH_UP_WITHIN {
+                tracing::warn!(
+                    "serving alone: none of the members this node had before has found it within {} s",
+                    super::policies::CATCH_UP_WITHIN.as_secs()
+                );
+                self.joined.send_replace(true);
+            }
+            return;
+        }
+        let held = self.owner.ring_unchanged_for(SystemClock::new().now());
+        if self.owner.handed_over() || held >= AGREE_WITHIN {
+            self.joined.send_replace(true);
         }
     }
 

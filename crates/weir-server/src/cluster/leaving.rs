@@ -11,7 +11,6 @@
 //! bucket alone, admitting up to once per node what the cluster should admit once.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::ClusterMode;
@@ -49,7 +48,6 @@ impl ClusterMode {
             Some(gossip) => gossip.step_down().await,
             None => return,
         }
-        self.leaving.store(true, Ordering::Release);
         let mut followed = self.followed.subscribe();
         let stepped_down = async {
             loop {
@@ -69,11 +67,6 @@ impl ClusterMode {
             );
         }
         tokio::time::sleep(settle).await;
-    }
-
-    /// Whether this node is leaving: it has stepped down as an owner.
-    pub fn is_leaving(&self) -> bool {
-        self.leaving.load(Ordering::Acquire)
     }
 
     /// Notes that `key`'s bucket of `policy` was handed to this node.

@@ -87,10 +87,10 @@ pub struct ClusterMode {
     seeds: Vec<String>,
     gossip_address: SocketAddr,
     started: std::time::Instant,
-    /// Another member has been seen (for good: a node that has joined stays joined).
-    joined: std::sync::atomic::AtomicBool,
-    /// This node has stepped down as an owner, and is leaving.
-    leaving: std::sync::atomic::AtomicBool,
+    /// This node runs the cluster's ring: one with another member in it, which every live
+    /// member has answered this node's census on (or that has held for
+    /// [`census::AGREE_WITHIN`]). For good: a node that has joined stays joined.
+    joined: watch::Sender<bool>,
     /// Cluster-scoped rate buckets handed to this node lately.
     handed: Mutex<leaving::Handed>,
     /// The ring generation whose change the membership follower has finished applying
@@ -180,7 +180,24 @@ impl ClusterMode {
             .map_or(0, |d| d.as_nanos() as u64);
         let pool = Arc::new(SharedPool::new(1_000_000).with_first_id(first_id));
         let crashed = Self::crashed_before(data_dir);
-        let seeded = !join.is_empty();
+        let policy_log = crate::policy_log::PolicyLog::start(
+            node_id,
+            grpc_url.clone(),
+            data_dir,
+            {
+                let tls = tls.clone();
+                Arc::new(move |address: &str| connect(address, tls.as_ref()))
+            },
+            secret
+                .as_ref()
+                .map(ClusterSecret::attach)
+                .unwrap_or_default(),
+        )
+        .await?;
+        // A node that was in a cluster with others before joins it again, even started
+        // without seeds (the first node of a cluster, restarted): alone, its ring would make
+        // it the owner of every bucket, deciding them fresh and full.
+        let seeded = !join.is_empty() || policy_log.voters_before().await > 1;
         let seeds = join.clone();
         let quorum = Arc::new(Quorum::new(node_id, DEFAULT_WINDOW, seeded));
         let owner = Arc::new(
@@ -207,20 +224,6 @@ impl ClusterMode {
         })
         .await?;
         let members = membership.watch();
-        let policy_log = crate::policy_log::PolicyLog::start(
-            node_id,
-            grpc_url,
-            data_dir,
-            {
-                let tls = tls.clone();
-                Arc::new(move |address: &str| connect(address, tls.as_ref()))
-            },
-            secret
-                .as_ref()
-                .map(ClusterSecret::attach)
-                .unwrap_or_default(),
-        )
-        .await?;
         // A data dir that does not read is reported when the node builds its policies.
         let seed = crate::durable::load(data_dir).unwrap_or_default();
         Ok(Arc::new(ClusterMode {
@@ -249,8 +252,7 @@ impl ClusterMode {
             seeds,
             gossip_address: gossip,
             started: std::time::Instant::now(),
-            joined: std::sync::atomic::AtomicBool::new(false),
-            leaving: std::sync::atomic::AtomicBool::new(false),
+            joined: watch::channel(false).0,
             handed: Mutex::default(),
             followed: watch::channel(0).0,
             policy_log,
@@ -277,9 +279,15 @@ impl ClusterMode {
             ));
         }
         Some(format!(
-            "joining the cluster: no other member seen in {} s through the seed(s) {} (gossiping on {}); check that a seed's gossip address is right and reachable, and that the nodes share `cluster_id` and `cluster_secret`",
+            "joining the cluster: not yet on one ring with the other members after {} s, through {} (gossiping on {}); check that a seed's gossip address is right and reachable, and that the nodes share `cluster_id` and `cluster_secret`",
             self.started.elapsed().as_secs(),
-            self.seeds.join(", "),
+            match self.seeds.is_empty() {
+                true => format!(
+                    "the members it had before (its policy log's; it serves alone after {} s)",
+                    policies::CATCH_UP_WITHIN.as_secs()
+                ),
+                false => format!("the seed(s) {}", self.seeds.join(", ")),
+            },
             self.gossip_address
         ))
     }
@@ -316,18 +324,14 @@ impl ClusterMode {
         self.gossip_has_joined() && self.has_caught_up()
     }
 
-    /// Whether gossip has joined: at once for a node started without seeds, else once it has
-    /// seen another member.
+    /// Whether gossip has joined: at once for a node started without seeds, else once this
+    /// node runs the cluster's ring (see `census.rs`). Seeing another member in gossip is not
+    /// enough: until the ring follows, and while it holds only some of the members, this
+    /// node decides as the owner of buckets the cluster's ring gives to others, on its own
+    /// fresh and full state (a rolling restart measured a burst over the rate each time a
+    /// node came back).
     fn gossip_has_joined(&self) -> bool {
-        use std::sync::atomic::Ordering;
-        if !self.seeded || self.joined.load(Ordering::Acquire) {
-            return true;
-        }
-        let seen = self.members() > 1;
-        if seen {
-            self.joined.store(true, Ordering::Release);
-        }
-        seen
+        !self.seeded || *self.joined.borrow()
     }
 
     /// Resolves once this node has joined (see [`has_joined`](Self::has_joined)); never, if
@@ -339,16 +343,14 @@ impl ClusterMode {
 
     /// Resolves once gossip has joined; never, if membership ends first.
     async fn gossip_joined(&self) {
-        let mut members = self.members.clone();
-        if members
-            .wait_for(|members| !self.seeded || members.len() > 1)
+        let mut joined = self.joined.subscribe();
+        if joined
+            .wait_for(|joined| *joined || !self.seeded)
             .await
             .is_err()
         {
-            return std::future::pending().await;
+            std::future::pending::<()>().await;
         }
-        self.joined
-            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// This node's owner service, to add to the gRPC server (behind the secret's check when

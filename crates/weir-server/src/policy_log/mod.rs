@@ -186,6 +186,22 @@ impl PolicyLog {
         self.raft.is_initialized().await.unwrap_or(false)
     }
 
+    /// How many voters this member's log had when it started: more than one, and this node
+    /// was a member of a cluster with others before (it joins it again, seeds or not).
+    pub async fn voters_before(&self) -> usize {
+        // Answered by the Raft core once it has loaded its state and reported it.
+        if !self.started().await {
+            return 0;
+        }
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .voter_ids()
+            .count()
+    }
+
     /// Proposes `change` here, if this member leads: its outcome once committed and applied
     /// here.
     pub async fn propose_here(&self, change: Change) -> Result<Committed, Refusal> {
