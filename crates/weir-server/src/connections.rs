@@ -426,6 +426,8 @@ impl Draining {
             return None;
         }
         tokio::select! {
+            // First bytes that came with the start are a request begun: served.
+            biased;
             output = wait => Some(output),
             () = begun => None,
         }
