@@ -24,8 +24,10 @@
 //! - neither the owner nor any member that answered has seen an unclean departure within the
 //!   window (`lease_ttl + margin`): a departed holder's leases have expired by then;
 //! - someone — the owner or a member that answered — has been awake for the whole window, so
-//!   that the window was watched (a whole cluster started afresh has not been: it waits out its
-//!   tenure, because a paused member of the cluster before could still hold leases).
+//!   that the window was watched (a whole cluster restarted has not been: it waits out its
+//!   tenure, because a paused member of the cluster before could still hold leases) — or every
+//!   one of them is on its first run: its data dir held no run of its own, so no lease can
+//!   predate the cluster (a cluster deployed for the first time grants at once).
 //!
 //! A member that departs cleanly — it stepped down as an owner first, answered on the ring
 //! without it, and drained — leaves nothing uncounted: its leases were handed over or listed.
@@ -44,6 +46,9 @@ pub struct Quiet {
     pub awake: Duration,
     /// How long ago it last saw a member depart without stepping down; `None`: never.
     pub unclean_departure: Option<Duration>,
+    /// Its data dir held no run of its own before this process: nothing it granted or held
+    /// can predate it.
+    pub first_run: bool,
 }
 
 impl Quiet {
@@ -100,6 +105,8 @@ pub struct Census {
     answered: HashMap<String, Quiet>,
     /// When this node last saw a member depart without stepping down.
     unclean_at: Option<Nanos>,
+    /// This process is its node's first run.
+    first_run: bool,
 }
 
 impl Census {
@@ -118,6 +125,11 @@ impl Census {
         self.expected = live.into_iter().collect();
     }
 
+    /// This process is its node's first run: its data dir held no run of its own.
+    pub fn first_run(&mut self) {
+        self.first_run = true;
+    }
+
     /// This node saw a member depart at `now`; `stepped_down`: it had stopped owning first.
     pub fn departed(&mut self, stepped_down: bool, now: Nanos) {
         if !stepped_down {
@@ -133,6 +145,7 @@ impl Census {
             unclean_departure: self
                 .unclean_at
                 .map(|at| Duration::from_nanos(now.saturating_sub(at))),
+            first_run: self.first_run,
         }
     }
 
@@ -175,11 +188,11 @@ impl Census {
                 .filter(|m| *m != me)
                 .filter_map(|m| self.answered.get(m))
         };
+        let everyone = || std::iter::once(&own).chain(answers());
         own.is_quiet_for(window)
             && answers().all(|quiet| quiet.is_quiet_for(window))
-            && std::iter::once(&own)
-                .chain(answers())
-                .any(|quiet| quiet.awake >= window)
+            && (everyone().any(|quiet| quiet.awake >= window)
+                || everyone().all(|quiet| quiet.first_run))
     }
 }
 

@@ -73,6 +73,12 @@ impl Owner {
         self.census().expect(fingerprint, live);
     }
 
+    /// This process is its node's first run (its data dir held no run of its own): said in its
+    /// census answers, and a census where everyone says so needs no watched window.
+    pub fn first_run(&self) {
+        self.census().first_run();
+    }
+
     /// A member departed at `now`; `stepped_down`: it had stopped owning first.
     pub fn departed(&self, stepped_down: bool, now: weir::Nanos) {
         self.census().departed(stepped_down, now);
@@ -483,6 +489,7 @@ mod tests {
             quiet: Quiet {
                 awake: Duration::from_secs(500),
                 unclean_departure: unclean.map(Duration::from_secs),
+                first_run: false,
             },
             // b still holds a lease from its own pool whose handoff failed: counted here.
             held: vec![Held {
@@ -536,6 +543,7 @@ mod tests {
             quiet: Quiet {
                 awake: Duration::from_secs(1),
                 unclean_departure: None,
+                first_run: false,
             },
             held: ids
                 .iter()

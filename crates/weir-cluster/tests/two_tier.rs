@@ -1097,10 +1097,7 @@ async fn a_handoff_does_not_free_what_is_in_use_on_an_old_owner_that_still_grant
     );
     let bucket = (0..10_000)
         .map(|i| format!("bucket-{i}"))
-        .find(|b| {
-            before.owner_of(b).as_deref() == Some("n2")
-                && after.owner_of(b).as_deref() == Some("n3")
-        })
+        .find(|b| before.owner_of(b) == Some("n2") && after.owner_of(b) == Some("n3"))
         .unwrap();
     for max_loan in [1, 4] {
         let config = match max_loan {

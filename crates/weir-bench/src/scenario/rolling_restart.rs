@@ -3,6 +3,9 @@
 //! on its data dir, and waited for until it is ready — while clients ask the nodes that are up
 //! for a cluster-scoped rate and for leases of a `closed` concurrency policy.
 //!
+//! The cluster's first start is a row of its own: the first 10 s of load, its "down" the time
+//! from starting the nodes until every one is ready.
+//!
 //! Per restart (the span from the SIGTERM to 10 s after the node is ready again): what
 //! the rate admitted against its bound over that span (rate × time + burst, so anything above
 //! is over-admission), how long the shared tier refused every lease for want of an owner that
@@ -79,6 +82,8 @@ pub struct RollingRestart {
     pub ceiling: usize,
     /// Its leases' TTL.
     pub lease_ttl: &'static str,
+    /// The cluster's first start (every data dir empty): the first [`SETTLE`] of load.
+    pub fresh_start: Restart,
     /// One row per restart.
     pub restarts: Vec<Restart>,
 }
@@ -105,7 +110,7 @@ impl RollingRestart {
             "p99 ms",
             "failed"
         );
-        for r in &self.restarts {
+        for r in std::iter::once(&self.fresh_start).chain(&self.restarts) {
             text.push_str(&format!(
                 "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>14} {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
                 r.node,
@@ -197,11 +202,13 @@ async fn acquire(client: &reqwest::Client, url: &str, policy: &str) -> (Answer, 
 /// Restarts each node in turn under load; the figures of each restart.
 pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<RollingRestart> {
     let dir = Workdir::new("rolling-restart")?;
+    let booting = Instant::now();
     let mut nodes = start_cluster(&settings.binary, &config(), dir.path(), NODES).await?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;
     wait_ready(&client, &nodes).await?;
+    let booted = booting.elapsed();
     let up: Up = Arc::new(Mutex::new(
         nodes.iter().map(|n| Some(n.http.clone())).collect(),
     ));
@@ -262,8 +269,10 @@ pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<Roll
             }
         }));
     }
-    // The load runs alone first, so the cluster is in its steady state.
+    // The load runs alone first, so the cluster is in its steady state; that span is the
+    // fresh start's.
     tokio::time::sleep(SETTLE).await;
+    let settled = start.elapsed();
     let mut spans = Vec::new();
     for (i, node) in nodes.iter_mut().enumerate() {
         let from = start.elapsed();
@@ -286,7 +295,19 @@ pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<Roll
         .into_iter()
         .map(|(node, from, ready, to)| figures(&log, &most, node, from, ready, to))
         .collect();
+    let fresh_start = Restart {
+        down_seconds: booted.as_secs_f64(),
+        ..figures(
+            &log,
+            &most,
+            "start".to_owned(),
+            Duration::ZERO,
+            Duration::ZERO,
+            settled,
+        )
+    };
     Ok(RollingRestart {
+        fresh_start,
         rate: RATE,
         burst: BURST,
         ceiling: SHARED_LIMIT,

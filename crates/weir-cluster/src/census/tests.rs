@@ -11,6 +11,15 @@ fn quiet(awake_s: u64, unclean_s: Option<u64>) -> Quiet {
     Quiet {
         awake: Duration::from_secs(awake_s),
         unclean_departure: unclean_s.map(Duration::from_secs),
+        first_run: false,
+    }
+}
+
+/// The same, from a node on its first run.
+fn first(awake_s: u64) -> Quiet {
+    Quiet {
+        first_run: true,
+        ..quiet(awake_s, None)
     }
 }
 
@@ -85,13 +94,45 @@ fn someone_must_have_watched_the_whole_window() {
     let mut census = Census::new();
     census.expect(7, live(&["a", "b"]));
     census.answer("b", 7, quiet(4, None));
-    // A cluster started afresh: nobody has been awake for a window.
+    // A cluster restarted: nobody has been awake for a window.
     assert!(!census.settled("a", 7, quiet(4, None), WINDOW));
     // A restarted node among members that have run all along.
     assert!(census.settled("a", 7, quiet(10, None), WINDOW));
     census.expect(8, live(&["a", "b"]));
     census.answer("b", 8, quiet(40, None));
     assert!(census.settled("a", 8, quiet(1, None), WINDOW));
+}
+
+#[test]
+fn a_cluster_on_its_first_run_needs_no_watched_window() {
+    let mut census = Census::new();
+    census.expect(7, live(&["a", "b", "c"]));
+    census.answer("b", 7, first(1));
+    census.answer("c", 7, first(1));
+    // Deployed for the first time: no lease can predate any of them.
+    assert!(census.settled("a", 7, first(1), WINDOW));
+    // One of them ran before (its clients may still hold what it granted): the window must
+    // have been watched.
+    assert!(!census.settled("a", 7, quiet(1, None), WINDOW));
+    census.expect(8, live(&["a", "b", "c"]));
+    census.answer("b", 8, first(1));
+    census.answer("c", 8, quiet(1, None));
+    assert!(!census.settled("a", 8, first(1), WINDOW));
+    // An unclean departure seen by a first-run node still counts.
+    census.expect(9, live(&["a", "b"]));
+    census.answer(
+        "b",
+        9,
+        Quiet {
+            unclean_departure: Some(Duration::from_secs(2)),
+            ..first(3)
+        },
+    );
+    assert!(!census.settled("a", 9, first(3), WINDOW));
+    // What a node says of itself.
+    let mut census = Census::new();
+    census.first_run();
+    assert_eq!(census.quiet(0, 5 * S), first(5));
 }
 
 #[test]

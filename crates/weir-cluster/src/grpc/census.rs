@@ -15,6 +15,7 @@ pub(super) fn wire_answer(answer: Option<Answer>) -> proto::CensusReply {
         fingerprint: answer.fingerprint,
         awake_ns: duration_to_nanos(answer.quiet.awake),
         unclean_departure_ns: answer.quiet.unclean_departure.map(duration_to_nanos),
+        first_run: answer.quiet.first_run,
         held: answer
             .held
             .into_iter()
@@ -36,6 +37,7 @@ fn answer_of(reply: proto::CensusReply) -> Option<Answer> {
         quiet: Quiet {
             awake: Duration::from_nanos(reply.awake_ns),
             unclean_departure: reply.unclean_departure_ns.map(Duration::from_nanos),
+            first_run: reply.first_run,
         },
         held: reply
             .held
@@ -83,6 +85,7 @@ mod tests {
             quiet: Quiet {
                 awake: Duration::from_secs(90),
                 unclean_departure: Some(Duration::from_millis(2_500)),
+                first_run: false,
             },
             held: vec![Held {
                 bucket: "tables/orders".to_owned(),
@@ -99,6 +102,7 @@ mod tests {
             quiet: Quiet {
                 awake: Duration::from_secs(1),
                 unclean_departure: None,
+                first_run: true,
             },
             fingerprint: 1,
         };

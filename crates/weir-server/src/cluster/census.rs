@@ -27,6 +27,17 @@ pub(super) const AGREE_WITHIN: Duration = Duration::from_secs(3);
 /// to nobody.
 const STOPPED_CLEANLY: &str = "stopped-cleanly";
 
+/// How a node's previous run in its data dir ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum PreviousRun {
+    /// There was none: this is its first run, and nothing it granted or held predates it.
+    None,
+    /// It stopped cleanly: it handed over, and its clients' leases ended with it.
+    Clean,
+    /// It crashed: its clients may still hold what it granted, known to nobody.
+    Crashed,
+}
+
 /// A census answerer over a node's cluster state.
 pub(super) struct Answers(pub(super) Arc<ClusterMode>);
 
@@ -125,16 +136,21 @@ impl ClusterMode {
             .store(young && !self.owner.handed_over(), Ordering::Release);
     }
 
-    /// At the start: whether this node's previous run in `data_dir` ended in a crash (it ran,
-    /// and did not leave the clean-stop mark). The mark is taken, so that the next crash shows.
-    pub(super) fn crashed_before(data_dir: &std::path::Path) -> bool {
+    /// At the start, before the policy log opens its file: how this node's previous run in
+    /// `data_dir` ended — none (the log's file is not there), a clean stop (the mark is there)
+    /// or a crash. The mark is taken, so that the next crash shows.
+    pub(super) fn previous_run(data_dir: &std::path::Path) -> PreviousRun {
         let mark = data_dir.join(STOPPED_CLEANLY);
         let ran_before = data_dir.join(crate::policy_log::store::FILE).exists();
         let clean = std::fs::remove_file(&mark).is_ok();
-        ran_before && !clean
+        match (ran_before, clean) {
+            (false, _) => PreviousRun::None,
+            (true, true) => PreviousRun::Clean,
+            (true, false) => PreviousRun::Crashed,
+        }
     }
 
-    /// At a clean stop: leaves the mark [`crashed_before`](Self::crashed_before) looks for.
+    /// At a clean stop: leaves the mark [`previous_run`](Self::previous_run) looks for.
     pub(super) fn mark_stopped_cleanly(&self) {
         let mark = self.data_dir.join(STOPPED_CLEANLY);
         if let Err(e) = std::fs::write(&mark, b"") {

@@ -179,7 +179,7 @@ impl ClusterMode {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
         let pool = Arc::new(SharedPool::new(1_000_000).with_first_id(first_id));
-        let crashed = Self::crashed_before(data_dir);
+        let previous = Self::previous_run(data_dir);
         let policy_log = crate::policy_log::PolicyLog::start(
             node_id,
             grpc_url.clone(),
@@ -204,12 +204,15 @@ impl ClusterMode {
             Owner::new(node_id, Arc::clone(&ring), Arc::clone(&pool))
                 .with_quorum(Arc::clone(&quorum)),
         );
-        if crashed {
-            // Its clients may still hold what the crashed run granted them, known to nobody.
-            tracing::info!(
-                "the previous run of this node did not stop cleanly: new owners wait out their tenure for a lease TTL"
-            );
-            owner.departed(false, SystemClock::new().now());
+        match previous {
+            census::PreviousRun::Crashed => {
+                tracing::info!(
+                    "the previous run of this node did not stop cleanly: new owners wait out their tenure for a lease TTL"
+                );
+                owner.departed(false, SystemClock::new().now());
+            }
+            census::PreviousRun::None => owner.first_run(),
+            census::PreviousRun::Clean => {}
         }
         let membership = GossipMembership::start(GossipSettings {
             node_id: node_id.to_owned(),
