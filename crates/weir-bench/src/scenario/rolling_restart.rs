@@ -82,7 +82,7 @@ pub struct RollingRestart {
     pub ceiling: usize,
     /// Its leases' TTL.
     pub lease_ttl: &'static str,
-    /// The cluster's first start (every data dir empty): the first [`SETTLE`] of load.
+    /// The cluster's first start (every data dir empty): its first 10 s of load.
     pub fresh_start: Restart,
     /// One row per restart.
     pub restarts: Vec<Restart>,
