@@ -2,11 +2,12 @@
 
 mod support;
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 use weir_api::http::ClusterView;
 
 use serde_json::{Value, json};
-use support::{Server, eventually, holds_for};
+use support::{Server, counter, eventually, holds_for};
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -621,6 +622,75 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     );
     assert_eq!(admitted_again(&n2, "careful", "c").await, 0);
     assert!(counters_of(&[&n1, &n2]).await.rate_learning > 0);
+}
+
+const KEPT: &str = r#"
+[[policy]]
+name = "day"
+scope = "cluster"
+on_exhausted = "reject"
+token_bucket = { rate = 0.0001, burst = 3 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_quota_stays_spent_when_every_node_is_killed_and_restarted() {
+    // Buckets of 3 that refill one token in 10 000 s, spent 2 of 3 through every node: after a
+    // `kill -9` of the whole cluster each has its 1 left, on the same owner, and no more.
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [KEPT; 3], &seed).await;
+    let nodes = [&n1, &n2, &n3];
+    for key in 0..MOVING_KEYS {
+        for _ in 0..2 {
+            let (status, body) = ask(nodes[key % 3], "day", &format!("k{key}")).await;
+            assert_eq!(status, 200, "k{key}: {body}");
+        }
+    }
+    for node in nodes {
+        let walks = counter(node, "weir_kept_bucket_walks_total").await;
+        eventually(
+            Duration::from_secs(10),
+            "two walks after the last decision",
+            || async { counter(node, "weir_kept_bucket_walks_total").await >= walks + 2 },
+        )
+        .await;
+    }
+    for node in [n1, n2, n3] {
+        node.signal("KILL");
+        let _ = node.wait();
+    }
+
+    let n1 = start_node(dir.path(), "n1", KEPT, &seed, None);
+    let n2 = start_node(dir.path(), "n2", KEPT, &free_udp(), Some(&seed));
+    let n3 = start_node(dir.path(), "n3", KEPT, &free_udp(), Some(&seed));
+    let nodes = [&n1, &n2, &n3];
+    converge(&nodes, 3).await;
+    // A new owner may hold a bucket for a moment while a handover could still be on its way:
+    // asked until every key has given its one token, never more.
+    let admitted = &std::sync::atomic::AtomicUsize::new(0);
+    eventually(
+        Duration::from_secs(20),
+        "each key's last token",
+        move || async move {
+            for key in 0..MOVING_KEYS {
+                let (status, body) = ask(nodes[(key + 1) % 3], "day", &format!("k{key}")).await;
+                assert!(status == 200 || status == 429, "{status}: {body}");
+                admitted.fetch_add(usize::from(status == 200), Ordering::Relaxed);
+            }
+            let admitted = admitted.load(Ordering::Relaxed);
+            assert!(admitted <= MOVING_KEYS, "{admitted} admitted");
+            admitted == MOVING_KEYS
+        },
+    )
+    .await;
+    holds_for(Duration::from_secs(2), "every key is spent", || async {
+        for key in 0..MOVING_KEYS {
+            let (status, body) = ask(nodes[key % 3], "day", &format!("k{key}")).await;
+            assert_eq!(status, 429, "k{key}: {body}");
+        }
+        true
+    })
+    .await;
 }
 
 /// Spends the whole burst of the `MOVING_KEYS` keys `{prefix}{n}` of both policies through

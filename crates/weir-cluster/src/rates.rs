@@ -113,6 +113,15 @@ pub enum Decided {
     },
 }
 
+impl Decided {
+    /// What the key has spent and left just after the decision, if the owner could tell.
+    pub fn quota(&self) -> Option<Quota> {
+        match self {
+            Decided::Admitted { quota, .. } | Decided::Refused { quota, .. } => *quota,
+        }
+    }
+}
+
 /// An owner's answer to a forwarded request: its decision, or why it could not decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateDecision {

@@ -73,6 +73,15 @@ pub struct ServerSettings {
     /// How often expired leases are reclaimed (default 1 s).
     #[serde(default = "default_lease_sweep", with = "weir::duration::serde")]
     pub lease_sweep: Duration,
+    /// Rate buckets whose shape takes longer than this to refill from empty (a day's quota, a
+    /// `CL.THROTTLE`-style hour) are kept in the data dir and taken on again at start, so a
+    /// restart does not give them afresh (default 1 min; `0s`: every rate bucket).
+    #[serde(default = "default_durable_after", with = "weir::duration::serde")]
+    pub durable_after: Duration,
+    /// How often the kept buckets a decision changed are written (default 1 s): what a crash
+    /// can lose. A graceful stop writes them after its last request.
+    #[serde(default = "default_durable_flush", with = "weir::duration::serde")]
+    pub durable_flush: Duration,
     /// The most one request may cost, for policies without their own `max_cost`
     /// (default 1 000 000).
     #[serde(default = "default_max_cost")]
@@ -225,6 +234,12 @@ fn default_report_interval() -> Duration {
 fn default_lease_sweep() -> Duration {
     Duration::from_secs(1)
 }
+fn default_durable_after() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_durable_flush() -> Duration {
+    Duration::from_secs(1)
+}
 fn default_max_cost() -> u64 {
     1_000_000
 }
@@ -256,6 +271,8 @@ impl Default for ServerSettings {
             admin_token: None,
             report_interval: default_report_interval(),
             lease_sweep: default_lease_sweep(),
+            durable_after: default_durable_after(),
+            durable_flush: default_durable_flush(),
             max_cost: default_max_cost(),
             gossip: None,
             join: Vec::new(),
@@ -393,6 +410,7 @@ impl ConfigFile {
         for (field, value) in [
             ("report_interval", s.report_interval),
             ("lease_sweep", s.lease_sweep),
+            ("durable_flush", s.durable_flush),
             ("header_timeout", s.header_timeout),
             ("body_timeout", s.body_timeout),
         ] {

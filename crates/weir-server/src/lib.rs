@@ -15,6 +15,7 @@
 //! - `app`: the application core, what every protocol asks decided, a file per topic;
 //! - `front_door`: a folder per protocol over it — its wire code, config and metrics;
 //! - `durable`: API changes kept across restarts and crashes;
+//! - `bucket_file`: the file slowly refilling buckets are kept in across restarts;
 //! - `leases`: concurrency admissions held until released or expired;
 //! - `cluster`: cluster mode (gossip, the owner service, two-tier admission);
 //! - `metrics`: the `/metrics` exposition;
@@ -28,6 +29,7 @@
 //! `docs/architecture.md` maps every file.
 
 mod app;
+mod bucket_file;
 mod client;
 mod cluster;
 mod config;

@@ -21,8 +21,11 @@ use crate::cluster::ClusterMode;
 use crate::leases::Leases;
 
 mod cluster;
+mod kept;
 mod policies;
 mod running;
+
+pub(crate) use kept::KeptCollector;
 
 /// Labels of the API's own request metrics. Every value is static, so counting a request
 /// allocates nothing (see [`intern`]).

@@ -382,6 +382,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         cluster: cluster.clone(),
         rls,
         cell_max_keys: server.resp_max_keys,
+        durable_after: Some(server.durable_after),
     })?;
 
     if cluster.is_none() {
@@ -393,6 +394,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         }
     }
     let background = app.spawn_background(server.lease_sweep, server.report_interval);
+    let keeping = app.spawn_keeping(server.durable_flush);
     // The members compare the policies they run (`/v1/cluster`'s `config_differs`).
     tokio::spawn(Arc::clone(&app).share_config_version(CONFIG_VERSION_EVERY));
     tokio::spawn(Arc::clone(&app).follow_cluster_policies());
@@ -562,11 +564,19 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         tracing::warn!("connections still open after 10 s; closing them");
     }
     background.abort();
+    // After the last request: the kept buckets as they are now, so a graceful restart loses
+    // none of them.
+    if let Some(keeping) = keeping {
+        keeping.abort();
+        let _ = keeping.await;
+    }
+    app.keep_buckets_now().await;
     if let Some(cluster) = &cluster {
         cluster.stop().await;
     }
-    // Every acknowledged policy change was written before it was acknowledged; nothing else is
-    // kept across restarts (leases are not: their holders' permits are this process's).
+    // Every acknowledged policy change was written before it was acknowledged, and the kept
+    // buckets just now; nothing else is kept across restarts (leases are not: their holders'
+    // permits are this process's).
     tracing::info!("drained");
     Ok(())
 }

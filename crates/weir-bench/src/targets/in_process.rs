@@ -34,6 +34,7 @@ impl InProcess {
             cluster: None,
             rls: None,
             cell_max_keys: config.server.resp_max_keys,
+            durable_after: None,
         })?;
         let _ = std::fs::remove_dir_all(&data_dir);
         Ok(InProcess(app))

@@ -384,6 +384,46 @@ impl Cells {
             .collect()
     }
 
+    /// Calls `visit` with every key whose bucket is not whole at `now` and takes longer than
+    /// `slower_than` nanoseconds to refill: its key, interval, tolerance and TAT. Holds each
+    /// shard's lock while it visits the shard's keys: `visit` should be quick.
+    pub fn visit_spent(
+        &self,
+        slower_than: i64,
+        now: i64,
+        mut visit: impl FnMut(&[u8], i64, i64, i64),
+    ) {
+        for shard in &self.shards {
+            let cells = shard.lock().unwrap_or_else(|p| p.into_inner());
+            for (key, cell) in cells.iter() {
+                if cell.tat > now && cell.tolerance > slower_than {
+                    visit(key, cell.interval, cell.tolerance, cell.tat);
+                }
+            }
+        }
+    }
+
+    /// Takes on a key as a previous run kept it: its shape, and a TAT `whole_in` nanoseconds
+    /// from `now` (at most its tolerance). A key already asked in this run keeps its own cell.
+    pub fn restore(&self, key: &[u8], interval: i64, tolerance: i64, whole_in: i64, now: i64) {
+        if interval <= 0 || tolerance < interval || whole_in <= 0 {
+            return;
+        }
+        let mut cells = self.shard_of(key);
+        if cells.contains_key(key) || cells.len() >= self.max_keys / SHARDS {
+            return;
+        }
+        cells.insert(
+            key.into(),
+            Cell {
+                interval,
+                tolerance,
+                tat: now.saturating_add(whole_in.min(tolerance)),
+                tracked: false,
+            },
+        );
+    }
+
     /// Keys held now.
     pub fn len(&self) -> usize {
         self.shards

@@ -103,7 +103,15 @@ impl App {
             relayed: false,
         });
         match cluster.forward(&owner, request).await {
-            Ok(RateDecision::Decided(decided)) => Some(decided),
+            Ok(RateDecision::Decided(decided)) => {
+                // A kept bucket's copy here follows the owner's answers: should the owner
+                // crash, this node may own the bucket next, and a day's quota must not start
+                // full on it.
+                if let (Some(kept), Some(quota)) = (&self.kept, decided.quota()) {
+                    policy.absorb_answer(kind, key, quota, kept.slower_than());
+                }
+                Some(decided)
+            }
             Ok(RateDecision::NotOwner | RateDecision::UnknownPolicy) => None,
             Err(why) => {
                 tracing::debug!(policy = %policy.name(), %owner, "deciding here: {why}");

@@ -12,6 +12,7 @@
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
 //! | `cluster_policies.rs` | in a cluster, those changes made through the policy log and applied as it commits them |
 //! | `background.rs` | the lease sweeper, the adaptive ticker and the periodic report |
+//! | `kept_buckets.rs` | buckets that refill slowly (a day's quota) kept in the data dir across restarts |
 //! | `reloading.rs` | a reloaded config file's policies and RLS rules applied, the difference only |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
 //! | `stats.rs` | every policy's counters and gauges at once, as JSON (`/v1/stats`, the live page's) |
@@ -25,6 +26,7 @@ pub mod cells;
 mod cluster_policies;
 mod cluster_rates;
 mod cluster_stats;
+mod kept_buckets;
 mod leasing;
 mod policy_admin;
 mod reloading;
@@ -35,6 +37,7 @@ mod throttles;
 pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_rates::AppRates;
+pub use kept_buckets::KeptBuckets;
 pub use throttles::ThrottleQuery;
 
 use std::net::SocketAddr;
@@ -44,6 +47,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
+use anyhow::Context;
 use arc_swap::ArcSwap;
 use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::policy::{PolicyConfig, PolicySet, Scope};
@@ -86,6 +90,8 @@ pub struct App {
     rls: Option<Arc<ArcSwap<Rls>>>,
     /// `CL.THROTTLE`'s keys.
     cells: Arc<Cells>,
+    /// The buckets kept across restarts, if any are.
+    kept: Option<Arc<KeptBuckets>>,
     /// When each adaptive policy last took a busy signal.
     last_busy: std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>,
 }
@@ -121,6 +127,9 @@ pub struct AppSettings {
     pub rls: Option<(RulesConfig, RlsSettings)>,
     /// The most keys `CL.THROTTLE` keeps at once.
     pub cell_max_keys: usize,
+    /// Rate buckets that take longer than this to refill are kept in the data dir across
+    /// restarts (`None`: none are).
+    pub durable_after: Option<Duration>,
 }
 
 #[cfg(test)]
@@ -138,6 +147,7 @@ impl AppSettings {
             cluster: None,
             rls: None,
             cell_max_keys: 1000,
+            durable_after: None,
         }
     }
 }
@@ -188,11 +198,32 @@ impl App {
         let policies = Arc::new(policies);
         let leases = Arc::new(Leases::new());
         let cells = Arc::new(Cells::new(settings.cell_max_keys));
+        let clock = SystemClock::new();
+        // Before the node is ready: a day's quota spent before a restart is spent after it.
+        let kept = settings
+            .durable_after
+            .map(|slower_than| {
+                KeptBuckets::open(
+                    &settings.data_dir,
+                    slower_than,
+                    &policies,
+                    (&cells, i64::try_from(clock.now()).unwrap_or(i64::MAX)),
+                )
+            })
+            .transpose()
+            .with_context(|| {
+                format!(
+                    "reading the kept buckets in {} (move `{}` away to start without them)",
+                    settings.data_dir.display(),
+                    crate::bucket_file::FILE
+                )
+            })?
+            .map(Arc::new);
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
-            protocol_collectors(rls.as_ref(), &cells),
+            protocol_collectors(rls.as_ref(), &cells, kept.as_ref()),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -208,10 +239,11 @@ impl App {
             metrics,
             shutdown: watch::channel(false).0,
             ready: AtomicBool::new(false),
-            clock: SystemClock::new(),
+            clock,
             cluster: settings.cluster,
             rls,
             cells,
+            kept,
             last_busy: Default::default(),
         }))
     }
@@ -411,14 +443,20 @@ impl App {
 }
 
 /// The collectors of the protocols' own counters on `/metrics`: the RLS rules' (if this node
-/// has any) and `CL.THROTTLE`'s.
+/// has any) and `CL.THROTTLE`'s; and the kept buckets', if buckets are kept.
 fn protocol_collectors(
     rls: Option<&Arc<ArcSwap<Rls>>>,
     cells: &Arc<Cells>,
+    kept: Option<&Arc<KeptBuckets>>,
 ) -> Vec<Box<dyn prometheus_client::collector::Collector>> {
     let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![Box::new(
         crate::front_door::resp::metrics::CellsCollector::new(Arc::clone(cells)),
     )];
+    if let Some(kept) = kept {
+        collectors.push(Box::new(crate::metrics::KeptCollector::new(Arc::clone(
+            kept,
+        ))));
+    }
     if let Some(rls) = rls {
         collectors.push(Box::new(crate::front_door::rls::RlsCollector::new(
             Arc::clone(rls),

@@ -9,24 +9,40 @@ impl<C: Clock> KeyedLimiter<C> {
     /// bucket away ([`absorb`](Self::absorb) on the other side). A walk over every key: for
     /// membership changes, never per request. Empty for a concurrency limiter.
     pub fn spent_keys(&self, mut moving: impl FnMut(&str) -> bool) -> Vec<(String, Quota)> {
-        let now = self.clock.now();
         let mut spent = Vec::new();
+        self.visit_spent(|key, _, quota| {
+            if moving(key) {
+                spent.push((key.to_owned(), quota));
+            }
+        });
+        spent
+    }
+
+    /// Calls `visit` with every tracked rate key that is not whole now: the key, its cell's
+    /// state as one word — which changes when a decision changes the bucket, never as time
+    /// passes, so a caller that keeps buckets elsewhere can tell which changed since it last
+    /// looked — and what the key has left. A walk over every key that holds each shard's read
+    /// lock while it visits the shard's keys: `visit` should be quick. Nothing for a
+    /// concurrency limiter.
+    pub fn visit_spent(&self, mut visit: impl FnMut(&str, u64, Quota)) {
+        let now = self.clock.now();
         match &self.buckets {
             Buckets::Rate(store) => store.for_each(|key, shape, cell| {
-                let quota = shape.quota(cell.value.load(Ordering::Acquire), now);
-                if !quota.reset_after.is_zero() && moving(key) {
-                    spent.push((key.to_owned(), quota));
+                let word = cell.value.load(Ordering::Acquire);
+                let quota = shape.quota(word, now);
+                if !quota.reset_after.is_zero() {
+                    visit(key, word, quota);
                 }
             }),
             Buckets::Window(store) => store.for_each(|key, shape, cell| {
-                let quota = shape.quota(cell.value.load(Ordering::Acquire), now);
-                if quota.used > 0 && moving(key) {
-                    spent.push((key.to_owned(), quota));
+                let word = cell.value.load(Ordering::Acquire);
+                let quota = shape.quota(word, now);
+                if quota.used > 0 {
+                    visit(key, word, quota);
                 }
             }),
             Buckets::Concurrency(_) => {}
         }
-        spent
     }
 
     /// Takes on what another node spent of `key` (its [`spent_keys`](Self::spent_keys)

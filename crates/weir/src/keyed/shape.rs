@@ -44,6 +44,24 @@ pub enum Shape {
 }
 
 impl Shape {
+    /// How long a bucket of this shape takes to become whole again from empty — a token
+    /// bucket's burst at its rate, a window's length (two for a sliding window, whose hits
+    /// weigh into the next), a strict limiter's spacing: what a restart that forgot the
+    /// bucket would give away at most. `None` for a concurrency limit, which is never whole
+    /// again by time alone.
+    pub fn refill_time(&self) -> Option<Duration> {
+        match *self {
+            Shape::Gcra {
+                interval, capacity, ..
+            } => Some(Duration::from_nanos(interval.saturating_mul(capacity))),
+            Shape::Strict { interval } => Some(Duration::from_nanos(interval)),
+            Shape::Window { count, window, .. } => Some(Duration::from_nanos(
+                window.saturating_mul(count.windows_a_hit_counts_in()),
+            )),
+            Shape::Concurrency { .. } => None,
+        }
+    }
+
     /// The shape as one of the two kinds of map: rate cells or in-flight permits. Calendar
     /// windows start at `unix_offset` before the clock's instant 0.
     pub(super) fn kind(self, unix_offset: Nanos) -> Kind {

@@ -71,6 +71,10 @@ impl WindowCount for FixedWindow {
         true
     }
 
+    fn windows_a_hit_counts_in(&self) -> u64 {
+        1
+    }
+
     /// A later window, or more hits in the same one, is a larger word.
     fn word_grows_as_it_fills(&self) -> bool {
         true

@@ -118,6 +118,10 @@ impl WindowCount for SlidingWindow {
         false
     }
 
+    fn windows_a_hit_counts_in(&self) -> u64 {
+        2
+    }
+
     fn word_grows_as_it_fills(&self) -> bool {
         false
     }

@@ -46,6 +46,12 @@ impl Count {
     pub fn counts_refused(&self) -> bool {
         self.0.counts_refused()
     }
+
+    /// In how many windows a hit still counts, its own included: how long a key takes to be
+    /// whole again, in windows.
+    pub fn windows_a_hit_counts_in(&self) -> u64 {
+        self.0.windows_a_hit_counts_in()
+    }
 }
 
 impl PartialEq for Count {
@@ -76,6 +82,9 @@ pub(crate) trait WindowCount: Send + Sync {
 
     /// Whether a refused hit is counted.
     fn counts_refused(&self) -> bool;
+
+    /// In how many windows a hit still counts, its own included.
+    fn windows_a_hit_counts_in(&self) -> u64;
 
     /// Whether a larger word is never an emptier window, so that keys past the map's cap can
     /// be counted in a max-sketch (`keyed/sketch.rs`). A count that is not is shared past the

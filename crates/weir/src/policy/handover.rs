@@ -12,6 +12,10 @@
 //! so, it admits no more than one bucket would have, whatever the crashed owner spent. A
 //! learning period shorter than the refill time trades some of that exactness for a bucket
 //! that fills sooner.
+//!
+//! A restart is a handover to the process's own next run: buckets that take long to refill (a
+//! day's quota) are visited as they change ([`Policy::visit_spent`]), kept by the caller, and
+//! taken on again at start ([`Policy::restore`]).
 
 use std::time::Duration;
 
@@ -32,49 +36,111 @@ pub struct SpentBucket {
     pub quota: Quota,
 }
 
+/// A bucket that is not whole, as [`Policy::visit_spent`] visits it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpentState<'a> {
+    /// The kind whose own buckets it is in (`None`: the policy's default buckets).
+    pub kind: Option<&'a str>,
+    /// The bucket's key.
+    pub key: &'a str,
+    /// The bucket's state as one word: it changes when a decision changes the bucket, never
+    /// as time passes (see [`KeyedLimiter::visit_spent`](crate::keyed::KeyedLimiter::visit_spent)).
+    pub word: u64,
+    /// What it has left now.
+    pub quota: Quota,
+}
+
 impl<C: Clock + Clone> Policy<C> {
     /// Every rate bucket not whole now whose key `moving` picks, in the default buckets and in
     /// each kind's own. A walk over every key: for membership changes, never per request.
     pub fn spent_buckets(&self, mut moving: impl FnMut(&str) -> bool) -> Vec<SpentBucket> {
+        let mut spent = Vec::new();
+        self.visit_spent(Duration::ZERO, |bucket| {
+            if moving(bucket.key) {
+                spent.push(SpentBucket {
+                    kind: bucket.kind.map(str::to_owned),
+                    key: bucket.key.to_owned(),
+                    quota: bucket.quota,
+                });
+            }
+        });
+        spent
+    }
+
+    /// Calls `visit` with every bucket not whole now, in the default buckets and in each
+    /// kind's own, whose shape takes longer than `slower_than` to refill
+    /// ([`Shape::refill_time`](crate::keyed::Shape::refill_time)). A walk over every key of
+    /// those buckets.
+    pub fn visit_spent(&self, slower_than: Duration, mut visit: impl FnMut(SpentState<'_>)) {
         let state = self.state.load();
         let Engine::Keyed { default, kinds } = &state.engine else {
-            return Vec::new();
+            return;
         };
         let own = kinds.iter().filter_map(|(kind, buckets)| match buckets {
             KindBuckets::Own(limiter) => Some((Some(kind.as_str()), limiter)),
             KindBuckets::Unlimited => None,
         });
-        std::iter::once((None, default))
-            .chain(own)
-            .flat_map(|(kind, limiter)| {
-                limiter
-                    .spent_keys(&mut moving)
-                    .into_iter()
-                    .map(move |(key, quota)| SpentBucket {
-                        kind: kind.map(str::to_owned),
-                        key,
-                        quota,
-                    })
-            })
-            .collect()
+        for (kind, limiter) in std::iter::once((None, default)).chain(own) {
+            if limiter
+                .shape()
+                .refill_time()
+                .is_none_or(|refill| refill <= slower_than)
+            {
+                continue;
+            }
+            limiter.visit_spent(|key, word, quota| {
+                visit(SpentState {
+                    kind,
+                    key,
+                    word,
+                    quota,
+                })
+            });
+        }
+    }
+
+    /// Takes on a bucket this policy's previous run kept ([`visit_spent`](Self::visit_spent)
+    /// then, `quota` counted from now): as [`absorb`](Self::absorb), but never left empty for
+    /// longer than the bucket's own refill time, since the policy may have changed shape
+    /// between the two runs (a day's quota cut to an hour's).
+    pub fn restore(&self, kind: Option<&str>, key: &str, mut quota: Quota) {
+        let state = self.state.load();
+        let Some(limiter) = state.limiter_of(kind) else {
+            return;
+        };
+        if let Some(refill) = limiter.shape().refill_time() {
+            quota.reset_after = quota.reset_after.min(refill);
+            limiter.absorb(key, quota);
+        }
     }
 
     /// Takes on a bucket another node handed over: it is left no fuller than the handed one
     /// was (see [`KeyedLimiter::absorb`](crate::keyed::KeyedLimiter::absorb)). A kind this
     /// policy has no own buckets for (a config change rolling through) is left alone.
     pub fn absorb(&self, kind: Option<&str>, key: &str, quota: Quota) {
+        if let Some(limiter) = self.state.load().limiter_of(kind) {
+            limiter.absorb(key, quota);
+        }
+    }
+
+    /// Takes on what a bucket's owner answered about the bucket a request of `kind` for `key`
+    /// is counted in (as [`absorb`](Self::absorb)), if that bucket takes longer than
+    /// `slower_than` to refill: a node that forwards a long quota's requests keeps a copy as
+    /// spent as the owner's last answer, to decide on should the owner crash.
+    pub fn absorb_answer(
+        &self,
+        kind: Option<&str>,
+        key: &str,
+        quota: Quota,
+        slower_than: Duration,
+    ) {
         let state = self.state.load();
-        let Engine::Keyed { default, kinds } = &state.engine else {
-            return;
-        };
-        let limiter = match kind {
-            None => Some(default),
-            Some(kind) => match kinds.get(kind) {
-                Some(KindBuckets::Own(limiter)) => Some(limiter),
-                _ => None,
-            },
-        };
-        if let Some(limiter) = limiter {
+        if let Some(Some(limiter)) = state.buckets(kind)
+            && limiter
+                .shape()
+                .refill_time()
+                .is_some_and(|refill| refill > slower_than)
+        {
             limiter.absorb(key, quota);
         }
     }
@@ -253,5 +319,70 @@ mod tests {
         clock.advance(Duration::from_secs(45));
         new.hold_to_tenure(None, "a", Duration::from_secs(50), Duration::from_secs(60));
         assert_eq!(admitted(&new, None, "a"), 10);
+    }
+
+    const DAY: &str = r#"
+        name = "d"
+        on_exhausted = "reject"
+        token_bucket = { rate = 0.001, burst = 10 }
+    "#;
+
+    #[test]
+    fn a_walk_visits_only_the_buckets_slower_to_refill_than_asked() {
+        let clock = ManualClock::new(0);
+        let slow = policy(DAY, &clock);
+        let fast = policy(BUCKET, &clock);
+        for p in [&slow, &fast] {
+            drop(p.try_acquire(&Request::new("a")).unwrap());
+        }
+        let visited = |p: &Policy<ManualClock>, slower_than| {
+            let mut keys = Vec::new();
+            p.visit_spent(slower_than, |bucket| keys.push(bucket.key.to_owned()));
+            keys.len()
+        };
+        // 10 at one per 1 000 s refill in 10 000 s; 10 at 10 a second, in one.
+        let minute = Duration::from_secs(60);
+        assert_eq!((visited(&slow, minute), visited(&fast, minute)), (1, 0));
+        assert_eq!(visited(&fast, Duration::ZERO), 1);
+    }
+
+    #[test]
+    fn a_bucket_s_word_changes_with_a_decision_and_not_with_time() {
+        let clock = ManualClock::new(0);
+        let p = policy(DAY, &clock);
+        let word = |p: &Policy<ManualClock>| {
+            let mut word = None;
+            p.visit_spent(Duration::ZERO, |bucket| word = Some(bucket.word));
+            word.unwrap()
+        };
+        drop(p.try_acquire(&Request::new("a")).unwrap());
+        let first = word(&p);
+        clock.advance(Duration::from_secs(5));
+        assert_eq!(word(&p), first);
+        drop(p.try_acquire(&Request::new("a")).unwrap());
+        assert_ne!(word(&p), first);
+    }
+
+    #[test]
+    fn a_restored_bucket_is_never_empty_longer_than_its_own_refill_time() {
+        let clock = ManualClock::new(0);
+        let before = policy(DAY, &clock);
+        for _ in 0..7 {
+            drop(before.try_acquire(&Request::new("a")).unwrap());
+        }
+        let mut kept = Vec::new();
+        before.visit_spent(Duration::ZERO, |b| kept.push(b.quota));
+        assert_eq!(kept[0].remaining, 3);
+        // The same shape takes on exactly what was left.
+        let same = policy(DAY, &clock);
+        same.restore(None, "a", kept[0]);
+        assert_eq!(admitted(&same, None, "a"), 3);
+        // Restored into a policy changed to refill in a second: empty for at most that
+        // second, not for the slow bucket's 7 000 s.
+        let fast = policy(BUCKET, &clock);
+        fast.restore(None, "a", kept[0]);
+        assert_eq!(admitted(&fast, None, "a"), 0);
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(admitted(&fast, None, "a"), 10);
     }
 }

@@ -62,7 +62,7 @@ pub mod throttled;
 mod validate;
 
 pub use admission::Admission;
-pub use handover::SpentBucket;
+pub use handover::{SpentBucket, SpentState};
 pub use held_back::ThrottledRow;
 pub use request::{RejectReason, Rejection, Request};
 use state::{PolicyState, build_state};

@@ -58,6 +58,22 @@ impl<C: Clock + Clone> PolicyState<C> {
         }
     }
 
+    /// The buckets a handed-over bucket of `kind` is in: the default buckets for `None`, a
+    /// kind's own for its name; `None` if there are none such (an adaptive policy, a kind
+    /// without buckets of its own).
+    pub(super) fn limiter_of(&self, kind: Option<&str>) -> Option<&Arc<KeyedLimiter<C>>> {
+        let Engine::Keyed { default, kinds } = &self.engine else {
+            return None;
+        };
+        match kind {
+            None => Some(default),
+            Some(kind) => match kinds.get(kind) {
+                Some(KindBuckets::Own(limiter)) => Some(limiter),
+                _ => None,
+            },
+        }
+    }
+
     /// The adaptive controller, if that is the engine.
     #[inline]
     pub(super) fn adaptive(&self) -> Option<&Arc<Backpressure<C>>> {
