@@ -20,6 +20,9 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 /// The database's file in the data dir.
 pub const FILE: &str = "buckets.redb";
 
+/// redb's page cache.
+const CACHE_BYTES: usize = 16 << 20;
+
 /// A policy's buckets: `(policy, kind or "", key)` → `(whole_at, used, remaining)`.
 const BUCKETS: TableDefinition<(&str, &str, &str), (u64, u64, u64)> =
     TableDefinition::new("buckets");
@@ -107,7 +110,12 @@ impl BucketFile {
     /// Opens (or creates) the database in `dir`. After a crash redb checks and repairs its
     /// file here, which takes longer the larger the file.
     pub fn open(dir: &Path) -> Result<BucketFile, BucketFileError> {
-        let db = Database::create(dir.join(FILE))?;
+        // redb caches up to 1 GiB of pages by default; the file is written in batches and read
+        // whole only at start, so a small cache costs nothing and keeps the memory a kept
+        // bucket takes near what its record does.
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(dir.join(FILE))?;
         let txn = db.begin_write()?;
         txn.open_table(BUCKETS)?;
         txn.open_table(CELLS)?;

@@ -44,6 +44,13 @@ impl Collector for KeptCollector {
         )?;
         single(
             &mut encoder,
+            "weir_kept_bucket_last_walk_seconds",
+            "How long the last walk over the kept buckets took, its write included",
+            MetricType::Gauge,
+            ConstGauge::new(c.last_walk_us.load(Relaxed) as f64 / 1e6),
+        )?;
+        single(
+            &mut encoder,
             "weir_kept_buckets_restored",
             "Kept buckets taken on from the last run: at start, or when their policy came",
             MetricType::Counter,
