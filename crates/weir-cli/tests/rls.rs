@@ -13,7 +13,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
+use weir_api::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code as RlsCode;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
@@ -84,6 +84,39 @@ async fn a_cost_above_a_limit_is_counted_and_over_limit_over_grpc() {
     assert_eq!(answer.overall_code, RlsCode::OverLimit as i32);
     let remaining: Vec<u32> = answer.statuses.iter().map(|s| s.limit_remaining).collect();
     assert_eq!(remaining, [0, 75]);
+}
+
+/// A rule of `unit: day` is a day's quota: spent before a restart, spent after it.
+#[tokio::test]
+async fn a_day_rule_is_as_spent_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let remaining = |answer: RateLimitResponse| -> Vec<u32> {
+        answer.statuses.iter().map(|s| s.limit_remaining).collect()
+    };
+    let server = start(&dir, "");
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let spent = RateLimitRequest {
+        hits_addend: 25,
+        ..marketing("2065550100")
+    };
+    let answer = client.should_rate_limit(spent).await.unwrap().into_inner();
+    assert_eq!(remaining(answer), [0, 75]);
+    server.signal("TERM");
+    assert!(server.wait().0.success());
+
+    let server = start(&dir, "");
+    let mut client = RateLimitServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let answer = client
+        .should_rate_limit(marketing("2065550100"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.overall_code, RlsCode::OverLimit as i32);
+    assert_eq!(remaining(answer), [0, 74]);
 }
 
 #[tokio::test]
