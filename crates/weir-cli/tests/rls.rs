@@ -13,9 +13,9 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
-use weir_api::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code as RlsCode;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use weir_api::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 
 const RULES: &str = r#"
 domain: messaging

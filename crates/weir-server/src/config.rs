@@ -31,6 +31,9 @@ pub struct ConfigFile {
     /// Envoy's rate limit service.
     #[serde(default, skip_serializing_if = "RlsTable::is_default")]
     pub rls: RlsTable,
+    /// `[redis]`: the Redis that `scope = "redis"` policies keep their buckets in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub redis: Option<crate::redis_buckets::RedisSettings>,
     /// The text this was parsed from (what a reload compares the file with).
     #[serde(skip)]
     pub text: String,
@@ -307,6 +310,14 @@ pub enum ConfigProblem {
         /// What is wrong with it.
         problem: String,
     },
+    /// A `[redis]` setting that does not hold together.
+    #[error("`redis.{field}` {problem}")]
+    Redis {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// An `[rls]` setting that does not hold together.
     #[error("`rls.{field}` {problem}")]
     Rls {
@@ -451,8 +462,23 @@ impl ConfigFile {
                 problem: format!("must be greater than 0 and at most 1, got {ratio}"),
             });
         }
+        if let Some(redis) = &self.redis {
+            problems.extend(
+                redis
+                    .problems()
+                    .into_iter()
+                    .map(|(field, problem)| ConfigProblem::Redis { field, problem }),
+            );
+        }
         let mut names = std::collections::BTreeSet::new();
         for policy in &self.policy {
+            if policy.scope == weir::policy::Scope::Redis && self.redis.is_none() {
+                problems.push(ConfigProblem::Policy(PolicyError {
+                    policy: policy.name.clone(),
+                    field: "scope".into(),
+                    problem: "is `redis`, but no `[redis]` names a Redis".into(),
+                }));
+            }
             if let Some(why) = crate::reserved::reserved_name(&policy.name) {
                 problems.push(ConfigProblem::Policy(PolicyError {
                     policy: policy.name.clone(),

@@ -17,6 +17,7 @@
 //! - `durable`: API changes kept across restarts and crashes;
 //! - `bucket_file`: the file slowly refilling buckets are kept in across restarts;
 //! - `leases`: concurrency admissions held until released or expired;
+//! - `redis_buckets`: buckets kept in Redis (`scope = "redis"`), for stateless nodes;
 //! - `cluster`: cluster mode (gossip, the owner service, two-tier admission);
 //! - `metrics`: the `/metrics` exposition;
 //! - `serve`: bring-up, background tasks and graceful shutdown;
@@ -41,6 +42,7 @@ mod front_door;
 mod leases;
 mod metrics;
 mod policy_log;
+mod redis_buckets;
 mod reload;
 mod reserved;
 mod serve;

@@ -23,9 +23,11 @@ use crate::leases::Leases;
 mod cluster;
 mod kept;
 mod policies;
+mod redis;
 mod running;
 
 pub(crate) use kept::KeptCollector;
+pub(crate) use redis::RedisCollector;
 
 /// Labels of the API's own request metrics. Every value is static, so counting a request
 /// allocates nothing (see [`intern`]).

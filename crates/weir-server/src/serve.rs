@@ -383,6 +383,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         rls,
         cell_max_keys: server.resp_max_keys,
         durable_after: Some(server.durable_after),
+        redis: config.redis.clone(),
     })?;
 
     if cluster.is_none() {

@@ -35,6 +35,7 @@ impl InProcess {
             rls: None,
             cell_max_keys: config.server.resp_max_keys,
             durable_after: None,
+            redis: None,
         })?;
         let _ = std::fs::remove_dir_all(&data_dir);
         Ok(InProcess(app))

@@ -37,10 +37,13 @@ pub enum AdmissionTier {
     Owner,
     /// A lease (or a lent unit) from the shared pool of a concurrency policy.
     Shared,
-    /// The shared pool's owner could not be asked; admitted anyway (`on_unavailable = "open"`).
+    /// The shared pool's owner (or the policy's Redis) could not be asked; admitted anyway
+    /// (`on_unavailable = "open"`).
     FailOpen,
     /// The shared pool's owner could not be asked; admitted within this node's share.
     LocalShare,
+    /// The Redis the policy's buckets live in decided (`scope = "redis"`).
+    Redis,
 }
 
 impl AdmissionTier {
@@ -52,6 +55,7 @@ impl AdmissionTier {
             AdmissionTier::Shared => "shared",
             AdmissionTier::FailOpen => "fail_open",
             AdmissionTier::LocalShare => "local_share",
+            AdmissionTier::Redis => "redis",
         }
     }
 }
@@ -171,6 +175,9 @@ impl App {
             request = request.max_wait(Duration::from_millis(ms));
         }
         let limit = policy.limit_for(input.kind.as_deref());
+        if let Some(decided) = self.decide_in_redis(&policy, input, cost, limit).await {
+            return decided;
+        }
         if let Some(decided) = self.forward_rate(&policy, input, cost, limit).await {
             return Ok(decided);
         }

@@ -12,6 +12,7 @@
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
 //! | `cluster_policies.rs` | in a cluster, those changes made through the policy log and applied as it commits them |
 //! | `background.rs` | the lease sweeper, the adaptive ticker and the periodic report |
+//! | `redis_rates.rs` | rate policies whose buckets live in Redis: each decision asked there, `on_unavailable` when it cannot answer |
 //! | `kept_buckets.rs` | buckets that refill slowly (a day's quota) kept in the data dir across restarts |
 //! | `reloading.rs` | a reloaded config file's policies and RLS rules applied, the difference only |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
@@ -29,6 +30,7 @@ mod cluster_stats;
 mod kept_buckets;
 mod leasing;
 mod policy_admin;
+mod redis_rates;
 mod reloading;
 pub mod rls;
 mod stats;
@@ -92,6 +94,8 @@ pub struct App {
     cells: Arc<Cells>,
     /// The buckets kept across restarts, if any are.
     kept: Option<Arc<KeptBuckets>>,
+    /// The Redis `scope = "redis"` policies keep their buckets in, if one is configured.
+    redis: Option<Arc<crate::redis_buckets::RedisBuckets>>,
     /// When each adaptive policy last took a busy signal.
     last_busy: std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>,
 }
@@ -130,6 +134,8 @@ pub struct AppSettings {
     /// Rate buckets that take longer than this to refill are kept in the data dir across
     /// restarts (`None`: none are).
     pub durable_after: Option<Duration>,
+    /// `[redis]`: where `scope = "redis"` policies keep their buckets.
+    pub redis: Option<crate::redis_buckets::RedisSettings>,
 }
 
 #[cfg(test)]
@@ -148,6 +154,7 @@ impl AppSettings {
             rls: None,
             cell_max_keys: 1000,
             durable_after: None,
+            redis: None,
         }
     }
 }
@@ -219,11 +226,14 @@ impl App {
                 )
             })?
             .map(Arc::new);
+        let redis = settings
+            .redis
+            .map(|settings| Arc::new(crate::redis_buckets::RedisBuckets::new(settings)));
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
-            protocol_collectors(rls.as_ref(), &cells, kept.as_ref()),
+            protocol_collectors(rls.as_ref(), &cells, kept.as_ref(), redis.as_ref()),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -244,6 +254,7 @@ impl App {
             rls,
             cells,
             kept,
+            redis,
             last_busy: Default::default(),
         }))
     }
@@ -443,11 +454,13 @@ impl App {
 }
 
 /// The collectors of the protocols' own counters on `/metrics`: the RLS rules' (if this node
-/// has any) and `CL.THROTTLE`'s; and the kept buckets', if buckets are kept.
+/// has any) and `CL.THROTTLE`'s; the kept buckets', if buckets are kept; the Redis store's, if
+/// policies keep their buckets in Redis.
 fn protocol_collectors(
     rls: Option<&Arc<ArcSwap<Rls>>>,
     cells: &Arc<Cells>,
     kept: Option<&Arc<KeptBuckets>>,
+    redis: Option<&Arc<crate::redis_buckets::RedisBuckets>>,
 ) -> Vec<Box<dyn prometheus_client::collector::Collector>> {
     let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![Box::new(
         crate::front_door::resp::metrics::CellsCollector::new(Arc::clone(cells)),
@@ -455,6 +468,11 @@ fn protocol_collectors(
     if let Some(kept) = kept {
         collectors.push(Box::new(crate::metrics::KeptCollector::new(Arc::clone(
             kept,
+        ))));
+    }
+    if let Some(redis) = redis {
+        collectors.push(Box::new(crate::metrics::RedisCollector::new(Arc::clone(
+            redis,
         ))));
     }
     if let Some(rls) = rls {

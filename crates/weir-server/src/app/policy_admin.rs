@@ -81,6 +81,11 @@ impl App {
         if let Err(e) = config.validate() {
             return Err(ApiError::invalid(e.to_string()));
         }
+        if config.scope == weir::policy::Scope::Redis && self.redis.is_none() {
+            return Err(ApiError::invalid(format!(
+                "policy `{name}`: `scope` is `redis`, but this node's config has no `[redis]` naming a Redis"
+            )));
+        }
         refuse_rule_policy(name)?;
         if let Some(log) = self.policy_log() {
             return self.put_cluster_policy(log, config, if_match).await;

@@ -149,3 +149,21 @@ fn every_problem_is_reported_with_its_place() {
     let syntax = ConfigFile::parse("[server]\nhttp = 5").unwrap_err();
     assert!(syntax[0].to_string().contains("http"), "{}", syntax[0]);
 }
+
+#[test]
+fn a_redis_scoped_policy_needs_a_redis_and_a_shape_redis_keeps() {
+    let policies = "[[policy]]\nname = \"r\"\nscope = \"redis\"\ntoken_bucket = { rate = 1 }\n\n[[policy]]\nname = \"s\"\nscope = \"redis\"\nsliding_window = { limit = 5, window = \"1m\" }\n";
+    let problems = problems_of(policies).join("\n");
+    assert!(
+        problems.contains("policy `r`: `scope` is `redis`, but no `[redis]` names a Redis"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("`redis` is for token and leaky buckets, strict limiters and fixed windows, not `sliding_window`"),
+        "{problems}"
+    );
+    let with_redis = format!("[redis]\nurl = \"redis://127.0.0.1:6379\"\n{policies}");
+    let problems = problems_of(&with_redis).join("\n");
+    assert!(!problems.contains("no `[redis]`"), "{problems}");
+    assert!(problems.contains("not `sliding_window`"), "{problems}");
+}

@@ -64,6 +64,9 @@ pub enum Scope {
     /// One bucket per key in the whole cluster, decided by its owner on the ring (cluster mode;
     /// a node alone decides every bucket itself).
     Cluster,
+    /// One bucket per key in the server's Redis (`[redis]`), shared by every node that uses it:
+    /// each decision is one script run there, so the nodes keep no state of their own.
+    Redis,
 }
 
 /// One policy, as written in a config file or sent to the API.

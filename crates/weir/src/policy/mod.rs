@@ -84,6 +84,19 @@ use throttled::ThrottledKeys;
 use crate::clock::{Clock, Nanos};
 use crate::limiter::Quota;
 
+/// The buckets a request of some kind is counted in ([`Policy::shape_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BucketShape {
+    /// The policy does not apply to the kind, or keeps no buckets (adaptive).
+    NotApplicable,
+    /// The kind is not limited.
+    Unlimited,
+    /// The policy's default buckets, of this shape.
+    Default(crate::keyed::Shape),
+    /// The kind's own buckets, of this shape.
+    Own(crate::keyed::Shape),
+}
+
 /// A named policy. See the [module docs](self).
 pub struct Policy<C: Clock + Clone = crate::clock::SystemClock> {
     name: String,
@@ -215,6 +228,28 @@ impl<C: Clock + Clone> Policy<C> {
             .buckets(kind)
             .flatten()
             .map(|limiter| PolicyConfig::limit_of(&limiter.shape()))
+    }
+
+    /// The shape of the buckets a request of `kind` is counted in, for buckets kept outside the
+    /// policy (`scope = "redis"`).
+    pub fn shape_for(&self, kind: Option<&str>) -> BucketShape {
+        let state = self.state.load();
+        if state.adaptive().is_some() {
+            return BucketShape::NotApplicable;
+        }
+        let Some(buckets) = state.buckets(kind) else {
+            return BucketShape::NotApplicable;
+        };
+        let Some(limiter) = buckets else {
+            return BucketShape::Unlimited;
+        };
+        let own = state
+            .default_buckets()
+            .is_some_and(|default| !Arc::ptr_eq(default, limiter));
+        match own {
+            true => BucketShape::Own(limiter.shape()),
+            false => BucketShape::Default(limiter.shape()),
+        }
     }
 
     /// What `key` of `kind` has left now (see [`KeyedLimiter::quota`]): `None` if the policy

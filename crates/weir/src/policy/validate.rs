@@ -118,6 +118,37 @@ impl PolicyConfig {
                 "is for cluster-scoped rate policies (scope = \"cluster\"); a concurrency policy's shared pool has `concurrency.learning_period`",
             ));
         }
+        if self.scope == Scope::Redis {
+            let redis_decides = match &self.limiter {
+                Limiter::Keyed(KeyedSpec::TokenBucket(_) | KeyedSpec::Strict(_)) => None,
+                Limiter::Keyed(KeyedSpec::LeakyBucket(spec)) if !spec.fair => None,
+                Limiter::Keyed(KeyedSpec::LeakyBucket(_)) => Some(
+                    "a fair leaky bucket's line of waiters lives in one process; use `fair = false`",
+                ),
+                Limiter::Keyed(KeyedSpec::Window(count, _)) if count.name() == "fixed_window" => {
+                    None
+                }
+                Limiter::Keyed(KeyedSpec::Window(..)) => {
+                    Some("Redis keeps fixed windows (`fixed_window`) and buckets")
+                }
+                Limiter::Keyed(KeyedSpec::Concurrency(_)) => {
+                    Some("a concurrency limit is cluster-wide through its `shared_limit`")
+                }
+                Limiter::Adaptive(_) => {
+                    Some("adaptive backpressure follows each node's own downstream")
+                }
+            };
+            if let Some(why) = redis_decides {
+                errors.push(PolicyError::new(
+                    name,
+                    "scope",
+                    format!(
+                        "`redis` is for token and leaky buckets, strict limiters and fixed windows, not `{}`: {why}",
+                        self.limiter.table()
+                    ),
+                ));
+            }
+        }
         if self.scope == Scope::Cluster
             && matches!(
                 self.limiter,

@@ -1,5 +1,6 @@
 //! What Envoy's rate limit service decides: every descriptor of a request through its rule's
-//! policy, never waiting; in cluster mode each rule bucket by its owner on the ring.
+//! policy, never waiting; in cluster mode each rule bucket by its owner on the ring; with
+//! `[redis] every_policy`, in Redis.
 //!
 //! | file | job |
 //! |---|---|
@@ -22,6 +23,7 @@ use decision::Counted;
 pub use decision::Rls;
 
 use super::App;
+use super::redis_rates::RedisAnswer;
 use weir_cluster::rates::Decided;
 
 impl App {
@@ -42,11 +44,33 @@ impl App {
             Err(error) => return Some(Err(error)),
         };
         let mut elsewhere = Vec::new();
-        if self.cluster.is_some() {
+        if self.cluster.is_some() || self.redis.is_some() {
             for (step, policy, key, hits) in rls.rule_decisions(&prepared) {
                 let Some(policy) = self.policies.get(&policy) else {
                     continue;
                 };
+                // A rule whose buckets live in Redis (`[redis] every_policy`): counted there.
+                if let Some(answer) = self.ask_redis(&policy, None, &key, hits).await {
+                    let counted = match answer {
+                        RedisAnswer::Decided { decision, quota } => Counted {
+                            over: !decision.admitted,
+                            quota: Some(quota),
+                        },
+                        RedisAnswer::FailOpen => Counted {
+                            over: false,
+                            quota: None,
+                        },
+                        RedisAnswer::FailClosed => Counted {
+                            over: true,
+                            quota: None,
+                        },
+                    };
+                    elsewhere.push((step, counted));
+                    continue;
+                }
+                if self.cluster.is_none() {
+                    continue;
+                }
                 let counted = match self
                     .ask_owner(&policy, &key, None, hits, Duration::ZERO)
                     .await

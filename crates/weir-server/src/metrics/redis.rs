@@ -1,0 +1,51 @@
+//! The Redis store's counters on `/metrics`: decisions Redis made, and those `on_unavailable`
+//! made because it could not.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+
+use super::family;
+use crate::redis_buckets::RedisBuckets;
+
+/// `{outcome}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: &'static str,
+}
+
+/// The Redis store's counters, read at scrape time.
+#[derive(Debug)]
+pub(crate) struct RedisCollector {
+    redis: Arc<RedisBuckets>,
+}
+
+impl RedisCollector {
+    /// The collector of `redis`'s counters.
+    pub(crate) fn new(redis: Arc<RedisBuckets>) -> Self {
+        RedisCollector { redis }
+    }
+}
+
+impl Collector for RedisCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let c = &self.redis.counters;
+        family(
+            &mut encoder,
+            "weir_redis_decisions",
+            "Decisions on buckets kept in Redis, by outcome: admitted and refused by Redis; fail_open and fail_closed by `on_unavailable`, when Redis could not decide",
+            MetricType::Counter,
+            [
+                ("admitted", &c.admitted),
+                ("refused", &c.refused),
+                ("fail_open", &c.fail_open),
+                ("fail_closed", &c.fail_closed),
+            ]
+            .map(|(outcome, n)| (OutcomeLabel { outcome }, ConstCounter::new(n.load(Relaxed)))),
+        )
+    }
+}

@@ -1,0 +1,254 @@
+//! Buckets kept in Redis (`scope = "redis"`): for teams whose counters live in Redis, and for
+//! stateless nodes — any number of Weir nodes sharing one Redis share every bucket, as the
+//! reference Envoy rate limit server's deployments do.
+//!
+//! A decision is one script run in Redis (`script.rs`): one round trip, one key, so one slot
+//! of a Redis Cluster. The client is the `redis` crate's: a connection manager that reconnects
+//! by itself for a standalone Redis, the async cluster client (slots, redirections, failover)
+//! for a Redis Cluster. A decision Redis does not answer within `timeout` — Redis down, a
+//! master failing over — is decided by `on_unavailable`: admitted (`open`, counted as
+//! `fail_open`) or refused (`closed`), as for an owner a cluster node cannot reach.
+//!
+//! | file | job |
+//! |---|---|
+//! | `mod.rs` | the `[redis]` settings, the connection, one decision |
+//! | `script.rs` | the Lua script and its arguments for each shape |
+
+mod script;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use weir::keyed::Shape;
+
+/// `[redis]`: where `scope = "redis"` policies keep their buckets.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisSettings {
+    /// A standalone Redis: `redis://[:password@]host:port[/db]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// A Redis Cluster: some of its nodes' URLs (the rest are found from them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster: Vec<String>,
+    /// Every rate policy's buckets in Redis, whatever its `scope` (the RLS rules' too).
+    #[serde(default)]
+    pub every_policy: bool,
+    /// A decision Redis cannot make: `open` admits it (default), `closed` refuses it.
+    #[serde(default)]
+    pub on_unavailable: Unavailable,
+    /// How long a decision may wait for Redis before `on_unavailable` decides (default 250 ms).
+    #[serde(default = "default_timeout", with = "weir::duration::serde")]
+    pub timeout: Duration,
+    /// Every bucket's Redis key starts with this (default `weir:`).
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_millis(250)
+}
+
+fn default_prefix() -> String {
+    "weir:".to_owned()
+}
+
+/// What a decision Redis cannot make does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unavailable {
+    /// Admit it.
+    #[default]
+    Open,
+    /// Refuse it.
+    Closed,
+}
+
+impl RedisSettings {
+    /// What is wrong with the settings, each as `(field, problem)`.
+    pub fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        match (&self.url, self.cluster.is_empty()) {
+            (Some(_), false) => problems.push((
+                "url",
+                "and `redis.cluster` both name a Redis: give one".to_owned(),
+            )),
+            (None, true) => problems.push((
+                "url",
+                "is needed (or `redis.cluster`, for a Redis Cluster)".to_owned(),
+            )),
+            _ => {}
+        }
+        for url in self.url.iter().chain(&self.cluster) {
+            if let Err(error) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
+                problems.push(("url", format!("`{url}` is not a Redis URL: {error}")));
+            }
+        }
+        if self.timeout.is_zero() {
+            problems.push(("timeout", "must be more than 0s".to_owned()));
+        }
+        problems
+    }
+}
+
+/// A bucket's decision, as Redis made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisDecision {
+    /// Admitted.
+    pub admitted: bool,
+    /// What the bucket has left.
+    pub remaining: u64,
+    /// Until the bucket is whole again (a window ends).
+    pub reset_after: Duration,
+    /// Until a refused request could go (zero when admitted).
+    pub retry_after: Duration,
+}
+
+/// Why Redis could not decide.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisUnavailable {
+    /// No answer within the timeout.
+    #[error("Redis did not answer within {0:?}")]
+    TimedOut(Duration),
+    /// Redis, or the way to it, failed.
+    #[error("Redis: {0}")]
+    Failed(#[from] redis::RedisError),
+    /// The shape is not one Redis keeps.
+    #[error("a bucket of this shape is not kept in Redis")]
+    Shape,
+}
+
+/// A connection, made at the first decision and remade after a failure to connect.
+#[derive(Clone)]
+enum Link {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// Counters of the decisions made in Redis, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct RedisCounters {
+    /// Admitted by Redis.
+    pub admitted: AtomicU64,
+    /// Refused by Redis.
+    pub refused: AtomicU64,
+    /// Redis could not decide; admitted by `on_unavailable = "open"`.
+    pub fail_open: AtomicU64,
+    /// Redis could not decide; refused by `on_unavailable = "closed"`.
+    pub fail_closed: AtomicU64,
+}
+
+/// The Redis that `scope = "redis"` policies keep their buckets in.
+pub struct RedisBuckets {
+    settings: RedisSettings,
+    link: Mutex<Option<Link>>,
+    script: redis::Script,
+    /// What the decisions did.
+    pub counters: RedisCounters,
+}
+
+impl std::fmt::Debug for RedisBuckets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBuckets")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisBuckets {
+    /// The Redis of `settings`; connected at the first decision (a Redis down at start is a
+    /// Redis unavailable, not a node that cannot start).
+    pub fn new(settings: RedisSettings) -> Self {
+        RedisBuckets {
+            settings,
+            link: Mutex::new(None),
+            script: redis::Script::new(script::SOURCE),
+            counters: RedisCounters::default(),
+        }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &RedisSettings {
+        &self.settings
+    }
+
+    /// The connection, made now if there is none.
+    async fn link(&self) -> Result<Link, redis::RedisError> {
+        let mut link = self.link.lock().await;
+        if let Some(link) = &*link {
+            return Ok(link.clone());
+        }
+        let made = match &self.settings.url {
+            Some(url) => Link::Single(
+                redis::Client::open(url.as_str())?
+                    .get_connection_manager()
+                    .await?,
+            ),
+            None => Link::Cluster(
+                redis::cluster::ClusterClient::new(self.settings.cluster.clone())?
+                    .get_async_connection()
+                    .await?,
+            ),
+        };
+        *link = Some(made.clone());
+        Ok(made)
+    }
+
+    /// The Redis key of `policy`'s bucket of `key` (in `kind`'s own buckets, if it has them).
+    fn key_of(&self, policy: &str, kind: Option<&str>, key: &str) -> String {
+        // Unit separators: no policy or kind name holds one, so no two buckets share a key.
+        format!(
+            "{}{policy}\u{1f}{}\u{1f}{key}",
+            self.settings.prefix,
+            kind.unwrap_or_default()
+        )
+    }
+
+    /// Decides `cost` of `policy`'s bucket of `key` (of shape `shape`; `kind` if it is the
+    /// kind's own) in Redis.
+    pub async fn decide(
+        &self,
+        policy: &str,
+        kind: Option<&str>,
+        key: &str,
+        shape: Shape,
+        cost: u64,
+    ) -> Result<RedisDecision, RedisUnavailable> {
+        let arguments = script::arguments(shape, cost).ok_or(RedisUnavailable::Shape)?;
+        let timeout = self.settings.timeout;
+        let asked = async {
+            let mut invocation = self.script.key(self.key_of(policy, kind, key));
+            for argument in &arguments {
+                invocation.arg(argument);
+            }
+            let reply: (u64, u64, u64, u64) = match self.link().await? {
+                Link::Single(mut connection) => invocation.invoke_async(&mut connection).await,
+                Link::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
+            }?;
+            Ok::<_, RedisUnavailable>(reply)
+        };
+        let (admitted, remaining, reset_after, retry_after) =
+            match tokio::time::timeout(timeout, asked).await {
+                Ok(reply) => reply?,
+                Err(_) => return Err(RedisUnavailable::TimedOut(timeout)),
+            };
+        let counter = match admitted {
+            1 => &self.counters.admitted,
+            _ => &self.counters.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(RedisDecision {
+            admitted: admitted == 1,
+            remaining,
+            reset_after: Duration::from_micros(reset_after),
+            retry_after: Duration::from_micros(retry_after),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

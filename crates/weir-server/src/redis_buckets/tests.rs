@@ -1,0 +1,83 @@
+use super::*;
+use weir::limiter::window::Count;
+
+fn settings(toml: &str) -> RedisSettings {
+    toml::from_str(toml).unwrap()
+}
+
+#[test]
+fn settings_name_one_redis_and_a_real_url() {
+    assert!(
+        settings("url = \"redis://127.0.0.1:6379\"")
+            .problems()
+            .is_empty()
+    );
+    assert!(
+        settings("cluster = [\"redis://127.0.0.1:7000\"]")
+            .problems()
+            .is_empty()
+    );
+    let both = settings("url = \"redis://a:1\"\ncluster = [\"redis://b:2\"]").problems();
+    assert_eq!(both[0].0, "url");
+    assert!(both[0].1.contains("give one"), "{both:?}");
+    let none = settings("on_unavailable = \"closed\"").problems();
+    assert!(none[0].1.contains("is needed"), "{none:?}");
+    let bad = settings("url = \"http://a:1\"\ntimeout = \"0s\"").problems();
+    let fields: Vec<&str> = bad.iter().map(|(field, _)| *field).collect();
+    assert_eq!(fields, ["url", "timeout"], "{bad:?}");
+}
+
+#[test]
+fn a_bucket_s_key_names_its_policy_kind_and_key_apart() {
+    let redis = RedisBuckets::new(settings("url = \"redis://127.0.0.1:6379\""));
+    assert_eq!(redis.key_of("p", None, "k"), "weir:p\u{1f}\u{1f}k");
+    assert_eq!(
+        redis.key_of("p", Some("bulk"), "k"),
+        "weir:p\u{1f}bulk\u{1f}k"
+    );
+    // A key that looks like another policy's and kind's is still its own.
+    assert_ne!(
+        redis.key_of("p", None, "x\u{1f}k"),
+        redis.key_of("p", Some("x"), "k")
+    );
+}
+
+#[test]
+fn every_shape_redis_keeps_has_its_arguments() {
+    let day = Shape::Gcra {
+        interval: 8_640_000_000_000,
+        capacity: 10,
+        initial: 4,
+        fair: false,
+    };
+    assert_eq!(
+        script::arguments(day, 2).unwrap(),
+        ["g", "8640000000", "86400000000", "2", "51840000000"]
+    );
+    let window = Shape::Window {
+        count: weir::limiter::fixed_window::COUNT,
+        window: 60_000_000_000,
+        limit: 100,
+    };
+    let counts_refused = if weir::limiter::fixed_window::COUNT.counts_refused() {
+        "1"
+    } else {
+        "0"
+    };
+    assert_eq!(
+        script::arguments(window, 1).unwrap(),
+        ["w", "100", "60000000", "1", counts_refused]
+    );
+    let sliding: Count = weir::limiter::sliding_window::COUNT;
+    assert!(
+        script::arguments(
+            Shape::Window {
+                count: sliding,
+                window: 60_000_000_000,
+                limit: 100
+            },
+            1
+        )
+        .is_none()
+    );
+}
