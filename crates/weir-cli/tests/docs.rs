@@ -127,10 +127,18 @@ fn every_toml_block_in_the_docs_is_a_valid_config_that_the_api_accepts() {
                     .args(["--server", &server.http])
                     .output()
                     .unwrap();
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                // The test's server has no Redis: a policy kept in Redis is refused, by name.
+                if policy.get("scope").and_then(|s| s.as_str()) == Some("redis") {
+                    assert!(
+                        !output.status.success() && stderr.contains("no `[redis]`"),
+                        "{doc}:{line}: config set {name}: {stderr}"
+                    );
+                    continue;
+                }
                 assert!(
                     output.status.success(),
-                    "{doc}:{line}: config set {name}: {}",
-                    String::from_utf8_lossy(&output.stderr)
+                    "{doc}:{line}: config set {name}: {stderr}"
                 );
             }
             checked += 1;

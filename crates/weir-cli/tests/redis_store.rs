@@ -103,6 +103,19 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// A port for a Redis Cluster node, which also listens on it + 10 000 (the cluster bus): both
+/// free, and below the kernel's ephemeral ports so no connection takes the bus's meanwhile.
+fn cluster_port(taken: &[u16]) -> u16 {
+    let free = |port: u16| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok();
+    let mut port = 10_000 + (std::process::id() % 5_000) as u16 * 2;
+    loop {
+        port = 10_000 + (port - 10_000 + 7) % 10_000;
+        if !taken.contains(&port) && free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+}
+
 /// Ten a day per key, and five a week's window: both in Redis.
 fn config(redis: &str, on_unavailable: &str) -> String {
     format!(
@@ -287,9 +300,11 @@ async fn a_redis_cluster_keeps_every_bucket_and_a_killed_master_fails_open_its_s
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut masters: Vec<Redis> = (0..3)
-        .map(|_| Redis::start(dir.path(), free_port(), true))
-        .collect();
+    let mut masters: Vec<Redis> = Vec::new();
+    for _ in 0..3 {
+        let taken: Vec<u16> = masters.iter().map(|m| m.port).collect();
+        masters.push(Redis::start(dir.path(), cluster_port(&taken), true));
+    }
     let addresses: Vec<String> = masters
         .iter()
         .map(|m| format!("127.0.0.1:{}", m.port))
@@ -338,4 +353,65 @@ async fn a_redis_cluster_keeps_every_bucket_and_a_killed_master_fails_open_its_s
         "{fail_open} of {} failed open",
         keys.len()
     );
+}
+
+/// A sentinel watching the master on `master`, failing it over a second after it stops
+/// answering; on `port`, in `dir`.
+fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
+    let config = dir.join(format!("sentinel-{port}.conf"));
+    std::fs::write(
+        &config,
+        format!(
+            "port {port}\nbind 127.0.0.1\nsentinel monitor weir 127.0.0.1 {master} 1\n\
+             sentinel down-after-milliseconds weir 1000\nsentinel failover-timeout weir 5000\n"
+        ),
+    )
+    .unwrap();
+    let child = Command::new("redis-server")
+        .arg(&config)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting redis-server --sentinel");
+    let sentinel = Redis { child, port };
+    for _ in 0..200 {
+        if sentinel.cli(&["PING"]).trim() == "PONG" {
+            return sentinel;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    panic!("the sentinel on {port} did not answer");
+}
+
+#[tokio::test]
+async fn a_sentinel_failover_keeps_the_buckets_the_replica_had() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut master = Redis::start(dir.path(), free_port(), false);
+    let replica = Redis::start(dir.path(), free_port(), false);
+    replica.cli(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]);
+    let watcher = sentinel(dir.path(), free_port(), master.port);
+    let redis = format!(
+        "sentinel = {{ master = \"weir\", nodes = [{:?}] }}",
+        watcher.url()
+    );
+    let node = Server::start(&config(&redis, "open"), &dir.path().join("a"));
+    assert_eq!(
+        admitted(&[&node], "day", "tenant", 12).await,
+        (10, vec!["redis".to_owned()])
+    );
+    // Every write on the replica before the master goes.
+    assert_eq!(master.cli(&["WAIT", "1", "5000"]).trim(), "1");
+    master.kill();
+    // Failed open until the sentinel promotes the replica; then the bucket is as spent.
+    eventually(Duration::from_secs(30), "the replica promoted", || async {
+        let (status, body) = ask(&node, "day", "tenant").await;
+        status == 429 || body["tier"] != "fail_open"
+    })
+    .await;
+    assert_eq!(admitted(&[&node], "day", "tenant", 3).await.0, 0);
+    assert!(replica.cli(&["ROLE"]).starts_with("master"));
 }

@@ -5,7 +5,8 @@
 //! A decision is one script run in Redis (`script.rs`): one round trip, one key, so one slot
 //! of a Redis Cluster. The client is the `redis` crate's: a connection manager that reconnects
 //! by itself for a standalone Redis, the async cluster client (slots, redirections, failover)
-//! for a Redis Cluster. A decision Redis does not answer within `timeout` — Redis down, a
+//! for a Redis Cluster, and for a Redis that Sentinel watches a connection to the master the
+//! sentinels name, asked again after any failure. A decision Redis does not answer within `timeout` — Redis down, a
 //! master failing over — is decided by `on_unavailable`: admitted (`open`, counted as
 //! `fail_open`) or refused (`closed`), as for an owner a cluster node cannot reach.
 //!
@@ -19,8 +20,9 @@ mod script;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use weir::keyed::Shape;
@@ -35,6 +37,9 @@ pub struct RedisSettings {
     /// A Redis Cluster: some of its nodes' URLs (the rest are found from them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cluster: Vec<String>,
+    /// A Redis watched by Sentinel: the master's name and the sentinels' URLs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentinel: Option<SentinelSettings>,
     /// Every rate policy's buckets in Redis, whatever its `scope` (the RLS rules' too).
     #[serde(default)]
     pub every_policy: bool,
@@ -47,6 +52,16 @@ pub struct RedisSettings {
     /// Every bucket's Redis key starts with this (default `weir:`).
     #[serde(default = "default_prefix")]
     pub prefix: String,
+}
+
+/// `[redis.sentinel]`: a master Redis Sentinel watches and fails over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SentinelSettings {
+    /// The master's name, as the sentinels know it (`sentinel monitor NAME …`).
+    pub master: String,
+    /// Some of the sentinels: `redis://host:port` each.
+    pub nodes: Vec<String>,
 }
 
 fn default_timeout() -> Duration {
@@ -72,18 +87,32 @@ impl RedisSettings {
     /// What is wrong with the settings, each as `(field, problem)`.
     pub fn problems(&self) -> Vec<(&'static str, String)> {
         let mut problems = Vec::new();
-        match (&self.url, self.cluster.is_empty()) {
-            (Some(_), false) => problems.push((
+        let named = [
+            self.url.is_some(),
+            !self.cluster.is_empty(),
+            self.sentinel.is_some(),
+        ];
+        match named.iter().filter(|&&named| named).count() {
+            0 => problems.push((
                 "url",
-                "and `redis.cluster` both name a Redis: give one".to_owned(),
+                "is needed (or `redis.cluster` for a Redis Cluster, `redis.sentinel` for one Sentinel watches)"
+                    .to_owned(),
             )),
-            (None, true) => problems.push((
+            1 => {}
+            _ => problems.push((
                 "url",
-                "is needed (or `redis.cluster`, for a Redis Cluster)".to_owned(),
+                "`redis.cluster` and `redis.sentinel`: more than one names a Redis; give one"
+                    .to_owned(),
             )),
-            _ => {}
         }
-        for url in self.url.iter().chain(&self.cluster) {
+        let sentinels = self.sentinel.iter().flat_map(|s| &s.nodes);
+        if self.sentinel.as_ref().is_some_and(|s| s.nodes.is_empty()) {
+            problems.push((
+                "sentinel",
+                "must name at least one sentinel in `nodes`".to_owned(),
+            ));
+        }
+        for url in self.url.iter().chain(&self.cluster).chain(sentinels) {
             if let Err(error) = redis::IntoConnectionInfo::into_connection_info(url.as_str()) {
                 problems.push(("url", format!("`{url}` is not a Redis URL: {error}")));
             }
@@ -127,6 +156,9 @@ pub enum RedisUnavailable {
 enum Link {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    /// To the master the sentinels named when it was made: dropped at its first failure, so
+    /// the next decision asks them again (a failover names another).
+    Sentinel(MultiplexedConnection),
 }
 
 /// Counters of the decisions made in Redis, for `/metrics`.
@@ -182,13 +214,23 @@ impl RedisBuckets {
         if let Some(link) = &*link {
             return Ok(link.clone());
         }
-        let made = match &self.settings.url {
-            Some(url) => Link::Single(
+        let made = match (&self.settings.url, &self.settings.sentinel) {
+            (Some(url), _) => Link::Single(
                 redis::Client::open(url.as_str())?
                     .get_connection_manager()
                     .await?,
             ),
-            None => Link::Cluster(
+            (None, Some(sentinel)) => Link::Sentinel(
+                SentinelClient::build(
+                    sentinel.nodes.clone(),
+                    sentinel.master.clone(),
+                    None,
+                    SentinelServerType::Master,
+                )?
+                .get_async_connection()
+                .await?,
+            ),
+            (None, None) => Link::Cluster(
                 redis::cluster::ClusterClient::new(self.settings.cluster.clone())?
                     .get_async_connection()
                     .await?,
@@ -228,6 +270,13 @@ impl RedisBuckets {
             let reply: (u64, u64, u64, u64) = match self.link().await? {
                 Link::Single(mut connection) => invocation.invoke_async(&mut connection).await,
                 Link::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
+                Link::Sentinel(mut connection) => {
+                    let reply = invocation.invoke_async(&mut connection).await;
+                    if reply.is_err() {
+                        *self.link.lock().await = None;
+                    }
+                    reply
+                }
             }?;
             Ok::<_, RedisUnavailable>(reply)
         };
