@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Server, counter, eventually};
+use support::{Server, available, counter, eventually};
 
 /// A `redis-server` of this test's, stopped (by its PID) when dropped.
 struct Redis {
@@ -81,18 +81,7 @@ impl Drop for Redis {
 
 /// Whether redis-server runs here; if not, the test is skipped unless CI requires it.
 fn redis_available() -> bool {
-    let found = Command::new("redis-server")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("WEIR_REQUIRE_REDIS").is_none(),
-            "redis-server is required here"
-        );
-        eprintln!("skipping: redis-server is not installed");
-    }
-    found
+    available("redis-server", &["--version"], "WEIR_REQUIRE_REDIS")
 }
 
 fn free_port() -> u16 {

@@ -41,18 +41,7 @@ fn server(dir: &std::path::Path, env: &[(&str, &str)]) -> (Server, String) {
 
 /// Whether `program` runs here; if not, the test is skipped unless CI requires it.
 fn available(program: &str, probe: &[&str]) -> bool {
-    let found = Command::new(program)
-        .args(probe)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("WEIR_REQUIRE_REDIS").is_none(),
-            "{program} is required here"
-        );
-        eprintln!("skipping: {program} is not installed");
-    }
-    found
+    support::available(program, probe, "WEIR_REQUIRE_REDIS")
 }
 
 /// `redis-cli -h … -p … ARGS`, its standard output (redis-cli prints one value a line when

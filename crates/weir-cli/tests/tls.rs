@@ -14,7 +14,7 @@ use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
-use support::Server;
+use support::{Server, available};
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -140,21 +140,6 @@ fn second_or_first_ca(dir: &tempfile::TempDir) -> PathBuf {
 
 fn path_arg(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-fn available(program: &str, probe: &[&str], required_by: &str) -> bool {
-    let found = Command::new(program)
-        .args(probe)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os(required_by).is_none(),
-            "{program} is required here"
-        );
-        eprintln!("skipping the {program} part: it is not installed");
-    }
-    found
 }
 
 /// Asks grpcio's health client over TLS; `client` is the certificate and key to present.

@@ -116,6 +116,24 @@ pub fn publish(dir: &Path, version: &str, files: &[(&str, &str)]) {
     }
 }
 
+/// Whether `program` runs here (`probe` is an argument that makes it answer and exit); if
+/// not, the caller skips its test (or part), unless the variable `required_by` is set — as CI
+/// sets it, where a missing tool must fail the test rather than skip it.
+pub fn available(program: &str, probe: &[&str], required_by: &str) -> bool {
+    let found = Command::new(program)
+        .args(probe)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os(required_by).is_none(),
+            "{program} is required here"
+        );
+        eprintln!("skipping: {program} is not installed");
+    }
+    found
+}
+
 /// The `weir` binary under test.
 pub fn weir() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weir"))
