@@ -693,6 +693,45 @@ async fn a_long_quota_stays_spent_when_every_node_is_killed_and_restarted() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_owner_s_long_quotas_stay_spent_on_the_nodes_that_asked_it() {
+    // Buckets of 3 that refill one token in 10 000 s, spent through every node: each node
+    // that forwarded to a bucket's owner keeps a copy as spent as the owner's answers. The
+    // owner of some is killed (it hands nothing over): their next owners already hold them
+    // spent, where before a crash gave them afresh.
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [KEPT; 3], &seed).await;
+    let nodes = [&n1, &n2, &n3];
+    let mut owned_by_n3 = 0;
+    for key in 0..MOVING_KEYS {
+        let key = format!("m{key}");
+        // Three admitted, then one refusal through each node: every node's last answer
+        // says the bucket is empty.
+        for (i, node) in nodes.iter().cycle().take(6).enumerate() {
+            let (status, body) = ask(node, "day", &key).await;
+            assert_eq!(status, if i < 3 { 200 } else { 429 }, "{key}: {body}");
+            // Decided on n3 itself: n3 owns the bucket.
+            owned_by_n3 += usize::from(i == 2 && body["tier"] == "node");
+        }
+    }
+    assert!(owned_by_n3 > 0, "n3 owns none of the keys");
+    n3.signal("KILL");
+    let _ = n3.wait();
+    converge(&[&n1, &n2], 2).await;
+    // Past the new owners' wait for a handover (a second): what holds them now is the copy.
+    holds_for(Duration::from_secs(4), "every key stays spent", || async {
+        for key in 0..MOVING_KEYS {
+            for node in [&n1, &n2] {
+                let (status, body) = ask(node, "day", &format!("m{key}")).await;
+                assert_eq!(status, 429, "m{key}: {body}");
+            }
+        }
+        true
+    })
+    .await;
+}
+
 /// Spends the whole burst of the `MOVING_KEYS` keys `{prefix}{n}` of both policies through
 /// `server`, and checks that they are spent.
 async fn spend(server: &Server, prefix: &str) {

@@ -404,14 +404,22 @@ impl Cells {
     }
 
     /// Takes on a key as a previous run kept it: its shape, and a TAT `whole_in` nanoseconds
-    /// from `now` (at most its tolerance). A key already asked in this run keeps its own cell.
-    pub fn restore(&self, key: &[u8], interval: i64, tolerance: i64, whole_in: i64, now: i64) {
+    /// from `now` (at most its tolerance); whether it was. A key already asked in this run
+    /// keeps its own cell, and a full shard takes no more.
+    pub fn restore(
+        &self,
+        key: &[u8],
+        interval: i64,
+        tolerance: i64,
+        whole_in: i64,
+        now: i64,
+    ) -> bool {
         if interval <= 0 || tolerance < interval || whole_in <= 0 {
-            return;
+            return false;
         }
         let mut cells = self.shard_of(key);
         if cells.contains_key(key) || cells.len() >= self.max_keys / SHARDS {
-            return;
+            return false;
         }
         cells.insert(
             key.into(),
@@ -422,6 +430,7 @@ impl Cells {
                 tracked: false,
             },
         );
+        true
     }
 
     /// Keys held now.

@@ -24,14 +24,12 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
-
-use foldhash::fast::RandomState;
 use std::path::Path;
-use std::sync::Arc;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use foldhash::fast::RandomState;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use weir::SystemClock;
@@ -115,8 +113,9 @@ impl KeptBuckets {
                 let whole_in = i64::try_from(cell.whole_at - now).unwrap_or(i64::MAX);
                 let [interval, tolerance] =
                     [cell.interval, cell.tolerance].map(|n| i64::try_from(n).unwrap_or(0));
-                cells.restore(&cell.key, interval, tolerance, whole_in, cells_now);
-                restored_cells += 1;
+                if cells.restore(&cell.key, interval, tolerance, whole_in, cells_now) {
+                    restored_cells += 1;
+                }
             }
         }
         let mut waiting: HashMap<String, Vec<KeptBucket>> = HashMap::new();
@@ -143,6 +142,11 @@ impl KeptBuckets {
             tracing::info!(restored, "buckets taken on from the last run");
         }
         Ok(kept)
+    }
+
+    /// Buckets that take longer than this to refill are kept.
+    pub fn slower_than(&self) -> Duration {
+        self.slower_than
     }
 
     /// Takes on the waiting records of every policy now in `policies`; how many.
@@ -281,13 +285,6 @@ impl KeptBuckets {
                 Err(error)
             }
         }
-    }
-}
-
-impl KeptBuckets {
-    /// Buckets that take longer than this to refill are kept.
-    pub fn slower_than(&self) -> Duration {
-        self.slower_than
     }
 }
 

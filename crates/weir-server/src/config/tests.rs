@@ -152,7 +152,7 @@ fn every_problem_is_reported_with_its_place() {
 
 #[test]
 fn a_redis_scoped_policy_needs_a_redis_and_a_shape_redis_keeps() {
-    let policies = "[[policy]]\nname = \"r\"\nscope = \"redis\"\ntoken_bucket = { rate = 1 }\n\n[[policy]]\nname = \"s\"\nscope = \"redis\"\nsliding_window = { limit = 5, window = \"1m\" }\n";
+    let policies = "[[policy]]\nname = \"r\"\nscope = \"redis\"\ntoken_bucket = { rate = 1 }\n\n[[policy]]\nname = \"s\"\nscope = \"redis\"\nsliding_window = { limit = 5, window = \"1m\" }\n\n[[policy]]\nname = \"c\"\nscope = \"redis\"\ntoken_bucket = { rate = 1, per_core = true }\n";
     let problems = problems_of(policies).join("\n");
     assert!(
         problems.contains("policy `r`: `scope` is `redis`, but no `[redis]` names a Redis"),
@@ -160,6 +160,10 @@ fn a_redis_scoped_policy_needs_a_redis_and_a_shape_redis_keeps() {
     );
     assert!(
         problems.contains("`redis` is for token and leaky buckets, strict limiters and fixed windows, not `sliding_window`"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("policy `c`: `scope` `redis` shares one bucket between every node"),
         "{problems}"
     );
     let with_redis = format!("[redis]\nurl = \"redis://127.0.0.1:6379\"\n{policies}");

@@ -138,6 +138,17 @@ impl PolicyConfig {
                     Some("adaptive backpressure follows each node's own downstream")
                 }
             };
+            let per_core = match &self.limiter {
+                Limiter::Keyed(spec) => spec.per_core(),
+                Limiter::Adaptive(_) => false,
+            };
+            if per_core {
+                errors.push(PolicyError::new(
+                    name,
+                    "scope",
+                    "`redis` shares one bucket between every node, so `per_core` (which scales a node's own buckets by its cores) cannot apply",
+                ));
+            }
             if let Some(why) = redis_decides {
                 errors.push(PolicyError::new(
                     name,
