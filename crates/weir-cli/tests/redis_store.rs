@@ -22,7 +22,7 @@ struct Redis {
 
 impl Redis {
     /// A standalone Redis (or, with `cluster`, a cluster-enabled one) on `port`, in `dir`.
-    fn start(dir: &std::path::Path, port: u16, cluster: bool) -> Redis {
+    async fn start(dir: &std::path::Path, port: u16, cluster: bool) -> Redis {
         let mut command = Command::new("redis-server");
         command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -42,14 +42,18 @@ impl Redis {
             ]);
         }
         let child = command.spawn().expect("starting redis-server");
-        let redis = Redis { child, port };
-        for _ in 0..200 {
-            if redis.cli(&["PING"]).trim() == "PONG" {
-                return redis;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
-        panic!("redis-server on {port} did not answer");
+        Redis { child, port }.answering().await
+    }
+
+    /// Itself, once it answers `PING`.
+    async fn answering(self) -> Redis {
+        eventually(
+            Duration::from_secs(10),
+            "redis-server answering",
+            || async { self.cli(&["PING"]).trim() == "PONG" },
+        )
+        .await;
+        self
     }
 
     /// `redis-cli -p PORT ARGS`: its output.
@@ -171,7 +175,7 @@ async fn two_nodes_sharing_one_redis_share_every_bucket_and_fail_as_told() {
     }
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let mut redis = Redis::start(dir.path(), port, false);
+    let mut redis = Redis::start(dir.path(), port, false).await;
     let url = format!("url = {:?}", redis.url());
     let a = Server::start(&config(&url, "open"), &dir.path().join("a"));
     let b = Server::start(&config(&url, "closed"), &dir.path().join("b"));
@@ -205,7 +209,7 @@ async fn two_nodes_sharing_one_redis_share_every_bucket_and_fail_as_told() {
     );
 
     // Back on the same port (empty: it kept nothing): decided in Redis again.
-    let _redis = Redis::start(dir.path(), port, false);
+    let _redis = Redis::start(dir.path(), port, false).await;
     eventually(
         Duration::from_secs(20),
         "decisions in Redis again",
@@ -233,7 +237,7 @@ async fn envoy_rules_kept_in_redis_count_once_for_every_node() {
     use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 
     let dir = tempfile::tempdir().unwrap();
-    let redis = Redis::start(dir.path(), free_port(), false);
+    let redis = Redis::start(dir.path(), free_port(), false).await;
     let rules = dir.path().join("rules.yaml");
     std::fs::write(
         &rules,
@@ -292,7 +296,7 @@ async fn a_redis_cluster_keeps_every_bucket_and_a_killed_master_fails_open_its_s
     let mut masters: Vec<Redis> = Vec::new();
     for _ in 0..3 {
         let taken: Vec<u16> = masters.iter().map(|m| m.port).collect();
-        masters.push(Redis::start(dir.path(), cluster_port(&taken), true));
+        masters.push(Redis::start(dir.path(), cluster_port(&taken), true).await);
     }
     let addresses: Vec<String> = masters
         .iter()
@@ -306,15 +310,16 @@ async fn a_redis_cluster_keeps_every_bucket_and_a_killed_master_fails_open_its_s
         .expect("running redis-cli --cluster create");
     assert!(created.status.success(), "{created:?}");
     for master in &masters {
-        for _ in 0..200 {
-            if master
-                .cli(&["CLUSTER", "INFO"])
-                .contains("cluster_state:ok")
-            {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(25));
-        }
+        eventually(
+            Duration::from_secs(10),
+            "the cluster's state ok",
+            || async {
+                master
+                    .cli(&["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+            },
+        )
+        .await;
     }
     let nodes: Vec<String> = masters.iter().map(Redis::url).collect();
     let redis = format!("cluster = {nodes:?}");
@@ -346,7 +351,7 @@ async fn a_redis_cluster_keeps_every_bucket_and_a_killed_master_fails_open_its_s
 
 /// A sentinel watching the master on `master`, failing it over a second after it stops
 /// answering; on `port`, in `dir`.
-fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
+async fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
     let config = dir.join(format!("sentinel-{port}.conf"));
     std::fs::write(
         &config,
@@ -363,14 +368,7 @@ fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting redis-server --sentinel");
-    let sentinel = Redis { child, port };
-    for _ in 0..200 {
-        if sentinel.cli(&["PING"]).trim() == "PONG" {
-            return sentinel;
-        }
-        std::thread::sleep(Duration::from_millis(25));
-    }
-    panic!("the sentinel on {port} did not answer");
+    Redis { child, port }.answering().await
 }
 
 #[tokio::test]
@@ -379,8 +377,8 @@ async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut master = Redis::start(dir.path(), free_port(), false);
-    let replica = Redis::start(dir.path(), free_port(), false);
+    let mut master = Redis::start(dir.path(), free_port(), false).await;
+    let replica = Redis::start(dir.path(), free_port(), false).await;
     // Redis waits 5 s before a replica's first (diskless) sync, to batch replicas: not here.
     master.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
     replica.cli(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]);
@@ -390,7 +388,7 @@ async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
             .contains("state=online")
     })
     .await;
-    let watcher = sentinel(dir.path(), free_port(), master.port);
+    let watcher = sentinel(dir.path(), free_port(), master.port).await;
     let redis = format!(
         "sentinel = {{ master = \"weir\", nodes = [{:?}] }}",
         watcher.url()
