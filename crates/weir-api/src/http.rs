@@ -248,6 +248,26 @@ pub struct ClusterCounters {
     /// `learning_period`, each bucket held to what it refilled since.
     #[serde(default)]
     pub rate_learning: u64,
+    /// Requests of cluster-scoped rate policies this node admitted within the share of the
+    /// bucket its owner assigned it.
+    #[serde(default)]
+    pub assigned_admitted: u64,
+    /// Requests it refused within such a share.
+    #[serde(default)]
+    pub assigned_refused: u64,
+    /// Reports of its demand sent to buckets' owners.
+    #[serde(default)]
+    pub assignment_reports: u64,
+    /// Of them, those no owner answered.
+    #[serde(default)]
+    pub assignment_reports_failed: u64,
+    /// Assignments this node holds now.
+    #[serde(default)]
+    pub assignments_held: u64,
+    /// Shares this node lends now, as an owner, over every bucket (a bucket's rate is 1000
+    /// shares).
+    #[serde(default)]
+    pub shares_lent: u64,
 }
 
 fn is_false(value: &bool) -> bool {

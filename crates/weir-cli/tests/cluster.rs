@@ -946,6 +946,81 @@ async fn a_busy_node_takes_lent_units_without_asking_the_owner() {
     );
 }
 
+const HOT: &str = r#"
+[[policy]]
+name = "hot"
+scope = "cluster"
+on_exhausted = "reject"
+token_bucket = { rate = 50, burst = 10 }
+"#;
+
+/// A hot cluster-scoped bucket asked through the two nodes that do not own it: its owner
+/// assigns each a share of its rate, and they decide within it without a call, while the
+/// cluster admits no more than one bucket would over the run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_bucket_is_decided_where_it_is_asked_within_its_one_rate() {
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path(), HOT).await;
+    let mut tiers = Vec::new();
+    for node in &nodes {
+        let (status, body) = ask(node, "hot", "tenant").await;
+        assert_eq!(status, 200, "{body}");
+        tiers.push(body["tier"].as_str().unwrap().to_owned());
+    }
+    let owner = tiers
+        .iter()
+        .position(|tier| tier == "node")
+        .expect("one owner");
+    let askers: Vec<&Server> = (0..3).filter(|&i| i != owner).map(|i| &nodes[i]).collect();
+    let admitted = std::sync::atomic::AtomicU64::new(0);
+    let asked = std::sync::atomic::AtomicU64::new(0);
+    let started = Instant::now();
+    let run = Duration::from_secs(3);
+    // Four clients on each asking node, each asking again as soon as it is answered.
+    let clients = askers.iter().flat_map(|&node| (0..4).map(move |_| node));
+    futures_util::future::join_all(
+        clients.map(|node| ask_until(node, started + run, &admitted, &asked)),
+    )
+    .await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let (admitted, asked) = (admitted.into_inner(), asked.into_inner());
+    // The three asks that found the owner came first: its burst of 10, then 50 a second.
+    let bound = 10 + (50.0 * elapsed).ceil() as u64 - 3;
+    assert!(
+        admitted <= bound,
+        "{admitted} admitted in {elapsed:.2} s, bound {bound}"
+    );
+    let mut forwarded = 0;
+    for node in &askers {
+        let counters = view(node).await.counters;
+        assert_eq!(counters.forward_failed, 0, "{counters:?}");
+        assert!(counters.assigned_admitted > 0, "{counters:?}");
+        forwarded += counters.forwarded;
+    }
+    assert!(
+        forwarded * 2 < asked,
+        "{forwarded} of {asked} requests were forwarded"
+    );
+    let owner_view = view(&nodes[owner]).await.counters;
+    assert!(owner_view.decided_for_others < asked / 2, "{owner_view:?}");
+}
+
+/// Asks `server` for `hot`'s bucket `tenant` until `until`, again as soon as it is answered;
+/// counts what it asked and what was admitted.
+async fn ask_until(
+    server: &Server,
+    until: Instant,
+    admitted: &std::sync::atomic::AtomicU64,
+    asked: &std::sync::atomic::AtomicU64,
+) {
+    while Instant::now() < until {
+        let (status, body) = ask(server, "hot", "tenant").await;
+        assert!(status == 200 || status == 429, "{status}: {body}");
+        asked.fetch_add(1, Ordering::Relaxed);
+        admitted.fetch_add(u64::from(status == 200), Ordering::Relaxed);
+    }
+}
+
 /// A node started with seeds is ready — `/readyz` 200, gRPC health SERVING — only once it has
 /// joined: before its seed is up it is NOT_SERVING and 503, and it stays ready after.
 #[tokio::test]

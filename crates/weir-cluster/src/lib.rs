@@ -15,6 +15,7 @@
 //! members carry); `weir serve` wires them together.
 
 pub mod admission;
+pub mod assignment;
 pub mod batch;
 pub mod census;
 pub mod grpc;

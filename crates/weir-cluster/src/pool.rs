@@ -316,6 +316,78 @@ impl SharedPool {
         }
     }
 
+    /// A rate assignment ([`assignment`](crate::assignment)) as a loan: `holder`'s one loan of
+    /// `bucket` first given back down to `running` — what the holder says it runs now, having
+    /// heard of a cut, so that a cut is counted here until the holder has made it — then grown
+    /// towards `target` by what is free within `limit`, and renewed until `now + ttl`. Returns
+    /// the loan's units after that (0: the loan ended) and when it expires. A loan grows by at
+    /// most half of what is free at once (a concurrency loan by a quarter): the first node to
+    /// ask must not take what the nodes still forwarding need before the owner has seen their
+    /// demand, and a holder reports four times a second, so it is soon at its due.
+    pub fn assign(
+        &self,
+        bucket: &str,
+        limit: u64,
+        holder: &str,
+        (running, target): (u64, u64),
+        ttl: Duration,
+        now: Nanos,
+    ) -> (u64, Nanos) {
+        let expires_at = weir::clock::after(now, ttl);
+        let mut state = self.lock();
+        let state = &mut *state;
+        if !state.buckets.contains_key(bucket) {
+            if target == 0 || state.buckets.len() >= self.max_buckets {
+                return (0, expires_at);
+            }
+            state.buckets.insert(bucket.to_owned(), Bucket::default());
+        }
+        let entry = state.buckets.get_mut(bucket).expect("present");
+        entry.prune(now);
+        let loan = entry
+            .leases
+            .iter()
+            .position(|l| l.lent && l.holder == holder);
+        let had = loan.map_or(0, |i| entry.leases[i].units);
+        let kept = had.min(running);
+        let free = limit.saturating_sub(entry.units - had + kept);
+        let units = if target > kept {
+            kept + (target - kept).min(free.div_ceil(2))
+        } else {
+            kept
+        };
+        entry.units = entry.units - had + units;
+        match (loan, units) {
+            (Some(i), 0) => {
+                entry.leases.swap_remove(i);
+            }
+            (Some(i), units) => {
+                entry.leases[i].units = units;
+                entry.leases[i].expires_at = expires_at;
+            }
+            (None, 0) => {}
+            (None, units) => {
+                let id = state.next_id;
+                state.next_id += 1;
+                entry.leases.push(PoolLease {
+                    id,
+                    units,
+                    lent: true,
+                    expires_at,
+                    holder: holder.to_owned(),
+                });
+            }
+        }
+        if state
+            .buckets
+            .get(bucket)
+            .is_some_and(|b| b.leases.is_empty())
+        {
+            state.buckets.remove(bucket);
+        }
+        (units, expires_at)
+    }
+
     /// Takes over a lease of `units` units (a loan, if `lent`) another owner granted (a handoff
     /// after the bucket moved here): it is recorded whatever the count, because it is already
     /// in use; it counts against the limit from now on. Returns its id here.
@@ -404,6 +476,17 @@ impl SharedPool {
                 .filter(|l| l.expires_at > now)
                 .map(|l| l.units as usize)
                 .sum()
+        })
+    }
+
+    /// The live leases of `bucket` at `now`.
+    pub fn leases_of(&self, bucket: &str, now: Nanos) -> Vec<PoolLease> {
+        self.lock().buckets.get(bucket).map_or_else(Vec::new, |b| {
+            b.leases
+                .iter()
+                .filter(|l| l.expires_at > now)
+                .cloned()
+                .collect()
         })
     }
 

@@ -22,15 +22,26 @@ use std::time::Duration;
 
 use weir::limiter::Quota;
 
+pub use crate::assignment::{Assignment, RateReport};
+
 use crate::messages::BoxFuture;
 
-/// What a node asks of a cluster-scoped rate bucket's owner: a decision, or a handover.
+/// What a node asks of a cluster-scoped rate bucket's owner: a decision, a handover, or an
+/// assignment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateRequest {
     /// Decide a request, as its bucket's owner.
     Decide(RateAsk),
     /// Take on a bucket's state from its previous owner: not a decision.
     HandOver(Handover),
+    /// A node's report of its demand for a bucket: answered with the share of its rate the
+    /// node may decide itself ([`crate::assignment`]).
+    Report {
+        /// The node reporting.
+        holder: String,
+        /// What it reports.
+        report: RateReport,
+    },
 }
 
 impl RateRequest {
@@ -39,6 +50,7 @@ impl RateRequest {
         match self {
             RateRequest::Decide(ask) => &ask.policy,
             RateRequest::HandOver(handover) => &handover.policy,
+            RateRequest::Report { report, .. } => &report.policy,
         }
     }
 
@@ -47,14 +59,16 @@ impl RateRequest {
         match self {
             RateRequest::Decide(ask) => &ask.key,
             RateRequest::HandOver(handover) => &handover.key,
+            RateRequest::Report { report, .. } => &report.key,
         }
     }
 
-    /// The longest it may wait on the owner (zero for a handover, which never waits).
+    /// The longest it may wait on the owner (zero for a handover or a report, which never
+    /// wait).
     pub fn max_wait(&self) -> Duration {
         match self {
             RateRequest::Decide(ask) => ask.max_wait,
-            RateRequest::HandOver(_) => Duration::ZERO,
+            RateRequest::HandOver(_) | RateRequest::Report { .. } => Duration::ZERO,
         }
     }
 }
@@ -88,6 +102,20 @@ pub struct Handover {
     pub kind: Option<String>,
     /// What it had left when it was handed over.
     pub quota: Quota,
+    /// The shares of its rate its previous owner had lent, to count on the new owner until
+    /// they run out ([`crate::assignment`]): its assignment book moves with it.
+    pub lent: Vec<Lent>,
+}
+
+/// Shares of a bucket lent to a holder, as a handover carries them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lent {
+    /// The holder.
+    pub holder: String,
+    /// The shares.
+    pub shares: u64,
+    /// How long they still live.
+    pub remaining: Duration,
 }
 
 /// What a bucket's owner decided on a request.
@@ -127,6 +155,8 @@ impl Decided {
 pub enum RateDecision {
     /// The owner decided.
     Decided(Decided),
+    /// The owner's answer to a [`RateRequest::Report`].
+    Assigned(Assignment),
     /// The callee's ring does not name it the bucket's owner (the rings differ for a moment
     /// while membership changes).
     NotOwner,

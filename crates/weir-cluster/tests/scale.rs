@@ -412,6 +412,8 @@ impl RateOwner for SimRates {
                         quota: None,
                     });
                 }
+                // This simulation's nodes forward every rate request: none reports.
+                RateRequest::Report { .. } => return RateDecision::NotOwner,
             };
             if !self
                 .view
@@ -443,6 +445,7 @@ impl RateOwner for SimRates {
                 key: bucket.key,
                 kind: None,
                 quota: bucket.quota,
+                lent: Vec::new(),
             })
             .collect()
     }

@@ -399,6 +399,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     // The members compare the policies they run (`/v1/cluster`'s `config_differs`).
     tokio::spawn(Arc::clone(&app).share_config_version(CONFIG_VERSION_EVERY));
     tokio::spawn(Arc::clone(&app).follow_cluster_policies());
+    tokio::spawn(Arc::clone(&app).keep_assignments());
 
     let http = {
         let app = Arc::clone(&app);

@@ -11,6 +11,7 @@
 //! | `cluster_rate_accuracy.rs` | `cluster-rate-accuracy` | cluster-scoped rates held over three local nodes |
 //! | `two_tier_latency.rs` | `two-tier-latency` | the two tiers' admission latency on a local 3-node cluster |
 //! | `owner_throughput.rs` | `owner-throughput` | shared admissions of one hot bucket, with loans and without |
+//! | `rate_assignments.rs` | `rate-assignments` | one hot rate bucket: assigned shares, forwarding, per node |
 //! | `tenant_throttling.rs` | `tenant-throttling` | per-tenant page-read workloads against one node, with its CPU use |
 //! | `adaptive_backpressure.rs` | `adaptive-backpressure` | adaptive backpressure against a toy busy backend, both controls |
 //! | `rolling_restart.rs` | `rolling-restart` | a rolling restart of three local nodes under load, per restart |
@@ -19,6 +20,7 @@ pub mod adaptive_backpressure;
 pub mod cluster_rate_accuracy;
 pub mod owner_throughput;
 pub mod rate_accuracy;
+pub mod rate_assignments;
 pub mod rolling_restart;
 pub mod tenant_throttling;
 pub mod two_tier_latency;
@@ -74,6 +76,7 @@ pub const SCENARIOS: &[Scenario] = &[
     cluster_rate_accuracy::SCENARIO,
     two_tier_latency::SCENARIO,
     owner_throughput::SCENARIO,
+    rate_assignments::SCENARIO,
     tenant_throttling::SCENARIO,
     adaptive_backpressure::SCENARIO,
     rolling_restart::SCENARIO,

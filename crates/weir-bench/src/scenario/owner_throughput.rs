@@ -64,7 +64,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(values: &[f64]) -> Spread {
+    /// The median and range of `values`.
+    pub fn of(values: &[f64]) -> Spread {
         Spread {
             median: median(values.to_vec()),
             min: values.iter().copied().fold(f64::INFINITY, f64::min),

@@ -25,7 +25,9 @@ use weir::{Clock, Nanos};
 
 use crate::owner::Owner;
 use crate::pool::Grant;
-use crate::rates::{Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest};
+use crate::rates::{
+    Assignment, Decided, Handover, Lent, RateAsk, RateDecision, RateOwner, RateReport, RateRequest,
+};
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{
     Adoption, Ask, BoxFuture, Fence, LeaseRequest, Message, Renewal, Reply, Transport,

@@ -174,6 +174,13 @@ impl<C: Clock> ClusterService<C> {
                 },
                 quota,
             ),
+            RateDecision::Assigned(assignment) => proto::DecideReply {
+                outcome: Wire::Assigned as i32,
+                shares: assignment.shares,
+                ttl_ns: duration_to_nanos(assignment.ttl),
+                tokens: assignment.tokens,
+                ..Default::default()
+            },
             RateDecision::NotOwner => proto::DecideReply {
                 outcome: Wire::NotOwner as i32,
                 ..Default::default()

@@ -2,8 +2,9 @@
 //! Times cross as durations, never instants.
 
 use super::{
-    Ask, Decided, Duration, Fence, Grant, Handover, LeaseRequest, Nanos, Outcome, Quota, RateAsk,
-    RateDecision, RateRequest, TransportError, duration_to_nanos, proto,
+    Ask, Assignment, Decided, Duration, Fence, Grant, Handover, LeaseRequest, Lent, Nanos, Outcome,
+    Quota, RateAsk, RateDecision, RateReport, RateRequest, TransportError, duration_to_nanos,
+    proto,
 };
 
 /// `reply` with `quota` in it.
@@ -89,7 +90,7 @@ pub(super) fn grant_of(
 }
 
 /// The wire form of a forwarded request. A handover travels as a request of cost 0 with its
-/// `handed` fields set, as it always has on the wire.
+/// `handed` fields set, as it always has on the wire; a report with its `report` ones.
 pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
     match request {
         RateRequest::Decide(ask) => proto::DecideRequest {
@@ -111,13 +112,43 @@ pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
             handed_used: handover.quota.used,
             handed_remaining: handover.quota.remaining,
             handed_reset_after_ns: duration_to_nanos(handover.quota.reset_after),
+            handed_lent: handover
+                .lent
+                .into_iter()
+                .map(|lent| proto::HandedLent {
+                    holder: lent.holder,
+                    shares: lent.shares,
+                    remaining_ns: duration_to_nanos(lent.remaining),
+                })
+                .collect(),
+            ..Default::default()
+        },
+        RateRequest::Report { holder, report } => proto::DecideRequest {
+            policy: report.policy,
+            key: report.key,
+            report: true,
+            holder,
+            demand: report.demand,
+            running: report.running,
             ..Default::default()
         },
     }
 }
 
-/// A forwarded request as it came off the wire: one with `handed` set is a handover.
+/// A forwarded request as it came off the wire: one with `handed` set is a handover, one
+/// with `report` set a report.
 pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
+    if request.report {
+        return RateRequest::Report {
+            holder: request.holder,
+            report: RateReport {
+                policy: request.policy,
+                key: request.key,
+                demand: request.demand,
+                running: request.running,
+            },
+        };
+    }
     if request.handed {
         return RateRequest::HandOver(Handover {
             policy: request.policy,
@@ -128,6 +159,15 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
                 remaining: request.handed_remaining,
                 reset_after: Duration::from_nanos(request.handed_reset_after_ns),
             },
+            lent: request
+                .handed_lent
+                .into_iter()
+                .map(|lent| Lent {
+                    holder: lent.holder,
+                    shares: lent.shares,
+                    remaining: Duration::from_nanos(lent.remaining_ns),
+                })
+                .collect(),
         });
     }
     RateRequest::Decide(RateAsk {
@@ -159,6 +199,11 @@ pub(super) fn decision_of(reply: proto::DecideReply) -> RateDecision {
                 .then(|| Duration::from_nanos(reply.retry_after_ns)),
             reason: reply.reason,
             quota,
+        }),
+        Ok(Wire::Assigned) => RateDecision::Assigned(Assignment {
+            shares: reply.shares,
+            ttl: Duration::from_nanos(reply.ttl_ns),
+            tokens: reply.tokens,
         }),
         Ok(Wire::NotOwner) => RateDecision::NotOwner,
         Ok(Wire::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,

@@ -44,10 +44,14 @@ pub enum AdmissionTier {
     LocalShare,
     /// The Redis the policy's buckets live in decided (`scope = "redis"`).
     Redis,
+    /// This node decided a cluster-scoped rate within the share of the bucket its owner
+    /// assigned it.
+    Assigned,
 }
 
 impl AdmissionTier {
-    /// The name an answer carries: `node`, `owner`, `shared`, `fail_open`, `local_share`.
+    /// The name an answer carries: `node`, `owner`, `assigned`, `shared`, `fail_open`,
+    /// `local_share`, `redis`.
     pub fn name(self) -> &'static str {
         match self {
             AdmissionTier::Node => "node",
@@ -56,6 +60,7 @@ impl AdmissionTier {
             AdmissionTier::FailOpen => "fail_open",
             AdmissionTier::LocalShare => "local_share",
             AdmissionTier::Redis => "redis",
+            AdmissionTier::Assigned => "assigned",
         }
     }
 }

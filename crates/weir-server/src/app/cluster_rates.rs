@@ -20,9 +20,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::SystemClock;
-use weir::policy::{Mode, OnExhausted, Policy, Request, Scope};
+use weir::keyed::Shape;
+use weir::policy::{BucketShape, Mode, OnExhausted, Policy, Request, Scope};
+use weir_cluster::assignment::{Local, REPORT_EVERY, Whole};
 use weir_cluster::rates::{
-    Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+    Assignment, Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
 };
 use weir_cluster::transport::BoxFuture;
 
@@ -41,15 +43,44 @@ impl App {
         limit: Option<f64>,
     ) -> Option<AcquireOutcome> {
         // A single node decides every bucket itself: not even the policy's config is read.
-        self.cluster.as_ref()?;
-        let max_wait = policy.with_config(|config| {
+        let cluster = self.cluster.as_ref()?;
+        let (max_wait, monitors) = policy.with_config(|config| {
             let waits = config.on_exhausted == OnExhausted::Wait && config.mode == Mode::Enforce;
-            (config.scope == Scope::Cluster).then(|| match (waits, input.max_wait_ms) {
-                (false, _) => Duration::ZERO,
-                (true, Some(ms)) => Duration::from_millis(ms).min(config.max_wait),
-                (true, None) => config.max_wait,
+            (config.scope == Scope::Cluster).then(|| {
+                let max_wait = match (waits, input.max_wait_ms) {
+                    (false, _) => Duration::ZERO,
+                    (true, Some(ms)) => Duration::from_millis(ms).min(config.max_wait),
+                    (true, None) => config.max_wait,
+                };
+                (max_wait, config.mode == Mode::Monitor)
             })
         })?;
+        if max_wait.is_zero() && assignable(policy, input.kind.as_deref()).is_some() {
+            let decided = match cluster.decide_assigned(policy.name(), &input.key, cost) {
+                Local::Admitted => Some(false),
+                Local::Refused { .. } if monitors => Some(true),
+                Local::Refused { retry_after } => {
+                    return Some(AcquireOutcome::Refused {
+                        retry_after: Some(retry_after),
+                        reason: format!(
+                            "policy `{}`: rate limited (this node's share of the cluster's rate); retry after {retry_after:?}",
+                            policy.name()
+                        ),
+                        limit,
+                    });
+                }
+                Local::Forward => None,
+            };
+            if let Some(would_throttle) = decided {
+                return Some(AcquireOutcome::Admitted {
+                    waited: Duration::ZERO,
+                    lease: None,
+                    would_throttle,
+                    limit,
+                    tier: AdmissionTier::Assigned,
+                });
+            }
+        }
         match self
             .ask_owner(policy, &input.key, input.kind.as_deref(), cost, max_wait)
             .await?
@@ -92,6 +123,7 @@ impl App {
         let cluster = self.cluster.as_ref()?;
         let Some(owner) = cluster.rate_owner(policy.name(), key) else {
             self.hold_while_learning(policy, kind, key);
+            self.set_aside_lent(policy, kind, key, cost);
             return None;
         };
         let request = RateRequest::Decide(RateAsk {
@@ -112,7 +144,9 @@ impl App {
                 }
                 Some(decided)
             }
-            Ok(RateDecision::NotOwner | RateDecision::UnknownPolicy) => None,
+            Ok(
+                RateDecision::NotOwner | RateDecision::UnknownPolicy | RateDecision::Assigned(_),
+            ) => None,
             Err(why) => {
                 tracing::debug!(policy = %policy.name(), %owner, "deciding here: {why}");
                 None
@@ -132,12 +166,42 @@ impl App {
             .filter(|p| p.with_config(|c| c.scope == Scope::Cluster));
         let request = match request {
             RateRequest::Decide(ask) => ask,
+            RateRequest::Report { holder, report } => {
+                if !cluster.owns_rate(&report.policy, &report.key) {
+                    return RateDecision::NotOwner;
+                }
+                let Some(policy) = policy else {
+                    return RateDecision::UnknownPolicy;
+                };
+                let Some(whole) = assignable(&policy, None) else {
+                    return RateDecision::Assigned(Assignment::none());
+                };
+                let (mut assignment, aside) = cluster.answer_report(&holder, &report, whole);
+                // Set aside before the holder hears of it: its share is never counted twice,
+                // and what the owner's bucket held beyond its own share moves to the holder.
+                assignment.tokens = policy.set_aside(
+                    None,
+                    &report.key,
+                    (aside.before, aside.elapsed, aside.after),
+                );
+                return RateDecision::Assigned(assignment);
+            }
             RateRequest::HandOver(handover) => {
                 // Taken on even before this node's ring names it the owner: rings change on
                 // every node at a slightly different moment, and the state is only ever
                 // emptier.
                 if let Some(policy) = &policy {
                     policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
+                    if handover.kind.is_none()
+                        && let Some(aside) =
+                            cluster.take_on_lent(&handover.policy, &handover.key, &handover.lent)
+                    {
+                        policy.set_aside(
+                            None,
+                            &handover.key,
+                            (aside.before, aside.elapsed, aside.after),
+                        );
+                    }
                     cluster.took_on_rate_bucket(&handover.policy, &handover.key);
                 }
                 return RateDecision::Decided(Decided::Admitted {
@@ -174,6 +238,7 @@ impl App {
             return RateDecision::UnknownPolicy;
         };
         self.hold_while_learning(&policy, request.kind.as_deref(), &request.key);
+        self.set_aside_lent(&policy, request.kind.as_deref(), &request.key, request.cost);
         cluster.decided_for_other();
         let mut asked = Request::new(&request.key)
             .cost(request.cost)
@@ -227,6 +292,46 @@ impl App {
         }
     }
 
+    /// As the owner of the bucket a request of `kind` for `key` is counted in, before deciding
+    /// `cost` of it: sets aside of it what is lent to other nodes, if any.
+    fn set_aside_lent(
+        &self,
+        policy: &Policy<SystemClock>,
+        kind: Option<&str>,
+        key: &str,
+        cost: u64,
+    ) {
+        if let Some(cluster) = &self.cluster
+            && assignable(policy, kind).is_some()
+            && let Some(aside) = cluster.lent_before_deciding(policy.name(), key, cost)
+        {
+            // Decided here: nothing moves to a holder, and what the floor took out is gone
+            // (no share grew).
+            policy.set_aside(kind, key, (aside.before, aside.elapsed, aside.after));
+        }
+    }
+
+    /// Reports this node's demand for the cluster-scoped rate buckets it asks for often,
+    /// every [`REPORT_EVERY`], and takes on the shares their owners assign it; in cluster mode
+    /// only, until the process ends.
+    pub async fn keep_assignments(self: Arc<Self>) {
+        let Some(cluster) = self.cluster.clone() else {
+            return;
+        };
+        let mut every = tokio::time::interval(REPORT_EVERY);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            every.tick().await;
+            cluster
+                .report_demand(|name| {
+                    self.policies
+                        .get(name)
+                        .and_then(|policy| assignable(&policy, None))
+                })
+                .await;
+        }
+    }
+
     /// Handovers of this node's cluster-scoped rate buckets that `moving` picks.
     fn rate_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
         let mut handovers = Vec::new();
@@ -237,6 +342,11 @@ impl App {
             let name = policy.name();
             let spent = policy.spent_buckets(|key| moving(&bucket_of(name, key)));
             handovers.extend(spent.into_iter().map(|bucket| Handover {
+                // Its assignment book moves with it (the default buckets' only).
+                lent: match (&self.cluster, &bucket.kind) {
+                    (Some(cluster), None) => cluster.lent_in(name, &bucket.key),
+                    _ => Vec::new(),
+                },
                 policy: name.to_owned(),
                 key: bucket.key,
                 kind: bucket.kind,
@@ -245,6 +355,38 @@ impl App {
         }
         handovers
     }
+}
+
+/// The whole shape of the bucket a request of `kind` is counted in, if the owner may assign
+/// shares of it: a cluster-scoped policy with `assignments` on that does not wait (a waiting request waits in the
+/// owner's line, fair across the cluster), counting in its default buckets (a kind's own
+/// buckets stay forwarded), a token bucket that is not a fair leaky one, or a strict limiter,
+/// that refills fast enough for a share of its rate to be worth lending
+/// ([`Whole::worth_sharing`]). Fixed and sliding windows are forwarded: a window's count is
+/// not a rate to share.
+fn assignable(policy: &Policy<SystemClock>, kind: Option<&str>) -> Option<Whole> {
+    let decides_now = policy.with_config(|config| {
+        config.scope == Scope::Cluster
+            && config.assignments
+            && !(config.on_exhausted == OnExhausted::Wait && config.mode == Mode::Enforce)
+    });
+    if !decides_now {
+        return None;
+    }
+    let whole = match policy.shape_for(kind) {
+        BucketShape::Default(Shape::Gcra {
+            interval,
+            capacity,
+            fair: false,
+            ..
+        }) => Whole { interval, capacity },
+        BucketShape::Default(Shape::Strict { interval }) => Whole {
+            interval,
+            capacity: 1,
+        },
+        _ => return None,
+    };
+    whole.worth_sharing().then_some(whole)
 }
 
 /// A decision made here, as the asking node reads it.

@@ -9,6 +9,7 @@
 //! owners; leases departed nodes held here stay until they expire (a "departed" node may only be
 //! paused, and still using them).
 
+mod assignments;
 mod census;
 mod config_versions;
 mod coordinators;
@@ -78,6 +79,8 @@ pub struct ClusterMode {
     /// This node's cluster-scoped rate policies, as an owner: what it hands over when the ring
     /// moves their buckets away (set with the service).
     rate_owner: std::sync::OnceLock<Arc<dyn RateOwner>>,
+    /// Shares of cluster-scoped rate buckets lent to this node and by it.
+    assignments: assignments::Assignments,
     /// Started with seeds to join through: not joined until another member is seen.
     seeded: bool,
     /// This node's config version and the members', as last shared.
@@ -250,6 +253,7 @@ impl ClusterMode {
             tls,
             rates: RateCounters::default(),
             rate_owner: std::sync::OnceLock::new(),
+            assignments: assignments::Assignments::default(),
             seeded,
             config_versions: Mutex::default(),
             seeds,

@@ -21,6 +21,7 @@ impl ClusterMode {
             refused_while_lent: self.pool.refused_while_lent(),
             ..ClusterCounters::default()
         };
+        self.count_assignments(&mut counters);
         for (_, coordinator) in self
             .coordinators
             .lock()

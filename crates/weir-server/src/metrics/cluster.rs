@@ -183,6 +183,45 @@ impl Collector for ClusterCollector {
         )?;
         family(
             &mut encoder,
+            "weir_cluster_assigned_decisions",
+            "Requests of cluster-scoped rate policies decided on this node within the share of the bucket its owner assigned it",
+            MetricType::Counter,
+            [
+                ("admitted", c.assigned_admitted),
+                ("refused", c.assigned_refused),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        family(
+            &mut encoder,
+            "weir_cluster_assignment_reports",
+            "Reports of this node's demand for cluster-scoped rate buckets sent to their owners: answered, failed (no answer; a share held runs out at its TTL)",
+            MetricType::Counter,
+            [
+                (
+                    "answered",
+                    c.assignment_reports - c.assignment_reports_failed,
+                ),
+                ("failed", c.assignment_reports_failed),
+            ]
+            .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_assignments_held",
+            "Shares of cluster-scoped rate buckets this node holds and decides within",
+            MetricType::Gauge,
+            ConstGauge::new(i64::try_from(c.assignments_held).unwrap_or(i64::MAX)),
+        )?;
+        single(
+            &mut encoder,
+            "weir_cluster_rate_shares_lent",
+            "Shares of the rate of the buckets this node owns lent to other nodes, over every bucket (1000 to a bucket)",
+            MetricType::Gauge,
+            ConstGauge::new(i64::try_from(c.shares_lent).unwrap_or(i64::MAX)),
+        )?;
+        family(
+            &mut encoder,
             "weir_cluster_rate_buckets_handed",
             "Cluster-scoped rate buckets moved by the ring with their state: handed_over (by this node to the new owner), taken_on (by this node from the previous owner)",
             MetricType::Counter,

@@ -74,6 +74,42 @@ impl<C: Clock> KeyedLimiter<C> {
         }
     }
 
+    /// Sets aside part of `key`'s bucket for what its owner has lent other nodes (rate
+    /// assignments in cluster mode): `before` of its refill over `elapsed` is taken out, and it
+    /// is left holding no more than `1 − after` of its capacity. Shares are in `0..=1`. Returns
+    /// the whole tokens the second part took out — what the node whose share grew may start
+    /// with. A window, a concurrency limiter, or a key past the cap with a shared overflow cell
+    /// is left alone.
+    pub fn set_aside(&self, key: &str, before: f64, elapsed: Duration, after: f64) -> u64 {
+        let Buckets::Rate(store) = &self.buckets else {
+            return 0;
+        };
+        let now = self.clock.now();
+        let debit = (before.clamp(0.0, 1.0) * crate::clock::duration_to_nanos(elapsed) as f64)
+            .ceil() as u64;
+        store
+            .with(key, now, |found| {
+                if found.overflowed && !found.sketched {
+                    return 0;
+                }
+                let params = found.shape.params();
+                let floor =
+                    now.saturating_add(
+                        (after.clamp(0.0, 1.0) * params.tolerance as f64).ceil() as u64
+                    );
+                let debited = |tat: u64| tat.max(now).saturating_add(debit);
+                match found
+                    .cell
+                    .value
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |tat| {
+                        Some(debited(tat).max(floor))
+                    }) {
+                    Ok(tat) | Err(tat) => floor.saturating_sub(debited(tat)) / params.interval,
+                }
+            })
+            .unwrap_or(0)
+    }
+
     /// What a bucket's new owner allows while it cannot know what the previous owner spent:
     /// leaves `key` holding the share of its capacity that `held_for` is of its refill time
     /// (or of `learning`, if shorter), never making it fuller than it is. With `learning` at

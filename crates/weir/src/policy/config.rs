@@ -101,6 +101,9 @@ pub struct PolicyConfig {
     /// bucket whose owner crashed starts full on the next; at least the refill time, a crash
     /// over-admits nothing).
     pub learning_period: Duration,
+    /// `scope = "cluster"`: whether a node that asks for a bucket often may be lent a share
+    /// of its rate and decide within it (default), or forwards every request to the owner.
+    pub assignments: bool,
     /// The policy's one limiter.
     pub limiter: Limiter,
 }
@@ -212,6 +215,7 @@ impl TryFrom<RawPolicyConfig> for PolicyConfig {
             max_cost: raw.max_cost,
             scope: raw.scope,
             learning_period: raw.learning_period,
+            assignments: raw.assignments,
             limiter,
         })
     }
@@ -230,6 +234,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
             max_cost: config.max_cost,
             scope: config.scope,
             learning_period: config.learning_period,
+            assignments: config.assignments,
             token_bucket: None,
             leaky_bucket: None,
             strict: None,
@@ -293,6 +298,9 @@ struct RawPolicyConfig {
         skip_serializing_if = "Duration::is_zero"
     )]
     learning_period: Duration,
+    /// `scope = "cluster"`: shares of a hot bucket's rate lent to the nodes that ask for it.
+    #[serde(default = "yes", skip_serializing_if = "is_yes")]
+    assignments: bool,
     /// A token bucket per key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     token_bucket: Option<TokenBucketSpec>,
@@ -445,4 +453,13 @@ impl fmt::Display for Mode {
             Mode::Monitor => "monitor",
         })
     }
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_yes(value: &bool) -> bool {
+    *value
 }

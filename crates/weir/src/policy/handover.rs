@@ -145,6 +145,22 @@ impl<C: Clock + Clone> Policy<C> {
         }
     }
 
+    /// Sets aside part of the bucket a request of `kind` for `key` is counted in, for what its
+    /// owner lent other nodes; the tokens it took out of the capacity (see
+    /// [`KeyedLimiter::set_aside`](crate::keyed::KeyedLimiter::set_aside)).
+    pub fn set_aside(
+        &self,
+        kind: Option<&str>,
+        key: &str,
+        (before, elapsed, after): (f64, Duration, f64),
+    ) -> u64 {
+        let state = self.state.load();
+        match state.buckets(kind) {
+            Some(Some(limiter)) => limiter.set_aside(key, before, elapsed, after),
+            _ => 0,
+        }
+    }
+
     /// Holds the bucket a request of `kind` for `key` is counted in to what its new owner
     /// may allow after `held_for` of a `learning` period (see
     /// [`KeyedLimiter::hold_to_tenure`](crate::keyed::KeyedLimiter::hold_to_tenure)).

@@ -118,6 +118,13 @@ impl PolicyConfig {
                 "is for cluster-scoped rate policies (scope = \"cluster\"); a concurrency policy's shared pool has `concurrency.learning_period`",
             ));
         }
+        if !self.assignments && self.scope != Scope::Cluster {
+            errors.push(PolicyError::new(
+                name,
+                "assignments",
+                "is for cluster-scoped rate policies (scope = \"cluster\")",
+            ));
+        }
         if self.scope == Scope::Redis {
             let redis_decides = match &self.limiter {
                 Limiter::Keyed(KeyedSpec::TokenBucket(_) | KeyedSpec::Strict(_)) => None,

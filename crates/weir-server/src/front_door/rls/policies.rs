@@ -44,6 +44,7 @@ pub fn policy_of(rule: &Rule, settings: &RlsSettings, scope: Scope) -> Option<Po
         max_cost: None,
         scope,
         learning_period: Duration::ZERO,
+        assignments: true,
         limiter: Limiter::Keyed(spec),
     })
 }
