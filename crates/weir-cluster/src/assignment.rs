@@ -159,15 +159,43 @@ fn per_second(count: u64, elapsed: Nanos) -> u64 {
     (u128::from(count) * NANOS_PER_SEC).div_ceil(u128::from(elapsed.max(1))) as u64
 }
 
+/// A holder's last report, as its bucket's owner keeps it.
+#[derive(Debug, Clone, Copy)]
+struct Reported {
+    demand: u64,
+    at: Nanos,
+    /// The shares it was answered last.
+    answered: u64,
+    /// It forwarded its requests since its report before (it held no share): they are in the
+    /// owner's own demand already.
+    forwarded: bool,
+}
+
 /// One bucket's demand on its owner.
 #[derive(Debug, Default)]
 struct Demands {
-    /// Each holder's last reported demand and when.
-    holders: HashMap<String, (u64, Nanos)>,
+    /// Each holder's last report.
+    holders: HashMap<String, Reported>,
     /// What the owner decided itself (its own requests and the forwarded ones).
     own: Meter,
     /// When what was lent was last set aside.
     set_aside_at: Nanos,
+    /// When the owner started keeping it: its own demand is known one report later.
+    since: Nanos,
+}
+
+impl Demands {
+    fn new(now: Nanos) -> Self {
+        Demands {
+            own: Meter {
+                since: now,
+                ..Meter::default()
+            },
+            set_aside_at: now,
+            since: now,
+            ..Demands::default()
+        }
+    }
 }
 
 /// The owner's side: every bucket it lends shares of. See the [module docs](self).
@@ -219,32 +247,39 @@ impl AssignmentBook {
             };
             return (Assignment::none(), nothing);
         }
-        let entry = demands.entry(bucket.to_owned()).or_insert_with(|| Demands {
-            own: Meter {
-                since: now,
-                ..Meter::default()
-            },
-            set_aside_at: now,
-            ..Demands::default()
-        });
+        let entry = demands
+            .entry(bucket.to_owned())
+            .or_insert_with(|| Demands::new(now));
         if fresh {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
         let before = self.share(bucket, now);
         let elapsed = Duration::from_nanos(now.saturating_sub(entry.set_aside_at));
         entry.set_aside_at = now;
-        entry
-            .holders
-            .insert(holder.to_owned(), (report.demand, now));
+        let answered = entry.holders.get(holder).map_or(0, |h| h.answered);
+        entry.holders.insert(
+            holder.to_owned(),
+            Reported {
+                demand: report.demand,
+                at: now,
+                answered,
+                forwarded: report.running == 0 || answered == 0,
+            },
+        );
         entry.own.roll(now);
-        let live = |at: &Nanos| now.saturating_sub(*at) < ASSIGNMENT_TTL.as_nanos() as u64;
-        let total: u64 = entry
+        let live = |h: &&Reported| now.saturating_sub(h.at) < ASSIGNMENT_TTL.as_nanos() as u64;
+        let reported: u64 = entry.holders.values().filter(live).map(|h| h.demand).sum();
+        // What the owner decided of a holder's forwarded requests is that holder's demand,
+        // not the owner's: counted once.
+        let forwarded: u64 = entry
             .holders
             .values()
-            .filter(|(_, at)| live(at))
-            .map(|(demand, _)| *demand)
-            .sum::<u64>()
-            + entry.own.rate;
+            .filter(live)
+            .filter(|h| h.forwarded)
+            .map(|h| h.demand)
+            .sum();
+        let own = entry.own.rate.saturating_sub(forwarded);
+        let total = reported + own;
         let mut target = match total {
             0 => 0,
             total => (u128::from(SHARES) * u128::from(report.demand) / u128::from(total)) as u64,
@@ -256,7 +291,7 @@ impl AssignmentBook {
         }
         // An owner with demand of its own keeps a whole token of the burst: with less, its
         // share of the rate could never be spent.
-        let lendable = match entry.own.rate {
+        let lendable = match own {
             0 => SHARES,
             _ => SHARES - SHARES.div_ceil(whole.capacity.max(1)),
         };
@@ -267,9 +302,12 @@ impl AssignmentBook {
             // lent to no one (see `docs/guarantees.md`).
             target = report.running;
         }
+        // Until a report's time has passed, the owner has not measured what the nodes that
+        // do not report yet forward to it: a share grows by half of what is free, not all.
+        let cautious = now.saturating_sub(entry.since) < REPORT_EVERY.as_nanos() as u64;
         let (lent, _) = self.lent.assign(
             bucket,
-            lendable,
+            (lendable, cautious),
             holder,
             (report.running, target),
             ASSIGNMENT_TTL,
@@ -280,6 +318,9 @@ impl AssignmentBook {
             shares: lent.min(target),
             ..Assignment::none()
         };
+        if let Some(reported) = entry.holders.get_mut(holder) {
+            reported.answered = assignment.shares;
+        }
         (
             assignment,
             SetAside {
@@ -322,11 +363,16 @@ impl AssignmentBook {
             .collect()
     }
 
-    /// Takes on the shares of `bucket` its previous owner lent (a handover): counted here as
-    /// lent until they run out or their holders report they run fewer, and set aside of this
-    /// node's bucket from now on. Returns what to set aside at once (the capacity they hold).
-    pub fn take_on(&self, bucket: &str, lent: &[Lent], now: Nanos) -> Option<SetAside> {
-        let lent: Vec<&Lent> = lent.iter().filter(|l| l.shares > 0).collect();
+    /// Takes on the shares of `bucket` its previous owner lent (a handover), but those lent to
+    /// `me`, this node: counted here as lent until they run out or their holders report they
+    /// run fewer, and set aside of this node's bucket from now on. Returns what to set aside
+    /// at once (the capacity they hold).
+    pub fn take_on(&self, bucket: &str, lent: &[Lent], me: &str, now: Nanos) -> Option<SetAside> {
+        // A share this node held of the bucket is not run any more: it owns the whole now.
+        let lent: Vec<&Lent> = lent
+            .iter()
+            .filter(|l| l.shares > 0 && l.holder != me)
+            .collect();
         if lent.is_empty() {
             return None;
         }
@@ -334,21 +380,22 @@ impl AssignmentBook {
         if !demands.contains_key(bucket) {
             self.count.fetch_add(1, Ordering::Relaxed);
         }
-        let entry = demands.entry(bucket.to_owned()).or_insert_with(|| Demands {
-            own: Meter {
-                since: now,
-                ..Meter::default()
-            },
-            set_aside_at: now,
-            ..Demands::default()
-        });
+        let entry = demands
+            .entry(bucket.to_owned())
+            .or_insert_with(|| Demands::new(now));
         let before = self.share(bucket, now);
         let elapsed = Duration::from_nanos(now.saturating_sub(entry.set_aside_at));
         entry.set_aside_at = now;
         for lent in lent {
             // One loan per holder: what it had here (a bucket that came back) is ended first.
-            self.lent
-                .assign(bucket, SHARES, &lent.holder, (0, 0), ASSIGNMENT_TTL, now);
+            self.lent.assign(
+                bucket,
+                (SHARES, false),
+                &lent.holder,
+                (0, 0),
+                ASSIGNMENT_TTL,
+                now,
+            );
             self.lent.adopt(
                 bucket,
                 &lent.holder,
@@ -356,7 +403,15 @@ impl AssignmentBook {
                 lent.shares,
                 true,
             );
-            entry.holders.entry(lent.holder.clone()).or_insert((0, now));
+            entry.holders.insert(
+                lent.holder.clone(),
+                Reported {
+                    demand: 0,
+                    at: now,
+                    answered: lent.shares,
+                    forwarded: false,
+                },
+            );
         }
         Some(SetAside {
             before,
@@ -373,7 +428,7 @@ impl AssignmentBook {
         demands.retain(|bucket, entry| {
             entry
                 .holders
-                .retain(|_, (_, at)| now.saturating_sub(*at) < ttl);
+                .retain(|_, reported| now.saturating_sub(reported.at) < ttl);
             !entry.holders.is_empty() || self.lent.in_use(bucket, now) > 0
         });
         self.count.store(demands.len(), Ordering::Relaxed);

@@ -320,14 +320,13 @@ impl SharedPool {
     /// `bucket` first given back down to `running` — what the holder says it runs now, having
     /// heard of a cut, so that a cut is counted here until the holder has made it — then grown
     /// towards `target` by what is free within `limit`, and renewed until `now + ttl`. Returns
-    /// the loan's units after that (0: the loan ended) and when it expires. A loan grows by at
-    /// most half of what is free at once (a concurrency loan by a quarter): the first node to
-    /// ask must not take what the nodes still forwarding need before the owner has seen their
-    /// demand, and a holder reports four times a second, so it is soon at its due.
+    /// the loan's units after that (0: the loan ended) and when it expires. `cautious`, a loan
+    /// grows by at most half of what is free: the owner has not yet seen what the nodes still
+    /// forwarding need.
     pub fn assign(
         &self,
         bucket: &str,
-        limit: u64,
+        (limit, cautious): (u64, bool),
         holder: &str,
         (running, target): (u64, u64),
         ttl: Duration,
@@ -352,7 +351,7 @@ impl SharedPool {
         let kept = had.min(running);
         let free = limit.saturating_sub(entry.units - had + kept);
         let units = if target > kept {
-            kept + (target - kept).min(free.div_ceil(2))
+            kept + (target - kept).min(if cautious { free.div_ceil(2) } else { free })
         } else {
             kept
         };

@@ -117,11 +117,14 @@ fn a_holder_that_stops_reporting_gives_its_shares_back_at_expiry() {
     book.report("a", &bucket, &report("k", 200, 0), WHOLE, 0);
     let ttl = ASSIGNMENT_TTL.as_nanos() as u64;
     let (b, _) = book.report("b", &bucket, &report("k", 200, 0), WHOLE, ttl - 1);
-    assert_eq!(b.shares, 250, "half of what a left free");
-    let (b, _) = book.report("b", &bucket, &report("k", 200, 250), WHOLE, ttl);
     assert_eq!(
-        b.shares, 625,
-        "a's loan has expired: half of the 750 free added"
+        b.shares, 500,
+        "its due, all of it free: a's demand is known by now"
+    );
+    let (b, _) = book.report("b", &bucket, &report("k", 200, 500), WHOLE, ttl);
+    assert_eq!(
+        b.shares, SHARES,
+        "a's loan has expired, and its demand is stale"
     );
     assert_eq!(book.sweep(3 * ttl), 0, "nothing lent, no report: forgotten");
 }
@@ -355,7 +358,12 @@ fn a_bucket_s_book_moves_to_its_next_owner_and_is_counted_there() {
         lent[0].remaining,
         ASSIGNMENT_TTL - Duration::from_millis(100)
     );
-    let aside = new.take_on(&bucket, &lent, 0).unwrap();
+    assert_eq!(
+        new.take_on(&bucket, &lent, "h", 0),
+        None,
+        "its own share: none"
+    );
+    let aside = new.take_on(&bucket, &lent, "n", 0).unwrap();
     assert_eq!(aside.after, 0.5, "set aside on the new owner at once");
     // Another node asking the new owner finds those shares taken until they run out.
     let (other, _) = new.report("g", &bucket, &report("k", 200, 0), WHOLE, MS);
@@ -363,4 +371,24 @@ fn a_bucket_s_book_moves_to_its_next_owner_and_is_counted_there() {
     // The holder, its ring moved, reports it runs none: they come back, and it grows anew.
     let (h, _) = new.report("h", &bucket, &report("k", 200, 0), WHOLE, 2 * MS);
     assert_eq!(h.shares, 375, "half of the 750 free once its 500 came back");
+}
+
+#[test]
+fn what_a_reporting_node_forwarded_is_its_demand_not_the_owner_s() {
+    let book = AssignmentBook::new(16);
+    let bucket = assigned_bucket_of("p", "k");
+    // a gets a share, then its demand moves to b, which forwards 400 a second meanwhile.
+    let (a, _) = book.report("a", &bucket, &report("k", 400, 0), WHOLE, 0);
+    for ms in 0..250 {
+        if ms % 10 == 0 {
+            book.decided_here(&bucket, 4, ms * MS);
+        }
+    }
+    assert_eq!(a.shares, SHARES / 2);
+    // Asked too little, a runs none from now on and says so (`HeldRates::reports`).
+    let (a, _) = book.report("a", &bucket, &report("k", 0, 0), WHOLE, 250 * MS);
+    assert_eq!(a.shares, 0);
+    // Counted once, b's 400 a second is all the demand there is: all of it, at once.
+    let (b, _) = book.report("b", &bucket, &report("k", 400, 0), WHOLE, 260 * MS);
+    assert_eq!(b.shares, SHARES);
 }

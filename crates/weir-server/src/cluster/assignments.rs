@@ -99,9 +99,12 @@ impl ClusterMode {
     /// Takes on the shares of `policy`'s bucket `key` its previous owner lent; what to set
     /// aside of the bucket at once, if any.
     pub fn take_on_lent(&self, policy: &str, key: &str, lent: &[Lent]) -> Option<SetAside> {
-        self.assignments
-            .book
-            .take_on(&bucket_of(policy, key), lent, SystemClock::new().now())
+        self.assignments.book.take_on(
+            &bucket_of(policy, key),
+            lent,
+            &self.node_id,
+            SystemClock::new().now(),
+        )
     }
 
     /// Sends the reports owed now, one batch per owner, and takes on the answers; `whole_of`
