@@ -53,11 +53,6 @@ const NANOS_PER_SEC: u128 = 1_000_000_000;
 /// runs.
 const CUT_BEYOND: u64 = 20;
 
-/// The name of a bucket's assignments on its owner (a rate bucket's ring name).
-pub fn assigned_bucket_of(policy: &str, key: &str) -> String {
-    crate::rates::bucket_of(policy, key)
-}
-
 /// A whole bucket's shape, as its policy has it: what a share is a part of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Whole {
@@ -79,6 +74,17 @@ impl Whole {
     pub fn capacity_of(self, shares: u64) -> u64 {
         (u128::from(self.capacity) * u128::from(shares) / u128::from(SHARES)) as u64
     }
+}
+
+/// Shares of a bucket lent to a holder, as a handover carries them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lent {
+    /// The holder.
+    pub holder: String,
+    /// The shares.
+    pub shares: u64,
+    /// How long they still live.
+    pub remaining: Duration,
 }
 
 /// A holder's report on one bucket.

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use weir::limiter::Quota;
 
-pub use crate::assignment::{Assignment, RateReport};
+pub use crate::assignment::{Assignment, Lent, RateReport};
 
 use crate::messages::BoxFuture;
 
@@ -105,17 +105,6 @@ pub struct Handover {
     /// The shares of its rate its previous owner had lent, to count on the new owner until
     /// they run out ([`crate::assignment`]): its assignment book moves with it.
     pub lent: Vec<Lent>,
-}
-
-/// Shares of a bucket lent to a holder, as a handover carries them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lent {
-    /// The holder.
-    pub holder: String,
-    /// The shares.
-    pub shares: u64,
-    /// How long they still live.
-    pub remaining: Duration,
 }
 
 /// What a bucket's owner decided on a request.

@@ -9,11 +9,10 @@ use std::time::Duration;
 use weir::Nanos;
 
 use super::{
-    ASSIGN_ABOVE, ASSIGNMENT_TTL, Assignment, CUT_BEYOND, Meter, REPORT_EVERY, RateReport, SHARES,
-    SetAside, Whole,
+    ASSIGN_ABOVE, ASSIGNMENT_TTL, Assignment, CUT_BEYOND, Lent, Meter, REPORT_EVERY, RateReport,
+    SHARES, SetAside, Whole,
 };
 use crate::pool::SharedPool;
-use crate::rates::Lent;
 
 /// A holder's last report, as its bucket's owner keeps it.
 #[derive(Debug, Clone, Copy)]

@@ -53,7 +53,7 @@ impl OwnerBucket {
 #[test]
 fn equal_demand_gets_equal_shares_once_a_cut_is_made() {
     let book = AssignmentBook::new(16);
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     // a asks alone: half of what is free at each report, towards all of it.
     let mut a = 0;
     for (at, expected) in [(0, 500), (1, 750), (2, 875)] {
@@ -92,7 +92,7 @@ fn equal_demand_gets_equal_shares_once_a_cut_is_made() {
 #[test]
 fn little_demand_or_a_burst_share_under_a_token_gets_nothing() {
     let book = AssignmentBook::new(16);
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     let (low, _) = book.report("a", &bucket, &report("k", ASSIGN_ABOVE - 1, 0), WHOLE, 0);
     assert_eq!(low.shares, 0);
     // Beside a hundred times its demand, a's share of a burst of 20 holds no token.
@@ -105,7 +105,7 @@ fn little_demand_or_a_burst_share_under_a_token_gets_nothing() {
         capacity: 1_000,
     };
     assert!(!slow.worth_sharing() && WHOLE.worth_sharing());
-    let other = assigned_bucket_of("p", "slow");
+    let other = "p\0slow".to_owned();
     let (none, _) = book.report("a", &other, &report("slow", 10_000, 0), slow, MS);
     assert_eq!(none.shares, 0);
 }
@@ -113,7 +113,7 @@ fn little_demand_or_a_burst_share_under_a_token_gets_nothing() {
 #[test]
 fn a_holder_that_stops_reporting_gives_its_shares_back_at_expiry() {
     let book = AssignmentBook::new(16);
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     book.report("a", &bucket, &report("k", 200, 0), WHOLE, 0);
     let ttl = ASSIGNMENT_TTL.as_nanos() as u64;
     let (b, _) = book.report("b", &bucket, &report("k", 200, 0), WHOLE, ttl - 1);
@@ -132,7 +132,7 @@ fn a_holder_that_stops_reporting_gives_its_shares_back_at_expiry() {
 #[test]
 fn what_is_lent_is_set_aside_of_the_owner_s_bucket() {
     let book = AssignmentBook::new(16);
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     assert_eq!(book.decided_here(&bucket, 1, 0), None, "nothing lent");
     let (_, aside) = book.report("a", &bucket, &report("k", 200, 0), WHOLE, 0);
     assert_eq!((aside.before, aside.after), (0.0, 0.5));
@@ -243,7 +243,7 @@ fn reports_carry_held_buckets_and_hot_forwarded_ones() {
 /// each admission's time, whoever admitted it.
 fn simulate(seconds: u64, demand: impl Fn(Nanos) -> [u64; 3]) -> Vec<Nanos> {
     let book = AssignmentBook::new(16);
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     let mut owner = OwnerBucket { tat: 0 };
     let mut holders = [HeldRates::new(), HeldRates::new()];
     let mut admitted = Vec::new();
@@ -349,7 +349,7 @@ fn demand_that_moves_from_one_holder_to_the_other_keeps_the_bound() {
 #[test]
 fn a_bucket_s_book_moves_to_its_next_owner_and_is_counted_there() {
     let (old, new) = (AssignmentBook::new(16), AssignmentBook::new(16));
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     old.report("h", &bucket, &report("k", 200, 0), WHOLE, 0);
     let lent = old.lent_in(&bucket, 100 * MS);
     assert_eq!(lent.len(), 1);
@@ -376,7 +376,7 @@ fn a_bucket_s_book_moves_to_its_next_owner_and_is_counted_there() {
 #[test]
 fn what_a_reporting_node_forwarded_is_its_demand_not_the_owner_s() {
     let book = AssignmentBook::new(16);
-    let bucket = assigned_bucket_of("p", "k");
+    let bucket = "p\0k".to_owned();
     // a gets a share, then its demand moves to b, which forwards 400 a second meanwhile.
     let (a, _) = book.report("a", &bucket, &report("k", 400, 0), WHOLE, 0);
     for ms in 0..250 {
