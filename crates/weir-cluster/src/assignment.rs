@@ -11,9 +11,10 @@
 //!
 //! What is lent is counted as a *loan* in a [`SharedPool`](crate::pool::SharedPool) — the
 //! mechanism that lends units of a concurrency policy's shared pool — so the same rules hold:
-//! the shares lent never add up to more than [`SHARES`]; a loan lives until its TTL unless the next report renews it; a
-//! holder that stops reporting loses it at expiry; a cut is counted until the holder says it
-//! made it (its next report's `running`), so at no instant are more shares in use than lent.
+//! the shares lent never add up to more than [`SHARES`]; a loan lives until its TTL unless
+//! the next report renews it; a holder that stops reporting loses it at expiry; a cut is
+//! counted until the holder says it made it (its next report's `running`), so at no instant
+//! are more shares in use than lent.
 //! The owner sets aside what it lent out of its own bucket: the lent share of its refill, and
 //! the lent share of its capacity (its bucket holds no more than `B` minus what the holders
 //! may hold). So over any window of length `W`, what the owner and every holder admit

@@ -358,10 +358,10 @@ impl App {
 }
 
 /// The whole shape of the bucket a request of `kind` is counted in, if the owner may assign
-/// shares of it: a cluster-scoped policy with `assignments` on that does not wait (a waiting request waits in the
-/// owner's line, fair across the cluster), counting in its default buckets (a kind's own
-/// buckets stay forwarded), a token bucket that is not a fair leaky one, or a strict limiter,
-/// that refills fast enough for a share of its rate to be worth lending
+/// shares of it: a cluster-scoped policy with `assignments` on that does not wait (a waiting
+/// request waits in the owner's line, fair across the cluster), counting in its default
+/// buckets (a kind's own buckets stay forwarded), a token bucket that is not a fair leaky one,
+/// or a strict limiter, that refills fast enough for a share of its rate to be worth lending
 /// ([`Whole::worth_sharing`]). Fixed and sliding windows are forwarded: a window's count is
 /// not a rate to share.
 fn assignable(policy: &Policy<SystemClock>, kind: Option<&str>) -> Option<Whole> {
