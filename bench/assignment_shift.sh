@@ -17,10 +17,6 @@ need jq:jq curl:curl python3:python3
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 
-free_udp() {
-  python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 printf '[[policy]]\nname = "hot"\nscope = "cluster"\non_exhausted = "reject"\ntoken_bucket = { rate = 200, burst = 20 }\n' \
   >"$bench_dir/config.toml"
 seed=127.0.0.1:$(free_udp)

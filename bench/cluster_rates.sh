@@ -18,10 +18,6 @@ need jq:jq curl:curl python3:python3
 all_pids=()
 trap 'kill "${all_pids[@]}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 
-free_udp() {
-  python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # run BINARY SCOPE: one measurement on a fresh 3-node cluster.
 run() {
   local bin=$1 scope=$2 dir pids=() seed servers

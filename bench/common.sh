@@ -1,6 +1,7 @@
 # Shared by the bench scripts: build the release binary, start a server on ephemeral loopback
 # ports with a given config, and stop it on exit; install missing tools (`need`), find a free
-# port (`free_port`). Source it; it sets WEIR_HTTP, WEIR_GRPC and WEIR_PID.
+# port (`free_port`, and a UDP one for gossip: `free_udp`). Source it; it sets WEIR_HTTP,
+# WEIR_GRPC and WEIR_PID.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-cli
@@ -57,4 +58,9 @@ free_port() {
     port=$((20000 + RANDOM % 20000))
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null || { echo "$port"; return; }
   done
+}
+
+# free_udp: a loopback UDP port nobody has bound (for a node's gossip).
+free_udp() {
+  python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }

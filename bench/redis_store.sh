@@ -24,10 +24,6 @@ pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null; rm -rf "$bench_dir"' EXIT
 ticks=$(getconf CLK_TCK)
 
-free_udp() {
-  python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-
 # redis PORT [ARGS...]: a redis-server on PORT; its PID in $redis_pid.
 redis() {
   local port=$1

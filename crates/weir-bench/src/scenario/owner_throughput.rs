@@ -72,6 +72,14 @@ impl Spread {
             max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
         }
     }
+
+    /// `median [min–max]`, each with `digits` decimals.
+    pub fn show(&self, digits: usize) -> String {
+        format!(
+            "{:.*} [{:.*}–{:.*}]",
+            digits, self.median, digits, self.min, digits, self.max
+        )
+    }
 }
 
 /// One policy's row.
@@ -122,21 +130,15 @@ impl OwnerThroughput {
             "p50 ms",
             "refused"
         );
-        let spread = |s: &Spread, digits: usize| {
-            format!(
-                "{:.*} [{:.*}–{:.*}]",
-                digits, s.median, digits, s.min, digits, s.max
-            )
-        };
         for row in &self.rows {
             text.push_str(&format!(
                 "{:<7} {:<5} {:>24} {:>22} {:>22} {:>20} {:>7.3} {:>7}\n",
                 row.policy,
                 row.owner,
-                spread(&row.admitted_per_second, 0),
-                spread(&row.owner_cpu_us, 1),
-                spread(&row.cluster_cpu_us, 1),
-                spread(&row.from_loan, 3),
+                row.admitted_per_second.show(0),
+                row.owner_cpu_us.show(1),
+                row.cluster_cpu_us.show(1),
+                row.from_loan.show(3),
                 row.p50_ms,
                 row.refused
             ));
@@ -157,18 +159,21 @@ impl OwnerThroughput {
     }
 }
 
-/// The node that owns `policy`'s bucket of [`KEY`] among `n1`, `n2`, `n3`, as every node's ring
-/// names it once they see each other.
+/// The node that owns `policy`'s bucket of [`KEY`] among `n1`, `n2`, `n3`.
 fn owner_of(policy: &str) -> usize {
+    owner_among_three(&shared_bucket_of(policy, KEY))
+}
+
+/// The index of the node among `n1`, `n2`, `n3` that owns the ring's `bucket`, as every node's
+/// ring names it once they see each other.
+pub fn owner_among_three(bucket: &str) -> usize {
     let ids = ["n1", "n2", "n3"];
     let ring = Ring::new(
         ids.iter().map(|id| Member::owner(*id, PROTOCOL)),
         DEFAULT_VNODES,
         PROTOCOL,
     );
-    let owner = ring
-        .owner_of(&shared_bucket_of(policy, KEY))
-        .expect("a ring of three");
+    let owner = ring.owner_of(bucket).expect("a ring of three");
     ids.iter().position(|id| *id == owner).expect("a member")
 }
 

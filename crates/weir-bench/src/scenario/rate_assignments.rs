@@ -16,10 +16,8 @@ use std::time::Duration;
 
 use serde::Serialize;
 use weir_cluster::rates::bucket_of;
-use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring};
-use weir_server::CLUSTER_PROTOCOL as PROTOCOL;
 
-use super::owner_throughput::Spread;
+use super::owner_throughput::{Spread, owner_among_three};
 use super::{Scenario, ScenarioSettings, finish, median, one_run};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
 use crate::run::{self, TargetSpec};
@@ -96,19 +94,13 @@ impl RateAssignments {
             "p50 ms",
             "refused"
         );
-        let spread = |s: &Spread, digits: usize| {
-            format!(
-                "{:.*} [{:.*}–{:.*}]",
-                digits, s.median, digits, s.min, digits, s.max
-            )
-        };
         for row in &self.rows {
             text.push_str(&format!(
                 "{:<10} {:>26} {:>22} {:>22} {:>7.3} {:>7}\n",
                 row.policy,
-                spread(&row.admitted_per_second, 0),
-                spread(&row.cluster_cpu_us, 1),
-                spread(&row.decided_where_asked, 3),
+                row.admitted_per_second.show(0),
+                row.cluster_cpu_us.show(1),
+                row.decided_where_asked.show(3),
                 row.p50_ms,
                 row.refused
             ));
@@ -135,16 +127,7 @@ impl RateAssignments {
 /// The node that owns `policy`'s bucket of [`KEY`] among `n1`, `n2`, `n3` (any, for a per-node
 /// policy: the clients ask the same two nodes for every policy).
 fn owner_of(policy: &str) -> usize {
-    let ids = ["n1", "n2", "n3"];
-    let ring = Ring::new(
-        ids.iter().map(|id| Member::owner(*id, PROTOCOL)),
-        DEFAULT_VNODES,
-        PROTOCOL,
-    );
-    let owner = ring
-        .owner_of(&bucket_of(policy, KEY))
-        .expect("a ring of three");
-    ids.iter().position(|id| *id == owner).expect("a member")
+    owner_among_three(&bucket_of(policy, KEY))
 }
 
 /// A node's `forwarded` and `assigned_admitted` counters.

@@ -186,10 +186,16 @@ impl AssignmentBook {
         )
     }
 
+    /// Whether it keeps any bucket at all: one atomic load, so that a decision on an owner
+    /// that lends nothing costs nothing more (not even its bucket's name).
+    pub fn lends_any(&self) -> bool {
+        self.count.load(Ordering::Relaxed) > 0
+    }
+
     /// Counts `cost` decided here on `bucket` and says what to set aside of it first, if any
     /// of it is lent (`None` otherwise, and without a lock when nothing is lent at all).
     pub fn decided_here(&self, bucket: &str, cost: u64, now: Nanos) -> Option<SetAside> {
-        if self.count.load(Ordering::Relaxed) == 0 {
+        if !self.lends_any() {
             return None;
         }
         let mut demands = self.lock();

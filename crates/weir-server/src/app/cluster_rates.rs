@@ -302,6 +302,7 @@ impl App {
         cost: u64,
     ) {
         if let Some(cluster) = &self.cluster
+            && cluster.lends_rates()
             && assignable(policy, kind).is_some()
             && let Some(aside) = cluster.lent_before_deciding(policy.name(), key, cost)
         {

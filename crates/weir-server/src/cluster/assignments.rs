@@ -67,6 +67,12 @@ impl ClusterMode {
         local
     }
 
+    /// Whether this node lends shares of any bucket now: one atomic load, checked before
+    /// anything else on an owner's decision.
+    pub fn lends_rates(&self) -> bool {
+        self.assignments.book.lends_any()
+    }
+
     /// As the owner of `policy`'s bucket `key`, before deciding `cost` of it here: counts it,
     /// and what must be set aside of the bucket first for what is lent of it, if any.
     pub fn lent_before_deciding(&self, policy: &str, key: &str, cost: u64) -> Option<SetAside> {
