@@ -1,5 +1,5 @@
-//! Compiles Weir's own API (`proto/weir/v1/weir.proto`) and Envoy's rate limit service
-//! (`proto/envoy/…`, trimmed; see `proto/envoy/README.md`) with the `protoc` that ships inside
+//! Compiles Weir's own API (`proto/weir/v1/weir.proto`) and Envoy's rate limit and rate limit
+//! quota services (`proto/envoy/…`, trimmed; see `proto/envoy/README.md`) with the `protoc` that ships inside
 //! the `protoc-bin-vendored` crate, so a fresh machine builds with cargo alone.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -23,7 +23,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .codec_path("crate::codec::WeirCodec")
         .compile_with_config(
             config,
-            &["proto/envoy/service/ratelimit/v3/rls.proto"],
+            // One call for both: they share `envoy.type.v3`, whose generated file each call
+            // would otherwise write over.
+            &[
+                "proto/envoy/service/ratelimit/v3/rls.proto",
+                "proto/envoy/service/rate_limit_quota/v3/rlqs.proto",
+            ],
             &includes,
         )?;
     println!("cargo:rerun-if-changed=proto");

@@ -4,8 +4,8 @@
 //! it (`weir bench`, `weir top`, tests):
 //!
 //! - [`grpc`]: the messages and services generated from `proto/weir/v1/weir.proto`;
-//! - [`envoy`]: Envoy's rate limit service v3 (`ShouldRateLimit`), from trimmed copies of
-//!   Envoy's own `.proto` files;
+//! - [`envoy`]: Envoy's rate limit service v3 (`ShouldRateLimit`) and rate limit quota
+//!   service v3 (`StreamRateLimitQuotas`), from trimmed copies of Envoy's own `.proto` files;
 //! - [`codec`]: the codec of both, which answers a request that does not decode
 //!   `INVALID_ARGUMENT`;
 //! - [`http`]: the HTTP API's JSON bodies, in and out.
@@ -24,13 +24,21 @@ pub mod grpc {
 /// `/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`.
 #[allow(missing_docs, clippy::all, clippy::pedantic)]
 pub mod envoy {
-    /// `envoy.service.ratelimit.v3`: the service and its request and response.
+    /// `envoy.service.ratelimit.v3` and `envoy.service.rate_limit_quota.v3`: the services and
+    /// their messages.
     pub mod service {
         /// The rate limit service.
         pub mod ratelimit {
             /// Version 3.
             pub mod v3 {
                 tonic::include_proto!("envoy.service.ratelimit.v3");
+            }
+        }
+        /// The rate limit quota service (RLQS): usage reports in, quota assignments out.
+        pub mod rate_limit_quota {
+            /// Version 3.
+            pub mod v3 {
+                tonic::include_proto!("envoy.service.rate_limit_quota.v3");
             }
         }
     }
@@ -57,7 +65,7 @@ pub mod envoy {
             }
         }
     }
-    /// `envoy.type.v3`: the override's unit.
+    /// `envoy.type.v3`: the override's unit, and a quota assignment's strategy.
     pub mod r#type {
         /// Version 3.
         pub mod v3 {

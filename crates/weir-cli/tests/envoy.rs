@@ -265,3 +265,214 @@ async fn rls_calls(weir: &Server) -> u64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
 }
+
+/// An Envoy running `docs/envoy/rlqs.yaml` (its rate limit quota filter asking Weir's RLQS
+/// service on `weir_grpc_port`); the URL of its listener.
+async fn start_rlqs_envoy(
+    binary: &Path,
+    dir: &Path,
+    weir_grpc_port: u16,
+    upstream: u16,
+) -> (Envoy, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let (listener, admin) = (free_port(), free_port());
+    let config = std::fs::read_to_string(docs("rlqs.yaml"))
+        .unwrap()
+        .replace("port_value: 9901", &format!("port_value: {admin}"))
+        .replace("port_value: 10000", &format!("port_value: {listener}"))
+        .replace("port_value: 8000", &format!("port_value: {upstream}"))
+        .replace(
+            "port_value: 50051",
+            &format!("port_value: {weir_grpc_port}"),
+        );
+    let path = dir.join("envoy.yaml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new(binary)
+        .arg("--config-path")
+        .arg(&path)
+        .args([
+            "--disable-hot-restart",
+            "--concurrency",
+            "1",
+            "--log-level",
+            "error",
+            "--base-id",
+        ])
+        .arg(u32::from(admin).to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting envoy");
+    let envoy = Envoy {
+        child,
+        fail_open: String::new(),
+        fail_closed: String::new(),
+    };
+    let ready = format!("http://127.0.0.1:{admin}/ready");
+    support::eventually(Duration::from_secs(20), "envoy is ready", || async {
+        match reqwest::get(&ready).await {
+            Ok(answer) => answer.text().await.is_ok_and(|t| t.trim() == "LIVE"),
+            Err(_) => false,
+        }
+    })
+    .await;
+    (envoy, format!("http://127.0.0.1:{listener}/"))
+}
+
+/// What one Envoy's clients were answered.
+#[derive(Default)]
+struct Answered {
+    admitted: AtomicU64,
+    refused: AtomicU64,
+    other: AtomicU64,
+}
+
+/// Admissions over the next second, summed over `answered`.
+async fn admitted_over_a_second(answered: &[Arc<Answered>]) -> u64 {
+    let sum = || {
+        answered
+            .iter()
+            .map(|a| a.admitted.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
+    let before = sum();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    sum() - before
+}
+
+/// Three Envoys' `rate_limit_quota` filters on one Weir (`docs/envoy/rlqs.yaml`,
+/// `docs/envoy/rlqs.toml`: a tenant's rate 60 a second, burst 6): one tenant asked through all
+/// three as fast as they answer is held to its one rate, each Envoy deciding locally within the
+/// share Weir assigned it. Weir stopped, the assignments run out (3 s) and Envoy falls back to
+/// its `no_assignment_behavior` (allow all); Weir back on its port, Envoy reconnects (at its
+/// next 5 s report) and is held to the rate again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_envoys_share_a_tenant_s_rate_over_rlqs_and_fall_back_while_weir_is_away() {
+    let Some(binary) = envoy() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(docs("rlqs.toml")).unwrap();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let weir_port: u16 = grpc.rsplit(':').next().unwrap().parse().unwrap();
+    let data = dir.path().join("data");
+    let weir = Server::start_on_grpc(&config, &data, &grpc);
+    let (upstream_port, _) = upstream().await;
+    let mut envoys = Vec::new();
+    for i in 0..3 {
+        let at = dir.path().join(format!("envoy{i}"));
+        envoys.push(start_rlqs_envoy(&binary, &at, weir_port, upstream_port).await);
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let answered: Vec<Arc<Answered>> = (0..3).map(|_| Arc::default()).collect();
+    let mut clients = Vec::new();
+    for ((_, url), answered) in envoys.iter().zip(&answered) {
+        for _ in 0..2 {
+            let (url, answered, stop) = (url.clone(), Arc::clone(answered), Arc::clone(&stop));
+            clients.push(tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let status = match client.get(&url).header("x-tenant", "acme").send().await {
+                        Ok(answer) => answer.status().as_u16(),
+                        Err(_) => 0,
+                    };
+                    let counter = match status {
+                        200 => &answered.admitted,
+                        429 => &answered.refused,
+                        _ => &answered.other,
+                    };
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+            }));
+        }
+    }
+
+    // Each Envoy's first request opens its stream; Weir answers with a share at once.
+    support::eventually(
+        Duration::from_secs(10),
+        "every Envoy refuses some of the tenant's requests",
+        || async {
+            answered
+                .iter()
+                .all(|a| a.refused.load(Ordering::Relaxed) > 0)
+        },
+    )
+    .await;
+    let per_envoy_before: Vec<u64> = answered
+        .iter()
+        .map(|a| a.admitted.load(Ordering::Relaxed))
+        .collect();
+    let mut windows = Vec::new();
+    for _ in 0..6 {
+        windows.push(admitted_over_a_second(&answered).await);
+    }
+    let total: u64 = windows.iter().sum();
+    let per_envoy: Vec<u64> = answered
+        .iter()
+        .zip(&per_envoy_before)
+        .map(|(a, before)| a.admitted.load(Ordering::Relaxed) - before)
+        .collect();
+    let asked: u64 = answered
+        .iter()
+        .map(|a| a.admitted.load(Ordering::Relaxed) + a.refused.load(Ordering::Relaxed))
+        .sum();
+    eprintln!(
+        "RLQS, three Envoys, one tenant at 60/s: admitted per second {windows:?} (total {total} of {asked} asked), per Envoy {per_envoy:?}"
+    );
+    // One bucket's bound over 6 s: 6 × 60 + its burst of 6, plus a new assignment's burst
+    // (Envoy starts one full) for each Envoy; and not far under the rate either.
+    assert!(total <= 6 * 60 + 6 + 3 * 6, "{windows:?}");
+    assert!(total >= 6 * 60 * 8 / 10, "{windows:?}");
+    assert!(asked > 3 * total, "the tenant asked far more than its rate");
+    for admitted in &per_envoy {
+        assert!(
+            *admitted >= total / 10,
+            "every Envoy has a share: {per_envoy:?}"
+        );
+    }
+    assert_eq!(
+        answered
+            .iter()
+            .map(|a| a.other.load(Ordering::Relaxed))
+            .sum::<u64>(),
+        0
+    );
+
+    let asks = "weir_rlqs_asks_total{outcome=\"assigned\"}";
+    assert!(
+        support::counter(&weir, asks).await >= 3,
+        "one stream per Envoy, asked"
+    );
+    assert_eq!(
+        support::counter(&weir, "weir_rlqs_asks_total{outcome=\"unanswered\"}").await,
+        0
+    );
+    // Weir gone: within its 3 s TTL and a little, Envoy lets everything through.
+    weir.signal("TERM");
+    let (status, _) = weir.wait();
+    assert!(status.success());
+    support::eventually(
+        Duration::from_secs(10),
+        "Envoy falls back to allow-all once the assignments run out",
+        || async { admitted_over_a_second(&answered).await > 3 * 60 },
+    )
+    .await;
+
+    // Weir back on its port: Envoy reconnects at its next report and is held again.
+    let weir = Server::start_on_grpc(&config, &data, &grpc);
+    support::eventually(
+        Duration::from_secs(20),
+        "Envoy is held to the tenant's rate again",
+        || async { admitted_over_a_second(&answered).await <= 60 + 6 + 3 * 6 },
+    )
+    .await;
+    let again = admitted_over_a_second(&answered).await;
+    assert!(again <= 60 + 6 + 3 * 6, "{again}");
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+    drop(envoys);
+    weir.signal("TERM");
+    assert!(weir.wait().0.success());
+}

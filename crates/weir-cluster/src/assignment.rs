@@ -44,6 +44,10 @@ pub const REPORT_EVERY: Duration = Duration::from_millis(250);
 /// before a holder stops deciding on it; a crashed holder's shares come back after this.
 pub const ASSIGNMENT_TTL: Duration = Duration::from_secs(1);
 
+/// The longest TTL a holder may ask for: a data plane that reports every few seconds holds
+/// its assignment across one lost report. A holder gone silent keeps its shares this long.
+pub const LONGEST_TTL: Duration = Duration::from_secs(10);
+
 /// The demand (cost a second, at one node) from which a bucket is worth an assignment: below
 /// it, a report every [`REPORT_EVERY`] would cost about what forwarding does.
 pub const ASSIGN_ABOVE: u64 = 20;
@@ -99,6 +103,19 @@ pub struct RateReport {
     pub demand: u64,
     /// The shares it runs now (0: none): a cut it was told of is made by now.
     pub running: u64,
+    /// How long it runs an answer after it asked (zero: [`ASSIGNMENT_TTL`]); the owner
+    /// holds it within [`ASSIGNMENT_TTL`]..=[`LONGEST_TTL`].
+    pub ttl: Duration,
+    /// It decides every request itself and cannot forward one (a data plane over RLQS): it
+    /// is given at least the share of one token of the burst, whatever its demand.
+    pub decides_all: bool,
+}
+
+impl RateReport {
+    /// The TTL the owner lends for: the one asked for, within bounds.
+    pub fn ttl(&self) -> Duration {
+        self.ttl.clamp(ASSIGNMENT_TTL, LONGEST_TTL)
+    }
 }
 
 /// The owner's answer to a [`RateReport`].

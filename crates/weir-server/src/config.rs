@@ -1,5 +1,6 @@
-//! The server's configuration: the `[server]` table, the `[[policy]]` list and the `[rls]`
-//! table (Envoy's rate limit service), from TOML.
+//! The server's configuration: the `[server]` table, the `[[policy]]` list, the `[rls]`
+//! table (Envoy's rate limit service) and the `[rlqs]` one (its rate limit quota service),
+//! from TOML.
 //!
 //! `weir serve` with no `--config` runs on the embedded default (`default.toml`). Bootstrap
 //! settings given as flags (addresses, node id, data dir) override the file. Policies changed
@@ -10,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
 
+use crate::front_door::rlqs::RlqsTable;
 use crate::front_door::rls::RlsTable;
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +33,9 @@ pub struct ConfigFile {
     /// Envoy's rate limit service.
     #[serde(default, skip_serializing_if = "RlsTable::is_default")]
     pub rls: RlsTable,
+    /// `[rlqs]`: Envoy's rate limit quota service, its bucket ids mapped to policies.
+    #[serde(default, skip_serializing_if = "RlqsTable::is_default")]
+    pub rlqs: RlqsTable,
     /// `[redis]`: the Redis that `scope = "redis"` policies keep their buckets in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis: Option<crate::redis_buckets::RedisSettings>,
@@ -326,6 +331,14 @@ pub enum ConfigProblem {
         /// What is wrong with it.
         problem: String,
     },
+    /// An `[[rlqs.bucket]]` rule that does not hold together.
+    #[error("`rlqs.{field}` {problem}")]
+    Rlqs {
+        /// The field, as `bucket[i].name`.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A mistake in the RLS rules files.
     #[error("{0}")]
     Rule(#[from] crate::front_door::rls::RuleError),
@@ -462,6 +475,13 @@ impl ConfigFile {
                 problem: format!("must be greater than 0 and at most 1, got {ratio}"),
             });
         }
+        let names: Vec<&str> = self.policy.iter().map(|p| p.name.as_str()).collect();
+        problems.extend(
+            self.rlqs
+                .problems(&names)
+                .into_iter()
+                .map(|(field, problem)| ConfigProblem::Rlqs { field, problem }),
+        );
         if let Some(redis) = &self.redis {
             problems.extend(
                 redis

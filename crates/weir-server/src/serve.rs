@@ -14,10 +14,12 @@ use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG, TlsSettings};
 use crate::connections::{self, HttpLimits};
 use crate::front_door::grpc::WeirService;
+use crate::front_door::rlqs::RlqsService;
 use crate::front_door::rls::RlsService;
 use crate::proto::weir_server::WeirServer;
 use crate::tls::Tls;
 use weir::policy::Scope;
+use weir_api::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 
 /// Settings given on the command line; they override the config file.
@@ -420,7 +422,10 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     // ("") and each service SERVING while this node serves — in cluster mode once it has
     // joined — and NOT_SERVING from the stop signal on.
     let (health, health_service) = tonic_health::server::health_reporter();
-    let mut served = vec![<WeirServer<WeirService> as tonic::server::NamedService>::NAME];
+    let mut served = vec![
+        <WeirServer<WeirService> as tonic::server::NamedService>::NAME,
+        <RateLimitQuotaServiceServer<RlqsService> as tonic::server::NamedService>::NAME,
+    ];
     if app.rls().is_some() {
         served.push(<RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME);
     }
@@ -460,6 +465,11 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         let rls_service = app
             .rls()
             .map(|_| RateLimitServiceServer::new(RlsService::new(Arc::clone(&app))));
+        // Always offered: a bucket id naming a `policy` and a `key` needs no rule.
+        let rlqs_service = RateLimitQuotaServiceServer::new(RlqsService::new(
+            Arc::clone(&app),
+            config.rlqs.clone(),
+        ));
         tokio::spawn(async move {
             let router = tonic::transport::Server::builder()
                 // A peer that stops answering pings is dropped, not kept for ever.
@@ -469,7 +479,8 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
                 .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
                 .add_optional_service(owner_service)
                 .add_optional_service(policy_log_service)
-                .add_optional_service(rls_service);
+                .add_optional_service(rls_service)
+                .add_service(rlqs_service);
             let shutdown = {
                 let app = Arc::clone(&app);
                 async move { app.shutting_down().await }

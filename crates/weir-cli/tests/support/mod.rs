@@ -170,6 +170,22 @@ impl Server {
         args: &[&str],
         log: &str,
     ) -> Server {
+        Server::start_listening(config, data_dir, (env, args), log, "127.0.0.1:0")
+    }
+
+    /// Like [`start`](Self::start), its gRPC listener on `grpc` (to come back where the
+    /// clients it had know to find it).
+    pub fn start_on_grpc(config: &str, data_dir: &Path, grpc: &str) -> Server {
+        Server::start_listening(config, data_dir, (&[], &[]), "warn", grpc)
+    }
+
+    fn start_listening(
+        config: &str,
+        data_dir: &Path,
+        (env, args): (&[(&str, &str)], &[&str]),
+        log: &str,
+        grpc: &str,
+    ) -> Server {
         let config_path = data_dir.with_extension("toml");
         std::fs::write(&config_path, config).expect("writing the test config");
         let mut command = weir();
@@ -179,7 +195,7 @@ impl Server {
                 "--http",
                 "127.0.0.1:0",
                 "--grpc",
-                "127.0.0.1:0",
+                grpc,
                 "--log",
                 log,
             ])

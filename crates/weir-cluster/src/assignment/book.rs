@@ -24,6 +24,14 @@ struct Reported {
     /// It forwarded its requests since its report before (it held no share): they are in the
     /// owner's own demand already.
     forwarded: bool,
+    /// How long its report holds (what it asked for, within bounds).
+    ttl: Nanos,
+}
+
+impl Reported {
+    fn live(&self, now: Nanos) -> bool {
+        now.saturating_sub(self.at) < self.ttl
+    }
 }
 
 /// One bucket's demand on its owner.
@@ -94,13 +102,19 @@ impl AssignmentBook {
     ) -> (Assignment, SetAside) {
         let mut demands = self.lock();
         let fresh = !demands.contains_key(bucket);
-        if fresh && report.demand < ASSIGN_ABOVE && report.running == 0 {
+        if fresh && report.demand < ASSIGN_ABOVE && report.running == 0 && !report.decides_all {
             let nothing = SetAside {
                 before: 0.0,
                 elapsed: Duration::ZERO,
                 after: 0.0,
             };
-            return (Assignment::none(), nothing);
+            return (
+                Assignment {
+                    ttl: report.ttl(),
+                    ..Assignment::none()
+                },
+                nothing,
+            );
         }
         let entry = demands
             .entry(bucket.to_owned())
@@ -119,10 +133,11 @@ impl AssignmentBook {
                 at: now,
                 answered,
                 forwarded: report.running == 0 || answered == 0,
+                ttl: report.ttl().as_nanos() as u64,
             },
         );
         entry.own.roll(now);
-        let live = |h: &&Reported| now.saturating_sub(h.at) < ASSIGNMENT_TTL.as_nanos() as u64;
+        let live = |h: &&Reported| h.live(now);
         let reported: u64 = entry.holders.values().filter(live).map(|h| h.demand).sum();
         // What the owner decided of a holder's forwarded requests is that holder's demand,
         // not the owner's: counted once.
@@ -139,7 +154,12 @@ impl AssignmentBook {
             0 => 0,
             total => (u128::from(SHARES) * u128::from(report.demand) / u128::from(total)) as u64,
         };
-        if report.demand < ASSIGN_ABOVE || !whole.worth_sharing() || whole.capacity_of(target) == 0
+        if report.decides_all && whole.worth_sharing() {
+            // It has nowhere to forward to: the least share that admits anything.
+            target = target.max(SHARES.div_ceil(whole.capacity.max(1)));
+        } else if report.demand < ASSIGN_ABOVE
+            || !whole.worth_sharing()
+            || whole.capacity_of(target) == 0
         {
             // Too little to be worth it, or a burst share that holds no whole token.
             target = 0;
@@ -165,13 +185,14 @@ impl AssignmentBook {
             (lendable, cautious),
             holder,
             (report.running, target),
-            ASSIGNMENT_TTL,
+            report.ttl(),
             now,
         );
         let after = self.share(bucket, now).max(before);
         let assignment = Assignment {
             shares: lent.min(target),
-            ..Assignment::none()
+            ttl: report.ttl(),
+            tokens: 0,
         };
         if let Some(reported) = entry.holders.get_mut(holder) {
             reported.answered = assignment.shares;
@@ -271,6 +292,7 @@ impl AssignmentBook {
                     at: now,
                     answered: lent.shares,
                     forwarded: false,
+                    ttl: lent.remaining.max(ASSIGNMENT_TTL).as_nanos() as u64,
                 },
             );
         }
@@ -285,11 +307,8 @@ impl AssignmentBook {
     pub fn sweep(&self, now: Nanos) -> usize {
         self.lent.sweep(now);
         let mut demands = self.lock();
-        let ttl = ASSIGNMENT_TTL.as_nanos() as u64;
         demands.retain(|bucket, entry| {
-            entry
-                .holders
-                .retain(|_, reported| now.saturating_sub(reported.at) < ttl);
+            entry.holders.retain(|_, reported| reported.live(now));
             !entry.holders.is_empty() || self.lent.in_use(bucket, now) > 0
         });
         self.count.store(demands.len(), Ordering::Relaxed);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use weir::Nanos;
 
-use super::{ASSIGN_ABOVE, Assignment, RateReport, SHARES, Whole, per_second};
+use super::{ASSIGN_ABOVE, ASSIGNMENT_TTL, Assignment, RateReport, SHARES, Whole, per_second};
 
 /// One bucket's assignment on its holder: a token bucket of its share, decided here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +125,8 @@ impl HeldRates {
                         key: key.clone(),
                         demand,
                         running: held.shares,
+                        ttl: ASSIGNMENT_TTL,
+                        decides_all: false,
                     },
                 ));
             }
@@ -140,6 +142,8 @@ impl HeldRates {
                         key,
                         demand,
                         running: 0,
+                        ttl: ASSIGNMENT_TTL,
+                        decides_all: false,
                     },
                 ));
             }

@@ -15,6 +15,8 @@ fn report(key: &str, demand: u64, running: u64) -> RateReport {
         key: key.into(),
         demand,
         running,
+        ttl: ASSIGNMENT_TTL,
+        decides_all: false,
     }
 }
 
@@ -127,6 +129,55 @@ fn a_holder_that_stops_reporting_gives_its_shares_back_at_expiry() {
         "a's loan has expired, and its demand is stale"
     );
     assert_eq!(book.sweep(3 * ttl), 0, "nothing lent, no report: forgotten");
+}
+
+#[test]
+fn a_holder_that_asks_for_a_longer_ttl_keeps_its_shares_that_long_and_no_longer() {
+    let book = AssignmentBook::new(16);
+    let bucket = "p\0k".to_owned();
+    let slow = RateReport {
+        ttl: Duration::from_secs(3),
+        ..report("k", 200, 0)
+    };
+    let (a, _) = book.report("a", &bucket, &slow, WHOLE, 0);
+    assert_eq!((a.shares, a.ttl), (500, Duration::from_secs(3)));
+    // Two seconds on, without a word from a: its loan and its demand still count.
+    let (b, _) = book.report("b", &bucket, &report("k", 200, 0), WHOLE, 2 * SEC);
+    assert_eq!(
+        b.shares, 500,
+        "half (a's demand still counts; forgotten, b's due would be all)"
+    );
+    assert_eq!(b.ttl, ASSIGNMENT_TTL);
+    let (b, _) = book.report("b", &bucket, &report("k", 200, 500), WHOLE, 3 * SEC);
+    assert_eq!(b.shares, SHARES, "a's three seconds are over");
+    // A TTL asked beyond the longest is held to it.
+    let greedy = RateReport {
+        ttl: Duration::from_secs(3600),
+        ..report("k", 200, 0)
+    };
+    let (c, _) = book.report("c", &bucket, &greedy, WHOLE, 4 * SEC);
+    assert_eq!(c.ttl, LONGEST_TTL);
+}
+
+#[test]
+fn a_holder_that_cannot_forward_gets_a_token_s_share_whatever_its_demand() {
+    let book = AssignmentBook::new(16);
+    let bucket = "p\0k".to_owned();
+    let quiet = RateReport {
+        decides_all: true,
+        ..report("k", 1, 0)
+    };
+    book.report("busy", &bucket, &report("k", 1_000, 0), WHOLE, 0);
+    let (a, _) = book.report("a", &bucket, &quiet, WHOLE, MS);
+    assert_eq!(
+        a.shares,
+        SHARES / WHOLE.capacity,
+        "one token of the 20, not its 1/1001 of the demand"
+    );
+    assert_eq!(WHOLE.capacity_of(a.shares), 1);
+    // A node at the same demand forwards instead.
+    let (b, _) = book.report("b", &bucket, &report("k", 1, 0), WHOLE, 2 * MS);
+    assert_eq!(b.shares, 0);
 }
 
 #[test]

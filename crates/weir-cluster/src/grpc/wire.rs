@@ -130,6 +130,8 @@ pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
             holder,
             demand: report.demand,
             running: report.running,
+            report_ttl_ns: duration_to_nanos(report.ttl),
+            report_decides_all: report.decides_all,
             ..Default::default()
         },
     }
@@ -146,6 +148,8 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
                 key: request.key,
                 demand: request.demand,
                 running: request.running,
+                ttl: Duration::from_nanos(request.report_ttl_ns),
+                decides_all: request.report_decides_all,
             },
         };
     }

@@ -186,6 +186,7 @@ impl App {
         if let Some(decided) = self.forward_rate(&policy, input, cost, limit).await {
             return Ok(decided);
         }
+        self.set_aside_quota(&policy, input.kind.as_deref(), &input.key, cost);
         // Most requests are decided on their first poll; only one that waits needs to hear of
         // a shutdown, and listening for one costs a subscription per request.
         let acquire = policy.acquire(&request);

@@ -156,7 +156,7 @@ impl App {
 
     /// Decides a request another node forwarded: only for a cluster-scoped policy whose
     /// bucket this node owns by its own ring.
-    async fn decide_for_other(&self, request: RateRequest) -> RateDecision {
+    pub(super) async fn decide_for_other(&self, request: RateRequest) -> RateDecision {
         let Some(cluster) = &self.cluster else {
             return RateDecision::NotOwner;
         };
@@ -359,22 +359,32 @@ impl App {
 }
 
 /// The whole shape of the bucket a request of `kind` is counted in, if the owner may assign
-/// shares of it: a cluster-scoped policy with `assignments` on that does not wait (a waiting
-/// request waits in the owner's line, fair across the cluster), counting in its default
-/// buckets (a kind's own buckets stay forwarded), a token bucket that is not a fair leaky one,
-/// or a strict limiter, that refills fast enough for a share of its rate to be worth lending
-/// ([`Whole::worth_sharing`]). Fixed and sliding windows are forwarded: a window's count is
-/// not a rate to share.
+/// shares of it to other nodes: a cluster-scoped policy's default buckets (a kind's own
+/// buckets stay forwarded) that are [`shareable`].
 fn assignable(policy: &Policy<SystemClock>, kind: Option<&str>) -> Option<Whole> {
+    if policy.with_config(|config| config.scope != Scope::Cluster)
+        || !matches!(policy.shape_for(kind), BucketShape::Default(_))
+    {
+        return None;
+    }
+    shareable(policy)
+}
+
+/// The whole shape of a policy's default buckets, if their owner may lend shares of them (to
+/// nodes, or to data planes): `assignments` on, it does not wait (a waiting request waits in
+/// the owner's line, fair across the cluster), a token bucket that is not a fair leaky one, or
+/// a strict limiter, that refills fast enough for a share of its rate to be worth lending
+/// ([`Whole::worth_sharing`]). Fixed and sliding windows are not shared: a window's count is
+/// not a rate to share.
+pub(super) fn shareable(policy: &Policy<SystemClock>) -> Option<Whole> {
     let decides_now = policy.with_config(|config| {
-        config.scope == Scope::Cluster
-            && config.assignments
+        config.assignments
             && !(config.on_exhausted == OnExhausted::Wait && config.mode == Mode::Enforce)
     });
     if !decides_now {
         return None;
     }
-    let whole = match policy.shape_for(kind) {
+    let whole = match policy.shape_for(None) {
         BucketShape::Default(Shape::Gcra {
             interval,
             capacity,

@@ -30,6 +30,7 @@ mod cluster_stats;
 mod kept_buckets;
 mod leasing;
 mod policy_admin;
+mod quota;
 mod redis_rates;
 mod reloading;
 pub mod rls;
@@ -40,6 +41,7 @@ pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_rates::AppRates;
 pub use kept_buckets::KeptBuckets;
+pub use quota::{NoQuota, QuotaBook};
 pub use throttles::ThrottleQuery;
 
 use std::net::SocketAddr;
@@ -88,6 +90,8 @@ pub struct App {
     ready: AtomicBool,
     clock: SystemClock,
     cluster: Option<Arc<ClusterMode>>,
+    /// Shares of this node's own buckets lent to data planes (RLQS).
+    quota: Arc<quota::QuotaBook>,
     /// Envoy's rate limit service, swapped whole when its rules reload.
     rls: Option<Arc<ArcSwap<Rls>>>,
     /// `CL.THROTTLE`'s keys.
@@ -229,11 +233,12 @@ impl App {
         let redis = settings
             .redis
             .map(|settings| Arc::new(crate::redis_buckets::RedisBuckets::new(settings)));
+        let quota = Arc::new(QuotaBook::default());
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
-            protocol_collectors(rls.as_ref(), &cells, kept.as_ref(), redis.as_ref()),
+            protocol_collectors(rls.as_ref(), &cells, kept.as_ref(), redis.as_ref(), &quota),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -251,6 +256,7 @@ impl App {
             ready: AtomicBool::new(false),
             clock,
             cluster: settings.cluster,
+            quota,
             rls,
             cells,
             kept,
@@ -454,17 +460,23 @@ impl App {
 }
 
 /// The collectors of the protocols' own counters on `/metrics`: the RLS rules' (if this node
-/// has any) and `CL.THROTTLE`'s; the kept buckets', if buckets are kept; the Redis store's, if
+/// has any), `CL.THROTTLE`'s and RLQS's; the kept buckets', if buckets are kept; the Redis store's, if
 /// policies keep their buckets in Redis.
 fn protocol_collectors(
     rls: Option<&Arc<ArcSwap<Rls>>>,
     cells: &Arc<Cells>,
     kept: Option<&Arc<KeptBuckets>>,
     redis: Option<&Arc<crate::redis_buckets::RedisBuckets>>,
+    quota: &Arc<QuotaBook>,
 ) -> Vec<Box<dyn prometheus_client::collector::Collector>> {
-    let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![Box::new(
-        crate::front_door::resp::metrics::CellsCollector::new(Arc::clone(cells)),
-    )];
+    let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![
+        Box::new(crate::front_door::resp::metrics::CellsCollector::new(
+            Arc::clone(cells),
+        )),
+        Box::new(crate::front_door::rlqs::QuotaCollector::new(Arc::clone(
+            quota,
+        ))),
+    ];
     if let Some(kept) = kept {
         collectors.push(Box::new(crate::metrics::KeptCollector::new(Arc::clone(
             kept,

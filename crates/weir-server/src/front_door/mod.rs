@@ -12,6 +12,7 @@
 //! | `http.rs` | the HTTP API (axum): JSON in and out | `app/admission.rs`, `leasing.rs`, `policy_admin.rs`, `stats.rs`, `throttles.rs` |
 //! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream | the same |
 //! | `rls/` | Envoy's rate limit service (tonic), on the gRPC listener; its YAML rules | `app/rls/` |
+//! | `rlqs/` | Envoy's rate limit quota service (tonic), on the gRPC listener; `[rlqs]` | `app/quota.rs` |
 //! | `resp/` | the Redis protocol (RESP2 and RESP3): the handshake, `CL.THROTTLE`, `WEIR.*` | `app/cells.rs`, `app/admission.rs` |
 //! | `ui.rs`, `ui/` | the live page at `/ui` (HTML over the HTTP API), on the HTTP listener | — |
 //!
@@ -23,5 +24,6 @@
 pub mod grpc;
 pub mod http;
 pub mod resp;
+pub mod rlqs;
 pub mod rls;
 pub mod ui;

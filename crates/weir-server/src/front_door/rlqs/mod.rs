@@ -1,0 +1,25 @@
+//! Envoy's rate limit quota service (RLQS v3): data planes report usage per bucket on a
+//! stream; Weir answers each with a share of a Weir policy's bucket, as a token bucket with a
+//! TTL, decided by the same assignment book that lends rate shares between nodes (see
+//! [`weir_cluster::assignment`]).
+//!
+//! | file | job |
+//! |---|---|
+//! | `service.rs` | the gRPC stream: reports in, bucket actions out, one task per Envoy |
+//! | `buckets.rs` | the config file's `[rlqs]` table: bucket id → policy and key |
+//! | `action.rs` | a share as Envoy's token bucket, and a bucket's demand as reported |
+//! | `metrics.rs` | its counters on `/metrics` |
+//!
+//! What a report is answered is decided in `app/quota.rs`.
+
+pub mod action;
+pub mod buckets;
+mod metrics;
+mod service;
+
+pub use buckets::RlqsTable;
+pub(crate) use metrics::QuotaCollector;
+pub use service::RlqsService;
+
+#[cfg(test)]
+mod tests;
