@@ -1005,6 +1005,61 @@ async fn a_hot_bucket_is_decided_where_it_is_asked_within_its_one_rate() {
     assert!(owner_view.decided_for_others < asked / 2, "{owner_view:?}");
 }
 
+/// `docs/envoy/rlqs.toml`'s tenants, cluster-scoped.
+const RLQS_TENANTS: &str = r#"
+[[policy]]
+name = "tenants"
+scope = "cluster"
+on_exhausted = "reject"
+token_bucket = { rate = 60, burst = 6 }
+
+[[rlqs.bucket]]
+domain = "edge"
+match = { name = "per-tenant" }
+policy = "tenants"
+key = "{tenant}"
+"#;
+
+/// Three real Envoys (`docs/envoy/rlqs.yaml`), each on a different node of a three-node
+/// cluster, asking for one tenant of a cluster-scoped policy (60 a second, burst 6) as fast as
+/// they answer: each stream's reports go through its node to the bucket's one owner, whose book
+/// shares the one rate among the three, so the cluster holds it as one bucket would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn envoys_on_every_node_share_a_cluster_scoped_rate_over_rlqs() {
+    let Some(binary) = support::envoy::binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let nodes = three_nodes(dir.path(), RLQS_TENANTS).await;
+    let (upstream_port, _) = support::envoy::upstream().await;
+    let mut envoys = Vec::new();
+    let mut urls = Vec::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let port: u16 = node.grpc.rsplit(':').next().unwrap().parse().unwrap();
+        let at = dir.path().join(format!("envoy{i}"));
+        let (envoy, url) = support::envoy::start_rlqs(&binary, &at, port, upstream_port).await;
+        envoys.push(envoy);
+        urls.push(url);
+    }
+    let load = support::envoy::Load::start(&urls, "acme");
+    load.holds_one_bucket(60, 6, "RLQS on three nodes, one tenant at 60/s")
+        .await;
+    // One node lends, its own bucket's shares, to the three streams on the three nodes.
+    let mut lending = 0;
+    for node in &nodes {
+        let counters = view(node).await.counters;
+        assert_eq!(counters.forward_failed, 0, "{counters:?}");
+        lending += usize::from(counters.shares_lent > 0);
+        let asks = "weir_rlqs_asks_total{outcome=\"assigned\"}";
+        assert!(counter(node, asks).await > 0);
+        let unanswered = "weir_rlqs_asks_total{outcome=\"unanswered\"}";
+        assert_eq!(counter(node, unanswered).await, 0);
+    }
+    assert_eq!(lending, 1, "the bucket's owner alone lends its shares");
+    load.stop().await;
+    drop(envoys);
+}
+
 /// Asks `server` for `hot`'s bucket `tenant` until `until`, again as soon as it is answered;
 /// counts what it asked and what was admitted.
 async fn ask_until(

@@ -17,6 +17,8 @@
 
 mod sim_net;
 
+use sim_net::Counting;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -34,7 +36,7 @@ use weir_cluster::rates::{
 };
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::hand_over;
-use weir_cluster::transport::{BoxFuture, Message, Reply, Transport, TransportError, TransportExt};
+use weir_cluster::transport::{BoxFuture, TransportExt};
 
 /// Buckets the load spreads over, and each one's shared limit.
 const BUCKETS: usize = 20;
@@ -72,25 +74,6 @@ const RATE: f64 = 5.0;
 const BURST: u64 = 5;
 const LEARNING: Duration = Duration::from_secs(1);
 const RATE_EVERY: Duration = Duration::from_millis(20);
-
-/// Counts the calls a node's transport makes to other nodes.
-struct Counting<T> {
-    inner: T,
-    calls: Arc<AtomicU64>,
-}
-
-impl<T: Transport> Counting<T> {
-    fn count(&self) {
-        self.calls.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-impl<T: Transport> Transport for Counting<T> {
-    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
-        self.count();
-        self.inner.send(owner, message)
-    }
-}
 
 type Node = TwoTier<TokioClock, Batching<Counting<weir_cluster::grpc::GrpcTransport<TokioClock>>>>;
 

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use weir_bench::nodes::{Listening, listening};
 
+pub mod envoy;
+
 /// A running `weir serve`.
 pub struct Server {
     child: Option<Child>,

@@ -2,6 +2,8 @@
 //! the tonic server accepts, a listener's connections as a stream, and a transport whose
 //! channels connect over turmoil.
 
+#![allow(dead_code)] // each simulation uses a different part of this
+
 use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::pin::Pin;
@@ -15,6 +17,7 @@ use weir::TokioClock;
 use weir_cluster::grpc::{ClusterService, GrpcTransport};
 use weir_cluster::owner::Owner;
 use weir_cluster::rates::RateOwner;
+use weir_cluster::transport::{BoxFuture, Message, Reply, Transport, TransportError};
 
 /// The port every simulated node serves the cluster protocol on.
 pub const PORT: u16 = 9000;
@@ -107,4 +110,20 @@ pub fn transport<'a>(nodes: impl IntoIterator<Item = &'a str>) -> GrpcTransport<
             .collect(),
     );
     grpc
+}
+
+/// A transport that counts the calls it makes to other nodes.
+pub struct Counting<T> {
+    /// The transport counted.
+    pub inner: T,
+    /// Calls made, added to as they are sent.
+    pub calls: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl<T: Transport> Transport for Counting<T> {
+    fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.inner.send(owner, message)
+    }
 }

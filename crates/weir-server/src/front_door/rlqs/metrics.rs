@@ -35,7 +35,7 @@ impl Collector for QuotaCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
         let mut asks = encoder.encode_descriptor(
             "weir_rlqs_asks",
-            "An RLQS stream's asks for a bucket's share (one a second per bucket, and one per new bucket), by outcome: assigned (a token bucket or deny-all pushed), unanswered (no such policy, one that cannot be shared, or its owner did not answer)",
+            "An RLQS stream's asks for a bucket's share (four a second per bucket, and one per new bucket), by outcome: assigned (a token bucket or deny-all pushed), unanswered (no such policy, one that cannot be shared, or its owner did not answer)",
             None,
             MetricType::Counter,
         )?;

@@ -2,10 +2,11 @@
 //! to their owners as a holder of its own, and pushes what it is assigned.
 //!
 //! Envoy reports every bucket every 5 s (fixed in 1.40), and a new bucket at once. The stream
-//! asks each bucket's owner every [`ASK_EVERY`] with the demand Envoy last reported — so a
-//! re-balance reaches Envoy within a second, not five — and pushes every bucket's action each
-//! time: Envoy re-arms an assignment's TTL on every push, and keeps the tokens of a token
-//! bucket pushed again unchanged.
+//! asks each bucket's owner every [`ASK_EVERY`], as a node reports its own demand, with the
+//! demand Envoy last reported — so a re-balance reaches Envoy within a quarter of a second, not
+//! five — and pushes a bucket's action when it changed, or when it last pushed it
+//! [`PUSH_EVERY`] ago: Envoy re-arms an assignment's TTL on every push, and keeps the tokens of
+//! a token bucket pushed again unchanged.
 
 use std::collections::{BTreeMap, HashMap};
 use std::pin::Pin;
@@ -25,17 +26,21 @@ use weir_api::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_ser
 use weir_api::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
+use weir_api::envoy::r#type::v3::RateLimitStrategy;
 use weir_cluster::assignment::RateReport;
 
 use super::action::{Demand, strategy_of};
 use super::buckets::RlqsTable;
 use crate::app::{App, NoQuota};
 
-/// How often a stream asks its buckets' owners again and pushes what they answered.
-pub const ASK_EVERY: Duration = Duration::from_secs(1);
+/// How often a stream asks its buckets' owners again: a node's own report period.
+pub const ASK_EVERY: Duration = weir_cluster::assignment::REPORT_EVERY;
+
+/// How often an unchanged action is pushed again, to renew its TTL in Envoy.
+pub const PUSH_EVERY: Duration = Duration::from_secs(1);
 
 /// How long Envoy runs an assignment without hearing again (whole seconds, as Envoy reads
-/// it): three pushes may be lost before it falls back to its `no_assignment_behavior`.
+/// it): two renewals may be lost before it falls back to its `no_assignment_behavior`.
 pub const ENVOY_TTL: Duration = Duration::from_secs(3);
 
 /// How long the owner counts a stream's share after a report: Envoy's TTL and a second for
@@ -102,6 +107,8 @@ struct Tracked {
     last_report: Instant,
     /// The shares pushed last: what Envoy runs now.
     running: u64,
+    /// The strategy pushed last, and when.
+    pushed: Option<(RateLimitStrategy, Instant)>,
 }
 
 /// One Envoy's stream.
@@ -187,6 +194,7 @@ impl QuotaStream {
                             demand,
                             last_report: now,
                             running: 0,
+                            pushed: None,
                         },
                     );
                     fresh.push(name);
@@ -236,7 +244,7 @@ impl QuotaStream {
         let (assignment, whole) = match answered {
             Ok(answered) => answered,
             Err(NoQuota::OwnerUnreachable(why)) => {
-                // Asked again next second; Envoy runs what it has until its TTL.
+                // Asked again at the next round; Envoy runs what it has until its TTL.
                 tracing::debug!(holder = %self.holder, "RLQS bucket's owner did not answer: {why}");
                 return None;
             }
@@ -248,6 +256,15 @@ impl QuotaStream {
             }
         };
         tracked.running = assignment.shares;
+        let strategy = strategy_of(assignment.shares, whole);
+        let now = Instant::now();
+        let unchanged = tracked.pushed.as_ref().is_some_and(|(pushed, at)| {
+            *pushed == strategy && now.duration_since(*at) < PUSH_EVERY
+        });
+        if unchanged {
+            return None;
+        }
+        tracked.pushed = Some((strategy, now));
         Some(BucketAction {
             bucket_id: Some(tracked.id.clone()),
             bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
@@ -255,7 +272,7 @@ impl QuotaStream {
                     seconds: ENVOY_TTL.as_secs() as i64,
                     nanos: 0,
                 }),
-                rate_limit_strategy: Some(strategy_of(assignment.shares, whole)),
+                rate_limit_strategy: Some(strategy),
             })),
         })
     }
