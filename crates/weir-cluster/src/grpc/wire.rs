@@ -213,3 +213,6 @@ pub(super) fn decision_of(reply: proto::DecideReply) -> RateDecision {
         Ok(Wire::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
     }
 }
+
+#[cfg(test)]
+mod tests;
