@@ -35,17 +35,7 @@ http_of() { sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$bench_dir/out$1"; }
 start_node 1
 start_node 2 --join "$seed"
 start_node 3 --join "$seed"
-for _ in $(seq 1 200); do
-  ready=0
-  for i in 1 2 3; do
-    h=$(http_of "$i")
-    [ -n "$h" ] && [ "$(curl -s "http://$h/v1/cluster" | jq '.members | length' 2>/dev/null)" = 3 ] &&
-      ready=$((ready + 1))
-  done
-  [ "$ready" = 3 ] && break
-  sleep 0.1
-done
-sleep 2 # the last ring rebuild after gossip converged
+wait_members "$bench_dir/out1" "$bench_dir/out2" "$bench_dir/out3"
 
 # The owner is the node that decides the bucket itself.
 owner=

@@ -34,18 +34,7 @@ run() {
     pids+=($!)
     all_pids+=($!)
   done
-  for _ in $(seq 1 200); do
-    local ready=0
-    for i in 1 2 3; do
-      local http
-      http=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$dir/out$i")
-      [ -n "$http" ] && [ "$(curl -s "http://$http/v1/cluster" | jq '.members | length' 2>/dev/null)" = 3 ] &&
-        ready=$((ready + 1))
-    done
-    [ "$ready" = 3 ] && break
-    sleep 0.1
-  done
-  sleep 2 # the last ring rebuild after gossip converged
+  wait_members "$dir/out1" "$dir/out2" "$dir/out3"
   servers=$(for i in 1 2 3; do sed -n 's/.* grpc=\([^ ]*\).*/http:\/\/\1/p' "$dir/out$i"; done | paste -sd,)
   "$bin" bench --target grpc --server "$servers" --policy p --rate 0 --clients 64 --keys 1000 \
     --duration "${seconds}s" --warmup 1s --json 2>/dev/null >"$dir/report.json"

@@ -1,6 +1,7 @@
 # Shared by the bench scripts: build the release binary, start a server on ephemeral loopback
 # ports with a given config, and stop it on exit; install missing tools (`need`), find a free
-# port (`free_port`, and a UDP one for gossip: `free_udp`). Source it; it sets WEIR_HTTP,
+# port (`free_port`, and a UDP one for gossip: `free_udp`), wait for a local cluster to form
+# (`wait_members`). Source it; it sets WEIR_HTTP,
 # WEIR_GRPC and WEIR_PID.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -63,4 +64,21 @@ free_port() {
 # free_udp: a loopback UDP port nobody has bound (for a node's gossip).
 free_udp() {
   python3 -c 'import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# wait_members OUT_FILE...: waits (up to 20 s) until every node whose `weir serve` output is in
+# the files given counts them all as members, then 2 s for the last ring rebuild after gossip
+# converged.
+wait_members() {
+  for _ in $(seq 1 200); do
+    local ready=0 out http
+    for out in "$@"; do
+      http=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$out")
+      [ -n "$http" ] && [ "$(curl -s "http://$http/v1/cluster" | jq '.members | length' 2>/dev/null)" = "$#" ] &&
+        ready=$((ready + 1))
+    done
+    [ "$ready" = "$#" ] && break
+    sleep 0.1
+  done
+  sleep 2
 }

@@ -155,8 +155,7 @@ impl RateOwner for Hot {
 /// One node's requests: one every `every` from `START` to `END`, decided here within an
 /// assignment, or forwarded to the owner (counted as demand), or decided here as the owner.
 async fn load(hot: Arc<Hot>, transport: Arc<Transport>, every: Duration) {
-    tokio::time::sleep(START).await;
-    let mut ticks = tokio::time::interval(every);
+    let mut ticks = tokio::time::interval_at(hot.origin + START, every);
     while hot.origin.elapsed() < END {
         ticks.tick().await;
         let (hot, transport) = (Arc::clone(&hot), Arc::clone(&transport));

@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -174,8 +174,8 @@ pub async fn start_rlqs(
 /// What one Envoy's clients were answered.
 #[derive(Default)]
 pub struct Answered {
-    /// 200s.
-    pub admitted: AtomicU64,
+    /// When each 200 came.
+    admitted_at: Mutex<Vec<Instant>>,
     /// 429s.
     pub refused: AtomicU64,
     /// Anything else, a failed connection included.
@@ -205,7 +205,10 @@ impl Load {
                     while !stop.load(Ordering::Relaxed) {
                         let sent = client.get(&url).header("x-tenant", &tenant).send().await;
                         let counter = match sent.map(|a| a.status().as_u16()) {
-                            Ok(200) => &answered.admitted,
+                            Ok(200) => {
+                                answered.admitted_at.lock().unwrap().push(Instant::now());
+                                continue;
+                            }
                             Ok(429) => &answered.refused,
                             _ => &answered.other,
                         };
@@ -221,19 +224,29 @@ impl Load {
         }
     }
 
-    /// Admissions so far, by Envoy.
-    pub fn admitted(&self) -> Vec<u64> {
+    /// Admissions from `from` until `until`, by Envoy.
+    pub fn admitted_between(&self, from: Instant, until: Instant) -> Vec<u64> {
         self.answered
             .iter()
-            .map(|a| a.admitted.load(Ordering::Relaxed))
+            .map(|a| {
+                let at = a.admitted_at.lock().unwrap();
+                at.iter().filter(|t| (from..until).contains(*t)).count() as u64
+            })
             .collect()
+    }
+
+    /// Admissions over the last second, over every Envoy.
+    pub fn admitted_in_the_last_second(&self) -> u64 {
+        let now = Instant::now();
+        let from = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        self.admitted_between(from, now).iter().sum()
     }
 
     /// Requests answered 200 or 429 so far, over every Envoy.
     pub fn asked(&self) -> u64 {
         self.answered
             .iter()
-            .map(|a| a.admitted.load(Ordering::Relaxed) + a.refused.load(Ordering::Relaxed))
+            .map(|a| a.admitted_at.lock().unwrap().len() as u64 + a.refused.load(Ordering::Relaxed))
             .sum()
     }
 
@@ -252,27 +265,20 @@ impl Load {
             .all(|a| a.refused.load(Ordering::Relaxed) > 0)
     }
 
-    /// Admissions over the next second, over every Envoy.
-    pub async fn admitted_over_a_second(&self) -> u64 {
-        let before: u64 = self.admitted().iter().sum();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        self.admitted().iter().sum::<u64>() - before
-    }
-
-    /// Admissions over the next `seconds` one-second windows, and by Envoy over all of them.
-    pub async fn measure(&self, seconds: usize) -> (Vec<u64>, Vec<u64>) {
-        let before = self.admitted();
-        let mut windows = Vec::with_capacity(seconds);
-        for _ in 0..seconds {
-            windows.push(self.admitted_over_a_second().await);
-        }
-        let by_envoy = self
-            .admitted()
-            .iter()
-            .zip(&before)
-            .map(|(now, before)| now - before)
+    /// Admissions over the next `seconds` one-second windows, and by Envoy over all of them,
+    /// watched while no request fails outright.
+    pub async fn measure(&self, seconds: u32) -> (Vec<u64>, Vec<u64>) {
+        let start = Instant::now();
+        let watched = Duration::from_secs(1) * seconds;
+        super::holds_for(watched, "no request fails while measured", || async {
+            self.other() == 0
+        })
+        .await;
+        let second = |i: u32| start + Duration::from_secs(1) * i;
+        let windows = (0..seconds)
+            .map(|i| self.admitted_between(second(i), second(i + 1)).iter().sum())
             .collect();
-        (windows, by_envoy)
+        (windows, self.admitted_between(start, second(seconds)))
     }
 
     /// Waits until every Envoy runs an assignment, then measures six seconds and checks them
