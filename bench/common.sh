@@ -1,15 +1,21 @@
-# Shared by the bench scripts: build the release binary, start a server on ephemeral loopback
+# Shared by the bench scripts: build the release binary (or take WEIR_BENCH_BIN's), start a server on ephemeral loopback
 # ports with a given config, and stop it on exit; install missing tools (`need`), find a free
 # port (`free_port`, and a UDP one for gossip: `free_udp`), wait for a local cluster to form
 # (`wait_members`). Source it; it sets WEIR_HTTP,
 # WEIR_GRPC and WEIR_PID.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-cli
 # Wherever cargo builds (CARGO_TARGET_DIR, a config's build.target-dir), ask it rather than assume.
 target_dir=$(cargo metadata --format-version 1 --no-deps --manifest-path "$root/Cargo.toml" |
   grep -o '"target_directory":"[^"]*"' | cut -d'"' -f4)
-WEIR_BIN="$target_dir/release/weir"
+if [ -n "${WEIR_BENCH_BIN:-}" ]; then
+  # A binary given (CI's debug build, to run the scripts' paths and flags): figures from it
+  # mean nothing, and no release build is made.
+  WEIR_BIN=$WEIR_BENCH_BIN
+else
+  cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p weir-cli
+  WEIR_BIN="$target_dir/release/weir"
+fi
 bench_dir=$(mktemp -d)
 trap 'kill "${WEIR_PID:-}" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
 

@@ -11,17 +11,21 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 
 /// `POST /v1/acquire`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireBody {
     /// The policy's name.
     pub policy: String,
-    /// The bucket key.
+    /// The bucket key: at most 256 bytes of UTF-8 (the schema says 64 characters, which always
+    /// fit).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 64))]
     pub key: String,
     /// The kind (empty: none).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub kind: String,
-    /// The cost (absent: 1).
+    /// The cost (absent: 1), at most the policy's `max_cost` (or the server's).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<u64>,
     /// The longest the caller waits, in ms (absent: the policy's `max_wait`).
@@ -30,6 +34,7 @@ pub struct AcquireBody {
 }
 
 /// The `200` answer to an acquisition.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Admission<'a> {
     /// Always `true`.
@@ -51,6 +56,7 @@ pub struct Admission<'a> {
 }
 
 /// The `429` answer to an acquisition.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Refusal<'a> {
     /// Always `false`.
@@ -62,14 +68,17 @@ pub struct Refusal<'a> {
 }
 
 /// `POST /v1/release`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReleaseBody {
-    /// The lease an admission returned.
+    /// The lease an admission returned: 32 hexadecimal digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-fA-F]{32}$"))]
     pub lease: String,
 }
 
 /// The answer to a release.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Released {
     /// Always `true` (an unknown lease is a `404`).
@@ -77,17 +86,21 @@ pub struct Released {
 }
 
 /// `POST /v1/renew`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RenewBody {
-    /// The lease an admission returned.
+    /// The lease an admission returned: 32 hexadecimal digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^[0-9a-fA-F]{32}$"))]
     pub lease: String,
     /// The new time to live, in ms (absent, and at most: the policy's `lease_ttl`).
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ttl_ms: Option<u64>,
 }
 
 /// The answer to a renewal.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Renewed {
     /// The time the lease now has left, in ms.
@@ -95,6 +108,7 @@ pub struct Renewed {
 }
 
 /// `POST /v1/busy`: the backend behind a policy says it is overloaded.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BusyBody {
@@ -106,6 +120,7 @@ pub struct BusyBody {
 }
 
 /// The answer to a busy signal.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tightened {
     /// Whether a limit was tightened (false within the cooldown, or with nothing to limit).
@@ -113,6 +128,7 @@ pub struct Tightened {
 }
 
 /// `GET /v1/cluster`: the same shape alone and in a cluster.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterView {
     /// `"single node"`, or `"cluster"` (joined by gossip).
@@ -137,6 +153,7 @@ pub struct ClusterView {
 }
 
 /// The cluster's policy log (Raft) as one member sees it, in [`ClusterView`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyLogView {
     /// The leader's gRPC address, if one is known.
@@ -156,6 +173,7 @@ pub struct PolicyLogView {
 }
 
 /// A member in [`ClusterView`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterMember {
     /// Its node id.
@@ -175,6 +193,7 @@ pub struct ClusterMember {
 }
 
 /// The ring in [`ClusterView`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RingSummary {
     /// Members on the ring.
@@ -194,6 +213,7 @@ pub struct RingSummary {
 }
 
 /// This node's shared-tier counters in [`ClusterView`].
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterCounters {
     /// Admissions from the shared tier (a lease from the owner, or a unit lent to this node).

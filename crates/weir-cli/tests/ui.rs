@@ -233,9 +233,31 @@ fn selenium_available() -> bool {
 }
 
 /// Sends requests until `stop`: `tables/hot` far over its 5 a second (throttled), the monitor
-/// policy over its rate (would throttle), two leases held, busy signals to the adaptive one.
+/// policy over its rate (would throttle), two leases held, busy signals to the adaptive one;
+/// and the monitor policy's key `bulk` at some two thousand a second, so that its chart's axis
+/// reads in the thousands (the widest labels the page's layout check must see fit).
 async fn load(server: String, stop: tokio::sync::watch::Receiver<bool>) {
     let client = reqwest::Client::new();
+    // Eight clients, each paced at one request every 4 ms.
+    let bulk: Vec<_> = (0..8)
+        .map(|_| {
+            let client = client.clone();
+            let url = format!("{server}/v1/acquire");
+            let stop = stop.clone();
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(Duration::from_millis(4));
+                ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                while !*stop.borrow() {
+                    ticks.tick().await;
+                    let _ = client
+                        .post(&url)
+                        .json(&serde_json::json!({"policy": "getpage", "key": "bulk", "kind": "PageRequestHandler"}))
+                        .send()
+                        .await;
+                }
+            })
+        })
+        .collect();
     let acquire = |body: serde_json::Value| {
         let client = client.clone();
         let url = format!("{server}/v1/acquire");
@@ -268,6 +290,9 @@ async fn load(server: String, stop: tokio::sync::watch::Receiver<bool>) {
         }
         round += 1;
         tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    for client in bulk {
+        client.await.unwrap();
     }
 }
 
@@ -338,6 +363,9 @@ async fn the_page_in_a_browser_under_load() {
         "ok conflicting edit reported",
         "ok token in none of",
         "ok no errors in the console",
+        "ok no choice of whose numbers on a single node",
+        "ok layout at 1400 px",
+        "ok layout at 360 px",
         "ok screenshot ui-wide.png",
         "ok screenshot ui-narrow.png",
         "ok read-only without a server token",

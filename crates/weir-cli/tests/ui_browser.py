@@ -3,9 +3,10 @@
 Usage: ui_browser.py BASE_URL ADMIN_TOKEN SCREENSHOT_DIR READ_ONLY_URL
 
 BASE_URL is a loopback `http://127.0.0.1:PORT` of a `weir serve` that the caller keeps under
-load: key `hot` of policy `tables` throttled. READ_ONLY_URL is one with no admin token. Prints
-`ok <check>` per check passed and exits 0, or raises. Chromium and chromedriver are stopped by
-their process ids before it exits, also when it is stopped with SIGTERM.
+load: key `hot` of policy `tables` throttled, policy `getpage` asked thousands of times a
+second. READ_ONLY_URL is one with no admin token. Prints `ok <check>` per check passed and
+exits 0, or raises. Chromium and chromedriver are stopped by their process ids before it
+exits, also when it is stopped with SIGTERM.
 """
 
 import json
@@ -40,6 +41,106 @@ def api(method, path, body=None, headers=None):
             return response.status, response.headers, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
         return error.code, error.headers, json.loads(error.read() or b"null")
+
+
+# Every chart's layout as boxes, in CSS px of the viewport: uPlot's canvas and root, the
+# chart's container, the legend's rows, and each axis' box (its `.u-axis` element: where uPlot
+# placed it) with the boxes of its tick labels as uPlot draws them: the strings it chose, each
+# line's width measured with the canvas' `measureText` in the axis' own font. A y axis on the
+# left draws a label right-aligned at its tick's length and gap from the plot; an x axis
+# centres a label on its tick, one line under the other, from its tick's length and gap down.
+LAYOUT = """
+const ruler = document.createElement("canvas").getContext("2d");
+const box = (r) => ({left: r.left, right: r.right, top: r.top, bottom: r.bottom});
+const charts = [...weirUi.charts];
+if (weirUi.clusterChart) charts.push(["cluster", weirUi.clusterChart]);
+return {
+  viewport: document.documentElement.clientWidth,
+  pageWidth: document.documentElement.scrollWidth,
+  charts: charts.map(([name, u]) => {
+    const over = u.over.getBoundingClientRect();
+    return {
+      name,
+      canvas: box(u.ctx.canvas.getBoundingClientRect()),
+      root: box(u.root.getBoundingClientRect()),
+      container: box(u.root.parentElement.getBoundingClientRect()),
+      legend: [...u.root.querySelectorAll(".u-legend tr")].map((tr) =>
+        ({text: tr.textContent.trim(), ...box(tr.getBoundingClientRect())})),
+      axes: u.axes.filter((a) => a._show && a._el && a._values).map((a) => {
+        ruler.font = a.font[0];
+        const scale = uPlot.pxRatio;
+        const vertical = a.side % 2 === 1;
+        const axisBox = box(a._el.getBoundingClientRect());
+        const offset = (a.ticks.show ? a.ticks.size : 0) + a.gap;
+        const size = a.font[1] / scale, lineHeight = size * a.lineGap;
+        const labels = [];
+        a._values.forEach((value, i) => {
+          if (value == null || value === "") return;
+          const at = u.valToPos(a._splits[i], a.scale);
+          String(value).split("\\n").forEach((line, j) => {
+            const width = ruler.measureText(line).width / scale;
+            if (vertical) {
+              const right = axisBox.right - offset, middle = over.top + at;
+              labels.push({text: line, width, left: right - width, right,
+                           top: middle - size / 2, bottom: middle + size / 2});
+            } else {
+              const centre = over.left + at, top = axisBox.top + offset + j * lineHeight;
+              labels.push({text: line, width, left: centre - width / 2,
+                           right: centre + width / 2, top, bottom: top + size});
+            }
+          });
+        });
+        return {side: a.side, size: a._size, offset, box: axisBox, labels};
+      }),
+    };
+  }),
+};"""
+
+
+def inside(inner, outer, sides=("left", "right", "top", "bottom"), slack=0.5):
+    """Whether box `inner` lies within box `outer` (on `sides`), to half a pixel."""
+    return all(inner[s] >= outer[s] - slack if s in ("left", "top")
+               else inner[s] <= outer[s] + slack for s in sides)
+
+
+def check_layout(width):
+    """Asserts every chart's tick labels fit their axis' box and the chart's canvas, that the
+    charts and their legends fit the page's width, and that the page does not scroll sideways.
+    Returns the layout read and the widest y label: (chart, text, width, room for it)."""
+    layout = js(LAYOUT)
+    viewport = layout["viewport"]
+    problems, widest = [], None
+    assert layout["pageWidth"] <= viewport, \
+        f"at {width} px the page scrolls sideways: {layout['pageWidth']} px wide in {viewport}"
+    for chart in layout["charts"]:
+        name = chart["name"]
+        for what in ("canvas", "root"):
+            if not inside(chart[what], {"left": 0, "right": viewport}, ("left", "right")):
+                problems.append(f"{name}: its {what} {chart[what]} is out of the page's {viewport} px")
+        if not inside(chart["root"], chart["container"], ("left", "right")):
+            problems.append(f"{name}: the chart {chart['root']} overflows its box {chart['container']}")
+        for row in chart["legend"]:
+            if not inside(row, {"left": 0, "right": viewport}, ("left", "right")) or \
+                    not inside(row, chart["root"], ("left", "right")):
+                problems.append(f"{name}: legend {row['text']!r} {row} overflows")
+        for axis in chart["axes"]:
+            vertical = axis["side"] % 2 == 1
+            for label in axis["labels"]:
+                if vertical and (widest is None or label["width"] > widest[2]):
+                    widest = (name, label["text"], label["width"], axis["box"]["right"]
+                              - axis["box"]["left"] - axis["offset"])
+                # A y label within its axis' box across; an x label below the plot within it.
+                where = ("left", "right") if vertical else ("top", "bottom")
+                if not inside(label, axis["box"], where):
+                    problems.append(f"{name}: {'y' if vertical else 'x'} label {label['text']!r} "
+                                    f"({label['width']:.1f} px) {label} is out of its axis' box "
+                                    f"{axis['box']} (size {axis['size']}, ticks and gap "
+                                    f"{axis['offset']})")
+                if not inside(label, chart["canvas"]):
+                    problems.append(f"{name}: {'y' if vertical else 'x'} label {label['text']!r} "
+                                    f"{label} is cut by the canvas {chart['canvas']}")
+    assert not problems, f"at {width} px:\n" + "\n".join(problems)
+    return layout, widest
 
 
 def throttle_row(policy, key):
@@ -114,6 +215,11 @@ try:
     assert member == {"version": version, "differs": "false"}, (member, version)
     print(f"ok member table shows config version {version}", flush=True)
 
+    # A single node has no cluster to sum: the choice of whose numbers stays hidden.
+    assert not driver.find_element(By.ID, "stats-scope-control").is_displayed(), \
+        "the choice of the cluster's or this node's numbers is shown on a single node"
+    print("ok no choice of whose numbers on a single node", flush=True)
+
     # Editing: without the token refused (401), with a wrong one refused (403), with it applied.
     def result():
         return driver.find_element(By.ID, "edit-result").text
@@ -185,6 +291,30 @@ try:
                 and not any(f" {code} " in e["message"] for code in ("401", "403", "412"))]
     assert not problems, problems
     print("ok no errors in the console", flush=True)
+
+    # The charts, wide and narrow, with the busiest policy in the thousands a second: every
+    # axis' tick labels inside its box and the chart's canvas, no legend nor chart off the page.
+    for width, height in [(1400, 900), (360, 800)]:
+        driver.set_window_size(width, height)
+        js("window.scrollTo(0, 0)")
+        seen = js("return weirUi.generation")
+        until("a reading at the new size", lambda: js("return weirUi.generation") >= seen + 2, 5)
+        until("a chart's y axis in the thousands", lambda: js(
+            "return [...weirUi.charts.values()].some(u => (u.axes[1]._values || [])"
+            ".some(v => Number(String(v).replace(/,/g, '')) >= 1000))"), 10)
+        layout, (name, text, label_width, room) = check_layout(width)
+        labels = sum(len(a["labels"]) for c in layout["charts"] for a in c["axes"])
+        print(f"ok layout at {width} px: {len(layout['charts'])} charts, {labels} tick labels in "
+              f"their axes; widest y label {text!r} ({name}) {label_width:.1f} px in "
+              f"{room:.0f} px; legends and charts within the page's {layout['viewport']} px",
+              flush=True)
+        for chart in layout["charts"]:
+            for axis in chart["axes"]:
+                if axis["side"] % 2 == 1:
+                    room = axis["box"]["right"] - axis["box"]["left"] - axis["offset"]
+                    print(f"   {chart['name']}: y labels " + ", ".join(
+                        f"{label['text']} {label['width']:.1f}" for label in axis["labels"])
+                        + f" in {room:.0f} px", flush=True)
 
     # Screenshots for the README, wide and narrow, after a few readings.
     Select(driver.find_element(By.ID, "edit-policy")).select_by_value("tables")

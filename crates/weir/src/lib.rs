@@ -48,6 +48,8 @@ pub mod lease;
 pub mod limiter;
 #[cfg(all(test, loom))]
 mod loom_models;
+#[cfg(feature = "openapi")]
+mod openapi;
 pub mod policy;
 mod sync;
 

@@ -14,7 +14,7 @@ use super::stats::PolicyStats;
 const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 
 /// `GET /v1/stats?scope=cluster`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct ClusterStatsView {
     /// Each member that answered, this node first.
     pub members: Vec<MemberStats>,
@@ -27,7 +27,7 @@ pub struct ClusterStatsView {
 }
 
 /// One member's policies, as its `GET /v1/stats` has them (without the adaptive controllers').
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct MemberStats {
     /// Its node id.
     pub node_id: String,

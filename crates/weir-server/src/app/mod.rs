@@ -40,9 +40,11 @@ mod throttles;
 pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_rates::AppRates;
+pub use cluster_stats::ClusterStatsView;
 pub use kept_buckets::KeptBuckets;
 pub use quota::{NoQuota, QuotaBook};
-pub use throttles::ThrottleQuery;
+pub use stats::StatsView;
+pub use throttles::{ThrottleQuery, ThrottleRow};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

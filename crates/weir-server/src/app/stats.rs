@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::App;
 
 /// `GET /v1/stats`: this node's policies and leases now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct StatsView {
     /// This node's name.
     pub node_id: String,
@@ -30,7 +30,7 @@ pub struct StatsView {
 
 /// One policy's counters and gauges. The counters run from the policy's start: a change over
 /// the API or a reload keeps them; a policy removed and added again starts from zero.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct PolicyStats {
     /// The policy.
     pub policy: String,
@@ -83,7 +83,7 @@ impl PolicyStats {
 }
 
 /// An adaptive policy's controller now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct AdaptiveStats {
     /// Busy signals taken.
     pub busy_signals: u64,
@@ -103,7 +103,7 @@ pub struct AdaptiveStats {
 }
 
 /// Leases of every policy.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct LeaseStats {
     /// Held now.
     pub active: u64,
@@ -114,7 +114,7 @@ pub struct LeaseStats {
 }
 
 /// The ring as this node sees it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct RingShares {
     /// One more each time membership changed the ring (0 outside a cluster).
     pub generation: u64,

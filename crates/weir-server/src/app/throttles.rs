@@ -13,7 +13,7 @@ use crate::reserved::CELLS_POLICY;
 pub const DEFAULT_THROTTLE_ROWS: usize = 100;
 
 /// One "who is throttled" row: a policy's row, and the node that holds the key back.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct ThrottleRow {
     /// The node that holds the key back.
     pub node_id: String,
@@ -91,6 +91,8 @@ fn sort_rows(
 impl App {
     /// The keys held back, filtered and sorted.
     pub fn throttles(&self, query: &ThrottleQuery) -> Result<Vec<ThrottleRow>, ApiError> {
+        // The order is checked whatever the filters leave, so a bad one is never let through.
+        sort_rows(&mut [], query.sort.as_deref(), query.order.as_deref())?;
         if let Some(node) = &query.node
             && *node != self.node_id
         {

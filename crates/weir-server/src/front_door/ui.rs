@@ -95,11 +95,43 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; st
      frame-ancestors 'none'";
 
 /// `GET /ui`.
+#[utoipa::path(
+    get,
+    path = "/ui",
+    tag = "observing",
+    params(("If-None-Match" = Option<String>, Header, description = "An `ETag` the browser holds.")),
+    responses(
+        (status = 200, description = "The live page.", body = String, content_type = "text/html; charset=utf-8",
+            headers(("ETag" = String), ("Cache-Control" = String))),
+        (status = 304, description = "The browser's copy is current."),
+    )
+)]
 pub async fn page(headers: HeaderMap) -> Response {
     serve(&PAGE, &headers)
 }
 
 /// `GET /ui/{asset}`.
+#[utoipa::path(
+    get,
+    path = "/ui/{asset}",
+    tag = "observing",
+    params(
+        ("asset" = String, Path, pattern = r"^(app\.js|style\.css|uPlot\.iife\.min\.js|uPlot\.min\.css|uPlot\.LICENSE)$",
+            description = "`app.js`, `style.css`, `uPlot.iife.min.js`, `uPlot.min.css` or `uPlot.LICENSE`."),
+        ("If-None-Match" = Option<String>, Header, description = "An `ETag` the browser holds."),
+    ),
+    responses(
+        (status = 200, description = "The asset, with its type.",
+            content(
+                (String = "text/javascript; charset=utf-8"),
+                (String = "text/css; charset=utf-8"),
+                (String = "text/plain; charset=utf-8"),
+            ),
+            headers(("ETag" = String), ("Cache-Control" = String))),
+        (status = 304, description = "The browser's copy is current."),
+        (status = 404, description = "No such asset (`not_found`).", body = super::http::ErrorBody),
+    )
+)]
 pub async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
     match ASSETS.iter().find(|a| a.name == name) {
         Some(found) => serve(found, &headers),

@@ -14,6 +14,7 @@ fn is_false(value: &bool) -> bool {
 }
 
 /// How an adaptive controller tightens and relaxes (`control = "…"`).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Control {
@@ -27,6 +28,7 @@ pub enum Control {
 }
 
 /// The adaptive controller's settings (`adaptive = { … }` in a policy).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdaptiveConfig {
@@ -54,13 +56,16 @@ pub struct AdaptiveConfig {
     pub floor: f64,
     /// The window rates are measured over (default 3 s). Fixed at creation.
     #[serde(default = "three_seconds", with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "3s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     pub window: Duration,
     /// The least time between two upgrades (default 3 s).
     #[serde(default = "three_seconds", with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "3s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     pub upgrade_interval: Duration,
     /// Quiet time after which one upgrade is undone (default 3 s). Converging: each quiet
     /// interval relaxes every limited key.
     #[serde(default = "three_seconds", with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "3s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     pub downgrade_interval: Duration,
     /// Converging: each quiet interval multiplies the capacity estimate by this, probing for
     /// more; from the third quiet interval in a row the step doubles each time (default 1.05).

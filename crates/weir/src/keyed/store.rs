@@ -48,6 +48,7 @@ pub(crate) trait Cell<S>: Send + Sync {
 }
 
 /// What to do with a new key when the map is at its cap and nothing is idle.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Overflow {

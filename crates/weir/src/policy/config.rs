@@ -33,6 +33,7 @@ pub use super::validate::PolicyError;
 use crate::keyed::Overflow;
 
 /// Whether a policy enforces its decisions or only records them.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
@@ -44,6 +45,7 @@ pub enum Mode {
 }
 
 /// What happens to a request the limiter cannot admit now.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnExhausted {
@@ -55,6 +57,7 @@ pub enum OnExhausted {
 }
 
 /// Where a rate policy's buckets live.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
@@ -143,8 +146,8 @@ const WINDOW_TABLES: &[WindowTable] = &[
     (sliding_window::COUNT, |raw| &mut raw.sliding_window),
 ];
 
-/// Every limiter table, as listed when none is given.
-fn limiter_tables() -> impl Iterator<Item = &'static str> {
+/// Every limiter table a policy can name, one of which it must.
+pub fn limiter_tables() -> impl Iterator<Item = &'static str> {
     let windows = WINDOW_TABLES.iter().map(|(count, _)| count.name());
     ["token_bucket", "leaky_bucket", "strict"]
         .into_iter()
@@ -261,6 +264,7 @@ impl From<PolicyConfig> for RawPolicyConfig {
 
 /// The wire form of a [`PolicyConfig`]: the limiter as optional tables, of which exactly one
 /// must be given.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawPolicyConfig {
@@ -278,15 +282,18 @@ struct RawPolicyConfig {
     on_exhausted: OnExhausted,
     /// The longest a request waits (default 5 s).
     #[serde(default = "default_max_wait", with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "5s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     max_wait: Duration,
     /// The most keys tracked at once (default 100 000).
     #[serde(default = "default_max_keys")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     max_keys: usize,
     /// New keys beyond `max_keys`, when nothing is idle: `shared` (default) or `reject`.
     #[serde(default)]
     overflow: Overflow,
     /// The largest cost one request may ask for (default: no limit beyond the limiter's own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     max_cost: Option<u64>,
     /// A bucket per key on each node (default), or one per key in the cluster.
     #[serde(default, skip_serializing_if = "is_node_scope")]
@@ -297,6 +304,7 @@ struct RawPolicyConfig {
         with = "crate::duration::serde",
         skip_serializing_if = "Duration::is_zero"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "0s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     learning_period: Duration,
     /// `scope = "cluster"`: shares of a hot bucket's rate lent to the nodes that ask for it.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]
@@ -325,6 +333,9 @@ struct RawPolicyConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     adaptive: Option<AdaptiveConfig>,
 }
+
+#[cfg(feature = "openapi")]
+crate::openapi::schema_as!(PolicyConfig, RawPolicyConfig);
 
 fn is_node_scope(scope: &Scope) -> bool {
     *scope == Scope::Node

@@ -13,6 +13,7 @@ use crate::clock::Clock;
 use crate::keyed::KeyedLimiter;
 
 /// A row of "who is throttled".
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ThrottledRow {
     /// The policy.

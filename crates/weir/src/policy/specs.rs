@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 /// What a node does when the owner of a shared concurrency pool cannot be asked.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnUnavailable {
@@ -117,10 +118,12 @@ impl<'de, T: LimitValue> Deserialize<'de> for Override<T> {
 }
 
 /// `token_bucket = { rate, burst?, per_core?, overrides? }`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenBucketSpec {
     /// Tokens per second.
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0.0))]
     pub rate: f64,
     /// Largest burst; defaults to `rate` rounded up (`burst = qps`, as a host-level RPC limiter
     /// has it).
@@ -131,10 +134,12 @@ pub struct TokenBucketSpec {
     pub per_core: bool,
     /// Per-kind rates.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::BTreeMap<String, f64>))]
     pub overrides: Overrides,
 }
 
 /// `leaky_bucket = { initial?, refill_interval, refill_amount, max, fair?, per_core?, overrides? }`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LeakyBucketSpec {
@@ -143,10 +148,13 @@ pub struct LeakyBucketSpec {
     pub initial: u64,
     /// Over this interval, `refill_amount` tokens are added.
     #[serde(with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "100ms", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     pub refill_interval: Duration,
     /// Tokens added per interval.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub refill_amount: u64,
     /// The most tokens a bucket holds.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub max: u64,
     /// Serve waiters strictly in arrival order (default true).
     #[serde(default = "yes")]
@@ -156,20 +164,24 @@ pub struct LeakyBucketSpec {
     pub per_core: bool,
     /// Per-kind `refill_amount`s (`max` and `initial` scale with them).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::BTreeMap<String, f64>))]
     pub overrides: Overrides<u64>,
 }
 
 /// `strict = { qps, per_core?, overrides? }`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StrictSpec {
     /// Requests per second, exactly spaced.
+    #[cfg_attr(feature = "openapi", schema(exclusive_minimum = 0.0))]
     pub qps: f64,
     /// Multiply qps by the number of cores.
     #[serde(default, skip_serializing_if = "is_false")]
     pub per_core: bool,
     /// Per-kind qps.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::BTreeMap<String, f64>))]
     pub overrides: Overrides,
 }
 
@@ -178,19 +190,23 @@ pub struct StrictSpec {
 /// [`Count`](crate::limiter::Count) counts (a fixed window counts refused hits too, as the
 /// reference Envoy rate limit server does). A window never queues: the policy must say
 /// `on_exhausted = "reject"`.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WindowSpec {
     /// Hits per window.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub limit: u64,
     /// A window's length (at least 1 ms).
     #[serde(with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "1m", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     pub window: Duration,
     /// Multiply `limit` by the number of cores.
     #[serde(default, skip_serializing_if = "is_false")]
     pub per_core: bool,
     /// Per-kind limits.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::BTreeMap<String, f64>))]
     pub overrides: Overrides<u64>,
 }
 
@@ -246,6 +262,7 @@ impl Default for SharedPoolSpec {
 }
 
 /// The wire form of a [`ConcurrencySpec`]: one flat table.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConcurrencySpec {
@@ -253,6 +270,7 @@ struct RawConcurrencySpec {
     #[serde(default)]
     shared_limit: u64,
     #[serde(default = "default_lease_ttl", with = "crate::duration::serde")]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "30s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     lease_ttl: Duration,
     #[serde(default)]
     on_unavailable: OnUnavailable,
@@ -266,12 +284,17 @@ struct RawConcurrencySpec {
         with = "crate::duration::serde",
         skip_serializing_if = "Duration::is_zero"
     )]
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "0s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
     learning_period: Duration,
     #[serde(default, skip_serializing_if = "is_false")]
     per_core: bool,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::BTreeMap<String, f64>))]
     overrides: Overrides<u64>,
 }
+
+#[cfg(feature = "openapi")]
+crate::openapi::schema_as!(ConcurrencySpec, RawConcurrencySpec);
 
 impl From<RawConcurrencySpec> for ConcurrencySpec {
     fn from(raw: RawConcurrencySpec) -> Self {

@@ -9,10 +9,21 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use serde_json::json;
 
 use crate::app::{App, MAX_BODY_BYTES};
 use crate::error::{ApiError, ErrorKind};
+
+/// Every error's body: `{error, detail}`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody<'a> {
+    /// The stable word clients match on: `invalid_request`, `unauthenticated`, `forbidden`,
+    /// `host_not_allowed`, `not_found`, `unknown_policy`, `unknown_lease`,
+    /// `method_not_allowed`, `body_timeout`, `conflict`, `precondition_failed`, `too_large`,
+    /// `internal`, `not_ready`, `shutting_down` or `no_quorum`.
+    error: &'a str,
+    /// What is wrong, in a sentence that names the field or the thing at fault.
+    detail: &'a str,
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -20,7 +31,10 @@ impl IntoResponse for ApiError {
             StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut response = (
             status,
-            Json(json!({ "error": self.code(), "detail": self.detail() })),
+            Json(ErrorBody {
+                error: self.code(),
+                detail: self.detail(),
+            }),
         )
             .into_response();
         // A majority is usually back within an election or two.

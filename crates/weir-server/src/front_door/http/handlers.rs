@@ -1,4 +1,6 @@
-//! One handler per route: the request read, the core asked, its answer written.
+//! One handler per route: the request read, the core asked, its answer written. Each
+//! carries its OpenAPI description (`#[utoipa::path]`), gathered in `openapi.rs`: the
+//! statuses it can answer, its bodies' types and the headers it sets.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -8,20 +10,88 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use weir::policy::PolicyConfig;
 use weir_api::http::{
     AcquireBody, Admission, BusyBody, Refusal, ReleaseBody, Released, RenewBody, Renewed, Tightened,
 };
 
-use crate::app::{AcquireInput, AcquireOutcome, App, ThrottleQuery};
+use crate::app::{
+    AcquireInput, AcquireOutcome, App, ClusterStatsView, StatsView, ThrottleQuery, ThrottleRow,
+};
 use crate::error::{ApiError, ErrorKind};
 
 use super::access::{Admin, DataPlane};
 use super::body::ApiJson;
+use super::body::ErrorBody;
 use super::headers::rate_limit_headers;
 
+/// `GET /v1/policies`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct PolicyList {
+    /// Every policy this node runs, each with its entity tag.
+    policies: Vec<TaggedPolicyView>,
+}
+
+/// A policy with its entity tag, in [`PolicyList`].
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct TaggedPolicyView {
+    /// The policy, as `GET /v1/policies/{name}` answers it.
+    policy: PolicyConfig,
+    /// Its `ETag`, for `If-Match`.
+    etag: String,
+}
+
+/// `GET /v1/throttles`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct ThrottleRows {
+    /// The keys held back, most requests per second first.
+    rows: Vec<ThrottleRow>,
+}
+
+/// `GET /healthz` and `GET /readyz` when all is well.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub(super) struct Status {
+    /// `ok` (alive) or `ready`.
+    status: &'static str,
+}
+
+/// `GET /v1/stats`: this node's, or with `scope=cluster` every member's.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub(super) enum AnyStats {
+    /// `scope=node` (the default).
+    Node(StatsView),
+    /// `scope=cluster`.
+    Cluster(ClusterStatsView),
+}
+
+/// Asks for admission under a policy: `200` admitted (after waiting, if the policy waits),
+/// `429` refused.
+#[utoipa::path(
+    post,
+    path = super::route::ACQUIRE,
+    tag = "data plane",
+    request_body = AcquireBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Admitted.", body = Admission,
+            headers(("RateLimit-Policy" = String, description = "`\"policy\";q=LIMIT;w=1`: the bucket's limit per second (rate policies)"))),
+        (status = 429, description = "Refused.", body = Refusal,
+            headers(
+                ("Retry-After" = u64, description = "Whole seconds until asking again could succeed (absent when only a release makes room)"),
+                ("RateLimit" = String, description = "`\"policy\";r=0;t=SECONDS`"),
+                ("RateLimit-Policy" = String, description = "As on an admission"),
+            )),
+        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
+        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
+        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
+        (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
+        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        (status = 503, description = "The server is shutting down (`shutting_down`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn acquire(
     State(app): State<Arc<App>>,
     _: DataPlane,
@@ -84,6 +154,23 @@ pub(super) async fn acquire(
     })
 }
 
+/// Ends a lease a concurrency policy's admission returned.
+#[utoipa::path(
+    post,
+    path = super::route::RELEASE,
+    tag = "data plane",
+    request_body = ReleaseBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Released.", body = Released),
+        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
+        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
+        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
+        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        (status = 404, description = "No such lease: never issued, released, or expired (`unknown_lease`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn release(
     State(app): State<Arc<App>>,
     _: DataPlane,
@@ -93,6 +180,23 @@ pub(super) async fn release(
     Ok(Json(Released { released: true }))
 }
 
+/// Extends a lease's time to live.
+#[utoipa::path(
+    post,
+    path = super::route::RENEW,
+    tag = "data plane",
+    request_body = RenewBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Renewed.", body = Renewed),
+        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
+        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
+        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
+        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        (status = 404, description = "No such lease (`unknown_lease`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn renew(
     State(app): State<Arc<App>>,
     _: DataPlane,
@@ -104,6 +208,25 @@ pub(super) async fn renew(
     }))
 }
 
+/// The backend behind an adaptive policy says it is overloaded: the policy's hottest keys are
+/// throttled a step further.
+#[utoipa::path(
+    post,
+    path = super::route::BUSY,
+    tag = "data plane",
+    request_body = BusyBody,
+    security((), ("bearer" = [])),
+    responses(
+        (status = 200, description = "Taken.", body = Tightened),
+        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
+        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
+        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
+        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
+        (status = 409, description = "The policy is not adaptive (`conflict`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn busy(
     State(app): State<Arc<App>>,
     _: DataPlane,
@@ -113,13 +236,23 @@ pub(super) async fn busy(
     Ok(Json(Tightened { tightened }))
 }
 
-pub(super) async fn list_policies(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
-    let policies: Vec<serde_json::Value> = app
+/// Every policy this node runs.
+#[utoipa::path(
+    get,
+    path = super::route::POLICIES,
+    tag = "policies",
+    responses((status = 200, description = "The policies.", body = PolicyList))
+)]
+pub(super) async fn list_policies(State(app): State<Arc<App>>) -> Json<PolicyList> {
+    let policies = app
         .all_policies()
         .into_iter()
-        .map(|p| json!({ "policy": p.config, "etag": p.etag }))
+        .map(|p| TaggedPolicyView {
+            policy: p.config,
+            etag: p.etag,
+        })
         .collect();
-    Json(json!({ "policies": policies }))
+    Json(PolicyList { policies })
 }
 
 pub(super) fn with_etag(body: serde_json::Value, status: StatusCode, etag: &str) -> Response {
@@ -130,6 +263,17 @@ pub(super) fn with_etag(body: serde_json::Value, status: StatusCode, etag: &str)
     response
 }
 
+/// One policy.
+#[utoipa::path(
+    get,
+    path = super::route::POLICY,
+    tag = "policies",
+    params(("name" = String, Path, description = "The policy's name.")),
+    responses(
+        (status = 200, description = "The policy.", body = PolicyConfig, headers(("ETag" = String, description = "The policy's entity tag, for `If-Match`"))),
+        (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn get_policy(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
@@ -144,6 +288,32 @@ pub(super) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Optio
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
+/// Creates or replaces a policy, live (in a cluster, through the cluster's policy log).
+#[utoipa::path(
+    put,
+    path = super::route::POLICY,
+    tag = "policies",
+    params(
+        ("name" = String, Path, description = "The policy's name (the body's `name`, if given, must be the same)."),
+        ("If-Match" = Option<String>, Header, description = "Change only if the policy's `ETag` is this (`*`: only if it exists)."),
+    ),
+    request_body = PolicyConfig,
+    security(("bearer" = []), ()),
+    responses(
+        (status = 200, description = "Replaced.", body = PolicyConfig, headers(("ETag" = String, description = "The policy's entity tag, for `If-Match`"))),
+        (status = 201, description = "Created.", body = PolicyConfig, headers(("ETag" = String, description = "The policy's entity tag, for `If-Match`"))),
+        (status = 400, description = "The policy is not valid: the field at fault is named (`invalid_request`).", body = ErrorBody),
+        (status = 401, description = "The admin token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
+        (status = 403, description = "A wrong token (`forbidden`), or without an admin token a host the server does not answer for (`host_not_allowed`).", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
+        (status = 409, description = "The change does not fit the running policy (`conflict`).", body = ErrorBody),
+        (status = 412, description = "`If-Match` did not match (`precondition_failed`).", body = ErrorBody),
+        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        (status = 500, description = "The change could not be written to the data dir (`internal`).", body = ErrorBody),
+        (status = 503, description = "In a cluster, no majority of the members could be reached (`no_quorum`); answered with `Retry-After`.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+    )
+)]
 pub(super) async fn put_policy(
     State(app): State<Arc<App>>,
     _: Admin,
@@ -164,6 +334,28 @@ pub(super) async fn put_policy(
     Ok(with_etag(body, status, &stored.etag))
 }
 
+/// Removes a policy, live.
+#[utoipa::path(
+    delete,
+    path = super::route::POLICY,
+    tag = "policies",
+    params(
+        ("name" = String, Path, description = "The policy's name."),
+        ("If-Match" = Option<String>, Header, description = "Change only if the policy's `ETag` is this (`*`: only if it exists)."),
+    ),
+    security(("bearer" = []), ()),
+    responses(
+        (status = 200, description = "Removed: the policy as it was.", body = PolicyConfig, headers(("ETag" = String, description = "The policy's entity tag, for `If-Match`"))),
+        (status = 401, description = "The admin token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
+        (status = 403, description = "A wrong token (`forbidden`), or without an admin token a host the server does not answer for (`host_not_allowed`).", body = ErrorBody),
+        (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
+        (status = 409, description = "The policy cannot be removed live (`conflict`).", body = ErrorBody),
+        (status = 412, description = "`If-Match` did not match (`precondition_failed`).", body = ErrorBody),
+        (status = 500, description = "The change could not be written to the data dir (`internal`).", body = ErrorBody),
+        (status = 503, description = "In a cluster, no majority of the members could be reached (`no_quorum`).", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds"))),
+    )
+)]
 pub(super) async fn delete_policy(
     State(app): State<Arc<App>>,
     _: Admin,
@@ -178,21 +370,46 @@ pub(super) async fn delete_policy(
     Ok(with_etag(body, StatusCode::OK, &deleted.etag))
 }
 
-#[derive(Debug, Deserialize)]
+/// `GET /v1/throttles`' query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub(super) struct ThrottleParams {
+    /// Only this policy.
     policy: Option<String>,
+    /// Only this node.
     node: Option<String>,
+    /// Sort by `current_qps` (the default), `qps_limit`, `in_flight`, `waiters`, `key`,
+    /// `policy` or `kind`.
+    #[param(pattern = "^(current_qps|qps_limit|in_flight|waiters|key|policy|kind)$")]
     sort: Option<String>,
+    /// `desc` (the default for numbers) or `asc` (for names).
+    #[param(pattern = "^(asc|desc)$")]
     order: Option<String>,
-    limit: Option<usize>,
+    /// At most this many rows (default 100).
+    #[param(value_type = Option<u64>, maximum = 4294967295_u64)]
+    limit: Option<u32>,
+    /// `node` (the default): this node's rows; `cluster`: every live member's.
+    #[param(pattern = "^(node|cluster)$")]
     scope: Option<String>,
 }
 
+/// Who is throttled: the keys the policies hold back now.
+#[utoipa::path(
+    get,
+    path = super::route::THROTTLES,
+    tag = "observing",
+    params(ThrottleParams),
+    responses(
+        (status = 200, description = "The rows.", body = ThrottleRows),
+        (status = 400, description = "An unknown parameter or value (`invalid_request`).", body = ErrorBody),
+        (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn throttles(
     State(app): State<Arc<App>>,
     query: Result<Query<ThrottleParams>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<ThrottleRows>, ApiError> {
     let Query(params) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     match params.scope.as_deref() {
         None | Some("node") | Some("cluster") => {}
@@ -207,34 +424,55 @@ pub(super) async fn throttles(
         node: params.node,
         sort: params.sort,
         order: params.order,
-        limit: params.limit,
+        limit: params.limit.map(|limit| limit as usize),
     };
     let rows = if params.scope.as_deref() == Some("cluster") {
         app.cluster_throttles(&query).await?
     } else {
         app.throttles(&query)?
     };
-    Ok(Json(json!({ "rows": rows })))
+    Ok(Json(ThrottleRows { rows }))
 }
 
+/// The cluster as this node sees it (the same shape on a single node).
+#[utoipa::path(
+    get,
+    path = super::route::CLUSTER,
+    tag = "observing",
+    responses((status = 200, description = "Members, ring, counters.", body = weir_api::http::ClusterView))
+)]
 pub(super) async fn cluster(State(app): State<Arc<App>>) -> Json<weir_api::http::ClusterView> {
     Json(app.cluster())
 }
 
-#[derive(Debug, Deserialize)]
+/// `GET /v1/stats`' query.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(super) struct StatsParams {
+    /// `node` (the default) or `cluster`.
+    #[param(pattern = "^(node|cluster)$")]
     scope: Option<String>,
 }
 
 /// `GET /v1/stats`: this node's; with `scope=cluster`, every member's and their totals.
+#[utoipa::path(
+    get,
+    path = super::route::STATS,
+    tag = "observing",
+    params(StatsParams),
+    responses(
+        (status = 200, description = "Counters and gauges.", body = AnyStats),
+        (status = 400, description = "An unknown `scope` (`invalid_request`).", body = ErrorBody),
+    )
+)]
 pub(super) async fn stats(
     State(app): State<Arc<App>>,
     query: Result<Query<StatsParams>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = query.map_err(|e| ApiError::invalid(e.body_text()))?;
     Ok(match params.scope.as_deref() {
-        None | Some("node") => Json(app.stats()).into_response(),
-        Some("cluster") => Json(app.cluster_stats().await).into_response(),
+        None | Some("node") => Json(AnyStats::Node(app.stats())).into_response(),
+        Some("cluster") => Json(AnyStats::Cluster(app.cluster_stats().await)).into_response(),
         Some(other) => {
             return Err(ApiError::invalid(format!(
                 "`scope` must be `node` or `cluster`, got `{other}`"
@@ -243,6 +481,13 @@ pub(super) async fn stats(
     })
 }
 
+/// Prometheus metrics.
+#[utoipa::path(
+    get,
+    path = super::route::METRICS,
+    tag = "observing",
+    responses((status = 200, description = "The Prometheus text format 0.0.4.", body = String, content_type = "text/plain; version=0.0.4; charset=utf-8"))
+)]
 pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {
     (
         [(
@@ -254,13 +499,30 @@ pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {
         .into_response()
 }
 
-pub(super) async fn healthz() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
+/// Liveness: the process answers.
+#[utoipa::path(
+    get,
+    path = super::route::HEALTHZ,
+    tag = "observing",
+    responses((status = 200, description = "Alive.", body = Status))
+)]
+pub(super) async fn healthz() -> Json<Status> {
+    Json(Status { status: "ok" })
 }
 
+/// Readiness: the node serves decisions.
+#[utoipa::path(
+    get,
+    path = super::route::READYZ,
+    tag = "observing",
+    responses(
+        (status = 200, description = "Ready.", body = Status),
+        (status = 503, description = "Not ready yet, or shutting down (`not_ready`); `detail` says why.", body = ErrorBody),
+    )
+)]
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
     match app.not_ready_because() {
-        None => Json(json!({ "status": "ready" })).into_response(),
+        None => Json(Status { status: "ready" }).into_response(),
         Some(why) => ApiError::new(ErrorKind::NotReady, why).into_response(),
     }
 }

@@ -4,11 +4,15 @@ mod access;
 mod body;
 mod handlers;
 mod headers;
+mod openapi;
+
+pub(crate) use body::ErrorBody;
 
 use handlers::{
     acquire, busy, cluster, delete_policy, get_policy, healthz, list_policies, metrics, put_policy,
     readyz, release, renew, stats, throttles,
 };
+use openapi::openapi;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -37,11 +41,18 @@ mod route {
     pub const THROTTLES: &str = "/v1/throttles";
     pub const CLUSTER: &str = "/v1/cluster";
     pub const STATS: &str = "/v1/stats";
+    pub const OPENAPI: &str = "/v1/openapi.json";
     pub const UI: &str = "/ui";
     pub const UI_ASSET: &str = "/ui/{asset}";
     pub const METRICS: &str = "/metrics";
     pub const HEALTHZ: &str = "/healthz";
     pub const READYZ: &str = "/readyz";
+    /// Every route the router has.
+    #[cfg(test)]
+    pub const ALL: [&str; 15] = [
+        ACQUIRE, RELEASE, RENEW, BUSY, POLICIES, POLICY, THROTTLES, CLUSTER, STATS, OPENAPI, UI,
+        UI_ASSET, METRICS, HEALTHZ, READYZ,
+    ];
     /// The label of a path no route matches.
     pub const UNMATCHED: &str = "unmatched";
 }
@@ -58,6 +69,7 @@ fn endpoint_of(path: &str) -> &'static str {
         route::THROTTLES => route::THROTTLES,
         route::CLUSTER => route::CLUSTER,
         route::STATS => route::STATS,
+        route::OPENAPI => route::OPENAPI,
         route::UI => route::UI,
         route::METRICS => route::METRICS,
         route::HEALTHZ => route::HEALTHZ,
@@ -97,6 +109,7 @@ fn routes(app: Arc<App>) -> Router {
         .route(route::THROTTLES, get(throttles))
         .route(route::CLUSTER, get(cluster))
         .route(route::STATS, get(stats))
+        .route(route::OPENAPI, get(openapi))
         .route(route::UI, get(super::ui::page))
         .route(route::UI_ASSET, get(super::ui::asset))
         .route(route::METRICS, get(metrics))

@@ -85,13 +85,49 @@
       .map(([k, v]) => `${k}=${v}`).join(" ");
   }
 
+  // uPlot draws its axes on the canvas, in the room it is given: a tick label wider than
+  // that is cut off at the canvas' edge ("3,000" shown as ",000"). So the y axis is as wide as
+  // its widest label, measured in the axis' own font, and the sides leave room for the x
+  // axis' labels, which are centred on their ticks.
+  const measurer = document.createElement("canvas").getContext("2d");
+  // The widths, in CSS px, of each of `axis`' labels (its widest line each).
+  function labelWidths(axis, values) {
+    measurer.font = axis.font[0];          // uPlot's font, scaled to the device's pixels
+    return (values || []).map((v) => v == null ? 0 :
+      Math.max(...String(v).split("\n").map((line) => measurer.measureText(line).width)) /
+      uPlot.pxRatio);
+  }
+  function yAxisSize(u, values, axisIdx) {
+    const axis = u.axes[axisIdx];
+    // Its values depend on the plot's height alone, which the size does not change: one
+    // measure is final.
+    return Math.ceil((axis.ticks.show ? axis.ticks.size : 0) + axis.gap +
+      Math.max(0, ...labelWidths(axis, values)));
+  }
+  // The x axis' ticks are at least `_space` px apart: label i of n can be no nearer the
+  // plot's left edge than i of those, nor its right edge than n - 1 - i. How far the worst
+  // placed could reach past the edge on `side` (1 right, 3 left).
+  function xOverhang(u, side) {
+    const axis = u.axes[0];
+    const values = axis._values;
+    if (!values || !axis._space) return 0;
+    return Math.max(0, ...labelWidths(axis, values).map((w, i) =>
+      w / 2 - axis._space * (side === 1 ? values.length - 1 - i : i)));
+  }
+  // Padding right and left (top and bottom: uPlot's own), with a pixel to spare for the
+  // rounding of the ticks' places; on the left the y axis' width is room already.
+  const RIGHT_PAD = 25;                    // uPlot's own, with a y axis on the left only
+  const yAxisWidth = (u) => u.axes[1]._show ? u.axes[1]._size : 0;
+  const padding = [null, (u) => Math.ceil(Math.max(RIGHT_PAD, xOverhang(u, 1) + 1)), null,
+    (u) => Math.ceil(Math.max(0, xOverhang(u, 3) + 1 - yAxisWidth(u)))];
+
   function chartOptions(width, labels, markerHook) {
     const colors = ["#2f855a", "#b7791f", "#c93c37", "#805ad5", "#1f6feb"];
     const opts = {
-      width, height: 160, legend: { live: false },
+      width, height: 160, legend: { live: false }, padding,
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: true } },
-      axes: [{}, { size: 44 }],
+      axes: [{}, { size: yAxisSize }],
       series: [{}].concat(labels.map((label, i) => ({
         label, stroke: colors[i % colors.length], width: 1.5, points: { show: false },
       }))),
