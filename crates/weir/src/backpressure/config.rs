@@ -56,16 +56,16 @@ pub struct AdaptiveConfig {
     pub floor: f64,
     /// The window rates are measured over (default 3 s). Fixed at creation.
     #[serde(default = "three_seconds", with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "3s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     pub window: Duration,
     /// The least time between two upgrades (default 3 s).
     #[serde(default = "three_seconds", with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "3s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     pub upgrade_interval: Duration,
     /// Quiet time after which one upgrade is undone (default 3 s). Converging: each quiet
     /// interval relaxes every limited key.
     #[serde(default = "three_seconds", with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "3s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     pub downgrade_interval: Duration,
     /// Converging: each quiet interval multiplies the capacity estimate by this, probing for
     /// more; from the third quiet interval in a row the step doubles each time (default 1.05).

@@ -282,7 +282,7 @@ struct RawPolicyConfig {
     on_exhausted: OnExhausted,
     /// The longest a request waits (default 5 s).
     #[serde(default = "default_max_wait", with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "5s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     max_wait: Duration,
     /// The most keys tracked at once (default 100 000).
     #[serde(default = "default_max_keys")]
@@ -304,7 +304,7 @@ struct RawPolicyConfig {
         with = "crate::duration::serde",
         skip_serializing_if = "Duration::is_zero"
     )]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "0s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     learning_period: Duration,
     /// `scope = "cluster"`: shares of a hot bucket's rate lent to the nodes that ask for it.
     #[serde(default = "yes", skip_serializing_if = "is_yes")]

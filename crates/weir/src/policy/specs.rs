@@ -148,7 +148,7 @@ pub struct LeakyBucketSpec {
     pub initial: u64,
     /// Over this interval, `refill_amount` tokens are added.
     #[serde(with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "100ms", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     pub refill_interval: Duration,
     /// Tokens added per interval.
     #[cfg_attr(feature = "openapi", schema(minimum = 1))]
@@ -199,7 +199,7 @@ pub struct WindowSpec {
     pub limit: u64,
     /// A window's length (at least 1 ms).
     #[serde(with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "1m", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     pub window: Duration,
     /// Multiply `limit` by the number of cores.
     #[serde(default, skip_serializing_if = "is_false")]
@@ -270,7 +270,7 @@ struct RawConcurrencySpec {
     #[serde(default)]
     shared_limit: u64,
     #[serde(default = "default_lease_ttl", with = "crate::duration::serde")]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "30s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     lease_ttl: Duration,
     #[serde(default)]
     on_unavailable: OnUnavailable,
@@ -284,7 +284,7 @@ struct RawConcurrencySpec {
         with = "crate::duration::serde",
         skip_serializing_if = "Duration::is_zero"
     )]
-    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "0s", pattern = "^[0-9]+(ns|us|ms|s|m|min|h|d|w)( ?[0-9]+(ns|us|ms|s|m|min|h|d|w))*$"))]
+    #[cfg_attr(feature = "openapi", schema(value_type = crate::openapi::Duration))]
     learning_period: Duration,
     #[serde(default, skip_serializing_if = "is_false")]
     per_core: bool,
