@@ -66,6 +66,31 @@ pub(super) enum AnyStats {
     Cluster(ClusterStatsView),
 }
 
+/// The answers every data-plane call (a JSON body, the data token) can be refused with, for
+/// the OpenAPI document: described once here, never built (the errors are [`ApiError`]s).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+enum DataPlaneErrors {
+    /// A malformed body, a missing field or one out of range (`invalid_request`).
+    #[response(status = 400)]
+    Invalid(ErrorBody<'static>),
+    /// The data token is configured and was not sent (`unauthenticated`).
+    #[response(status = 401)]
+    Unauthenticated(ErrorBody<'static>),
+    /// A wrong token, or a host the server does not answer for.
+    #[response(
+        status = 403,
+        description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`)."
+    )]
+    Forbidden(ErrorBody<'static>),
+    /// The body did not arrive in time (`body_timeout`).
+    #[response(status = 408)]
+    BodyTimeout(ErrorBody<'static>),
+    /// The body is over the limit (`too_large`).
+    #[response(status = 413)]
+    TooLarge(ErrorBody<'static>),
+}
+
 /// Asks for admission under a policy: `200` admitted (after waiting, if the policy waits),
 /// `429` refused.
 #[utoipa::path(
@@ -83,12 +108,8 @@ pub(super) enum AnyStats {
                 ("RateLimit" = String, description = "`\"policy\";r=0;t=SECONDS`"),
                 ("RateLimit-Policy" = String, description = "As on an admission"),
             )),
-        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
-        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
-        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
+        DataPlaneErrors,
         (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
-        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
         (status = 503, description = "The server is shutting down (`shutting_down`).", body = ErrorBody),
     )
 )]
@@ -163,11 +184,7 @@ pub(super) async fn acquire(
     security((), ("bearer" = [])),
     responses(
         (status = 200, description = "Released.", body = Released),
-        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
-        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
-        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
-        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        DataPlaneErrors,
         (status = 404, description = "No such lease: never issued, released, or expired (`unknown_lease`).", body = ErrorBody),
     )
 )]
@@ -189,11 +206,7 @@ pub(super) async fn release(
     security((), ("bearer" = [])),
     responses(
         (status = 200, description = "Renewed.", body = Renewed),
-        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
-        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
-        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
-        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        DataPlaneErrors,
         (status = 404, description = "No such lease (`unknown_lease`).", body = ErrorBody),
     )
 )]
@@ -218,11 +231,7 @@ pub(super) async fn renew(
     security((), ("bearer" = [])),
     responses(
         (status = 200, description = "Taken.", body = Tightened),
-        (status = 400, description = "A malformed body, a missing field or one out of range (`invalid_request`).", body = ErrorBody),
-        (status = 401, description = "The data token is configured and was not sent (`unauthenticated`).", body = ErrorBody),
-        (status = 403, description = "A wrong token (`forbidden`), or a host a server without an admin token does not answer for (`host_not_allowed`).", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in time (`body_timeout`).", body = ErrorBody),
-        (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
+        DataPlaneErrors,
         (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
         (status = 409, description = "The policy is not adaptive (`conflict`).", body = ErrorBody),
     )
