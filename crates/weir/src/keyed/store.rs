@@ -5,6 +5,12 @@
 //! exists takes one shard's read lock, finds the key and hands its cell to the caller: no global
 //! lock, nothing allocated. Only a new key takes a write lock and allocates.
 //!
+//! A key of up to 24 bytes is kept inside its entry ([`CompactString`]), beside its cell, so
+//! finding it reads the table's control bytes and one entry, and no allocation of its own. At a
+//! million keys every one of those reads misses the caches, and the key's own allocation was
+//! the third: keeping keys inline took a decision there from about 450 ns to about 255 ns
+//! (`docs/benchmarks.md`, "Keys inside the entry").
+//!
 //! Each shard also carries the limiter's *shape* (its rate, capacity, limit). Keeping it under
 //! the same lock as the cells lets a reconfiguration convert every cell and switch the shape
 //! atomically, shard by shard, without ever letting a decision combine a new shape with an
@@ -28,6 +34,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use compact_str::CompactString;
 use hashbrown::HashTable;
 
 use super::sketch::MaxSketch;
@@ -95,7 +102,7 @@ struct Shard<S, C> {
 #[derive(Debug)]
 struct ShardData<S, C> {
     shape: S,
-    table: HashTable<(Box<str>, C)>,
+    table: HashTable<(CompactString, C)>,
 }
 
 /// Counters of what the map did, for stats.
@@ -159,7 +166,7 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
             .collect();
         let mut overflow_table = HashTable::new();
         let overflow_cell = C::new(&shape, now);
-        overflow_table.insert_unique(0, (Box::from(""), overflow_cell), |_| 0);
+        overflow_table.insert_unique(0, (CompactString::const_new(""), overflow_cell), |_| 0);
         Store {
             shards,
             overflow_cell: RwLock::new(ShardData {
@@ -238,10 +245,11 @@ impl<S: Clone, C: Cell<S>> Store<S, C> {
                             word.fetch_max(sketch.estimate(hash), Ordering::AcqRel);
                         }
                         let hasher = &self.hasher;
-                        data.table
-                            .insert_unique(hash, (Box::from(key), cell), |(k, _)| {
-                                hasher.hash_one(k)
-                            });
+                        data.table.insert_unique(
+                            hash,
+                            (CompactString::new(key), cell),
+                            |(k, _)| hasher.hash_one(k.as_str()),
+                        );
                     }
                     let (_, cell) = data
                         .table
