@@ -31,11 +31,11 @@
 //! table as a policy's do (shown as the policy `CL.THROTTLE`), and the decisions are counted
 //! for `/metrics`. Pure: time comes in as an argument.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
+use hashbrown::HashTable;
 use weir::Nanos;
 use weir::keyed::MaxSketch;
 use weir::policy::ThrottledRow;
@@ -49,6 +49,9 @@ const MILLI: i64 = 1_000_000;
 
 /// Shards of the key map: enough that connections on every core rarely meet on one lock.
 const SHARDS: usize = 16;
+
+/// One shard's keys and their cells, found by a hash computed once per call.
+type Shard = HashTable<(Box<[u8]>, Cell)>;
 
 /// One call's numbers, as given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,7 +200,7 @@ fn decide(
 /// The keys `CL.THROTTLE` has seen, bounded.
 #[derive(Debug)]
 pub struct Cells {
-    shards: Vec<Mutex<HashMap<Box<[u8]>, Cell>>>,
+    shards: Vec<Mutex<Shard>>,
     hasher: std::hash::RandomState,
     max_keys: usize,
     /// Keys past the cap; made when a key first overflows.
@@ -212,7 +215,7 @@ impl Cells {
     /// An empty store of at most `max_keys` keys (at least one per shard).
     pub fn new(max_keys: usize) -> Self {
         Cells {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(HashTable::new())).collect(),
             hasher: std::hash::RandomState::new(),
             max_keys: max_keys.max(SHARDS),
             sketch: OnceLock::new(),
@@ -232,62 +235,62 @@ impl Cells {
         now: i64,
     ) -> Result<Verdict, CellError> {
         let (interval, tolerance) = shape(throttle)?;
-        let mut cells = self.shard_of(key);
-        let tat = match cells.get_mut(key) {
-            Some(cell) => {
-                if (cell.interval, cell.tolerance) != (interval, tolerance) {
-                    cell.tat = reshaped(cell, interval, tolerance, now);
-                    (cell.interval, cell.tolerance) = (interval, tolerance);
-                }
-                cell.tat
-            }
-            None => {
-                let per_shard = self.max_keys / SHARDS;
-                if cells.len() >= per_shard {
-                    cells.retain(|_, cell| cell.tat > now);
-                }
-                if cells.len() >= per_shard {
-                    // Decided holding the shard's lock: no call for the same key can give it a
-                    // cell here from the sketch's word while this one decides on that word.
-                    let verdict = self.throttle_sketched(key, throttle, (interval, tolerance), now);
-                    drop(cells);
-                    self.count(&verdict);
-                    return Ok(verdict);
-                }
-                // A key the sketch has counted starts from what it spent there.
-                self.sketch.get().map_or(now, |sketch| {
-                    from_word(sketch.estimate(self.hasher.hash_one(key))).max(now)
-                })
-            }
-        };
-        let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
+        // One hash a call: it picks the shard and finds the key in it.
+        let hash = self.hasher.hash_one(key);
+        let mut cells = self.shard(hash);
         let stamp = Nanos::try_from(now).unwrap_or(0);
-        if verdict.limited {
-            let shown = String::from_utf8_lossy(key);
-            let added = self.throttled.throttled(&shown, None, stamp).added;
-            if let Some(cell) = cells.get_mut(key) {
-                cell.tracked |= added;
+        if let Some((_, cell)) = cells.find_mut(hash, |(k, _)| **k == *key) {
+            if (cell.interval, cell.tolerance) != (interval, tolerance) {
+                cell.tat = reshaped(cell, interval, tolerance, now);
+                (cell.interval, cell.tolerance) = (interval, tolerance);
             }
-        } else if cells.get(key).is_some_and(|cell| cell.tracked) {
+            let (verdict, kept) = decide(throttle, interval, tolerance, cell.tat, now);
+            if verdict.limited {
+                let shown = String::from_utf8_lossy(key);
+                cell.tracked |= self.throttled.throttled(&shown, None, stamp).added;
+            } else if cell.tracked {
+                self.throttled
+                    .admitted(&String::from_utf8_lossy(key), stamp);
+            }
+            if kept > now {
+                cell.tat = kept;
+            }
+            drop(cells);
+            self.count(&verdict);
+            return Ok(verdict);
+        }
+        let per_shard = self.max_keys / SHARDS;
+        if cells.len() >= per_shard {
+            cells.retain(|(_, cell)| cell.tat > now);
+        }
+        if cells.len() >= per_shard {
+            // Decided holding the shard's lock: no call for the same key can give it a cell
+            // here from the sketch's word while this one decides on that word.
+            let verdict = self.throttle_sketched(key, hash, throttle, (interval, tolerance), now);
+            drop(cells);
+            self.count(&verdict);
+            return Ok(verdict);
+        }
+        // A key the sketch has counted starts from what it spent there.
+        let tat = self
+            .sketch
+            .get()
+            .map_or(now, |sketch| from_word(sketch.estimate(hash)).max(now));
+        let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
+        if verdict.limited {
             self.throttled
-                .admitted(&String::from_utf8_lossy(key), stamp);
+                .throttled(&String::from_utf8_lossy(key), None, stamp);
         }
         if kept > now {
-            match cells.get_mut(key) {
-                Some(cell) => cell.tat = kept,
-                // Room was made above, under the same lock.
-                None => {
-                    cells.insert(
-                        key.into(),
-                        Cell {
-                            interval,
-                            tolerance,
-                            tat: kept,
-                            tracked: false,
-                        },
-                    );
-                }
-            }
+            // Room was made above, under the same lock.
+            let cell = Cell {
+                interval,
+                tolerance,
+                tat: kept,
+                tracked: false,
+            };
+            let hasher = &self.hasher;
+            cells.insert_unique(hash, (key.into(), cell), |(k, _)| hasher.hash_one(&**k));
         }
         self.count(&verdict);
         Ok(verdict)
@@ -298,6 +301,7 @@ impl Cells {
     fn throttle_sketched(
         &self,
         key: &[u8],
+        hash: u64,
         throttle: &Throttle,
         (interval, tolerance): (i64, i64),
         now: i64,
@@ -306,7 +310,7 @@ impl Cells {
             .sketch
             .get_or_init(|| MaxSketch::for_max_keys(self.max_keys));
         self.sketched.fetch_add(1, Ordering::Relaxed);
-        let verdict = sketch.decide(self.hasher.hash_one(key), |estimate| {
+        let verdict = sketch.decide(hash, |estimate| {
             let tat = from_word(estimate).max(now);
             let (verdict, kept) = decide(throttle, interval, tolerance, tat, now);
             (to_word(kept), verdict)
@@ -335,11 +339,21 @@ impl Cells {
         )
     }
 
-    /// The shard `key` lives in, locked.
-    fn shard_of(&self, key: &[u8]) -> std::sync::MutexGuard<'_, HashMap<Box<[u8]>, Cell>> {
-        self.shards[self.hasher.hash_one(key) as usize % SHARDS]
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+    /// The shard of a key of hash `hash`, locked. The shard takes the bits just below the
+    /// seven hashbrown tags entries with; the table places them by the low bits, which the
+    /// shard must not fix.
+    fn shard(&self, hash: u64) -> std::sync::MutexGuard<'_, Shard> {
+        let index = (hash << 7 >> (64 - SHARDS.trailing_zeros())) as usize;
+        self.shards[index].lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `key`'s cell in its shard, locked, if it has one, and what to do with it.
+    fn with_cell<R>(&self, key: &[u8], f: impl FnOnce(Option<&mut Cell>) -> R) -> R {
+        let hash = self.hasher.hash_one(key);
+        let mut cells = self.shard(hash);
+        f(cells
+            .find_mut(hash, |(k, _)| **k == *key)
+            .map(|(_, cell)| cell))
     }
 
     /// Decisions so far: admitted, limited.
@@ -359,18 +373,18 @@ impl Cells {
         // The table knows keys as text: a key that is not UTF-8 is found by its shown form
         // only if it reads back the same.
         for (key, _) in changes.removed {
-            let mut cells = self.shard_of(key.as_bytes());
-            if let Some(cell) = cells.get_mut(key.as_bytes()) {
-                cell.tracked = false;
-            }
+            self.with_cell(key.as_bytes(), |cell| {
+                if let Some(cell) = cell {
+                    cell.tracked = false;
+                }
+            });
         }
         keys.into_iter()
             .map(|k| {
                 // A cell's limit a second: one request every interval.
-                let qps_limit = self
-                    .shard_of(k.key.as_bytes())
-                    .get(k.key.as_bytes())
-                    .map(|cell| SECOND as f64 / cell.interval as f64);
+                let qps_limit = self.with_cell(k.key.as_bytes(), |cell| {
+                    cell.map(|cell| SECOND as f64 / cell.interval as f64)
+                });
                 ThrottledRow {
                     policy: CELLS_POLICY.to_owned(),
                     key: k.key,
@@ -417,19 +431,20 @@ impl Cells {
         if interval <= 0 || tolerance < interval || whole_in <= 0 {
             return false;
         }
-        let mut cells = self.shard_of(key);
-        if cells.contains_key(key) || cells.len() >= self.max_keys / SHARDS {
+        let hash = self.hasher.hash_one(key);
+        let mut cells = self.shard(hash);
+        if cells.find(hash, |(k, _)| **k == *key).is_some() || cells.len() >= self.max_keys / SHARDS
+        {
             return false;
         }
-        cells.insert(
-            key.into(),
-            Cell {
-                interval,
-                tolerance,
-                tat: now.saturating_add(whole_in.min(tolerance)),
-                tracked: false,
-            },
-        );
+        let cell = Cell {
+            interval,
+            tolerance,
+            tat: now.saturating_add(whole_in.min(tolerance)),
+            tracked: false,
+        };
+        let hasher = &self.hasher;
+        cells.insert_unique(hash, (key.into(), cell), |(k, _)| hasher.hash_one(&**k));
         true
     }
 

@@ -1,5 +1,7 @@
 //! The unit tests of `cells.rs`.
 
+use std::collections::HashMap;
+
 use super::*;
 
 fn call(max_burst: i64, count: i64, period: i64, quantity: i64) -> Throttle {

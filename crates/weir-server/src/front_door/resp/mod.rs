@@ -201,12 +201,16 @@ impl Drop for Pipeline {
 
 /// Counts a command's answer in `weir_api_requests{api="resp"}` and its time.
 fn count(app: &App, command: &'static str, reply: &Reply, asked: Instant) {
-    let code = match reply {
+    app.metrics()
+        .observe("resp", command, code_of(reply), asked.elapsed());
+}
+
+/// A reply's `code` label.
+fn code_of(reply: &Reply) -> &'static str {
+    match reply {
         Reply::Error(_) => "error",
         _ => "ok",
-    };
-    app.metrics()
-        .observe("resp", command, code, asked.elapsed());
+    }
 }
 
 /// What a connection is allowed to take.
@@ -244,6 +248,8 @@ async fn connection(
     // when the client last completed a request.
     let mut command_started: Option<tokio::time::Instant> = None;
     let mut last_request = tokio::time::Instant::now();
+    // The commands of one read answered at once, counted together after it (see below).
+    let mut answered: Vec<(&'static str, &'static str)> = Vec::new();
     occupant.set_authenticated(session.authenticated);
     loop {
         // Before running anything read: a connection the room has chosen to close runs
@@ -255,6 +261,9 @@ async fn connection(
         // requests may be left in the buffer (held back) when they cannot.
         let mut held_back = false;
         let mut took_any = false;
+        // When the first request of this read was taken: every request of a pipeline is timed
+        // from there, so a read of many pays for two clock reads, not two each.
+        let mut batch_start: Option<Instant> = None;
         while !done_taking {
             if pending.0.len() >= MAX_PENDING {
                 held_back = true;
@@ -262,7 +271,7 @@ async fn connection(
             }
             match framing::next_request(&mut input, LIMITS) {
                 Ok(Some(args)) => {
-                    let asked = Instant::now();
+                    let asked = *batch_start.get_or_insert_with(Instant::now);
                     took_any = true;
                     let command = args
                         .first()
@@ -270,7 +279,7 @@ async fn connection(
                     let resp3 = session.resp3;
                     match commands::run(app, &mut session, command, args) {
                         Answer::Now(reply) => {
-                            count(app, command, &reply, asked);
+                            answered.push((command, code_of(&reply)));
                             pending.0.push_back(Pending::Ready(reply, session.resp3));
                         }
                         Answer::Later(task) => {
@@ -279,7 +288,7 @@ async fn connection(
                                 .push_back(Pending::Deciding(task, command, asked, resp3));
                         }
                         Answer::Close(reply) => {
-                            count(app, command, &reply, asked);
+                            answered.push((command, code_of(&reply)));
                             pending.0.push_back(Pending::Ready(reply, resp3));
                             done_taking = true;
                         }
@@ -292,6 +301,15 @@ async fn connection(
                         .push_back(Pending::Ready(Reply::err(error), session.resp3));
                     done_taking = true;
                 }
+            }
+        }
+        // Each command answered at once took as long as the read's commands took to answer.
+        if let Some(start) = batch_start
+            && !answered.is_empty()
+        {
+            let took = start.elapsed();
+            for (command, code) in answered.drain(..) {
+                app.metrics().observe("resp", command, code, took);
             }
         }
         // Once a read's worth of requests, not per request: a pipeline of a thousand pays for
