@@ -88,3 +88,27 @@ wait_members() {
   done
   sleep 2
 }
+
+# redis_cell: builds redis-cell 0.2.2 from crates.io as a Redis module, once (cached beside the
+# build); sets cell_so to its path, or cell_missing to why it did not build.
+redis_cell() {
+  cell_so="$target_dir/redis-cell/libredis_cell.so"
+  cell_missing=""
+  if [ ! -f "$cell_so" ]; then
+    fetch="$bench_dir/cell-fetch"
+    mkdir -p "$fetch/src"
+    printf '[package]\nname = "cell-fetch"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nredis-cell = "=0.2.2"\n' \
+      >"$fetch/Cargo.toml"
+    : >"$fetch/src/lib.rs"
+    manifest=$(cargo metadata --format-version 1 --manifest-path "$fetch/Cargo.toml" 2>/dev/null |
+      grep -o '"manifest_path":"[^"]*redis-cell-0.2.2/Cargo.toml"' | cut -d'"' -f4 || true)
+    if [ -n "$manifest" ] &&
+      cargo build --release --quiet --manifest-path "$manifest" \
+        --target-dir "$bench_dir/cell-target" 2>"$bench_dir/cell.log"; then
+      mkdir -p "$(dirname "$cell_so")"
+      cp "$bench_dir/cell-target/release/libredis_cell.so" "$cell_so"
+    else
+      cell_missing="redis-cell 0.2.2 did not build ($(tail -1 "$bench_dir/cell.log" 2>/dev/null))"
+    fi
+  fi
+}

@@ -37,26 +37,7 @@ printf '%s\n' "$config" >"$bench_dir/policies.toml"
 start_weir "$config" --resp 127.0.0.1:0
 [ -n "$WEIR_RESP" ] || { echo "weir did not open its Redis-protocol listener" >&2; exit 1; }
 
-# redis-cell from crates.io, built as the module (cached beside the build).
-cell_so="$target_dir/redis-cell/libredis_cell.so"
-cell_missing=""
-if [ ! -f "$cell_so" ]; then
-  fetch="$bench_dir/cell-fetch"
-  mkdir -p "$fetch/src"
-  printf '[package]\nname = "cell-fetch"\nversion = "0.0.0"\nedition = "2021"\n[dependencies]\nredis-cell = "=0.2.2"\n' \
-    >"$fetch/Cargo.toml"
-  : >"$fetch/src/lib.rs"
-  manifest=$(cargo metadata --format-version 1 --manifest-path "$fetch/Cargo.toml" 2>/dev/null |
-    grep -o '"manifest_path":"[^"]*redis-cell-0.2.2/Cargo.toml"' | cut -d'"' -f4 || true)
-  if [ -n "$manifest" ] &&
-    cargo build --release --quiet --manifest-path "$manifest" \
-      --target-dir "$bench_dir/cell-target" 2>"$bench_dir/cell.log"; then
-    mkdir -p "$(dirname "$cell_so")"
-    cp "$bench_dir/cell-target/release/libredis_cell.so" "$cell_so"
-  else
-    cell_missing="redis-cell 0.2.2 did not build ($(tail -1 "$bench_dir/cell.log" 2>/dev/null))"
-  fi
-fi
+redis_cell
 
 redis_port=$(free_port)
 module=()

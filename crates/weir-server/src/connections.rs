@@ -34,6 +34,9 @@ use tokio::sync::Semaphore;
 use tokio_rustls::server::TlsStream;
 
 use crate::tls::{Listener, Tls};
+use header_timer::HeaderTimer;
+
+mod header_timer;
 
 /// A listener on `addr` with a listen backlog of `backlog`.
 ///
@@ -95,10 +98,8 @@ pub async fn serve_http(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+    // Each connection gets a header timer of its own (`header_timer.rs`).
+    builder.http1().header_read_timeout(limits.header_timeout);
     // HTTP/2 has no header timeout of its own: a peer that stops answering pings is dropped.
     builder
         .http2()
@@ -130,7 +131,8 @@ pub async fn serve_http(
         // See `accept_grpc`.
         let _ = tcp.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
-        let builder = builder.clone();
+        let mut builder = builder.clone();
+        builder.http1().timer(HeaderTimer::default());
         let draining = Arc::clone(&draining);
         let tls = tls.as_ref().map(|tls| tls.acceptor(Listener::Http));
         tokio::spawn(async move {

@@ -1,7 +1,9 @@
 //! Request bodies read within their limit and timeout, as JSON only, and errors written as
 //! `{error, detail}`.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use axum::Json;
@@ -51,9 +53,9 @@ impl IntoResponse for ApiError {
 /// body timeout and at most [`MAX_BODY_BYTES`] of it, and refused from its `Content-Length`
 /// when too large.
 ///
-/// The timeout costs nothing in the common case: `tokio::time::timeout` polls the read first,
-/// and a small body that came with its headers is read at once, without arming a timer (a
-/// tower body-timeout layer armed one per request, which measured in the throughput).
+/// The timeout costs nothing in the common case: the read is polled once first, and a small
+/// body that came with its headers is read at once, without a timer (a tower body-timeout
+/// layer armed one per request, which measured in the throughput).
 /// The size limit is enforced here too, where the body is read, rather than by axum's
 /// `DefaultBodyLimit` layer: a layer on the router wraps every route in one more boxed
 /// service, cloned and called per request (measured: `docs/benchmarks.md`).
@@ -74,11 +76,23 @@ where
                 ApiError::invalid("send the body as JSON with `Content-Type: application/json`");
             return Err(error.into_response());
         }
-        let read = tokio::time::timeout(app.body_timeout(), read_body(request.into_body()));
-        let error = match read.await {
-            Ok(Ok(bytes)) => match Json::<T>::from_bytes(&bytes) {
-                Ok(Json(value)) => return Ok(ApiJson(value)),
-                Err(rejection) => ApiError::invalid(rejection.body_text()),
+        let mut read = std::pin::pin!(read_body(request.into_body()));
+        // A small body that came with its headers is whole at the first poll: no timer (whose
+        // deadline alone costs a clock read and a look-up of the runtime) until it is not.
+        let read = match std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await {
+            Poll::Ready(read) => Ok(read),
+            Poll::Pending => tokio::time::timeout(app.body_timeout(), read).await,
+        };
+        let error = match read {
+            // Parsed straight first; a body that does not parse is read again by axum's
+            // extractor, whose path tracking names the field at fault but costs on every body
+            // (about a twentieth of an acquire's instructions: `docs/benchmarks.md`).
+            Ok(Ok(bytes)) => match serde_json::from_slice::<T>(&bytes) {
+                Ok(value) => return Ok(ApiJson(value)),
+                Err(_) => match Json::<T>::from_bytes(&bytes) {
+                    Ok(Json(value)) => return Ok(ApiJson(value)),
+                    Err(rejection) => ApiError::invalid(rejection.body_text()),
+                },
             },
             Err(_) => ApiError::new(
                 ErrorKind::BodyTimeout,
