@@ -2,7 +2,7 @@
 # ports with a given config, and stop it on exit; install missing tools (`need`), find a free
 # port (`free_port`, and a UDP one for gossip: `free_udp`), wait for a local cluster to form
 # (`wait_members`). Source it; it sets WEIR_HTTP,
-# WEIR_GRPC and WEIR_PID.
+# WEIR_GRPC and WEIR_PID; `redis_cell` builds redis-cell, `start_redis` starts a Redis.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # Wherever cargo builds (CARGO_TARGET_DIR, a config's build.target-dir), ask it rather than assume.
@@ -111,4 +111,19 @@ redis_cell() {
       cell_missing="redis-cell 0.2.2 did not build ($(tail -1 "$bench_dir/cell.log" 2>/dev/null))"
     fi
   fi
+}
+
+# start_redis [ARGS...]: a throwaway Redis (no persistence) on a free loopback port, with any
+# extra `redis-server` arguments (a module); sets redis_port and redis_pid, stops it and Weir on
+# exit, and waits until it answers.
+start_redis() {
+  redis_port=$(free_port)
+  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+    --logfile "$bench_dir/redis.log" "$@" &
+  redis_pid=$!
+  trap 'kill "${WEIR_PID:-}" "$redis_pid" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
+  for _ in $(seq 1 100); do
+    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
+    sleep 0.05
+  done
 }

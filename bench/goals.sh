@@ -42,15 +42,7 @@ if [ -n "$cell_missing" ]; then
   exit 0
 fi
 start_weir '' --resp 127.0.0.1:0
-redis_port=$(free_port)
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-  --logfile "$bench_dir/redis.log" --loadmodule "$cell_so" &
-redis_pid=$!
-trap 'kill "$WEIR_PID" "$redis_pid" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
-for _ in $(seq 1 100); do
-  redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-  sleep 0.05
-done
+start_redis --loadmodule "$cell_so"
 hz=$(getconf CLK_TCK)
 # Enough requests for about SECONDS of Weir's load (some 700 000 a second, pipelined).
 requests=$((seconds * 700000))

@@ -39,17 +39,9 @@ start_weir "$config" --resp 127.0.0.1:0
 
 redis_cell
 
-redis_port=$(free_port)
 module=()
 [ -z "$cell_missing" ] && module=(--loadmodule "$cell_so")
-redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-  --logfile "$bench_dir/redis.log" "${module[@]}" &
-redis_pid=$!
-trap 'kill "$WEIR_PID" "$redis_pid" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
-for _ in $(seq 1 100); do
-  redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-  sleep 0.05
-done
+start_redis "${module[@]}"
 weir_port=${WEIR_RESP##*:}
 
 # The Lua form of redis-cell's decision: the same script the lua-cell target runs.
