@@ -25,7 +25,8 @@ use governor::{Quota, RateLimiter};
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
 use weir::{Clock, CoarseClock, SystemClock};
 
-/// Decisions timed per side per round (fewer if the key set is smaller than this).
+/// Decisions timed per side per round: this many, or one pass over a smaller key set (at least
+/// 1 000, so that a block is long beside the clock's resolution).
 const BLOCK: usize = 200_000;
 
 /// A shuffled order of `0..count`, the same every run (xorshift, no dependency).

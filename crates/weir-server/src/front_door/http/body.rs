@@ -86,7 +86,7 @@ where
         let error = match read {
             // Parsed straight first; a body that does not parse is read again by axum's
             // extractor, whose path tracking names the field at fault but costs on every body
-            // (about a twentieth of an acquire's instructions: `docs/benchmarks.md`).
+            // (some 1 800 of an acquire's 29 000 instructions: `docs/benchmarks.md`).
             Ok(Ok(bytes)) => match serde_json::from_slice::<T>(&bytes) {
                 Ok(value) => return Ok(ApiJson(value)),
                 Err(_) => match Json::<T>::from_bytes(&bytes) {
