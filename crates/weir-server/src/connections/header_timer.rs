@@ -21,8 +21,9 @@ use tokio::time::{Instant, Sleep};
 /// A connection's armed sleep: `None` until its first head is timed.
 type Armed = Arc<Mutex<Option<Pin<Box<Sleep>>>>>;
 
-/// The header-read timer of one HTTP/1 connection (give each connection its own).
-#[derive(Debug, Default, Clone)]
+/// The header-read timer of one HTTP/1 connection (give each connection its own; it is not
+/// `Clone`, since a copy would share the connection's armed sleep).
+#[derive(Debug, Default)]
 pub(crate) struct HeaderTimer {
     armed: Armed,
 }
