@@ -149,9 +149,11 @@ pub(crate) fn init_logs(
     otlp_endpoint: Option<&str>,
     node_id: &str,
 ) -> anyhow::Result<Option<Traces>> {
+    use tracing_subscriber::filter::FilterExt as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
     use tracing_subscriber::{Layer as _, fmt};
+    use weir_server::ForeignLines;
 
     // The Raft library behind the cluster's policy log narrates elections and membership
     // changes at INFO and WARN as a matter of course; Weir says what matters of them itself.
@@ -174,18 +176,21 @@ pub(crate) fn init_logs(
         }
         None => (None, None),
     };
+    // A library's line that an outsider or a lasting fault repeats (an HTTP/2 reset, an
+    // unreachable voter) is written once a minute at most, the rest counted in
+    // weir_log_lines_suppressed_total.
     let text = matches!(format, LogFormat::Text).then(|| {
         fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .with_filter(filter())
+            .with_filter(filter().and(ForeignLines::new()))
     });
     let json = matches!(format, LogFormat::Json).then(|| {
         fmt::layer()
             .json()
             .with_current_span(false)
             .with_writer(std::io::stderr)
-            .with_filter(filter())
+            .with_filter(filter().and(ForeignLines::new()))
     });
     tracing_subscriber::registry()
         .with(exporter)

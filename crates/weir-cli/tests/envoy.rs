@@ -210,3 +210,65 @@ async fn three_envoys_share_a_tenant_s_rate_over_rlqs_and_fall_back_while_weir_i
     weir.signal("TERM");
     assert!(weir.wait().0.success());
 }
+
+/// With a data token, a real Envoy that sends it on its RLQS stream as `docs/envoy.md` shows
+/// is assigned its share and held to the tenant's rate; one that does not is refused (counted)
+/// and runs its `no_assignment_behavior` (allow all) instead of a share it did not prove it may
+/// have.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envoy_sends_the_data_token_on_its_rlqs_stream() {
+    let Some(binary) = support::envoy::binary() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = std::fs::read_to_string(docs("rlqs.toml")).unwrap();
+    let token = "an-rlqs-data-token-of-some-length";
+    let weir = Server::start_with(
+        &config,
+        &dir.path().join("data"),
+        &[("WEIR_DATA_TOKEN", token)],
+    );
+    let weir_port: u16 = weir.grpc.rsplit(':').next().unwrap().parse().unwrap();
+    let (upstream_port, _) = upstream().await;
+
+    let (without, url) = support::envoy::start_rlqs(
+        &binary,
+        &dir.path().join("without"),
+        weir_port,
+        upstream_port,
+    )
+    .await;
+    let load = Load::start(&[url], "acme");
+    let unauthenticated =
+        "weir_api_requests_total{api=\"grpc\",endpoint=\"StreamRateLimitQuotas\",code=\"16\"}";
+    support::eventually(
+        std::time::Duration::from_secs(15),
+        "the Envoy without the token has its stream refused",
+        || async { support::counter(&weir, unauthenticated).await > 0 },
+    )
+    .await;
+    assert_eq!(
+        support::counter(&weir, "weir_rlqs_asks_total{outcome=\"assigned\"}").await,
+        0,
+        "nothing lent to a stream without the token"
+    );
+    load.stop().await;
+    drop(without);
+
+    let (with, url) = support::envoy::start_rlqs_with_token(
+        &binary,
+        &dir.path().join("with"),
+        weir_port,
+        upstream_port,
+        Some(token),
+    )
+    .await;
+    let load = Load::start(&[url], "acme");
+    load.holds_one_bucket(60, 6, "RLQS with the data token, one Envoy")
+        .await;
+    assert!(support::counter(&weir, "weir_rlqs_asks_total{outcome=\"assigned\"}").await > 0);
+    load.stop().await;
+    drop(with);
+    weir.signal("TERM");
+    assert!(weir.wait().0.success());
+}

@@ -13,9 +13,13 @@
 //! the policy log's store: one storage engine to trust, with its crash safety tested by its
 //! own authors, not a second written here.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::data_file::{DataFileError, refuse_empty, unless_panics};
 
 /// The database's file in the data dir.
 pub const FILE: &str = "buckets.redb";
@@ -33,14 +37,20 @@ const CELLS: TableDefinition<&[u8], (u64, u64, u64)> = TableDefinition::new("cel
 
 /// A failure of the database.
 #[derive(Debug, thiserror::Error)]
-#[error("the kept buckets' database ({FILE}): {0}")]
-pub struct BucketFileError(Box<redb::Error>);
+pub enum BucketFileError {
+    /// Opening it at start (or again after a failure).
+    #[error(transparent)]
+    Open(#[from] DataFileError),
+    /// A read or a write.
+    #[error("the kept buckets' database ({FILE}): {0}")]
+    Redb(Box<redb::Error>),
+}
 
 macro_rules! through_redb {
     ($($error:ty),*) => {$(
         impl From<$error> for BucketFileError {
             fn from(error: $error) -> Self {
-                BucketFileError(Box::new(error.into()))
+                BucketFileError::Redb(Box::new(error.into()))
             }
         }
     )*};
@@ -53,6 +63,9 @@ through_redb!(
     redb::StorageError,
     redb::CommitError
 );
+
+/// What starting without the file means, for the refusal that names it.
+const WITHOUT: &str = "every kept bucket (a day's quota spent before) starts whole";
 
 /// One bucket as kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,101 +108,196 @@ pub struct Changes<'a> {
     pub whole_by: Option<u64>,
 }
 
-/// The open database.
+/// How the database is opened: from its file, or (in tests) through a storage backend.
+type Opener = Box<dyn Fn() -> Result<Database, redb::DatabaseError> + Send + Sync>;
+
+/// The open database. After a failed write redb refuses every later transaction ("Previous
+/// I/O error occurred") until the database is opened again; so a failed write closes it, and
+/// the next write opens it again — a disk that was full and has room again is written to
+/// again without a restart.
 pub struct BucketFile {
-    db: Database,
+    path: PathBuf,
+    open: Opener,
+    db: Mutex<Option<Database>>,
+    /// Times the database was opened again after a failed write.
+    pub reopened: AtomicU64,
+}
+
+impl Drop for BucketFile {
+    fn drop(&mut self) {
+        // Closing writes redb's allocator state back, and on a damaged file can panic too.
+        let db = self.db.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        close_quietly(&self.path, db);
+    }
 }
 
 impl std::fmt::Debug for BucketFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BucketFile").finish_non_exhaustive()
+        f.debug_struct("BucketFile")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
     }
 }
 
 impl BucketFile {
     /// Opens (or creates) the database in `dir`. After a crash redb checks and repairs its
-    /// file here, which takes longer the larger the file.
+    /// file here, which takes longer the larger the file. A damaged file (empty, cut short)
+    /// is refused by name.
     pub fn open(dir: &Path) -> Result<BucketFile, BucketFileError> {
+        let path = dir.join(FILE);
+        refuse_empty(&path, WITHOUT)?;
+        let at = path.clone();
         // redb caches up to 1 GiB of pages by default; the file is written in batches and read
         // whole only at start, so a small cache costs nothing and keeps the memory a kept
         // bucket takes near what its record does.
-        let db = Database::builder()
-            .set_cache_size(CACHE_BYTES)
-            .create(dir.join(FILE))?;
-        let txn = db.begin_write()?;
-        txn.open_table(BUCKETS)?;
-        txn.open_table(CELLS)?;
-        txn.commit()?;
-        Ok(BucketFile { db })
+        let open = move || Database::builder().set_cache_size(CACHE_BYTES).create(&at);
+        BucketFile::open_with(path, Box::new(open))
+    }
+
+    /// Opens the database with `open`, `path` naming it in errors.
+    fn open_with(path: PathBuf, open: Opener) -> Result<BucketFile, BucketFileError> {
+        let db = unless_panics(&path, WITHOUT, || {
+            let db = open().map_err(|e| DataFileError::from_redb(&path, e, WITHOUT))?;
+            create_tables(&db).map_err(|e| as_damage(&path, e))?;
+            Ok(db)
+        })?;
+        Ok(BucketFile {
+            path,
+            open,
+            db: Mutex::new(Some(db)),
+            reopened: AtomicU64::new(0),
+        })
+    }
+
+    /// Runs `read` on the database, a panic in the storage engine reported as damage.
+    fn reading<T>(
+        &self,
+        read: impl FnOnce(&Database) -> Result<T, BucketFileError>,
+    ) -> Result<T, BucketFileError> {
+        let db = self.db.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(db) = db.as_ref() else {
+            return Err(BucketFileError::Redb(Box::new(redb::Error::PreviousIo)));
+        };
+        Ok(unless_panics(&self.path, WITHOUT, || {
+            read(db).map_err(|e| as_damage(&self.path, e))
+        })?)
     }
 
     /// Every bucket kept.
     pub fn read_all(&self) -> Result<Vec<KeptBucket>, BucketFileError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(BUCKETS)?;
-        let mut buckets = Vec::with_capacity(table.len()? as usize);
-        for row in table.iter()? {
-            let (id, state) = row?;
-            let (policy, kind, key) = id.value();
-            let (whole_at, used, remaining) = state.value();
-            buckets.push(KeptBucket {
-                policy: policy.to_owned(),
-                kind: (!kind.is_empty()).then(|| kind.to_owned()),
-                key: key.to_owned(),
-                whole_at,
-                used,
-                remaining,
-            });
-        }
-        Ok(buckets)
+        self.reading(|db| {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(BUCKETS)?;
+            let mut buckets = Vec::with_capacity(table.len()? as usize);
+            for row in table.iter()? {
+                let (id, state) = row?;
+                let (policy, kind, key) = id.value();
+                let (whole_at, used, remaining) = state.value();
+                buckets.push(KeptBucket {
+                    policy: policy.to_owned(),
+                    kind: (!kind.is_empty()).then(|| kind.to_owned()),
+                    key: key.to_owned(),
+                    whole_at,
+                    used,
+                    remaining,
+                });
+            }
+            Ok(buckets)
+        })
     }
 
     /// Every `CL.THROTTLE` key kept.
     pub fn read_cells(&self) -> Result<Vec<KeptCell>, BucketFileError> {
-        let txn = self.db.begin_read()?;
-        let table = txn.open_table(CELLS)?;
-        let mut cells = Vec::with_capacity(table.len()? as usize);
-        for row in table.iter()? {
-            let (key, state) = row?;
-            let (whole_at, interval, tolerance) = state.value();
-            cells.push(KeptCell {
-                key: key.value().to_vec(),
-                whole_at,
-                interval,
-                tolerance,
-            });
-        }
-        Ok(cells)
+        self.reading(|db| {
+            let txn = db.begin_read()?;
+            let table = txn.open_table(CELLS)?;
+            let mut cells = Vec::with_capacity(table.len()? as usize);
+            for row in table.iter()? {
+                let (key, state) = row?;
+                let (whole_at, interval, tolerance) = state.value();
+                cells.push(KeptCell {
+                    key: key.value().to_vec(),
+                    whole_at,
+                    interval,
+                    tolerance,
+                });
+            }
+            Ok(cells)
+        })
     }
 
-    /// Makes `changes`, in one durable commit.
+    /// Makes `changes`, in one durable commit. The database is opened again first if the last
+    /// write failed; if this one fails, it is closed.
     pub fn write(&self, changes: Changes<'_>) -> Result<(), BucketFileError> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut buckets = txn.open_table(BUCKETS)?;
-            let mut cells = txn.open_table(CELLS)?;
-            if let Some(now) = changes.whole_by {
-                buckets.retain(|_, (whole_at, _, _)| whole_at > now)?;
-                cells.retain(|_, (whole_at, _, _)| whole_at > now)?;
-            }
-            for bucket in changes.buckets {
-                let id = (
-                    bucket.policy.as_str(),
-                    bucket.kind.as_deref().unwrap_or(""),
-                    bucket.key.as_str(),
-                );
-                buckets.insert(id, (bucket.whole_at, bucket.used, bucket.remaining))?;
-            }
-            for cell in changes.cells {
-                cells.insert(
-                    cell.key.as_slice(),
-                    (cell.whole_at, cell.interval, cell.tolerance),
-                )?;
-            }
+        let mut db = self.db.lock().unwrap_or_else(|p| p.into_inner());
+        if db.is_none() {
+            let opened =
+                (self.open)().map_err(|e| DataFileError::from_redb(&self.path, e, WITHOUT))?;
+            self.reopened.fetch_add(1, Ordering::Relaxed);
+            *db = Some(opened);
         }
-        txn.commit()?;
-        Ok(())
+        let written = write_to(db.as_ref().expect("opened above"), changes);
+        if written.is_err() {
+            // Closed now, while nothing else uses it; opened again by the next write.
+            close_quietly(&self.path, db.take());
+        }
+        written
     }
+}
+
+/// A failure opening or reading the file at start, as the refusal that names it.
+fn as_damage(path: &Path, error: BucketFileError) -> DataFileError {
+    match error {
+        BucketFileError::Open(open) => open,
+        BucketFileError::Redb(redb) => DataFileError::from_redb(path, *redb, WITHOUT),
+    }
+}
+
+/// Closes `db`: closing writes redb's allocator state back, which on a damaged file or a
+/// failing disk can panic too.
+fn close_quietly(path: &Path, db: Option<Database>) {
+    let _ = unless_panics(path, WITHOUT, || {
+        drop(db);
+        Ok(())
+    });
+}
+
+/// Creates the tables if they are not there yet.
+fn create_tables(db: &Database) -> Result<(), BucketFileError> {
+    let txn = db.begin_write()?;
+    txn.open_table(BUCKETS)?;
+    txn.open_table(CELLS)?;
+    txn.commit()?;
+    Ok(())
+}
+
+/// Makes `changes` in `db`, in one durable commit.
+fn write_to(db: &Database, changes: Changes<'_>) -> Result<(), BucketFileError> {
+    let txn = db.begin_write()?;
+    {
+        let mut buckets = txn.open_table(BUCKETS)?;
+        let mut cells = txn.open_table(CELLS)?;
+        if let Some(now) = changes.whole_by {
+            buckets.retain(|_, (whole_at, _, _)| whole_at > now)?;
+            cells.retain(|_, (whole_at, _, _)| whole_at > now)?;
+        }
+        for bucket in changes.buckets {
+            let id = (
+                bucket.policy.as_str(),
+                bucket.kind.as_deref().unwrap_or(""),
+                bucket.key.as_str(),
+            );
+            buckets.insert(id, (bucket.whole_at, bucket.used, bucket.remaining))?;
+        }
+        for cell in changes.cells {
+            cells.insert(
+                cell.key.as_slice(),
+                (cell.whole_at, cell.interval, cell.tolerance),
+            )?;
+        }
+    }
+    txn.commit()?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -121,7 +121,10 @@ pub async fn serve_http(
                 Err(e) => {
                     // Out of descriptors or a connection reset before it was accepted: keep
                     // serving the connections there are, and try again shortly.
-                    tracing::warn!("accepting an HTTP connection: {e}");
+                    static GATE: crate::log_gate::LogGate = crate::log_gate::LogGate::new();
+                    if let Some(unlogged) = GATE.pass() {
+                        tracing::warn!(unlogged, "accepting an HTTP connection (logged at most once a minute): {e}");
+                    }
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -238,7 +241,10 @@ pub fn accept_grpc(
                 accepted = listener.accept() => match accepted {
                     Ok((tcp, _)) => tcp,
                     Err(e) => {
-                        tracing::warn!("accepting a gRPC connection: {e}");
+                        static GATE: crate::log_gate::LogGate = crate::log_gate::LogGate::new();
+                        if let Some(unlogged) = GATE.pass() {
+                            tracing::warn!(unlogged, "accepting a gRPC connection (logged at most once a minute): {e}");
+                        }
                         tokio::time::sleep(Duration::from_millis(100)).await;
                         continue;
                     }

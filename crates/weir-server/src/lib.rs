@@ -16,6 +16,7 @@
 //! - `front_door`: a folder per protocol over it — its wire code, config and metrics;
 //! - `durable`: API changes kept across restarts and crashes;
 //! - `bucket_file`: the file slowly refilling buckets are kept in across restarts;
+//! - `data_file`: opening the data dir's redb files, a damaged one refused by name;
 //! - `leases`: concurrency admissions held until released or expired;
 //! - `redis_buckets`: buckets kept in Redis (`scope = "redis"`), for stateless nodes;
 //! - `cluster`: cluster mode (gossip, the owner service, two-tier admission);
@@ -24,6 +25,7 @@
 //! - `reload`, `watch`: the config file's policies re-applied live when it changes, or on SIGHUP;
 //! - `tls`: TLS on every listener and between nodes, certificates reloaded live;
 //! - `traces`: optional OpenTelemetry traces of admissions and calls between nodes;
+//! - `log_gate`: lines an outsider or a lasting fault could repeat, logged once a minute a kind;
 //! - `top`, `client`: the `weir top` and `weir config` commands;
 //! - `reserved`, `etag`, `suggest`: names the protocols keep, policies' entity tags, "did you mean".
 //!
@@ -35,11 +37,13 @@ mod client;
 mod cluster;
 mod config;
 mod connections;
+mod data_file;
 mod durable;
 mod error;
 mod etag;
 mod front_door;
 mod leases;
+mod log_gate;
 mod metrics;
 mod policy_log;
 mod redis_buckets;
@@ -58,6 +62,7 @@ pub use client::{Client, ClientTls};
 pub use cluster::PROTOCOL as CLUSTER_PROTOCOL;
 pub use config::{ConfigFile, DEFAULT_CONFIG, listen_address};
 pub use front_door::grpc::MAX_PENDING_PER_STREAM;
+pub use log_gate::ForeignLines;
 pub use serve::{Overrides, check_exposure, check_tls, load_config, serve};
 pub use top::{TopOptions, run as top};
 pub use traces::Traces;

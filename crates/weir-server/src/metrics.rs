@@ -182,6 +182,7 @@ impl Metrics {
         }
         registry.register_collector(Box::new(running::TraceExportCollector));
         registry.register_collector(Box::new(running::ProcessCollector));
+        registry.register_collector(Box::new(running::SuppressedLinesCollector));
         let resp_closed = Family::<ReasonLabel, Counter>::default();
         registry.register(
             "weir_resp_connections_closed",

@@ -583,7 +583,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         keeping.abort();
         let _ = keeping.await;
     }
-    app.keep_buckets_now().await;
+    app.keep_buckets_at_stop().await;
     if let Some(cluster) = &cluster {
         cluster.stop().await;
     }

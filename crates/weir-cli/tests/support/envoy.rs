@@ -157,8 +157,20 @@ pub async fn start_rlqs(
     weir_grpc_port: u16,
     upstream: u16,
 ) -> (Envoy, String) {
+    start_rlqs_with_token(binary, dir, weir_grpc_port, upstream, None).await
+}
+
+/// Like [`start_rlqs`], the stream carrying `token` as its initial metadata when given, as
+/// `docs/envoy.md` shows.
+pub async fn start_rlqs_with_token(
+    binary: &Path,
+    dir: &Path,
+    weir_grpc_port: u16,
+    upstream: u16,
+    token: Option<&str>,
+) -> (Envoy, String) {
     let (listener, admin) = (free_port(), free_port());
-    let config = on_ports(
+    let mut config = on_ports(
         "rlqs.yaml",
         &[
             (9901, admin),
@@ -167,6 +179,19 @@ pub async fn start_rlqs(
             (50051, weir_grpc_port),
         ],
     );
+    if let Some(token) = token {
+        let server = "                envoy_grpc: { cluster_name: weir_rlqs }\n";
+        assert!(
+            config.contains(server),
+            "rlqs.yaml names its RLQS server so"
+        );
+        config = config.replace(
+            server,
+            &format!(
+                "{server}                initial_metadata: [{{ key: authorization, value: \"Bearer {token}\" }}]\n"
+            ),
+        );
+    }
     let envoy = start(binary, dir, &config, admin).await;
     (envoy, format!("http://127.0.0.1:{listener}/"))
 }

@@ -110,6 +110,10 @@ impl App {
         self.check_change(&change).await?;
         let committed = log.propose(change).await.map_err(|refusal| match refusal {
             crate::policy_log::Refusal::Stopped => ApiError::shutting_down(),
+            refusal @ (crate::policy_log::Refusal::LogStopped { .. }
+            | crate::policy_log::Refusal::NotAppliedHere { .. }) => {
+                ApiError::new(ErrorKind::NotReady, refusal.to_string())
+            }
             refusal => ApiError::new(ErrorKind::NoQuorum, refusal.to_string()),
         })?;
         let overlay = Arc::clone(&log.applied().borrow().overlay);

@@ -39,6 +39,7 @@ use weir::policy::{Policy, PolicySet};
 use super::App;
 use super::cells::Cells;
 use crate::bucket_file::{BucketFile, BucketFileError, Changes, KeptBucket, KeptCell};
+use crate::log_gate::LogGate;
 
 /// How often whole buckets' records are removed, in walks.
 const REMOVE_WHOLE_EVERY: u32 = 60;
@@ -52,6 +53,10 @@ pub struct KeptBuckets {
     walks: Mutex<Walks>,
     /// Records whose policy is not running yet, by policy.
     waiting: Mutex<HashMap<String, Vec<KeptBucket>>>,
+    /// Failed writes, logged once a minute: a full disk fails every walk.
+    failed_writes: LogGate,
+    /// What the last write's failure was, until a write succeeds.
+    failing: Mutex<Option<String>>,
     /// What the walks did, for `/metrics`.
     pub counters: KeptCounters,
 }
@@ -132,6 +137,8 @@ impl KeptBuckets {
             slower_than,
             walks: Mutex::default(),
             waiting: Mutex::new(waiting),
+            failed_writes: LogGate::new(),
+            failing: Mutex::new(None),
             counters: KeptCounters::default(),
         };
         kept.counters
@@ -142,6 +149,14 @@ impl KeptBuckets {
             tracing::info!(restored, "buckets taken on from the last run");
         }
         Ok(kept)
+    }
+
+    /// What the last write's failure was, while no write has succeeded since.
+    pub fn failing(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Buckets that take longer than this to refill are kept.
@@ -271,7 +286,10 @@ impl KeptBuckets {
         ids: Vec<u64>,
     ) -> Result<(), BucketFileError> {
         let count = (changes.buckets.len() + changes.cells.len()) as u64;
-        match self.file.write(changes) {
+        let outcome = self.file.write(changes);
+        *self.failing.lock().unwrap_or_else(|p| p.into_inner()) =
+            outcome.as_ref().err().map(ToString::to_string);
+        match outcome {
             Ok(()) => {
                 self.counters.flushes.fetch_add(1, Ordering::Relaxed);
                 self.counters.written.fetch_add(count, Ordering::Relaxed);
@@ -304,23 +322,59 @@ impl App {
         }))
     }
 
-    /// One walk of the kept buckets, now: what a graceful stop does after its last request.
-    pub async fn keep_buckets_now(self: &Arc<Self>) {
+    /// One walk of the kept buckets, now; whether what it had to write was written. A failed
+    /// write is counted (`weir_kept_bucket_writes_total{outcome="failed"}`) and logged at
+    /// most once a minute; its buckets are written by the next walk.
+    pub async fn keep_buckets_now(self: &Arc<Self>) -> bool {
         let Some(kept) = self.kept.clone() else {
-            return;
+            return true;
         };
         let app = Arc::clone(self);
+        let walker = Arc::clone(&kept);
         let written = tokio::task::spawn_blocking(move || {
-            kept.flush(&app.policies, (&app.cells, app.cell_now()))
+            walker.flush(&app.policies, (&app.cells, app.cell_now()))
         })
         .await;
         match written {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => tracing::warn!("the kept buckets were not written: {error}"),
-            Err(panicked) => tracing::error!("writing the kept buckets failed: {panicked}"),
+            Ok(Ok(())) => true,
+            Ok(Err(error)) => {
+                if let Some(unlogged) = kept.failed_writes.pass() {
+                    tracing::warn!(
+                        unlogged,
+                        "the kept buckets were not written (logged at most once a minute; see weir_kept_bucket_writes_total): {error}"
+                    );
+                }
+                false
+            }
+            Err(panicked) => {
+                tracing::error!("writing the kept buckets failed: {panicked}");
+                false
+            }
         }
     }
+
+    /// The last walk of a graceful stop, after the last request: tried again a few times
+    /// (the file is opened again before each), since what it does not write is lost.
+    pub async fn keep_buckets_at_stop(self: &Arc<Self>) {
+        let mut pause = Duration::from_millis(100);
+        for attempt in 1..=STOP_ATTEMPTS {
+            if self.keep_buckets_now().await {
+                return;
+            }
+            if attempt < STOP_ATTEMPTS {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+        }
+        tracing::error!(
+            attempts = STOP_ATTEMPTS,
+            "the kept buckets changed since the last walk could not be written at stop: they start whole at the next start"
+        );
+    }
 }
+
+/// Tries of the last write at a graceful stop (over about 1.5 s).
+const STOP_ATTEMPTS: u32 = 5;
 
 /// Takes on `bucket` in `policy`, counted from `now`.
 fn restore(policy: &Policy<SystemClock>, bucket: &KeptBucket, now: u64) {

@@ -226,9 +226,8 @@ impl App {
             .transpose()
             .with_context(|| {
                 format!(
-                    "reading the kept buckets in {} (move `{}` away to start without them)",
-                    settings.data_dir.display(),
-                    crate::bucket_file::FILE
+                    "reading the kept buckets in {}",
+                    settings.data_dir.display()
                 )
             })?
             .map(Arc::new);
@@ -320,6 +319,28 @@ impl App {
             return Some("starting up".to_owned());
         }
         self.cluster.as_ref().and_then(|c| c.joining())
+    }
+
+    /// What a ready node does not do as it should, for `/readyz`: its kept buckets not
+    /// written, its Redis unreachable.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if let Some(error) = self.kept.as_ref().and_then(|kept| kept.failing()) {
+            warnings.push(format!(
+                "the kept buckets are not being written ({error}): the quotas spent since the last write would start whole after a restart"
+            ));
+        }
+        if let Some((at, error)) = self
+            .redis
+            .as_ref()
+            .and_then(|redis| redis.errors.unreachable())
+        {
+            warnings.push(format!(
+                "the Redis of `scope = \"redis\"` policies is unreachable ({error}, {} s ago): their decisions follow `on_unavailable`",
+                at.elapsed().as_secs()
+            ));
+        }
+        warnings
     }
 
     /// Starts shutting down: waiting requests are answered 503.

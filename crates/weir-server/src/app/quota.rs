@@ -42,6 +42,9 @@ pub struct QuotaBook {
     pub answered: AtomicU64,
     /// Reports not answered ([`NoQuota`]).
     pub unanswered: AtomicU64,
+    /// Bucket ids reported that no rule maps (counted, and logged once a minute: a stream
+    /// can name any number of them).
+    pub unmapped: crate::log_gate::LogGate,
 }
 
 impl Default for QuotaBook {
@@ -50,6 +53,7 @@ impl Default for QuotaBook {
             book: AssignmentBook::new(100_000),
             answered: AtomicU64::new(0),
             unanswered: AtomicU64::new(0),
+            unmapped: crate::log_gate::LogGate::new(),
         }
     }
 }
@@ -62,6 +66,11 @@ impl QuotaBook {
 }
 
 impl App {
+    /// The book of shares lent to data planes, and its counters.
+    pub fn quota(&self) -> &QuotaBook {
+        &self.quota
+    }
+
     /// Answers data plane `holder`'s report on a bucket: its assignment, and the whole bucket
     /// it is a share of.
     pub async fn assign_quota(

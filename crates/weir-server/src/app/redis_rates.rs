@@ -17,7 +17,7 @@ use weir::policy::{BucketShape, Mode, OnExhausted, Policy, RejectReason, Rejecti
 use super::App;
 use super::admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 use crate::error::ApiError;
-use crate::redis_buckets::{RedisBuckets, RedisDecision, Unavailable};
+use crate::redis_buckets::{RedisBuckets, RedisDecision, RedisErrorKind, Unavailable};
 
 /// What Redis said of one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,6 +33,11 @@ pub(super) enum RedisAnswer {
     FailOpen,
     /// Redis could not decide; `on_unavailable` says refuse.
     FailClosed,
+    /// Redis answered with an error (it was there, and said no): refused, naming it.
+    Error {
+        /// What it was.
+        kind: RedisErrorKind,
+    },
 }
 
 impl App {
@@ -78,9 +83,15 @@ impl App {
                     reset_after: decision.reset_after,
                 },
             }),
-            Err(crate::redis_buckets::RedisUnavailable::Shape) => None,
             Err(why) => {
-                tracing::debug!(policy = %policy.name(), "Redis could not decide: {why}");
+                let kind = why.kind()?;
+                if !kind.is_outage() {
+                    redis
+                        .counters
+                        .error
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Some(RedisAnswer::Error { kind });
+                }
                 Some(match redis.settings().on_unavailable {
                     Unavailable::Open => {
                         redis
@@ -134,6 +145,17 @@ impl App {
                         would_throttle: false,
                         limit,
                         tier: AdmissionTier::FailOpen,
+                    }));
+                }
+                RedisAnswer::Error { kind } => {
+                    return Some(Ok(AcquireOutcome::Refused {
+                        retry_after: None,
+                        reason: format!(
+                            "policy `{}`: the Redis its buckets live in answered with an error ({}; see weir_redis_errors_total and the log): not decided",
+                            policy.name(),
+                            kind.name()
+                        ),
+                        limit,
                     }));
                 }
                 RedisAnswer::FailClosed => {

@@ -273,6 +273,12 @@ impl ClusterMode {
     /// What this node is waiting for, if it has not joined its cluster yet: the seeds it gossips
     /// to, for how long, and what to check. `None` once joined.
     pub fn joining(&self) -> Option<String> {
+        if let Some(why) = self.policy_log.stopped() {
+            return Some(format!(
+                "this member's part of the cluster's policy log has stopped ({why}): it cannot take the policy changes the cluster makes, so it serves none until the log runs again (it is started again every {} s)",
+                crate::policy_log::RESTART_EVERY.as_secs()
+            ));
+        }
         if self.has_joined() {
             return None;
         }
@@ -328,7 +334,7 @@ impl ClusterMode {
     /// Whether this node has joined its cluster: seen another member (at once for a node
     /// started without seeds, the first of a cluster) and caught up with the policy log.
     pub fn has_joined(&self) -> bool {
-        self.gossip_has_joined() && self.has_caught_up()
+        self.gossip_has_joined() && self.has_caught_up() && self.policy_log.stopped().is_none()
     }
 
     /// Whether gossip has joined: at once for a node started without seeds, else once this

@@ -81,6 +81,11 @@ impl Collector for ClusterCollector {
                 "Members that vote in the policy log",
                 i64::try_from(log.voters).unwrap_or(i64::MAX),
             ),
+            (
+                "weir_policy_log_running",
+                "1 while this member's part of the policy log runs; 0 while it has stopped on an error (a full disk, a failing file) and is being started again — the node is then not ready",
+                i64::from(self.cluster.policy_log().stopped().is_none()),
+            ),
         ] {
             single(
                 &mut encoder,
@@ -100,6 +105,13 @@ impl Collector for ClusterCollector {
                 ("no_quorum", log.refused_here),
             ]
             .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_policy_log_restarts",
+            "Times this member's part of the policy log was started again after stopping on an error",
+            MetricType::Counter,
+            ConstCounter::new(self.cluster.policy_log().restarts()),
         )?;
         single(
             &mut encoder,

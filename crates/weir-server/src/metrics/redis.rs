@@ -18,6 +18,12 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// `{kind}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: &'static str,
+}
+
 /// The Redis store's counters, read at scrape time.
 #[derive(Debug)]
 pub(crate) struct RedisCollector {
@@ -37,15 +43,26 @@ impl Collector for RedisCollector {
         family(
             &mut encoder,
             "weir_redis_decisions",
-            "Decisions on buckets kept in Redis, by outcome: admitted and refused by Redis; fail_open and fail_closed by `on_unavailable`, when Redis could not decide",
+            "Decisions on buckets kept in Redis, by outcome: admitted and refused by Redis; fail_open and fail_closed by `on_unavailable`, when Redis could not decide; error, refused because Redis answered with an error",
             MetricType::Counter,
             [
                 ("admitted", &c.admitted),
                 ("refused", &c.refused),
                 ("fail_open", &c.fail_open),
                 ("fail_closed", &c.fail_closed),
+                ("error", &c.error),
             ]
             .map(|(outcome, n)| (OutcomeLabel { outcome }, ConstCounter::new(n.load(Relaxed)))),
+        )?;
+        family(
+            &mut encoder,
+            "weir_redis_errors",
+            "Failures asking Redis, by kind: outages (timeout, connection, loading, read_only) are decided by `on_unavailable`; answers (out_of_memory, wrong_type, auth, no_script, reply, other) refuse the request",
+            MetricType::Counter,
+            self.redis
+                .errors
+                .counts()
+                .map(|(kind, n)| (KindLabel { kind: kind.name() }, ConstCounter::new(n))),
         )
     }
 }

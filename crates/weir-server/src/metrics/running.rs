@@ -64,6 +64,30 @@ impl Collector for BuildCollector {
     }
 }
 
+/// Log lines of the libraries under Weir held back by `log_gate::ForeignLines`, by library.
+#[derive(Debug)]
+pub(super) struct SuppressedLinesCollector;
+
+/// `{source}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabel {
+    source: &'static str,
+}
+
+impl Collector for SuppressedLinesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        family(
+            &mut encoder,
+            "weir_log_lines_suppressed",
+            "Log lines of a library under Weir (`source`: h2, openraft, tonic…) not written because the same line was written less than a minute before",
+            MetricType::Counter,
+            crate::log_gate::suppressed()
+                .into_iter()
+                .map(|(source, count)| (SourceLabel { source }, ConstCounter::new(count))),
+        )
+    }
+}
+
 /// The process's own metrics, as Prometheus's client libraries name them, read from `/proc`
 /// at scrape time (Linux; elsewhere none).
 #[derive(Debug)]

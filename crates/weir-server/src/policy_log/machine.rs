@@ -64,10 +64,7 @@ impl Machine {
     /// The state machine as of `store`'s last snapshot (the entries committed after it are
     /// applied again by Raft at start).
     pub fn open(store: Store) -> Result<Machine, super::store::StoreError> {
-        let state = match store.read::<StoredSnapshot>(SNAPSHOT)? {
-            Some(snapshot) => serde_json::from_slice(&snapshot.data)?,
-            None => State::default(),
-        };
+        let state = Machine::read_snapshot(&store)?;
         let published = watch::Sender::new(Applied {
             index: state.last_applied.map_or(0, |id| id.index),
             overlay: Arc::new(state.overlay.clone()),
@@ -76,6 +73,33 @@ impl Machine {
             state: Arc::new(Mutex::new(state)),
             store,
             published: Arc::new(published),
+        })
+    }
+
+    /// The state machine as of `store`'s last snapshot, publishing to `published`: a log core
+    /// started again keeps its node's subscribers. What it applies again up to what was
+    /// already published is not published a second time (see [`publish`](Self::publish)).
+    pub fn reopen(
+        store: Store,
+        published: Arc<watch::Sender<Applied>>,
+    ) -> Result<Machine, super::store::StoreError> {
+        let state = Machine::read_snapshot(&store)?;
+        Ok(Machine {
+            state: Arc::new(Mutex::new(state)),
+            store,
+            published,
+        })
+    }
+
+    /// Where this machine publishes what it applies.
+    pub fn publisher(&self) -> Arc<watch::Sender<Applied>> {
+        Arc::clone(&self.published)
+    }
+
+    fn read_snapshot(store: &Store) -> Result<State, super::store::StoreError> {
+        Ok(match store.read::<StoredSnapshot>(SNAPSHOT)? {
+            Some(snapshot) => serde_json::from_slice(&snapshot.data)?,
+            None => State::default(),
         })
     }
 
@@ -93,7 +117,11 @@ impl Machine {
     fn publish(&self, state: &State) {
         let index = state.last_applied.map_or(0, |id| id.index);
         self.published.send_if_modified(|applied| {
-            if applied.index == index && *applied.overlay == state.overlay {
+            // Behind what was published: a restarted core applying the log again from its
+            // snapshot. Publishing it would lay an older overlay over the node for a moment.
+            if index < applied.index
+                || (applied.index == index && *applied.overlay == state.overlay)
+            {
                 return false;
             }
             *applied = Applied {

@@ -16,9 +16,9 @@ pub mod service;
 pub mod store;
 
 use std::io::Cursor;
-use std::path::Path;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
@@ -30,6 +30,8 @@ use change::{Change, Outcome};
 use machine::{Applied, Machine};
 use network::{Connect, Peers, call};
 use store::Store;
+
+use crate::log_gate::LogGate;
 
 openraft::declare_raft_types!(
     /// The policy log's Raft types: its entries carry [`Change`]s and answer [`Outcome`]s.
@@ -105,11 +107,46 @@ pub enum Refusal {
     /// The member is stopping.
     #[error("the policy log is stopping")]
     Stopped,
+    /// This member's part of the log has stopped on an error (a full disk, a failing file)
+    /// and is being started again: the change was not proposed.
+    #[error(
+        "this member's part of the cluster's policy log has stopped ({why}) and is being started again; the change was not made. Send it to another member, or retry once this member is ready again (`/readyz`)"
+    )]
+    LogStopped {
+        /// What stopped it.
+        why: String,
+    },
+    /// The cluster committed the change, but this member did not apply it in time (its log
+    /// stopped, or lags): the change stands, and is not acknowledged as applied here.
+    #[error(
+        "the cluster committed the change (log index {index}), but this member has not applied it within {within_ms} ms (its policy log has stopped or lags behind): it stands on the other members; read it from one of them, or here once this member is ready again (`/readyz`)"
+    )]
+    NotAppliedHere {
+        /// Where it was committed.
+        index: u64,
+        /// How long this member was given.
+        within_ms: u64,
+    },
 }
+
+/// How often a stopped log core is started again.
+pub const RESTART_EVERY: Duration = Duration::from_secs(5);
 
 /// This member's part of the policy log.
 pub struct PolicyLog {
-    raft: Raft<PolicyRaft>,
+    /// Its Raft: replaced when a core that stopped on an error is started again.
+    raft: RwLock<Raft<PolicyRaft>>,
+    dir: PathBuf,
+    /// Where the state machine publishes (kept across restarts of the core).
+    published: Arc<watch::Sender<Applied>>,
+    /// Why the core has stopped, while it has.
+    stopped: watch::Sender<Option<String>>,
+    /// Whether [`stop`](Self::stop) was called: the core's end is then no fault.
+    stopping: AtomicBool,
+    /// Times the core was started again after stopping on an error.
+    restarts: AtomicU64,
+    /// Failed restarts, logged once a minute.
+    failed_restarts: LogGate,
     /// Changes made through this member: committed, and refused for want of a majority.
     committed_here: AtomicU64,
     refused_here: AtomicU64,
@@ -145,13 +182,20 @@ impl PolicyLog {
         let store = Store::open(dir)?;
         let machine = Machine::open(store.clone())?;
         let applied = machine.applied();
+        let published = machine.publisher();
         let peers = Peers::new(connect, token);
         let id = id_of(node_id);
         let raft = Raft::new(id, raft_config()?, peers.clone(), store, machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
-        Ok(Arc::new(PolicyLog {
-            raft,
+        let log = Arc::new(PolicyLog {
+            raft: RwLock::new(raft),
+            dir: dir.to_owned(),
+            published,
+            stopped: watch::Sender::new(None),
+            stopping: AtomicBool::new(false),
+            restarts: AtomicU64::new(0),
+            failed_restarts: LogGate::new(),
             committed_here: AtomicU64::new(0),
             refused_here: AtomicU64::new(0),
             node_id: node_id.to_owned(),
@@ -159,7 +203,79 @@ impl PolicyLog {
             address,
             applied,
             peers,
-        }))
+        });
+        tokio::spawn(Arc::clone(&log).watch_core());
+        Ok(log)
+    }
+
+    /// Watches the Raft core: when it stops on an error, says so (`/readyz`, `/metrics`, one
+    /// log line) and starts it again every [`RESTART_EVERY`] until it runs — its database
+    /// opened anew, as redb asks after an I/O error. Ends when the log is stopped.
+    async fn watch_core(self: Arc<Self>) {
+        loop {
+            let mut metrics = self.raft().metrics();
+            let ended = metrics
+                .wait_for(|m| m.running_state.is_err())
+                .await
+                .map(|m| m.running_state.clone().err());
+            if self.stopping.load(Ordering::Acquire) {
+                return;
+            }
+            let why = match ended {
+                Ok(Some(fatal)) => fatal.to_string(),
+                _ => "its core ended".to_owned(),
+            };
+            tracing::error!(
+                "this member's part of the cluster's policy log stopped: {why}. It refuses policy changes and is not ready until it runs again; it is started again every {} s",
+                RESTART_EVERY.as_secs()
+            );
+            self.stopped.send_replace(Some(why));
+            loop {
+                tokio::time::sleep(RESTART_EVERY).await;
+                if self.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                match self.restart().await {
+                    Ok(()) => break,
+                    Err(error) => {
+                        if let Some(unlogged) = self.failed_restarts.pass() {
+                            tracing::warn!(
+                                unlogged,
+                                "the policy log could not be started again yet (tried every {} s, logged at most once a minute): {error}",
+                                RESTART_EVERY.as_secs()
+                            );
+                        }
+                    }
+                }
+            }
+            self.restarts.fetch_add(1, Ordering::Relaxed);
+            self.stopped.send_replace(None);
+            tracing::info!("this member's part of the cluster's policy log runs again");
+        }
+    }
+
+    /// Starts the core again on its database, opened anew.
+    async fn restart(&self) -> Result<(), StartError> {
+        let old = self.raft();
+        let _ = old.shutdown().await;
+        drop(old);
+        let store = Store::open(&self.dir)?;
+        let machine = Machine::reopen(store.clone(), Arc::clone(&self.published))?;
+        let raft = Raft::new(self.id, raft_config()?, self.peers.clone(), store, machine)
+            .await
+            .map_err(|e| StartError::Raft(e.to_string()))?;
+        *self.raft.write().unwrap_or_else(|p| p.into_inner()) = raft;
+        Ok(())
+    }
+
+    /// Why this member's log core has stopped, while it has (it is being started again).
+    pub fn stopped(&self) -> Option<String> {
+        self.stopped.borrow().clone()
+    }
+
+    /// Times the core was started again after stopping on an error.
+    pub fn restarts(&self) -> u64 {
+        self.restarts.load(Ordering::Relaxed)
     }
 
     /// What this member has applied, as it changes.
@@ -169,7 +285,7 @@ impl PolicyLog {
 
     /// The leader's gRPC address, as this member knows it.
     pub fn leader(&self) -> Option<String> {
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.raft().metrics().borrow().clone();
         let leader = metrics.current_leader?;
         if leader == self.id {
             return Some(self.address.clone());
@@ -183,7 +299,7 @@ impl PolicyLog {
 
     /// Whether this member's log has been started (initialised, or joined by a leader).
     pub async fn started(&self) -> bool {
-        self.raft.is_initialized().await.unwrap_or(false)
+        self.raft().is_initialized().await.unwrap_or(false)
     }
 
     /// How many voters this member's log had when it started: more than one, and this node
@@ -193,7 +309,7 @@ impl PolicyLog {
         if !self.started().await {
             return 0;
         }
-        self.raft
+        self.raft()
             .metrics()
             .borrow()
             .membership_config
@@ -205,7 +321,7 @@ impl PolicyLog {
     /// Proposes `change` here, if this member leads: its outcome once committed and applied
     /// here.
     pub async fn propose_here(&self, change: Change) -> Result<Committed, Refusal> {
-        match self.raft.client_write(change).await {
+        match self.raft().client_write(change).await {
             Ok(response) => Ok(Committed {
                 index: response.log_id.index,
                 outcome: response.data,
@@ -221,13 +337,28 @@ impl PolicyLog {
                     why: error.to_string(),
                 })
             }
-            Err(RaftError::Fatal(_)) => Err(Refusal::Stopped),
+            Err(RaftError::Fatal(fatal)) => Err(self.fatal(&fatal)),
+        }
+    }
+
+    /// The refusal for a call the core answered with `fatal`: stopping, or stopped on an
+    /// error.
+    fn fatal(&self, fatal: &openraft::error::Fatal<u64>) -> Refusal {
+        match self.stopping.load(Ordering::Acquire) {
+            true => Refusal::Stopped,
+            false => Refusal::LogStopped {
+                why: fatal.to_string(),
+            },
         }
     }
 
     /// Proposes `change` through the leader, wherever it is, and waits until it is committed
     /// and applied on this member — at most [`PROPOSE_WITHIN`].
     pub async fn propose(&self, change: Change) -> Result<Committed, Refusal> {
+        if let Some(why) = self.stopped() {
+            self.refused_here.fetch_add(1, Ordering::Relaxed);
+            return Err(Refusal::LogStopped { why });
+        }
         let mut last = String::new();
         let attempt = async {
             loop {
@@ -256,6 +387,11 @@ impl PolicyLog {
                 match outcome {
                     Ok(committed) => return Ok(committed),
                     Err(Refusal::Stopped) => return Err(Refusal::Stopped),
+                    Err(
+                        refusal @ (Refusal::LogStopped { .. } | Refusal::NotAppliedHere { .. }),
+                    ) => {
+                        return Err(refusal);
+                    }
                     Err(Refusal::NotLeader { leader }) => {
                         last = match leader {
                             Some(leader) => format!("the leader moved to {leader}"),
@@ -279,7 +415,12 @@ impl PolicyLog {
                 self.refused_here.fetch_add(1, Ordering::Relaxed);
             })?;
         self.committed_here.fetch_add(1, Ordering::Relaxed);
-        self.applied_through(committed.index, PROPOSE_WITHIN).await;
+        if !self.applied_through(committed.index, PROPOSE_WITHIN).await {
+            return Err(Refusal::NotAppliedHere {
+                index: committed.index,
+                within_ms: PROPOSE_WITHIN.as_millis() as u64,
+            });
+        }
         Ok(committed)
     }
 
@@ -339,18 +480,18 @@ impl PolicyLog {
     /// The read barrier, if this member leads: the index committed as of now, confirmed by a
     /// majority still following it.
     pub async fn read_index_here(&self) -> Result<u64, Refusal> {
-        match self.raft.get_read_log_id().await {
+        match self.raft().get_read_log_id().await {
             Ok((read, _)) => Ok(read.map_or(0, |id| id.index)),
             Err(RaftError::APIError(_)) => Err(Refusal::NotLeader {
                 leader: self.leader().filter(|leader| *leader != self.address),
             }),
-            Err(RaftError::Fatal(_)) => Err(Refusal::Stopped),
+            Err(RaftError::Fatal(fatal)) => Err(self.fatal(&fatal)),
         }
     }
 
     /// The log as this member sees it, for `/v1/cluster` and `/metrics`.
     pub fn status(&self) -> weir_api::http::PolicyLogView {
-        let metrics = self.raft.metrics().borrow().clone();
+        let metrics = self.raft().metrics().borrow().clone();
         weir_api::http::PolicyLogView {
             leader: self.leader(),
             is_leader: metrics.state.is_leader(),
@@ -364,12 +505,13 @@ impl PolicyLog {
 
     /// Stops this member's part of the log.
     pub async fn stop(&self) {
-        let _ = self.raft.shutdown().await;
+        self.stopping.store(true, Ordering::Release);
+        let _ = self.raft().shutdown().await;
     }
 
     /// This member's Raft, for the service and the membership follower.
-    fn raft(&self) -> &Raft<PolicyRaft> {
-        &self.raft
+    fn raft(&self) -> Raft<PolicyRaft> {
+        self.raft.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// This member's id and address, as the log knows it.

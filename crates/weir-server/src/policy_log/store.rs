@@ -19,6 +19,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::PolicyRaft;
+use crate::data_file::{DataFileError, refuse_empty, unless_panics};
 
 /// The database's file in the data dir.
 pub const FILE: &str = "raft.redb";
@@ -35,7 +36,13 @@ pub enum StoreError {
     /// A record did not parse.
     #[error("a record of the policy log: {0}")]
     Json(#[from] serde_json::Error),
+    /// The file could not be opened: damaged, or in use by another process.
+    #[error(transparent)]
+    Open(#[from] DataFileError),
 }
+
+/// What starting without the file means, for the refusal that names it.
+const WITHOUT: &str = "this member starts with an empty policy log: in a cluster it takes the policies from the leader when it joins; a node alone loses the policy changes made over the API";
 
 macro_rules! through_redb {
     ($($error:ty),*) => {$(
@@ -68,14 +75,53 @@ impl Debug for Store {
 }
 
 impl Store {
-    /// Opens (or creates) the database in `dir`.
+    /// Opens (or creates) the database in `dir`. The file is small (a snapshot and the log
+    /// since it), so every page is checked and every record read here: a damaged file stops
+    /// the start by name, rather than a panic or a wrong answer inside Raft later.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        let db = Database::create(dir.join(FILE))?;
-        let txn = db.begin_write()?;
+        let path = dir.join(FILE);
+        refuse_empty(&path, WITHOUT)?;
+        let damaged = |detail: String| DataFileError::Damaged {
+            path: path.clone(),
+            detail,
+            without: WITHOUT,
+        };
+        let db = unless_panics(&path, WITHOUT, || {
+            let redb = |e: redb::Error| DataFileError::from_redb(&path, e, WITHOUT);
+            let mut db = Database::create(&path).map_err(|e| redb(e.into()))?;
+            if !db.check_integrity().map_err(|e| redb(e.into()))? {
+                return Err(damaged(
+                    "some of its pages failed their checksums (redb repaired what it could)".into(),
+                ));
+            }
+            let store = Store { db: Arc::new(db) };
+            store.create_tables().map_err(|e| damaged(e.to_string()))?;
+            store
+                .read_everything()
+                .map_err(|e| damaged(e.to_string()))?;
+            Ok(store)
+        })?;
+        Ok(db)
+    }
+
+    fn create_tables(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
         txn.open_table(LOG)?;
         txn.open_table(META)?;
         txn.commit()?;
-        Ok(Store { db: Arc::new(db) })
+        Ok(())
+    }
+
+    /// Reads and parses every record once.
+    fn read_everything(&self) -> Result<(), StoreError> {
+        self.entries(..)?;
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(META)?;
+        for row in table.iter()? {
+            let (_, value) = row?;
+            serde_json::from_slice::<serde_json::Value>(value.value())?;
+        }
+        Ok(())
     }
 
     /// The record `key`, if written.

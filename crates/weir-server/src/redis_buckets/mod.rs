@@ -14,8 +14,12 @@
 //! |---|---|
 //! | `mod.rs` | the `[redis]` settings, the connection, one decision |
 //! | `script.rs` | the Lua script and its arguments for each shape |
+//! | `errors.rs` | failures told apart (outage or answer), counted and logged by kind |
 
+mod errors;
 mod script;
+
+pub use errors::{RedisErrorKind, RedisErrors};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -151,6 +155,17 @@ pub enum RedisUnavailable {
     Shape,
 }
 
+impl RedisUnavailable {
+    /// Its kind (none for a shape Redis does not keep: nothing was asked).
+    pub fn kind(&self) -> Option<RedisErrorKind> {
+        match self {
+            RedisUnavailable::TimedOut(_) => Some(RedisErrorKind::Timeout),
+            RedisUnavailable::Failed(error) => Some(RedisErrorKind::of(error)),
+            RedisUnavailable::Shape => None,
+        }
+    }
+}
+
 /// A connection, made at the first decision and remade after a failure to connect.
 #[derive(Clone)]
 enum Link {
@@ -172,6 +187,8 @@ pub struct RedisCounters {
     pub fail_open: AtomicU64,
     /// Redis could not decide; refused by `on_unavailable = "closed"`.
     pub fail_closed: AtomicU64,
+    /// Redis answered with an error (out of memory, a key of another type…): refused.
+    pub error: AtomicU64,
 }
 
 /// The Redis that `scope = "redis"` policies keep their buckets in.
@@ -181,6 +198,8 @@ pub struct RedisBuckets {
     script: redis::Script,
     /// What the decisions did.
     pub counters: RedisCounters,
+    /// What failed, by kind.
+    pub errors: RedisErrors,
 }
 
 impl std::fmt::Debug for RedisBuckets {
@@ -200,6 +219,7 @@ impl RedisBuckets {
             link: Mutex::new(None),
             script: redis::Script::new(script::SOURCE),
             counters: RedisCounters::default(),
+            errors: RedisErrors::default(),
         }
     }
 
@@ -280,11 +300,20 @@ impl RedisBuckets {
             }?;
             Ok::<_, RedisUnavailable>(reply)
         };
-        let (admitted, remaining, reset_after, retry_after) =
-            match tokio::time::timeout(timeout, asked).await {
-                Ok(reply) => reply?,
-                Err(_) => return Err(RedisUnavailable::TimedOut(timeout)),
-            };
+        let answered = match tokio::time::timeout(timeout, asked).await {
+            Ok(reply) => reply,
+            Err(_) => Err(RedisUnavailable::TimedOut(timeout)),
+        };
+        let (admitted, remaining, reset_after, retry_after) = match answered {
+            Ok(reply) => reply,
+            Err(error) => {
+                if let Some(kind) = error.kind() {
+                    self.errors.saw(kind, &error);
+                }
+                return Err(error);
+            }
+        };
+        self.errors.answered();
         let counter = match admitted {
             1 => &self.counters.admitted,
             _ => &self.counters.refused,

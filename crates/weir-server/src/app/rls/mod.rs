@@ -60,7 +60,7 @@ impl App {
                             over: false,
                             quota: None,
                         },
-                        RedisAnswer::FailClosed => Counted {
+                        RedisAnswer::FailClosed | RedisAnswer::Error { .. } => Counted {
                             over: true,
                             quota: None,
                         },

@@ -54,6 +54,10 @@ pub(super) struct ThrottleRows {
 pub(super) struct Status {
     /// `ok` (alive) or `ready`.
     status: &'static str,
+    /// What a ready node does not do as it should (its kept buckets not written, its Redis
+    /// unreachable): it serves, but an operator should know.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
 }
 
 /// `GET /v1/stats`: this node's, or with `scope=cluster` every member's.
@@ -516,7 +520,10 @@ pub(super) async fn metrics(State(app): State<Arc<App>>) -> Response {
     responses((status = 200, description = "Alive.", body = Status))
 )]
 pub(super) async fn healthz() -> Json<Status> {
-    Json(Status { status: "ok" })
+    Json(Status {
+        status: "ok",
+        warnings: Vec::new(),
+    })
 }
 
 /// Readiness: the node serves decisions.
@@ -531,7 +538,11 @@ pub(super) async fn healthz() -> Json<Status> {
 )]
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
     match app.not_ready_because() {
-        None => Json(Status { status: "ready" }).into_response(),
+        None => Json(Status {
+            status: "ready",
+            warnings: app.warnings(),
+        })
+        .into_response(),
         Some(why) => ApiError::new(ErrorKind::NotReady, why).into_response(),
     }
 }

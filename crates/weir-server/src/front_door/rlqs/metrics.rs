@@ -45,6 +45,12 @@ impl Collector for QuotaCollector {
         ] {
             ConstCounter::new(count).encode(asks.encode_family(&OutcomeLabel { outcome })?)?;
         }
+        ConstCounter::new(self.quota.unmapped.seen()).encode(encoder.encode_descriptor(
+            "weir_rlqs_unmapped_buckets",
+            "Bucket ids an RLQS stream reported that no [[rlqs.bucket]] rule maps and that name no `policy` and `key`: not answered (logged at most once a minute)",
+            None,
+            MetricType::Counter,
+        )?)?;
         ConstGauge::new(self.quota.shares_lent() as i64).encode(encoder.encode_descriptor(
             "weir_rlqs_shares_lent",
             "Shares (of 1 000 a bucket) of this node's own buckets lent to data planes now; a cluster-scoped bucket's are counted on its owner, in weir_cluster_rate_shares_lent",

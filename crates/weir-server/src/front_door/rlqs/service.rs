@@ -80,6 +80,20 @@ impl RateLimitQuotaService for RlqsService {
         &self,
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Pushes>, Status> {
+        // A stream's reports claim shares of the buckets they name: without the data token
+        // anyone could take a tenant's whole rate. Envoy sends it as the stream's
+        // `initial_metadata`, as it does for the rate limit service.
+        let start = std::time::Instant::now();
+        if let Err(refused) = crate::front_door::grpc::check_data_token(&self.app, &request) {
+            let code = crate::front_door::grpc::grpc_code(refused.code());
+            self.app
+                .metrics()
+                .observe("grpc", "StreamRateLimitQuotas", code, start.elapsed());
+            return Err(refused);
+        }
+        self.app
+            .metrics()
+            .observe("grpc", "StreamRateLimitQuotas", "0", start.elapsed());
         let n = self.streams.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::channel(16);
         let stream = QuotaStream {
@@ -177,11 +191,14 @@ impl QuotaStream {
                 None => {
                     let map: BTreeMap<String, String> = id.bucket.clone().into_iter().collect();
                     let counted_in = self.table.map(&self.domain, &map);
-                    if counted_in.is_none() {
+                    if counted_in.is_none()
+                        && let Some(unlogged) = self.app.quota().unmapped.pass()
+                    {
                         tracing::warn!(
                             domain = %self.domain,
-                            bucket = ?map,
-                            "RLQS bucket id matches no [[rlqs.bucket]] rule and names no `policy` and `key`: not answered"
+                            bucket = %shown(&map),
+                            unlogged,
+                            "RLQS bucket id matches no [[rlqs.bucket]] rule and names no `policy` and `key`: not answered (logged at most once a minute; see weir_rlqs_unmapped_buckets_total)"
                         );
                     }
                     let mut demand = Demand::default();
@@ -276,6 +293,21 @@ impl QuotaStream {
             })),
         })
     }
+}
+
+/// A bucket id for a log line, cut short: a client chooses its size.
+fn shown(id: &BTreeMap<String, String>) -> String {
+    const AT_MOST: usize = 200;
+    let mut shown = format!("{id:?}");
+    if shown.len() > AT_MOST {
+        let cut = (0..=AT_MOST)
+            .rev()
+            .find(|&at| shown.is_char_boundary(at))
+            .unwrap_or(0);
+        shown.truncate(cut);
+        shown.push('…');
+    }
+    shown
 }
 
 /// A bucket id's entries in one order: what identifies it in the stream.

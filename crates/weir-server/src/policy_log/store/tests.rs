@@ -46,3 +46,64 @@ fn what_was_written_is_there_after_a_reopen() {
         assert_eq!(store.read_committed().await.unwrap(), Some(committed));
     });
 }
+
+/// Opens `bytes` as `raft.redb`: it loads, or the error names the file — never a panic.
+fn opened_or_named(bytes: &[u8], what: &str) -> bool {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(super::FILE), bytes).unwrap();
+    match Store::open(dir.path()) {
+        Ok(_) => true,
+        Err(error) => {
+            let text = error.to_string();
+            assert!(
+                text.contains(super::FILE),
+                "{what}: the error names the file: {text}"
+            );
+            false
+        }
+    }
+}
+
+#[test]
+fn a_damaged_log_is_refused_by_name_never_a_panic_or_a_fresh_start() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = Store::open(dir.path()).unwrap();
+        for i in 0..200u32 {
+            store.write(&format!("record-{i}"), &vec![i; 40]).unwrap();
+        }
+    }
+    let whole = std::fs::read(dir.path().join(super::FILE)).unwrap();
+    assert!(opened_or_named(&whole, "whole"));
+    assert!(
+        !opened_or_named(&[], "empty"),
+        "0 bytes is damage, not a new log"
+    );
+    let mut cuts: Vec<usize> = (1..whole.len()).step_by(4096).collect();
+    cuts.extend([1, 511, 4096, whole.len() / 2, whole.len() - 1]);
+    for cut in cuts {
+        opened_or_named(&whole[..cut], &format!("cut to {cut} bytes"));
+    }
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..40 {
+        let mut bytes = whole.clone();
+        let len = 1 + (random() as usize % 8192).min(bytes.len() - 1);
+        let from = match round % 2 {
+            0 => bytes.len() - len,
+            _ => random() as usize % (bytes.len() - len),
+        };
+        for byte in &mut bytes[from..from + len] {
+            *byte = random() as u8;
+        }
+        opened_or_named(
+            &bytes,
+            &format!("round {round}: {len} random bytes at {from}"),
+        );
+    }
+}

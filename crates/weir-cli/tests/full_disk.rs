@@ -1,0 +1,179 @@
+//! A member whose data dir fills up, on a real disk that fills: a 4 MiB tmpfs mounted for the
+//! test (as root; CI runs as root and sets `WEIR_REQUIRE_TMPFS`, so there it fails rather than
+//! skips). Its part of the cluster's policy log stops on "no space left on device"; it must say
+//! so (`/readyz`, `/metrics`), never acknowledge a change it has not applied, and run again on
+//! its own once the disk has room.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::json;
+use support::{Server, eventually};
+
+const CONFIG: &str = r#"
+[[policy]]
+name = "seed"
+on_exhausted = "reject"
+token_bucket = { rate = 10, burst = 10 }
+"#;
+
+const SECRET: &str = "these nodes share this secret";
+
+/// A tmpfs of `size` mounted on `at`, unmounted when dropped.
+struct Tmpfs {
+    at: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts it, or says why it could not (not root, no `mount`).
+    fn mount(at: &Path, size: &str) -> Result<Tmpfs, String> {
+        std::fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .map_err(|e| format!("running mount: {e}"))?;
+        match out.status.success() {
+            true => Ok(Tmpfs { at: at.to_owned() }),
+            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
+    }
+}
+
+/// Fills the file system of `dir` with `dir/filler` until it has no room.
+fn fill(dir: &Path) {
+    use std::io::Write;
+    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![0xa5u8; 64 << 10];
+    while filler.write_all(&chunk).is_ok() {}
+    let _ = filler.sync_all();
+}
+
+fn free_udp() -> String {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+fn node(data: &Path, id: &str, gossip: &str, join: Option<&str>) -> Server {
+    let mut args = vec!["--node-id", id, "--gossip", gossip];
+    if let Some(seed) = join {
+        args.extend(["--join", seed]);
+    }
+    Server::start_full(CONFIG, data, &[("WEIR_CLUSTER_SECRET", SECRET)], &args)
+}
+
+async fn ready(server: &Server) -> bool {
+    reqwest::get(server.url("/readyz"))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// `PUT /v1/policies/{name}` with a large description-like key set: its status.
+async fn put(server: &Server, name: &str) -> u16 {
+    // Kinds make the entry large: the log grows quickly on the small disk.
+    let kinds: Vec<String> = (0..200).map(|i| format!("kind-{name}-{i:04}")).collect();
+    reqwest::Client::new()
+        .put(server.url(&format!("/v1/policies/{name}")))
+        .json(&json!({"on_exhausted": "reject", "kinds": kinds, "token_bucket": {"rate": 5, "burst": 5}}))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .unwrap_or(0)
+}
+
+async fn has_policy(server: &Server, name: &str) -> bool {
+    reqwest::get(server.url(&format!("/v1/policies/{name}")))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_with_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("n3");
+    let tmpfs = match Tmpfs::mount(&small, "4m") {
+        Ok(tmpfs) => tmpfs,
+        Err(why) if std::env::var_os("WEIR_REQUIRE_TMPFS").is_none() => {
+            eprintln!("skipped: no tmpfs could be mounted ({why})");
+            return;
+        }
+        Err(why) => panic!("WEIR_REQUIRE_TMPFS is set, but no tmpfs could be mounted: {why}"),
+    };
+    let seed = free_udp();
+    let n1 = node(&dir.path().join("n1"), "n1", &seed, None);
+    let n2 = node(&dir.path().join("n2"), "n2", &free_udp(), Some(&seed));
+    let n3 = node(&small.join("data"), "n3", &free_udp(), Some(&seed));
+    eventually(Duration::from_secs(60), "three members ready", || async {
+        ready(&n1).await && ready(&n2).await && ready(&n3).await
+    })
+    .await;
+    assert_eq!(put(&n1, "before").await, 201);
+    eventually(
+        Duration::from_secs(10),
+        "n3 has the first change",
+        || async { has_policy(&n3, "before").await },
+    )
+    .await;
+
+    fill(&small);
+    // Changes through n1 until n3's log cannot keep them.
+    let mut made = 0;
+    eventually(Duration::from_secs(60), "n3 says it is not ready", || {
+        made += 1;
+        let name = format!("p{made}");
+        let (n1, n3) = (&n1, &n3);
+        async move {
+            assert_eq!(put(n1, &name).await, 201, "the majority still commits");
+            !ready(n3).await
+        }
+    })
+    .await;
+    let readyz = reqwest::get(n3.url("/readyz")).await.unwrap();
+    assert_eq!(readyz.status(), 503);
+    let why = readyz.text().await.unwrap();
+    assert!(why.contains("policy log has stopped"), "{why}");
+    assert_eq!(
+        support::counter(&n3, "weir_policy_log_running").await,
+        0,
+        "the metric says it too"
+    );
+    // A change sent to it is not acknowledged: it has not applied it, and cannot.
+    let status = put(&n3, "through-n3").await;
+    assert!(
+        status >= 500,
+        "answered {status} by a member whose log stopped"
+    );
+
+    // Room again: it starts its log again on its own and catches up.
+    std::fs::remove_file(small.join("filler")).unwrap();
+    let last = format!("p{made}");
+    eventually(
+        Duration::from_secs(60),
+        "n3 ready again, with every change",
+        || async { ready(&n3).await && has_policy(&n3, &last).await },
+    )
+    .await;
+    assert!(support::counter(&n3, "weir_policy_log_restarts_total").await >= 1);
+    assert_eq!(support::counter(&n3, "weir_policy_log_running").await, 1);
+    assert_eq!(put(&n3, "after").await, 201);
+    eventually(
+        Duration::from_secs(10),
+        "n1 has the change made through n3",
+        || async { has_policy(&n1, "after").await },
+    )
+    .await;
+    drop((n1, n2, n3));
+    drop(tmpfs);
+}

@@ -1,0 +1,181 @@
+//! Opening the data dir's redb files (`raft.redb`, `buckets.redb`) so that a damaged one stops
+//! the start with one line naming it, rather than a panic from inside the storage engine or a
+//! silent fresh start.
+//!
+//! A file can be damaged by a careless operator (truncated, copied half-way, emptied) or by a
+//! dying disk. redb checks what it can and repairs what a crash leaves, but a file cut short
+//! can make it panic on an assertion, and an empty file is to redb a new database: every quota
+//! it kept would be whole again without a word. So here a 0-byte file is damaged, a panic while
+//! opening or reading the file at start is caught and reported as damage, and another process
+//! holding the file is told apart from damage (and never answered with "move it away").
+
+use std::any::Any;
+use std::cell::Cell;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::sync::Once;
+
+/// Why a data file could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum DataFileError {
+    /// The file is damaged: empty, cut short, or not a database redb can read.
+    #[error(
+        "{path} is damaged ({detail}). Weir does not overwrite it. Restore it from a backup; or stop this node, move the file aside (e.g. to {path}.damaged) and start again: {without}"
+    )]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What was found.
+        detail: String,
+        /// What starting without it means.
+        without: &'static str,
+    },
+    /// Another process has the file open.
+    #[error(
+        "{path} is open in another process (another weir serve on the same data dir?): stop that one first, or give this node its own --data-dir"
+    )]
+    InUse {
+        /// The file.
+        path: PathBuf,
+    },
+    /// redb failed otherwise (a permission, a disk error).
+    #[error("{path}: {source}")]
+    Redb {
+        /// The file.
+        path: PathBuf,
+        /// What redb said.
+        source: Box<redb::Error>,
+    },
+}
+
+impl DataFileError {
+    /// The error for `path` from what redb said while opening it.
+    pub fn from_redb(path: &Path, error: impl Into<redb::Error>, without: &'static str) -> Self {
+        let error: redb::Error = error.into();
+        match error {
+            redb::Error::DatabaseAlreadyOpen => DataFileError::InUse {
+                path: path.to_owned(),
+            },
+            redb::Error::Corrupted(detail) => DataFileError::Damaged {
+                path: path.to_owned(),
+                detail,
+                without,
+            },
+            redb::Error::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+                DataFileError::Damaged {
+                    path: path.to_owned(),
+                    detail: io.to_string(),
+                    without,
+                }
+            }
+            other => DataFileError::Redb {
+                path: path.to_owned(),
+                source: Box::new(other),
+            },
+        }
+    }
+}
+
+/// Refuses a file that exists but is empty: to redb a new database, here a damaged one (a
+/// file this node wrote always holds at least redb's header).
+pub fn refuse_empty(path: &Path, without: &'static str) -> Result<(), DataFileError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(DataFileError::Damaged {
+            path: path.to_owned(),
+            detail: "it is empty (0 bytes)".to_owned(),
+            without,
+        }),
+        _ => Ok(()),
+    }
+}
+
+thread_local! {
+    /// Whether a panic on this thread is caught by [`unless_panics`] and reported there.
+    static CAUGHT_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `read` (opening or reading `path` at start); a panic inside it — the storage engine
+/// meeting a page it cannot read — is reported as damage to `path`, without the panic's own
+/// message and backtrace on stderr.
+pub fn unless_panics<T>(
+    path: &Path,
+    without: &'static str,
+    read: impl FnOnce() -> Result<T, DataFileError>,
+) -> Result<T, DataFileError> {
+    quiet_caught_panics();
+    let was = CAUGHT_HERE.replace(true);
+    let outcome = catch_unwind(AssertUnwindSafe(read));
+    CAUGHT_HERE.set(was);
+    outcome.unwrap_or_else(|panic| {
+        Err(DataFileError::Damaged {
+            path: path.to_owned(),
+            detail: format!("the storage engine could not read it: {}", message(&*panic)),
+            without,
+        })
+    })
+}
+
+/// Installs, once, a panic hook that stays silent for panics [`unless_panics`] catches and
+/// hands every other one to the hook that was there.
+fn quiet_caught_panics() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CAUGHT_HERE.get() {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// A panic's message, when it has one.
+fn message(panic: &dyn Any) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a panic without a message".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caught_panic_is_damage_to_the_file_named() {
+        let path = Path::new("/data/x.redb");
+        let error = unless_panics::<()>(path, "nothing kept", || panic!("page_manager assertion"))
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(text.starts_with("/data/x.redb is damaged"), "{text}");
+        assert!(text.contains("page_manager assertion"), "{text}");
+        assert!(text.contains("nothing kept"), "{text}");
+        // And the thread is back to reporting panics it does not catch here.
+        assert!(!CAUGHT_HERE.get());
+    }
+
+    #[test]
+    fn an_empty_file_is_damaged_not_new() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.redb");
+        assert!(refuse_empty(&path, "").is_ok(), "no file: a new one");
+        std::fs::write(&path, b"").unwrap();
+        let text = refuse_empty(&path, "").unwrap_err().to_string();
+        assert!(text.contains("empty (0 bytes)"), "{text}");
+    }
+
+    #[test]
+    fn a_file_held_by_another_process_is_not_called_damaged() {
+        let text =
+            DataFileError::from_redb(Path::new("/d/b.redb"), redb::Error::DatabaseAlreadyOpen, "")
+                .to_string();
+        assert!(text.contains("open in another process"), "{text}");
+        assert!(
+            !text.contains("move"),
+            "never suggest moving a live file: {text}"
+        );
+    }
+}

@@ -1,0 +1,187 @@
+//! Log lines that a client, an attacker or a lasting fault could otherwise repeat without end,
+//! kept to at most one a minute for each kind.
+//!
+//! A line an outsider can cause (a report naming an unknown bucket, a reset HTTP/2 stream) or
+//! that a fault repeats every second (a full disk, an unreachable voter) is worth reading once:
+//! after that, a log that scrolls hides everything else and costs disk. So each kind of such a
+//! line is *counted* every time (in a metric beside it) and *logged* at most once a minute,
+//! the logged line saying how many went unlogged since the last.
+//!
+//! [`LogGate`] does it for Weir's own lines. [`ForeignLines`] does it for the libraries under
+//! Weir (HTTP/2, Raft, gRPC), whose lines Weir does not write: each of their call sites logs at
+//! most once a minute, and what it held back is counted by library in
+//! `weir_log_lines_suppressed_total`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use tracing::Metadata;
+use tracing::callsite::Identifier;
+use tracing_subscriber::layer::{Context, Filter};
+
+/// How often one kind of line is logged at most.
+pub const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// One kind of line: counted every time it happens, logged at most once per [`LOG_EVERY`].
+#[derive(Debug)]
+pub struct LogGate {
+    last_logged: Mutex<Option<Instant>>,
+    seen: AtomicU64,
+    unlogged: AtomicU64,
+}
+
+impl Default for LogGate {
+    fn default() -> Self {
+        LogGate::new()
+    }
+}
+
+impl LogGate {
+    /// A gate that has logged nothing yet.
+    pub const fn new() -> Self {
+        LogGate {
+            last_logged: Mutex::new(None),
+            seen: AtomicU64::new(0),
+            unlogged: AtomicU64::new(0),
+        }
+    }
+
+    /// Counts one occurrence now; `Some(unlogged)` when it is to be logged, with how many
+    /// occurrences went unlogged since the last logged line.
+    pub fn pass(&self) -> Option<u64> {
+        self.pass_at(Instant::now())
+    }
+
+    /// [`pass`](Self::pass), at `now`.
+    pub fn pass_at(&self, now: Instant) -> Option<u64> {
+        self.seen.fetch_add(1, Ordering::Relaxed);
+        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| now.saturating_duration_since(at) < LOG_EVERY) {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        *last = Some(now);
+        Some(self.unlogged.swap(0, Ordering::Relaxed))
+    }
+
+    /// Occurrences counted so far, logged or not.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::Relaxed)
+    }
+}
+
+/// Lines from outside Weir's own crates held back so far, by the library that would have
+/// written them (the first part of its target: `h2`, `openraft`…).
+static SUPPRESSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+
+/// Lines held back so far, by library: what `weir_log_lines_suppressed_total` shows.
+pub fn suppressed() -> Vec<(&'static str, u64)> {
+    let suppressed = SUPPRESSED.lock().unwrap_or_else(|p| p.into_inner());
+    suppressed.iter().map(|(k, v)| (*k, *v)).collect()
+}
+
+/// A filter for a log layer: the lines of libraries under Weir pass at most once a minute for
+/// each of their call sites; Weir's own lines always pass (they are gated where written, with
+/// [`LogGate`], when an outsider can repeat them).
+#[derive(Debug, Default)]
+pub struct ForeignLines {
+    last_logged: Mutex<HashMap<Identifier, Instant>>,
+}
+
+impl ForeignLines {
+    /// A filter that has let nothing through yet.
+    pub fn new() -> Self {
+        ForeignLines::default()
+    }
+
+    /// Whether a line of `meta` may be logged at `now`; counts it if not.
+    fn passes_at(&self, meta: &'static Metadata<'static>, now: Instant) -> bool {
+        if !meta.is_event() || is_weirs(meta.target()) {
+            return true;
+        }
+        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
+        let id = meta.callsite();
+        match last.get(&id) {
+            Some(at) if now.saturating_duration_since(*at) < LOG_EVERY => {
+                drop(last);
+                let library = meta.target().split("::").next().unwrap_or("");
+                let mut suppressed = SUPPRESSED.lock().unwrap_or_else(|p| p.into_inner());
+                *suppressed.entry(library).or_default() += 1;
+                false
+            }
+            _ => {
+                // Bounded by the call sites compiled in.
+                last.insert(id, now);
+                true
+            }
+        }
+    }
+}
+
+/// Whether `target` is one of Weir's own crates'.
+fn is_weirs(target: &str) -> bool {
+    target.split("::").next().is_some_and(|krate| {
+        krate == "weir" || krate.starts_with("weir_") || krate.starts_with("weir-")
+    })
+}
+
+impl<S> Filter<S> for ForeignLines {
+    fn enabled(&self, _: &Metadata<'_>, _: &Context<'_, S>) -> bool {
+        // Whether a line passes depends on when it comes: decided per line, below.
+        true
+    }
+
+    fn event_enabled(&self, event: &tracing::Event<'_>, _: &Context<'_, S>) -> bool {
+        self.passes_at(event.metadata(), Instant::now())
+    }
+
+    fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> tracing::subscriber::Interest {
+        if meta.is_event() && !is_weirs(meta.target()) {
+            // Each line is looked at: whether it passes depends on when it comes.
+            tracing::subscriber::Interest::sometimes()
+        } else {
+            tracing::subscriber::Interest::always()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_gate_logs_the_first_then_once_a_minute_saying_how_many_it_held_back() {
+        let gate = LogGate::new();
+        let t0 = Instant::now();
+        assert_eq!(gate.pass_at(t0), Some(0));
+        for s in 1..60 {
+            assert_eq!(gate.pass_at(t0 + Duration::from_secs(s)), None, "{s} s");
+        }
+        assert_eq!(gate.pass_at(t0 + Duration::from_secs(60)), Some(59));
+        assert_eq!(gate.pass_at(t0 + Duration::from_secs(61)), None);
+        assert_eq!(gate.seen(), 62);
+    }
+
+    #[test]
+    fn weirs_own_targets_are_told_from_libraries() {
+        for ours in [
+            "weir",
+            "weir_server::policy_log",
+            "weir_cluster",
+            "weir::admission",
+        ] {
+            assert!(is_weirs(ours), "{ours}");
+        }
+        for theirs in [
+            "h2::proto::connection",
+            "openraft::core",
+            "hyper",
+            "weirdo",
+            "tonic",
+        ] {
+            assert!(!is_weirs(theirs), "{theirs}");
+        }
+    }
+}
