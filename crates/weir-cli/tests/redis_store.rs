@@ -225,6 +225,111 @@ async fn two_nodes_sharing_one_redis_share_every_bucket_and_fail_as_told() {
     );
 }
 
+/// Redis there and saying no is not Redis away: a key of another type and `maxmemory` with
+/// `noeviction` refuse by name (an exhausted quota is not failed open while Redis refuses the
+/// write); Redis gone fails open as told. Each kind is counted, logged once however often it
+/// comes, and an unreachable Redis is named in `/readyz`'s warnings.
+#[tokio::test]
+async fn redis_answers_are_refused_by_name_and_outages_follow_on_unavailable() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let mut redis = Redis::start(dir.path(), port, false).await;
+    let url = format!("url = {:?}", redis.url());
+    let weir = Server::start(&config(&url, "open"), &dir.path().join("weir"));
+    let errors = |kind: &'static str| {
+        let weir = &weir;
+        async move { counter(weir, &format!("weir_redis_errors_total{{kind=\"{kind}\"}}")).await }
+    };
+
+    // A key of another type where the bucket should be: refused, naming it, every time.
+    redis.cli(&["HSET", "weir:day\u{1f}\u{1f}typed", "field", "value"]);
+    for _ in 0..5 {
+        let (status, body) = ask(&weir, "day", "typed").await;
+        assert_eq!(status, 429, "{body}");
+        assert!(
+            body["reason"].as_str().unwrap().contains("wrong_type"),
+            "{body}"
+        );
+    }
+    assert_eq!(errors("wrong_type").await, 5);
+
+    // A damaged bucket (a time far in the future) reads as an empty one: the wait a refusal
+    // names is at most what one request takes to refill (a day / 10), and the refusal of a
+    // policy that does not wait says it is limited, not that it waited.
+    redis.cli(&[
+        "SET",
+        "weir:day\u{1f}\u{1f}damaged",
+        "9223372036854775807000",
+    ]);
+    let (status, body) = ask(&weir, "day", "damaged").await;
+    assert_eq!(status, 429, "{body}");
+    let retry = body["retry_after_ms"].as_u64().unwrap();
+    assert!(retry <= 8_640_000, "{body}");
+    assert!(
+        !body["reason"].as_str().unwrap().contains("waiting"),
+        "{body}"
+    );
+
+    // A day's quota spent, then Redis out of memory (`maxmemory` with `noeviction`).
+    assert_eq!(admitted(&[&weir], "day", "spent", 10).await.0, 10);
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    redis.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    // The spent key is refused (its script writes nothing); an admission would write, and
+    // Redis refuses the write: refused by name, where it used to fail open.
+    assert_eq!(ask(&weir, "day", "spent").await.0, 429);
+    for _ in 0..5 {
+        let (status, body) = ask(&weir, "day", "fresh").await;
+        assert_eq!(status, 429, "{body}");
+        assert!(
+            body["reason"].as_str().unwrap().contains("out_of_memory"),
+            "{body}"
+        );
+    }
+    assert_eq!(errors("out_of_memory").await, 5);
+    assert_eq!(
+        counter(&weir, "weir_redis_decisions_total{outcome=\"fail_open\"}").await,
+        0
+    );
+    let ready: Value = reqwest::get(weir.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        ready.get("warnings").is_none(),
+        "Redis is reachable: {ready}"
+    );
+
+    // Redis gone: an outage, decided by `on_unavailable`, and said in `/readyz`.
+    redis.kill();
+    assert_eq!(
+        admitted(&[&weir], "day", "other", 20).await,
+        (20, vec!["fail_open".to_owned()])
+    );
+    assert!(errors("connection").await + errors("timeout").await >= 20);
+    let ready = reqwest::get(weir.url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 200, "a fail-open node still serves");
+    let ready: Value = ready.json().await.unwrap();
+    assert!(
+        ready["warnings"][0].as_str().unwrap().contains("Redis"),
+        "{ready}"
+    );
+
+    weir.signal("TERM");
+    let (_, stderr) = weir.wait();
+    for kind in ["wrong_type", "out_of_memory"] {
+        let lines = stderr
+            .lines()
+            .filter(|l| l.contains("Redis could not decide") && l.contains(kind))
+            .count();
+        assert_eq!(lines, 1, "{kind} logged once:\n{stderr}");
+    }
+}
+
 #[tokio::test]
 async fn envoy_rules_kept_in_redis_count_once_for_every_node() {
     if !redis_available() {

@@ -132,6 +132,7 @@ impl App {
             (config.mode == Mode::Monitor, max_wait)
         });
         let started = Instant::now();
+        let mut slept = false;
         loop {
             let answer = self
                 .ask_redis(policy, input.kind.as_deref(), &input.key, cost)
@@ -182,7 +183,9 @@ impl App {
             if waited + decision.retry_after > max_wait || decision.retry_after.is_zero() {
                 let rejection = Rejection {
                     policy: policy.name().to_owned(),
-                    reason: match waited.is_zero() {
+                    // A request that has not slept was refused at once, however long the
+                    // round trip to Redis took.
+                    reason: match !slept {
                         true => RejectReason::Limited {
                             retry_after: decision.retry_after,
                         },
@@ -195,6 +198,7 @@ impl App {
                     limit,
                 }));
             }
+            slept = true;
             tokio::select! {
                 () = tokio::time::sleep(decision.retry_after) => {}
                 () = self.shutting_down() => return Some(Err(ApiError::shutting_down())),

@@ -5,7 +5,9 @@
 //!
 //! Time is Redis's own (`TIME`, in microseconds): every node sharing the Redis decides on one
 //! clock, whatever its own says. A bucket is one string, its theoretical arrival time, written
-//! with a time to live of when it is whole again; a window is a hash of its number and its
+//! with a time to live of when it is whole again (one that is not a number, or later than an
+//! empty bucket's, is damaged and read as an empty bucket: a refusal never says to wait longer
+//! than the bucket takes to refill); a window is a hash of its number and its
 //! count, living until the window ends. The reply is four integers: admitted (1 or 0), what
 //! remains, microseconds until the bucket is whole again (the window ends), and microseconds
 //! until a refused request could go (0 when admitted).
@@ -19,9 +21,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if ARGV[1] == 'g' then
   local interval, tolerance, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  local tat = tonumber(redis.call('GET', KEYS[1]))
-  if not tat then tat = now + tonumber(ARGV[5]) end
+  local stored = redis.call('GET', KEYS[1])
+  local tat
+  if not stored then tat = now + tonumber(ARGV[5]) else tat = tonumber(stored) or now + tolerance end
   if tat < now then tat = now end
+  if tat > now + tolerance then tat = now + tolerance end
   local new_tat = tat + interval * cost
   local allow_at = new_tat - tolerance
   if allow_at > now then
