@@ -114,6 +114,74 @@ async fn without_an_admin_token_state_changes_need_a_loopback_or_listed_host() {
     }
 }
 
+/// The status line of `head` (a whole request head, sent as it is over a new connection).
+async fn raw(server: &Server, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = server.http.trim_start_matches("http://");
+    let mut tcp = tokio::net::TcpStream::connect(address).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0; 1024];
+    let n = tcp.read(&mut answer).await.unwrap();
+    String::from_utf8_lossy(&answer[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A state change whose `Host` is given twice, is not a host and port, or is missing from an
+/// HTTP/1.1 request is a 400, as HTTP's own servers answer: the host check sees the one host
+/// the client named, never the first of several or the start of a longer value. A name with a
+/// trailing dot is the name: a listed `weir.internal` takes `weir.internal.`.
+#[tokio::test]
+async fn a_state_change_with_a_doubtful_host_is_a_400() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!("[server]\nallowed_hosts = [\"weir.internal\"]\n{CONFIG}");
+    let server = Server::start(&config, &dir.path().join("data"));
+    let body = r#"{"policy":"api","key":"k"}"#;
+    let post = |hosts: &[&str], version: &str| {
+        let mut head = format!("POST /v1/acquire HTTP/{version}\r\n");
+        for host in hosts {
+            head.push_str(&format!("Host: {host}\r\n"));
+        }
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ));
+        head
+    };
+    for (hosts, why) in [
+        (&["localhost", "evil.example"][..], "two Host headers"),
+        (
+            &["localhost:21580 evil"][..],
+            "a Host that is not a host and port",
+        ),
+        (&[][..], "no Host in HTTP/1.1"),
+    ] {
+        let status = raw(&server, &post(hosts, "1.1")).await;
+        assert!(status.contains(" 400 "), "{why}: {status}");
+    }
+    assert!(
+        raw(&server, &post(&["localhost"], "1.1"))
+            .await
+            .contains(" 200 ")
+    );
+    assert!(
+        raw(&server, &post(&[], "1.0")).await.contains(" 200 "),
+        "HTTP/1.0 may omit it"
+    );
+    let (status, answer) = send(
+        &server,
+        reqwest::Method::POST,
+        "/v1/acquire",
+        "weir.internal.",
+        None,
+        Some(acquire()),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{answer}");
+}
+
 /// With an admin token, the token is the check: any host with it may change policies.
 #[tokio::test]
 async fn with_an_admin_token_the_token_decides_whatever_the_host() {

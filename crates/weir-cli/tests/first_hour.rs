@@ -48,6 +48,20 @@ fn a_second_node_on_a_running_nodes_data_dir_refuses_to_start_and_names_it() {
             && stderr.contains("--data-dir"),
         "{stderr}"
     );
+    // Deleting the `lock` file does not free the dir: the lock is on the dir itself.
+    std::fs::remove_file(data.join("lock")).unwrap();
+    let third = weir()
+        .args(["serve", "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!third.status.success());
+    let stderr = String::from_utf8_lossy(&third.stderr);
+    assert!(
+        stderr.contains("is in use by another weir serve"),
+        "{stderr}"
+    );
     // The first one is untouched, and once it has stopped the dir is free again.
     first.signal("TERM");
     assert!(first.wait().0.success());

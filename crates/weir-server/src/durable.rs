@@ -141,28 +141,27 @@ pub fn load(dir: &Path) -> Result<Overlay, DurableError> {
 /// The lock on a data dir, held for as long as this lives (see the [module docs](self)).
 #[derive(Debug)]
 pub struct DataDirLock {
+    _dir: File,
     _file: File,
 }
 
 /// Takes the lock on `dir` (creating `dir` if needed) and writes `holder` (who this process
 /// is: its pid, node and address) into the lock file; refuses if another process holds it,
 /// naming what that one wrote.
+///
+/// The lock is taken on the directory itself: an operator may delete a file named `lock`,
+/// but not the directory a running node has open, so a second process can never run on the
+/// same data dir. The `lock` file only says who holds it.
 pub fn lock(dir: &Path, holder: &str) -> Result<DataDirLock, DurableError> {
     fs::create_dir_all(dir).map_err(io_error(dir))?;
+    let directory = File::open(dir).map_err(io_error(dir))?;
     let path = dir.join(LOCK);
-    let mut file = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(io_error(&path))?;
-    match file.try_lock() {
+    match directory.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => {
             let written = fs::read_to_string(&path).unwrap_or_default();
             let holder = match written.trim() {
-                "" => "it did not say who it is".to_owned(),
+                "" => "it did not say who it is: its `lock` file is empty or gone".to_owned(),
                 said => said.to_owned(),
             };
             return Err(DurableError::Locked {
@@ -170,13 +169,21 @@ pub fn lock(dir: &Path, holder: &str) -> Result<DataDirLock, DurableError> {
                 holder,
             });
         }
-        Err(fs::TryLockError::Error(error)) => return Err(io_error(&path)(error)),
+        Err(fs::TryLockError::Error(error)) => return Err(io_error(dir)(error)),
     }
-    file.set_len(0)
-        .and_then(|()| file.write_all(holder.as_bytes()))
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)
+        .map_err(io_error(&path))?;
+    file.write_all(holder.as_bytes())
         .and_then(|()| file.write_all(b"\n"))
         .map_err(io_error(&path))?;
-    Ok(DataDirLock { _file: file })
+    Ok(DataDirLock {
+        _dir: directory,
+        _file: file,
+    })
 }
 
 /// Checks that changes can be written to `dir`, the way [`store`] writes them (a temporary

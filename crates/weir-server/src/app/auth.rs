@@ -132,17 +132,6 @@ fn bearer(authorization: Option<&str>) -> Option<&str> {
         .map(|(_, token)| token.trim_start())
 }
 
-/// The host part of a `Host` value: `name`, `name:port`, `[v6]` or `[v6]:port`.
-fn host_name(host: &str) -> &str {
-    if let Some(rest) = host.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
-    }
-}
-
 /// Whether `host` names this machine's loopback: `localhost` (and names under it, RFC 6761),
 /// or a loopback address.
 fn is_loopback_host(host: &str) -> bool {
@@ -154,7 +143,7 @@ fn is_loopback_host(host: &str) -> bool {
             return true;
         }
     }
-    let name = host_name(host).trim_end_matches('.').as_bytes();
+    let name = split_port(host).0.trim_end_matches('.').as_bytes();
     const SUFFIX: &[u8] = b".localhost";
     name.eq_ignore_ascii_case(b"localhost")
         || (name.len() > SUFFIX.len()
@@ -168,8 +157,28 @@ fn is_loopback_host(host: &str) -> bool {
 /// Whether `host` is the operator's `allowed` entry: the same `host:port`, or, for an entry
 /// without a port, the same name on any port (names compared without case).
 fn host_matches(allowed: &str, host: &str) -> bool {
-    allowed.eq_ignore_ascii_case(host)
-        || (host_name(allowed) == allowed && host_name(host).eq_ignore_ascii_case(allowed))
+    let (allowed_name, allowed_port) = split_port(allowed);
+    let (name, port) = split_port(host);
+    // A name with a trailing dot (fully qualified) is the same name, as for `localhost.`.
+    (allowed_port.is_none() || allowed_port == port)
+        && without_root(allowed_name).eq_ignore_ascii_case(without_root(name))
+}
+
+/// A name without the trailing dot of its fully qualified form.
+fn without_root(name: &str) -> &str {
+    name.strip_suffix('.').unwrap_or(name)
+}
+
+/// A `Host` value's name and port, if it has one: `name`, `name:port`, `[v6]` or `[v6]:port`.
+fn split_port(host: &str) -> (&str, Option<&str>) {
+    if let Some(rest) = host.strip_prefix('[') {
+        let (name, after) = rest.split_once(']').unwrap_or((rest, ""));
+        return (name, after.strip_prefix(':'));
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => (name, Some(port)),
+        _ => (host, None),
+    }
 }
 
 /// Compares without an early exit, so the time taken says nothing about the token.
@@ -219,6 +228,11 @@ mod tests {
         assert!(host_matches("weir.internal:8080", "weir.internal:8080"));
         assert!(!host_matches("weir.internal:8080", "weir.internal:9090"));
         assert!(!host_matches("weir.internal", "weir.internal.evil.example"));
+        // The fully qualified form (a trailing dot) is the same name, either way round.
+        assert!(host_matches("svc", "svc."));
+        assert!(host_matches("svc.", "svc:8080"));
+        assert!(host_matches("[::2]", "[::2]:80"));
+        assert!(!host_matches("[::2]:81", "[::2]:80"));
     }
 
     #[test]

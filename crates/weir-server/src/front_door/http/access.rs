@@ -26,7 +26,7 @@ impl FromRequestParts<Arc<App>> for Admin {
     ) -> Result<Self, Self::Rejection> {
         app.check_admin(
             header_str(&parts.headers, header::AUTHORIZATION),
-            host_of(parts),
+            host_of(parts)?,
         )?;
         Ok(Admin)
     }
@@ -46,17 +46,95 @@ impl FromRequestParts<Arc<App>> for DataPlane {
     ) -> Result<Self, Self::Rejection> {
         app.check_data(
             header_str(&parts.headers, header::AUTHORIZATION),
-            host_of(parts),
+            host_of(parts)?,
         )?;
         Ok(DataPlane)
     }
 }
 
-/// The host a request was sent to: HTTP/2's authority, or HTTP/1's `Host` header.
-pub(super) fn host_of(parts: &axum::http::request::Parts) -> Option<&str> {
-    parts
-        .uri
-        .authority()
-        .map(|authority| authority.as_str())
-        .or_else(|| header_str(&parts.headers, header::HOST))
+/// The host a request was sent to: HTTP/2's authority, or HTTP/1's `Host` header — refused
+/// (400) as HTTP's own servers refuse it when it is given twice, is not a host and port, or
+/// is missing from an HTTP/1.1 request (RFC 9112, 3.2): the host check must see the one host
+/// the client named, not the first of several or a prefix of a longer value.
+pub(super) fn host_of(parts: &axum::http::request::Parts) -> Result<Option<&str>, ApiError> {
+    if let Some(authority) = parts.uri.authority() {
+        return Ok(Some(authority.as_str()));
+    }
+    let mut hosts = parts.headers.get_all(header::HOST).iter();
+    let Some(host) = hosts.next() else {
+        return match parts.version >= axum::http::Version::HTTP_11 {
+            true => Err(ApiError::invalid(
+                "an HTTP/1.1 request must have a `Host` header",
+            )),
+            false => Ok(None),
+        };
+    };
+    if hosts.next().is_some() {
+        return Err(ApiError::invalid(
+            "the request has more than one `Host` header",
+        ));
+    }
+    let host = host
+        .to_str()
+        .ok()
+        .filter(|host| is_host_and_port(host))
+        .ok_or_else(|| ApiError::invalid("the `Host` header is not a host and port"))?;
+    Ok(Some(host))
+}
+
+/// Whether `host` is a URI's host with an optional port: no user, no path, no spaces.
+fn is_host_and_port(host: &str) -> bool {
+    !host.is_empty()
+        && !host.contains('@')
+        && host
+            .parse::<axum::http::uri::Authority>()
+            .is_ok_and(|authority| authority.as_str() == host)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(version: axum::http::Version, hosts: &[&str]) -> axum::http::request::Parts {
+        let mut request = axum::http::Request::builder()
+            .uri("/v1/acquire")
+            .version(version);
+        for host in hosts {
+            request = request.header(header::HOST, *host);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn one_well_formed_host_is_taken_and_anything_else_is_a_400() {
+        use axum::http::Version;
+        let host = |version, hosts: &[&str]| {
+            host_of(&parts(version, hosts))
+                .map(|h| h.map(str::to_owned))
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(
+            host(Version::HTTP_11, &["localhost:8080"]),
+            Ok(Some("localhost:8080".into()))
+        );
+        assert_eq!(
+            host(Version::HTTP_11, &["[::1]:80"]),
+            Ok(Some("[::1]:80".into()))
+        );
+        assert_eq!(
+            host(Version::HTTP_10, &[]),
+            Ok(None),
+            "HTTP/1.0 may send none"
+        );
+        for (version, hosts) in [
+            (Version::HTTP_11, &[][..]),
+            (Version::HTTP_11, &["localhost", "evil.example"][..]),
+            (Version::HTTP_11, &["localhost:21580 evil"][..]),
+            (Version::HTTP_11, &["user@localhost"][..]),
+            (Version::HTTP_11, &["localhost/path"][..]),
+            (Version::HTTP_11, &[""][..]),
+        ] {
+            assert!(host(version, hosts).is_err(), "{hosts:?} is refused");
+        }
+    }
 }
