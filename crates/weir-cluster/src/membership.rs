@@ -131,9 +131,28 @@ const KEY_GRPC: &str = "grpc";
 const KEY_PROTOCOL: &str = "protocol";
 const KEY_OWNER: &str = "owner";
 const KEY_PROOF: &str = "proof";
-/// The version of the policies a member runs: no part of its membership (see
-/// [`GossipMembership::advertise_config`]).
-const KEY_CONFIG: &str = "config";
+
+/// What a member advertises beside its place in the ring, for the others to compare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advertised {
+    /// The version of the policies it runs (a digest of every policy's config).
+    ConfigVersion,
+    /// The identity of the policy log its data dir holds.
+    PolicyLog,
+    /// What it can run that not every member may (`redis`: it has a `[redis]` store).
+    Abilities,
+}
+
+impl Advertised {
+    /// Its key in gossip.
+    fn key(self) -> &'static str {
+        match self {
+            Advertised::ConfigVersion => "config",
+            Advertised::PolicyLog => "policy_log",
+            Advertised::Abilities => "abilities",
+        }
+    }
+}
 
 impl GossipMembership {
     /// Starts gossiping over UDP and joins through `settings.seeds`.
@@ -280,19 +299,19 @@ impl GossipMembership {
         state.set(KEY_OWNER, owner);
     }
 
-    /// Advertises the version of the policies this node runs, for the members to compare
-    /// (`/v1/cluster` names a member whose version differs). It is not part of the member's
-    /// advertisement: a new version changes no ring.
-    pub async fn advertise_config(&self, version: &str) {
+    /// Advertises `value` under `key` (one of [`Advertised`]), for the members to compare:
+    /// not part of the member's advertisement (the proof covers only what places it in the
+    /// ring), so a new value changes no ring.
+    pub async fn advertise(&self, key: Advertised, value: &str) {
         let chitchat = self.handle.chitchat();
         let mut chitchat = chitchat.lock().await;
-        if chitchat.self_node_state().get(KEY_CONFIG) != Some(version) {
-            chitchat.self_node_state().set(KEY_CONFIG, version);
+        if chitchat.self_node_state().get(key.key()) != Some(value) {
+            chitchat.self_node_state().set(key.key(), value);
         }
     }
 
-    /// The config version each live member advertises (one that has not yet is left out).
-    pub async fn config_versions(&self) -> Vec<(String, String)> {
+    /// What each live member advertises under `key` (one that has not yet is left out).
+    pub async fn advertised(&self, key: Advertised) -> Vec<(String, String)> {
         let chitchat = self.handle.chitchat();
         let chitchat = chitchat.lock().await;
         chitchat
@@ -300,7 +319,7 @@ impl GossipMembership {
             .filter_map(|id| {
                 let state = chitchat.node_state(id)?;
                 match admitted(id, state, &self.cluster_id, self.secret.as_ref()) {
-                    Admitted::Member(info) => Some((info.id, state.get(KEY_CONFIG)?.to_owned())),
+                    Admitted::Member(info) => Some((info.id, state.get(key.key())?.to_owned())),
                     _ => None,
                 }
             })

@@ -164,6 +164,52 @@ mod tests {
         assert_eq!(gate.seen(), 62);
     }
 
+    /// A writer that keeps what a log layer writes.
+    #[derive(Clone, Default)]
+    struct Kept(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Kept {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_librarys_line_repeated_is_written_once_and_the_rest_counted() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::{Layer as _, fmt};
+        let kept = Kept::default();
+        let writer = kept.clone();
+        let layer = fmt::layer()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_filter(ForeignLines::new());
+        let before = suppressed()
+            .into_iter()
+            .find(|(source, _)| *source == "h2")
+            .map_or(0, |(_, n)| n);
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            for _ in 0..1000 {
+                tracing::warn!(target: "h2::proto::streams", "locally-reset streams reached limit");
+            }
+            for _ in 0..3 {
+                tracing::warn!(target: "weir_server::connections", "a line of Weir's own");
+            }
+        });
+        let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
+        assert_eq!(text.matches("locally-reset streams").count(), 1, "{text}");
+        assert_eq!(text.matches("a line of Weir's own").count(), 3, "{text}");
+        let after = suppressed()
+            .into_iter()
+            .find(|(source, _)| *source == "h2")
+            .map_or(0, |(_, n)| n);
+        assert_eq!(after - before, 999);
+    }
+
     #[test]
     fn weirs_own_targets_are_told_from_libraries() {
         for ours in [

@@ -545,7 +545,23 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         None => println!("listening http={http_addr} grpc={grpc_addr}"),
     }
 
-    termination.recv().await;
+    let refused = async {
+        match &cluster {
+            Some(cluster) => cluster.refused().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = termination.recv() => {}
+        why = refused => {
+            // Never ready, never joined: nothing to hand over or to keep.
+            app.set_ready(false);
+            if let Some(cluster) = &cluster {
+                cluster.stop().await;
+            }
+            anyhow::bail!(why);
+        }
+    }
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
     app.set_ready(false);
     // A join still awaited must not say SERVING after the drain has begun: stopped, and

@@ -467,8 +467,8 @@ impl App {
         crate::etag::version_of(&self.policies)
     }
 
-    /// In cluster mode, advertises this node's config version and reads the members', every
-    /// `every`, until the process ends.
+    /// In cluster mode, advertises this node's config version and its policy log's identity
+    /// and reads the members', every `every`, until the process ends.
     pub async fn share_config_version(self: Arc<Self>, every: Duration) {
         let Some(cluster) = self.cluster.clone() else {
             return;
@@ -478,6 +478,7 @@ impl App {
         loop {
             ticks.tick().await;
             cluster.share_config_version(self.config_version()).await;
+            cluster.share_log_identity().await;
         }
     }
 }

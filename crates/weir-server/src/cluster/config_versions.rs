@@ -5,6 +5,8 @@
 
 use std::collections::BTreeMap;
 
+use weir_cluster::membership::Advertised;
+
 use super::ClusterMode;
 
 /// This node's config version and the members', as last shared.
@@ -34,8 +36,12 @@ impl ClusterMode {
     pub async fn share_config_version(&self, mine: String) {
         let members = match self.gossip.lock().await.as_ref() {
             Some(gossip) => {
-                gossip.advertise_config(&mine).await;
-                gossip.config_versions().await.into_iter().collect()
+                gossip.advertise(Advertised::ConfigVersion, &mine).await;
+                gossip
+                    .advertised(Advertised::ConfigVersion)
+                    .await
+                    .into_iter()
+                    .collect()
             }
             None => return,
         };

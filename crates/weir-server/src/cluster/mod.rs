@@ -105,6 +105,8 @@ pub struct ClusterMode {
     seed: Mutex<Option<crate::durable::Overlay>>,
     /// This node has caught up with the policy log (or given up waiting).
     caught_up: watch::Sender<bool>,
+    /// Why this member must not run in this cluster, once found (see `policies.rs`).
+    refused: watch::Sender<Option<String>>,
     /// Where this node keeps its state (the clean-stop mark among it).
     data_dir: std::path::PathBuf,
     /// Some member has not answered this node's census of its ring yet: buckets the ring just
@@ -265,6 +267,7 @@ impl ClusterMode {
             policy_log,
             seed: Mutex::new(Some(seed)),
             caught_up: watch::channel(false).0,
+            refused: watch::channel(None).0,
             data_dir: data_dir.to_owned(),
             handovers_pending: std::sync::atomic::AtomicBool::new(true),
         }))

@@ -11,9 +11,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use weir_cluster::membership::Advertised;
+
 use super::{ClusterMode, PROTOCOL};
 use crate::durable::Overlay;
 use crate::policy_log::PolicyLog;
+use crate::policy_log::identity;
 use crate::policy_log::service::GuardedPolicyLog;
 
 /// How long a node waits to catch up with the policy log before it serves without.
@@ -33,6 +36,43 @@ impl ClusterMode {
                 .map(weir_cluster::secret::ClusterSecret::require)
                 .unwrap_or_default(),
         )
+    }
+
+    /// Advertises which cluster's policy log this member holds, and stops this member (see
+    /// [`refused`](Self::refused)) if others advertise one and none advertises its own: its
+    /// data dir was copied or restored from another cluster (see `policy_log::identity`).
+    pub async fn share_log_identity(&self) {
+        let Some(ours) = self.policy_log.identity() else {
+            return;
+        };
+        let others = match self.gossip.lock().await.as_ref() {
+            Some(gossip) => {
+                gossip.advertise(Advertised::PolicyLog, &ours).await;
+                gossip.advertised(Advertised::PolicyLog).await
+            }
+            None => return,
+        };
+        let others = others
+            .iter()
+            .filter(|(id, _)| *id != self.node_id)
+            .map(|(_, log)| log.as_str());
+        if let Some(theirs) = identity::foreign_among(&ours, others) {
+            self.refused.send_replace(Some(format!(
+                "the data dir {} holds the policy log of another cluster (its log is {ours}; the members of this one run {theirs}): it was copied or restored from elsewhere, and joining would keep that cluster's policies here for good. Start this node on an empty data dir (or move {} aside) to join this cluster as a new member, or start it with the cluster it belongs to",
+                self.data_dir.display(),
+                crate::policy_log::store::FILE,
+            )));
+        }
+    }
+
+    /// Resolves, with why, once this member must not run in this cluster (its data dir holds
+    /// another cluster's log); never otherwise.
+    pub async fn refused(&self) -> String {
+        let mut refused = self.refused.subscribe();
+        match refused.wait_for(Option::is_some).await {
+            Ok(why) => why.clone().unwrap_or_default(),
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Whether this node has caught up with the policy log (or given up waiting).

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 use weir_cluster::membership::NodeInfo;
 
 use super::change::Change;
+use super::identity;
 use super::network::call;
 use super::{PolicyLog, id_of};
 use crate::durable::Overlay;
@@ -101,6 +102,10 @@ impl PolicyLog {
         if let Err(error) = self.raft().initialize(BTreeMap::from([(id, node)])).await {
             tracing::warn!(%error, "could not start the cluster's policy log");
             return;
+        }
+        // A new log: a new identity, which every member that joins it takes from its leader.
+        if let Err(error) = self.keep_identity(identity::mint()) {
+            tracing::warn!(%error, "could not keep the policy log's identity");
         }
         tracing::info!("started the cluster's policy log");
         let led = self

@@ -6,9 +6,11 @@
 //! Raft itself is openraft's; Weir brings the log's storage ([`store`], in the data dir), the
 //! state machine ([`machine`]: the API's overlay), the calls between members ([`network`],
 //! [`service`]) and who is a member ([`members`]: gossip's live members, added and removed by
-//! the leader). See `docs/guarantees.md` for what it gives and what a partition does.
+//! the leader) and which cluster it belongs to ([`identity`]). See `docs/guarantees.md` for
+//! what it gives and what a partition does.
 
 pub mod change;
+pub mod identity;
 pub mod machine;
 pub mod members;
 pub mod network;
@@ -32,6 +34,7 @@ use network::{Connect, Peers, call};
 use store::Store;
 
 use crate::log_gate::LogGate;
+use identity::{Identity, Verdict};
 
 openraft::declare_raft_types!(
     /// The policy log's Raft types: its entries carry [`Change`]s and answer [`Outcome`]s.
@@ -147,6 +150,12 @@ pub struct PolicyLog {
     restarts: AtomicU64,
     /// Failed restarts, logged once a minute.
     failed_restarts: LogGate,
+    /// The store, to keep the log's identity in (none while the core is started again).
+    store: RwLock<Option<Store>>,
+    /// Which cluster's log this is.
+    identity: Arc<Identity>,
+    /// Calls refused as another cluster's, logged once a minute.
+    foreign_calls: LogGate,
     /// Changes made through this member: committed, and refused for want of a majority.
     committed_here: AtomicU64,
     refused_here: AtomicU64,
@@ -183,12 +192,16 @@ impl PolicyLog {
         let machine = Machine::open(store.clone())?;
         let applied = machine.applied();
         let published = machine.publisher();
-        let peers = Peers::new(connect, token);
+        let identity = Arc::new(Identity::new(store.read(identity::RECORD)?));
+        let peers = Peers::new(connect, token, Arc::clone(&identity));
         let id = id_of(node_id);
-        let raft = Raft::new(id, raft_config()?, peers.clone(), store, machine)
+        let raft = Raft::new(id, raft_config()?, peers.clone(), store.clone(), machine)
             .await
             .map_err(|e| StartError::Raft(e.to_string()))?;
         let log = Arc::new(PolicyLog {
+            store: RwLock::new(Some(store)),
+            identity,
+            foreign_calls: LogGate::new(),
             raft: RwLock::new(raft),
             dir: dir.to_owned(),
             published,
@@ -259,13 +272,63 @@ impl PolicyLog {
         let old = self.raft();
         let _ = old.shutdown().await;
         drop(old);
+        // Every handle on the database closed, so that it can be opened again.
+        self.store.write().unwrap_or_else(|p| p.into_inner()).take();
         let store = Store::open(&self.dir)?;
         let machine = Machine::reopen(store.clone(), Arc::clone(&self.published))?;
-        let raft = Raft::new(self.id, raft_config()?, self.peers.clone(), store, machine)
-            .await
-            .map_err(|e| StartError::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            self.id,
+            raft_config()?,
+            self.peers.clone(),
+            store.clone(),
+            machine,
+        )
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
         *self.raft.write().unwrap_or_else(|p| p.into_inner()) = raft;
+        *self.store.write().unwrap_or_else(|p| p.into_inner()) = Some(store);
         Ok(())
+    }
+
+    /// Which cluster's log this member holds, once known.
+    pub fn identity(&self) -> Option<String> {
+        self.identity.get()
+    }
+
+    /// Keeps `id` as this log's identity: durably first, then in memory.
+    fn keep_identity(&self, id: String) -> Result<(), StartError> {
+        let store = self.store.read().unwrap_or_else(|p| p.into_inner());
+        let store = store
+            .as_ref()
+            .ok_or_else(|| StartError::Raft("the policy log is being started again".into()))?;
+        store.write(identity::RECORD, &id)?;
+        self.identity.set(id);
+        Ok(())
+    }
+
+    /// Judges a call from another member carrying `theirs`: refused if it comes from another
+    /// cluster's log; an identity this member lacks is taken from a call of its leader
+    /// (`from_leader`: an append or a snapshot).
+    fn admit_call(&self, theirs: Option<&str>, from_leader: bool) -> Result<(), String> {
+        match identity::judge(self.identity().as_deref(), theirs) {
+            Verdict::Same => Ok(()),
+            Verdict::Take(id) if from_leader => {
+                if let Err(error) = self.keep_identity(id) {
+                    tracing::warn!(%error, "could not keep the policy log's identity");
+                }
+                Ok(())
+            }
+            Verdict::Take(_) => Ok(()),
+            Verdict::Foreign { ours, theirs } => {
+                let why = format!(
+                    "the caller's policy log is another cluster's (this member's is {ours}, the caller's {theirs}): one of the two data dirs was copied or restored from elsewhere; the member whose log no other member shares stops"
+                );
+                if let Some(unlogged) = self.foreign_calls.pass() {
+                    tracing::error!(unlogged, "refused a policy log call: {why}");
+                }
+                Err(why)
+            }
+        }
     }
 
     /// Why this member's log core has stopped, while it has (it is being started again).

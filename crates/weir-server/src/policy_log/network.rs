@@ -1,7 +1,7 @@
 //! The policy log's calls to other members: Raft's messages, and a change or a read barrier
 //! sent to the leader, each over the members' gRPC port as the JSON form of the message.
 //!
-//! Calls carry the cluster's token and go over TLS when the cluster's calls do (the channel
+//! Calls carry the cluster's token and the log's identity (see [`super::identity`]), and go over TLS when the cluster's calls do (the channel
 //! comes from the same connector as the owner calls'). A member's error crosses as Raft's
 //! `Fatal` (the only error of an append or a vote: their API error cannot happen).
 
@@ -27,6 +27,7 @@ use weir_cluster::grpc::proto::policy_log_client::PolicyLogClient;
 use weir_cluster::secret::AttachToken;
 
 use super::PolicyRaft;
+use super::identity::{self, Identity};
 
 /// How a member's channel is opened: lazily, over TLS when the cluster's calls are.
 pub type Connect = Arc<dyn Fn(&str) -> Option<Channel> + Send + Sync>;
@@ -72,15 +73,17 @@ pub enum CallError {
 pub struct Peers {
     connect: Connect,
     token: AttachToken,
+    identity: Arc<Identity>,
     channels: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
 impl Peers {
-    /// Peers reached through `connect`, calls carrying `token`.
-    pub fn new(connect: Connect, token: AttachToken) -> Peers {
+    /// Peers reached through `connect`, calls carrying `token` and this log's `identity`.
+    pub fn new(connect: Connect, token: AttachToken, identity: Arc<Identity>) -> Peers {
         Peers {
             connect,
             token,
+            identity,
             channels: Arc::default(),
         }
     }
@@ -125,6 +128,9 @@ pub async fn call<T: Serialize, R: DeserializeOwned>(
     let mut client = peers.client(address)?;
     let mut request = tonic::Request::new(body_of(message));
     request.set_timeout(within);
+    if let Some(id) = peers.identity.get().and_then(|id| id.parse().ok()) {
+        request.metadata_mut().insert(identity::HEADER, id);
+    }
     let status = |status| CallError::Status {
         address: address.to_owned(),
         status,

@@ -35,6 +35,20 @@ impl PolicyLog {
     }
 }
 
+impl Service {
+    /// Refuses a call from another cluster's log (see [`super::identity`]); `from_leader` for
+    /// an append or a snapshot, whose identity a member without one takes.
+    fn admit(&self, request: &Request<RaftBody>, from_leader: bool) -> Result<(), Status> {
+        let theirs = request
+            .metadata()
+            .get(super::identity::HEADER)
+            .and_then(|value| value.to_str().ok());
+        self.log
+            .admit_call(theirs, from_leader)
+            .map_err(Status::failed_precondition)
+    }
+}
+
 fn decode<T: DeserializeOwned>(request: Request<RaftBody>) -> Result<T, Status> {
     serde_json::from_slice(&request.into_inner().json).map_err(|e| {
         Status::invalid_argument(format!("a policy log message that does not parse: {e}"))
@@ -59,11 +73,13 @@ impl PolicyLogRpc for Service {
         &self,
         request: Request<RaftBody>,
     ) -> Result<Response<RaftBody>, Status> {
+        self.admit(&request, true)?;
         let answer = self.log.raft().append_entries(decode(request)?).await;
         reply(&answer.map_err(fatal_of))
     }
 
     async fn vote(&self, request: Request<RaftBody>) -> Result<Response<RaftBody>, Status> {
+        self.admit(&request, false)?;
         let answer = self.log.raft().vote(decode(request)?).await;
         reply(&answer.map_err(fatal_of))
     }
@@ -72,17 +88,20 @@ impl PolicyLogRpc for Service {
         &self,
         request: Request<RaftBody>,
     ) -> Result<Response<RaftBody>, Status> {
+        self.admit(&request, true)?;
         let answer: Result<_, RaftError<u64, InstallSnapshotError>> =
             self.log.raft().install_snapshot(decode(request)?).await;
         reply(&answer)
     }
 
     async fn propose(&self, request: Request<RaftBody>) -> Result<Response<RaftBody>, Status> {
+        self.admit(&request, false)?;
         let change: Change = decode(request)?;
         reply(&self.log.propose_here(change).await)
     }
 
-    async fn read_index(&self, _request: Request<RaftBody>) -> Result<Response<RaftBody>, Status> {
+    async fn read_index(&self, request: Request<RaftBody>) -> Result<Response<RaftBody>, Status> {
+        self.admit(&request, false)?;
         reply(&self.log.read_index_here().await)
     }
 
