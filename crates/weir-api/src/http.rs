@@ -150,6 +150,10 @@ pub struct ClusterView {
     /// The cluster's policy log as this node sees it (cluster mode only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_log: Option<PolicyLogView>,
+    /// Policies in force that this node cannot run (a `scope = "redis"` policy on a node
+    /// without `[redis]`): their requests are refused here, by name, never decided per node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cannot_run: Vec<String>,
 }
 
 /// The cluster's policy log (Raft) as one member sees it, in [`ClusterView`].

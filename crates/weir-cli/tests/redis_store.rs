@@ -330,6 +330,125 @@ async fn redis_answers_are_refused_by_name_and_outages_follow_on_unavailable() {
     }
 }
 
+const CLUSTER_SECRET: &str = "the members of this cluster share this secret";
+
+fn free_udp() -> String {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+/// A cluster member `id` on `config`, in `dir/id`, gossiping on `gossip` (through `join`).
+fn member(
+    dir: &std::path::Path,
+    id: &str,
+    config: &str,
+    gossip: &str,
+    join: Option<&str>,
+) -> Server {
+    let mut args = vec!["--node-id", id, "--gossip", gossip];
+    if let Some(seed) = join {
+        args.extend(["--join", seed]);
+    }
+    Server::start_full(
+        config,
+        &dir.join(id),
+        &[("WEIR_CLUSTER_SECRET", CLUSTER_SECRET)],
+        &args,
+    )
+}
+
+async fn put_shared(server: &Server) -> (u16, Value) {
+    let response = reqwest::Client::new()
+        .put(server.url("/v1/policies/shared"))
+        .json(&json!({"scope": "redis", "on_exhausted": "reject", "token_bucket": {"rate": 1, "burst": 5}}))
+        .send()
+        .await
+        .unwrap();
+    (
+        response.status().as_u16(),
+        response.json().await.unwrap_or(Value::Null),
+    )
+}
+
+async fn is_ready(server: &Server) -> bool {
+    reqwest::get(server.url("/readyz"))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// A policy whose buckets live in Redis means one bucket for the whole cluster only if every
+/// member can reach the Redis: the cluster refuses to commit it while a member has no
+/// `[redis]` (naming it), and a member without one that runs it anyway (its config changed
+/// after the commit) refuses its requests by name, never deciding them per node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_policy_is_committed_only_where_every_member_can_run_it() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let redis = Redis::start(dir.path(), free_port(), false).await;
+    let base = "[[policy]]\nname = \"base\"\ntoken_bucket = { rate = 10, burst = 10 }\n";
+    let with = format!("[redis]\nurl = {:?}\n\n{base}", redis.url());
+    let seed = free_udp();
+    let n1 = member(dir.path(), "n1", &with, &seed, None);
+    let n2 = member(dir.path(), "n2", &with, &free_udp(), Some(&seed));
+    let n3 = member(dir.path(), "n3", base, &free_udp(), Some(&seed));
+    eventually(Duration::from_secs(60), "three members ready", || async {
+        is_ready(&n1).await && is_ready(&n2).await && is_ready(&n3).await
+    })
+    .await;
+    eventually(
+        Duration::from_secs(20),
+        "the PUT refused, naming n3 alone",
+        || async {
+            let (status, body) = put_shared(&n1).await;
+            assert_eq!(status, 400, "{body}");
+            let detail = body["detail"].as_str().unwrap().to_owned();
+            detail.contains("n3") && !detail.contains("n2")
+        },
+    )
+    .await;
+
+    // n3 given the cluster's `[redis]`: committed.
+    n3.signal("TERM");
+    assert!(n3.wait().0.success());
+    let n3 = member(dir.path(), "n3", &with, &free_udp(), Some(&seed));
+    eventually(
+        Duration::from_secs(60),
+        "committed once every member has a Redis",
+        || async { is_ready(&n3).await && put_shared(&n1).await.0 == 201 },
+    )
+    .await;
+
+    // n3 started again without it: it runs the committed policy, and refuses it by name.
+    n3.signal("TERM");
+    assert!(n3.wait().0.success());
+    let n3 = member(dir.path(), "n3", base, &free_udp(), Some(&seed));
+    eventually(Duration::from_secs(60), "n3 ready again", || is_ready(&n3)).await;
+    let (status, body) = ask(&n3, "shared", "k").await;
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("no `[redis]`"),
+        "{body}"
+    );
+    let view: Value = reqwest::get(n3.url("/v1/cluster"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(view["cannot_run"], json!(["shared"]), "{view}");
+    let (status, body) = ask(&n1, "shared", "k").await;
+    assert_eq!(
+        (status, body["tier"].as_str()),
+        (200, Some("redis")),
+        "{body}"
+    );
+}
+
 #[tokio::test]
 async fn envoy_rules_kept_in_redis_count_once_for_every_node() {
     if !redis_available() {

@@ -10,7 +10,7 @@ use weir::{Clock, SystemClock};
 use weir_cluster::admission::{RefusalReason, shared_bucket_of};
 
 use super::{App, MAX_KEY_BYTES};
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 use crate::leases::{Held, Hold};
 
 /// An acquisition, as either API received it.
@@ -158,15 +158,27 @@ impl App {
             .get(&input.policy)
             .ok_or_else(|| ApiError::unknown_policy(&input.policy))?;
         // Only what the decision needs: the config itself is not copied per request.
-        let (max_cost, lease_ttl, shares) = policy.with_config(|config| {
+        let (max_cost, lease_ttl, shares, in_redis) = policy.with_config(|config| {
             let concurrency = config.concurrency();
             (
                 config.max_cost.unwrap_or(self.max_cost),
                 concurrency.map(|c| c.lease_ttl),
                 concurrency.is_some_and(|c| c.shared.shared_limit > 0)
                     && config.mode == weir::policy::Mode::Enforce,
+                config.scope == weir::policy::Scope::Redis,
             )
         });
+        if in_redis && self.redis.is_none() {
+            // Committed by the cluster through a member that has a Redis: decided here per
+            // node, it would admit the policy's limit on every member.
+            return Err(ApiError::new(
+                ErrorKind::NotReady,
+                format!(
+                    "policy `{}` keeps its buckets in Redis (`scope = \"redis\"`), and this node's config has no `[redis]`: it cannot decide it; send the request to a member with one, or give this node the cluster's `[redis]`",
+                    input.policy
+                ),
+            ));
+        }
         let cost = input.cost.unwrap_or(1);
         if cost == 0 || cost > max_cost {
             return Err(ApiError::invalid(format!(

@@ -90,6 +90,29 @@ impl App {
         }
     }
 
+    /// Refuses a policy some live member could not run: one whose buckets live in Redis, while
+    /// a member has no `[redis]` (it would decide it per node, or refuse it).
+    async fn check_every_member_runs(&self, change: &Change) -> Result<(), ApiError> {
+        let Change::Put { config, .. } = change else {
+            return Ok(());
+        };
+        if config.scope != weir::policy::Scope::Redis {
+            return Ok(());
+        }
+        let Some(cluster) = self.cluster.as_ref() else {
+            return Ok(());
+        };
+        let lacking = cluster.members_lacking("redis").await;
+        if lacking.is_empty() {
+            return Ok(());
+        }
+        Err(ApiError::invalid(format!(
+            "policy `{}`: `scope` is `redis`, but the member(s) {} have no `[redis]` naming a Redis; a policy the cluster commits runs on every member, so every member's config needs the cluster's `[redis]` first",
+            config.name,
+            lacking.join(", ")
+        )))
+    }
+
     /// Checks that the running policies with `change` made would still be a valid set here,
     /// as a change on one node is checked: so a mistake is refused before it is proposed.
     async fn check_change(&self, change: &Change) -> Result<(), ApiError> {
@@ -108,6 +131,7 @@ impl App {
     /// Commits `change` through the policy log and applies it here.
     async fn commit(&self, log: &PolicyLog, change: Change) -> Result<Outcome, ApiError> {
         self.check_change(&change).await?;
+        self.check_every_member_runs(&change).await?;
         let committed = log.propose(change).await.map_err(|refusal| match refusal {
             crate::policy_log::Refusal::Stopped => ApiError::shutting_down(),
             refusal @ (crate::policy_log::Refusal::LogStopped { .. }

@@ -436,7 +436,10 @@ impl App {
     /// This node, as `/v1/cluster` shows it.
     pub fn cluster(&self) -> ClusterView {
         if let Some(cluster) = &self.cluster {
-            return cluster.describe();
+            return ClusterView {
+                cannot_run: self.cannot_run(),
+                ..cluster.describe()
+            };
         }
         ClusterView {
             mode: "single node".to_owned(),
@@ -458,6 +461,29 @@ impl App {
             lent: Default::default(),
             config_differs: Vec::new(),
             policy_log: None,
+            cannot_run: Vec::new(),
+        }
+    }
+
+    /// The policies in force this node cannot run: a `scope = "redis"` policy (the cluster
+    /// committed it) on a node without `[redis]`.
+    pub fn cannot_run(&self) -> Vec<String> {
+        if self.redis.is_some() {
+            return Vec::new();
+        }
+        self.policies
+            .policies()
+            .into_iter()
+            .filter(|policy| policy.with_config(|c| c.scope == weir::policy::Scope::Redis))
+            .map(|policy| policy.name().to_owned())
+            .collect()
+    }
+
+    /// What this node can run that not every member may: `redis` with a `[redis]` store.
+    fn abilities(&self) -> &'static str {
+        match self.redis {
+            Some(_) => "redis",
+            None => "",
         }
     }
 
@@ -479,6 +505,7 @@ impl App {
             ticks.tick().await;
             cluster.share_config_version(self.config_version()).await;
             cluster.share_log_identity().await;
+            cluster.share_abilities(self.abilities()).await;
         }
     }
 }

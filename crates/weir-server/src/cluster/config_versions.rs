@@ -1,7 +1,8 @@
-//! Whether the members run the same policies: each advertises the version of its policy set
+//! What the members advertise of what they run. Whether they run the same policies: each advertises the version of its policy set
 //! (a digest of every policy's config) in gossip, and each keeps what the others advertise, so
 //! that `/v1/cluster` and `/metrics` show a member whose policies differ — a change made through
-//! one node's API that the others have not had.
+//! one node's API that the others have not had. And what each can run that not every member
+//! may (a `[redis]` store), so that the cluster never commits a policy a member cannot run.
 
 use std::collections::BTreeMap;
 
@@ -49,6 +50,37 @@ impl ClusterMode {
             .config_versions
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = ConfigVersions { mine, members };
+    }
+
+    /// Advertises what this node can run that not every member may (see `Advertised::Abilities`).
+    pub async fn share_abilities(&self, abilities: &str) {
+        if let Some(gossip) = self.gossip.lock().await.as_ref() {
+            gossip.advertise(Advertised::Abilities, abilities).await;
+        }
+    }
+
+    /// The live members that do not advertise `ability` (one from before abilities were
+    /// advertised counts as lacking it): a policy that needs it must not be committed.
+    pub async fn members_lacking(&self, ability: &str) -> Vec<String> {
+        let advertised: BTreeMap<String, String> = match self.gossip.lock().await.as_ref() {
+            Some(gossip) => gossip
+                .advertised(Advertised::Abilities)
+                .await
+                .into_iter()
+                .collect(),
+            None => return Vec::new(),
+        };
+        let has = |id: &str| {
+            advertised
+                .get(id)
+                .is_some_and(|abilities| abilities.split(',').any(|a| a == ability))
+        };
+        self.members
+            .borrow()
+            .iter()
+            .filter(|member| !has(&member.id))
+            .map(|member| member.id.clone())
+            .collect()
     }
 
     /// The config versions as last shared.

@@ -74,6 +74,8 @@ impl ClusterMode {
             counters: self.counters(),
             lent: self.lent(),
             policy_log: Some(self.policy_log.status()),
+            // What this node's own config cannot run: the app fills it in.
+            cannot_run: Vec::new(),
         }
     }
 }
