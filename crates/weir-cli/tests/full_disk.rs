@@ -1,8 +1,9 @@
-//! A member whose data dir fills up, on a real disk that fills: a 4 MiB tmpfs mounted for the
-//! test (as root; CI runs as root and sets `WEIR_REQUIRE_TMPFS`, so there it fails rather than
-//! skips). Its part of the cluster's policy log stops on "no space left on device"; it must say
+//! A data dir that fills up, on a real disk that fills: a 4 MiB tmpfs mounted for the test (as
+//! root; CI runs as root and sets `WEIR_REQUIRE_TMPFS`, so there it fails rather than skips).
+//! A member's part of the cluster's policy log stops on "no space left on device": it must say
 //! so (`/readyz`, `/metrics`), never acknowledge a change it has not applied, and run again on
-//! its own once the disk has room.
+//! its own once the disk has room. A node's kept buckets fail to be written: it says so, and
+//! writes them again once there is room, without a restart, so a graceful stop keeps them.
 
 mod support;
 
@@ -21,6 +22,19 @@ token_bucket = { rate = 10, burst = 10 }
 "#;
 
 const SECRET: &str = "these nodes share this secret";
+
+/// A tmpfs of `size` mounted on `at` (unmounted when dropped); `None` (the test skipped) where
+/// none can be mounted and `WEIR_REQUIRE_TMPFS` is not set.
+fn small_disk(at: &Path) -> Option<Tmpfs> {
+    match Tmpfs::mount(at, "4m") {
+        Ok(tmpfs) => Some(tmpfs),
+        Err(why) if std::env::var_os("WEIR_REQUIRE_TMPFS").is_none() => {
+            eprintln!("skipped: no tmpfs could be mounted ({why})");
+            None
+        }
+        Err(why) => panic!("WEIR_REQUIRE_TMPFS is set, but no tmpfs could be mounted: {why}"),
+    }
+}
 
 /// A tmpfs of `size` mounted on `at`, unmounted when dropped.
 struct Tmpfs {
@@ -103,13 +117,8 @@ async fn has_policy(server: &Server, name: &str) -> bool {
 async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_with_room() {
     let dir = tempfile::tempdir().unwrap();
     let small = dir.path().join("n3");
-    let tmpfs = match Tmpfs::mount(&small, "4m") {
-        Ok(tmpfs) => tmpfs,
-        Err(why) if std::env::var_os("WEIR_REQUIRE_TMPFS").is_none() => {
-            eprintln!("skipped: no tmpfs could be mounted ({why})");
-            return;
-        }
-        Err(why) => panic!("WEIR_REQUIRE_TMPFS is set, but no tmpfs could be mounted: {why}"),
+    let Some(tmpfs) = small_disk(&small) else {
+        return;
     };
     let seed = free_udp();
     let n1 = node(&dir.path().join("n1"), "n1", &seed, None);
@@ -175,5 +184,94 @@ async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_w
     )
     .await;
     drop((n1, n2, n3));
+    drop(tmpfs);
+}
+
+/// Ten a day per key, kept across restarts.
+const DAY: &str = r#"
+[server]
+durable_flush = "200ms"
+
+[[policy]]
+name = "day"
+on_exhausted = "reject"
+token_bucket = { rate = 0.000115740740, burst = 10 }
+"#;
+
+/// Asks for `key` of `day` `times` times: how many were admitted.
+async fn spend(server: &Server, key: &str, times: usize) -> usize {
+    let mut admitted = 0;
+    for _ in 0..times {
+        let status = reqwest::Client::new()
+            .post(server.url("/v1/acquire"))
+            .json(&json!({"policy": "day", "key": key}))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        admitted += usize::from(status == 200);
+    }
+    admitted
+}
+
+async fn readyz(server: &Server) -> serde_json::Value {
+    reqwest::get(server.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn kept_buckets_not_written_on_a_full_disk_are_said_and_written_once_there_is_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("disk");
+    let Some(tmpfs) = small_disk(&small) else {
+        return;
+    };
+    let data = small.join("data");
+    let server = Server::start(DAY, &data);
+    assert_eq!(spend(&server, "tenant", 4).await, 4);
+    fill(&small);
+    assert_eq!(spend(&server, "tenant", 2).await, 2);
+    let failed = "weir_kept_bucket_writes_total{outcome=\"failed\"}";
+    eventually(
+        Duration::from_secs(20),
+        "a write fails on the full disk",
+        || async { support::counter(&server, failed).await > 0 },
+    )
+    .await;
+    let ready = readyz(&server).await;
+    assert_eq!(ready["status"], "ready", "it still decides: {ready}");
+    assert!(
+        ready["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("kept buckets"),
+        "{ready}"
+    );
+
+    // Room again: the next write goes through, without a restart.
+    std::fs::remove_file(small.join("filler")).unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "the warning gone once written",
+        || async { readyz(&server).await.get("warnings").is_none() },
+    )
+    .await;
+    server.signal("TERM");
+    let (status, stderr) = server.wait();
+    assert!(status.success(), "{stderr}");
+    let written = stderr
+        .lines()
+        .filter(|l| l.contains("the kept buckets were not written"))
+        .count();
+    assert_eq!(written, 1, "one line however many walks failed:\n{stderr}");
+
+    // Six of ten spent before the stop: four left after it.
+    let server = Server::start(DAY, &data);
+    assert_eq!(spend(&server, "tenant", 10).await, 4);
+    drop(server);
     drop(tmpfs);
 }
