@@ -21,7 +21,7 @@
 //! - `redis_buckets`: buckets kept in Redis (`scope = "redis"`), for stateless nodes;
 //! - `cluster`: cluster mode (gossip, the owner service, two-tier admission);
 //! - `metrics`: the `/metrics` exposition;
-//! - `serve`: bring-up, background tasks and graceful shutdown;
+//! - `serve`: bring-up, background tasks and graceful shutdown; `termination`: the stop signals;
 //! - `reload`, `watch`: the config file's policies re-applied live when it changes, or on SIGHUP;
 //! - `tls`: TLS on every listener and between nodes, certificates reloaded live;
 //! - `traces`: optional OpenTelemetry traces of admissions and calls between nodes;
@@ -51,6 +51,7 @@ mod reload;
 mod reserved;
 mod serve;
 mod suggest;
+mod termination;
 mod tls;
 mod top;
 mod traces;

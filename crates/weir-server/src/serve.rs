@@ -17,6 +17,7 @@ use crate::front_door::grpc::WeirService;
 use crate::front_door::rlqs::RlqsService;
 use crate::front_door::rls::RlsService;
 use crate::proto::weir_server::WeirServer;
+use crate::termination::Termination;
 use crate::tls::Tls;
 use weir::policy::Scope;
 use weir_api::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
@@ -242,36 +243,6 @@ pub fn check_tls(config: &ConfigFile) -> anyhow::Result<()> {
         tls.peer_connector()?;
     }
     Ok(())
-}
-
-/// The stop signals (ctrl-c, SIGTERM), listened for from the moment this is made.
-///
-/// A signal's handler must be in place before anything is served or announced: until it is,
-/// SIGTERM takes its default action and kills the process mid-request. Making the listeners
-/// here, rather than on the first poll of a future (as `tokio::signal::ctrl_c` does), means a
-/// signal that arrives at any later point is kept until [`Termination::recv`] looks for it.
-struct Termination {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-}
-
-impl Termination {
-    /// Installs the handlers for SIGINT and SIGTERM.
-    fn install() -> anyhow::Result<Self> {
-        use tokio::signal::unix::{SignalKind, signal};
-        Ok(Termination {
-            interrupt: signal(SignalKind::interrupt()).context("listening for SIGINT")?,
-            terminate: signal(SignalKind::terminate()).context("listening for SIGTERM")?,
-        })
-    }
-
-    /// Resolves at the first stop signal received since [`install`](Self::install).
-    async fn recv(&mut self) {
-        tokio::select! {
-            _ = self.interrupt.recv() => {}
-            _ = self.terminate.recv() => {}
-        }
-    }
 }
 
 /// Runs a server until ctrl-c or SIGTERM; then stops accepting, answers waiting requests 503,
@@ -545,22 +516,14 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         None => println!("listening http={http_addr} grpc={grpc_addr}"),
     }
 
-    let refused = async {
-        match &cluster {
-            Some(cluster) => cluster.refused().await,
-            None => std::future::pending().await,
+    // Or, in cluster mode, until this member finds it must not run here (another cluster's
+    // data dir): it never joined, so there is nothing to hand over.
+    if let Some(why) = termination.recv_or_refused(cluster.as_deref()).await {
+        app.set_ready(false);
+        if let Some(cluster) = &cluster {
+            cluster.stop().await;
         }
-    };
-    tokio::select! {
-        () = termination.recv() => {}
-        why = refused => {
-            // Never ready, never joined: nothing to hand over or to keep.
-            app.set_ready(false);
-            if let Some(cluster) = &cluster {
-                cluster.stop().await;
-            }
-            anyhow::bail!(why);
-        }
+        anyhow::bail!(why);
     }
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
     app.set_ready(false);

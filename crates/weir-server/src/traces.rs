@@ -15,9 +15,8 @@
 //! `weir_trace_export_failures_total` and logged, at most once a minute. The resource carries
 //! `service.name = "weir"` and `service.instance.id` = the node's id.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig};
@@ -27,6 +26,8 @@ use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_sdk::trace::{SpanData, SpanExporter};
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::{LevelFilter, Targets};
+
+use crate::log_gate::LogGate;
 
 /// The target of the span each admission gets.
 pub const ADMISSION_TARGET: &str = "weir::admission";
@@ -115,22 +116,19 @@ pub fn export_failures() -> (u64, u64) {
 static FAILED_BATCHES: AtomicU64 = AtomicU64::new(0);
 static FAILED_SPANS: AtomicU64 = AtomicU64::new(0);
 
-/// How often a failing exporter is logged.
-const LOG_EVERY: Duration = Duration::from_secs(60);
-
 /// An exporter whose failures are counted and logged: the SDK itself reports them only
 /// through its own diagnostics, which nothing here shows.
 #[derive(Debug)]
 struct Counted<E> {
     inner: E,
-    last_logged: Mutex<Option<Instant>>,
+    failures: LogGate,
 }
 
 impl<E> Counted<E> {
     fn new(inner: E) -> Self {
         Counted {
             inner,
-            last_logged: Mutex::new(None),
+            failures: LogGate::new(),
         }
     }
 
@@ -138,9 +136,7 @@ impl<E> Counted<E> {
     fn failed(&self, spans: usize, error: &dyn std::fmt::Display) {
         FAILED_BATCHES.fetch_add(1, Ordering::Relaxed);
         FAILED_SPANS.fetch_add(spans as u64, Ordering::Relaxed);
-        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_none_or(|at| at.elapsed() >= LOG_EVERY) {
-            *last = Some(Instant::now());
+        if self.failures.pass().is_some() {
             let (batches, lost) = export_failures();
             tracing::warn!(
                 failed_exports = batches,
