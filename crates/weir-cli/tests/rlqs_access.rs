@@ -124,3 +124,50 @@ async fn an_rlqs_stream_needs_the_data_token() {
     );
     assert_eq!(refusals("0").await, 1);
 }
+
+/// A stream can name any number of bucket ids no rule maps: each is counted, and one line a
+/// minute is logged, however many come and however large they are (here 500 ids of 2 KB).
+#[tokio::test]
+async fn unmapped_buckets_are_counted_and_logged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(CONFIG, &dir.path().join("data"));
+    let unmapped = |i: usize| BucketQuotaUsage {
+        bucket_id: Some(BucketId {
+            bucket: [(format!("tenant-{i}"), "x".repeat(2_000))]
+                .into_iter()
+                .collect(),
+        }),
+        time_elapsed: None,
+        num_requests_allowed: 1,
+        num_requests_denied: 0,
+    };
+    let report = RateLimitQuotaUsageReports {
+        domain: "edge".to_owned(),
+        bucket_quota_usages: (0..500).map(unmapped).collect(),
+    };
+    let mut client = RateLimitQuotaServiceClient::connect(server.grpc.clone())
+        .await
+        .unwrap();
+    let request = tokio_stream::iter(vec![report]).chain(tokio_stream::pending());
+    let pushes = client.stream_rate_limit_quotas(request).await.unwrap();
+    support::eventually(
+        Duration::from_secs(10),
+        "every unmapped id counted",
+        || async { counter(&server, "weir_rlqs_unmapped_buckets_total").await == 500 },
+    )
+    .await;
+    // Killed: a graceful stop would wait for the open stream's connection to close.
+    drop((pushes, client));
+    server.signal("KILL");
+    let (_, stderr) = server.wait();
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("matches no [[rlqs.bucket]] rule"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].len() < 1_000,
+        "the id cut short: {}",
+        lines[0].len()
+    );
+}

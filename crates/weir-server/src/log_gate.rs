@@ -133,6 +133,12 @@ impl<S> Filter<S> for ForeignLines {
         true
     }
 
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        // It holds back no level: the layer's level filter alone sets the process's maximum
+        // level (without a hint, every disabled `trace!` would be looked at per call).
+        Some(tracing::level_filters::LevelFilter::TRACE)
+    }
+
     fn event_enabled(&self, event: &tracing::Event<'_>, _: &Context<'_, S>) -> bool {
         self.passes_at(event.metadata(), Instant::now())
     }
@@ -208,6 +214,14 @@ mod tests {
             .find(|(source, _)| *source == "h2")
             .map_or(0, |(_, n)| n);
         assert_eq!(after - before, 999);
+    }
+
+    #[test]
+    fn the_filter_leaves_the_process_s_maximum_level_to_the_level_filter() {
+        use tracing_subscriber::filter::{EnvFilter, FilterExt as _};
+        let filter = EnvFilter::new("warn").and(ForeignLines::new());
+        let hint = Filter::<tracing_subscriber::Registry>::max_level_hint(&filter);
+        assert_eq!(hint, Some(tracing::level_filters::LevelFilter::WARN));
     }
 
     #[test]

@@ -82,13 +82,60 @@ pub(super) fn host_of(parts: &axum::http::request::Parts) -> Result<Option<&str>
     Ok(Some(host))
 }
 
-/// Whether `host` is a URI's host with an optional port: no user, no path, no spaces.
+/// Whether `host` is a URI's host with an optional port (RFC 3986: a name of unreserved,
+/// percent-encoded and sub-delimiter characters, or an IP literal in brackets): no user, no
+/// path, no spaces. Checked in one pass without allocating: it runs on every data-plane
+/// request.
 fn is_host_and_port(host: &str) -> bool {
-    !host.is_empty()
-        && !host.contains('@')
-        && host
-            .parse::<axum::http::uri::Authority>()
-            .is_ok_and(|authority| authority.as_str() == host)
+    let (name, port) = match host.strip_prefix('[') {
+        Some(literal) => match literal.split_once(']') {
+            Some((address, after)) => {
+                let address_ok = !address.is_empty()
+                    && address
+                        .bytes()
+                        .all(|b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.'));
+                if !address_ok {
+                    return false;
+                }
+                (
+                    "",
+                    after.strip_prefix(':').or((after.is_empty()).then_some("")),
+                )
+            }
+            None => return false,
+        },
+        None => match host.rsplit_once(':') {
+            Some((name, port)) => (name, Some(port)),
+            None => (host, Some("")),
+        },
+    };
+    let Some(port) = port else {
+        return false;
+    };
+    let name_ok = (name.is_empty() && host.starts_with('['))
+        || (!name.is_empty()
+            && name.bytes().all(|b| {
+                b.is_ascii_alphanumeric()
+                    || matches!(
+                        b,
+                        b'-' | b'.'
+                            | b'_'
+                            | b'~'
+                            | b'%'
+                            | b'!'
+                            | b'$'
+                            | b'&'
+                            | b'\''
+                            | b'('
+                            | b')'
+                            | b'*'
+                            | b'+'
+                            | b','
+                            | b';'
+                            | b'='
+                    )
+            }));
+    name_ok && port.bytes().all(|b| b.is_ascii_digit())
 }
 
 #[cfg(test)]
@@ -133,6 +180,10 @@ mod tests {
             (Version::HTTP_11, &["user@localhost"][..]),
             (Version::HTTP_11, &["localhost/path"][..]),
             (Version::HTTP_11, &[""][..]),
+            (Version::HTTP_11, &["[::1"][..]),
+            (Version::HTTP_11, &["[::1]x"][..]),
+            (Version::HTTP_11, &["host:80x"][..]),
+            (Version::HTTP_11, &[":80"][..]),
         ] {
             assert!(host(version, hosts).is_err(), "{hosts:?} is refused");
         }
