@@ -231,8 +231,9 @@ impl BucketFile {
     pub fn write(&self, changes: Changes<'_>) -> Result<(), BucketFileError> {
         let mut db = self.db.lock().unwrap_or_else(|p| p.into_inner());
         if db.is_none() {
-            let opened =
-                (self.open)().map_err(|e| DataFileError::from_redb(&self.path, e, WITHOUT))?;
+            let opened = unless_panics(&self.path, WITHOUT, || {
+                (self.open)().map_err(|e| DataFileError::from_redb(&self.path, e, WITHOUT))
+            })?;
             self.reopened.fetch_add(1, Ordering::Relaxed);
             *db = Some(opened);
         }

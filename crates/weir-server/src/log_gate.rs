@@ -84,7 +84,7 @@ pub fn suppressed() -> Vec<(&'static str, u64)> {
 
 /// A filter for a log layer: the lines of libraries under Weir pass at most once a minute for
 /// each of their call sites; Weir's own lines always pass (they are gated where written, with
-/// [`LogGate`], when an outsider can repeat them).
+/// `LogGate`, when an outsider can repeat them).
 #[derive(Debug, Default)]
 pub struct ForeignLines {
     last_logged: Mutex<HashMap<Identifier, Instant>>,
