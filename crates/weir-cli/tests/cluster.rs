@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use weir_api::http::ClusterView;
 
 use serde_json::{Value, json};
-use support::{Server, counter, eventually, holds_for};
+use support::{Server, counter, eventually, free_udp, holds_for, is_ready};
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -41,14 +41,6 @@ async fn held_for(servers: &[&Server], held: Duration, what: &str) {
 async fn settle(servers: &[&Server], lease_ttl: Duration) {
     let tenure = lease_ttl + Duration::from_secs(6);
     held_for(servers, tenure, "the owners' tenure reaching a loan's TTL").await;
-}
-
-fn free_udp() -> String {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
 }
 
 /// The test cluster's secret.
@@ -86,18 +78,9 @@ fn start_node(
     gossip: &str,
     join: Option<&str>,
 ) -> Server {
-    let mut args = vec!["--node-id", id, "--gossip", gossip];
-    if let Some(seed) = join {
-        args.extend(["--join", seed]);
-    }
     // Every node proves it knows the secret and its calls carry the token derived from it:
     // these tests run the whole cluster through that check.
-    Server::start_full(
-        config,
-        &dir.join(id),
-        &[("WEIR_CLUSTER_SECRET", SECRET)],
-        &args,
-    )
+    support::cluster_member(config, &dir.join(id), (id, gossip, join), SECRET)
 }
 
 /// `/v1/cluster`, read with the API's own type: the shape is the one documented.
@@ -1408,12 +1391,6 @@ async fn policy_on(server: &Server, name: &str) -> Option<(f64, String)> {
     let etag = response.headers()["etag"].to_str().unwrap().to_owned();
     let body: Value = response.json().await.unwrap();
     Some((body["token_bucket"]["rate"].as_f64().unwrap(), etag))
-}
-
-async fn is_ready(server: &Server) -> bool {
-    reqwest::get(server.url("/readyz"))
-        .await
-        .is_ok_and(|r| r.status() == 200)
 }
 
 /// A change made through any member is committed by the cluster's policy log and runs on every

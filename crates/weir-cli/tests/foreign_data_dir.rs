@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Server, eventually};
+use support::{Server, cluster_member, eventually, free_udp, has_policy, is_ready};
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -20,26 +20,8 @@ token_bucket = { rate = 10, burst = 10 }
 
 const SECRET: &str = "both clusters share this secret";
 
-fn free_udp() -> String {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
-}
-
 fn node(data: &Path, id: &str, gossip: &str, join: Option<&str>) -> Server {
-    let mut args = vec!["--node-id", id, "--gossip", gossip];
-    if let Some(seed) = join {
-        args.extend(["--join", seed]);
-    }
-    Server::start_full(CONFIG, data, &[("WEIR_CLUSTER_SECRET", SECRET)], &args)
-}
-
-async fn ready(server: &Server) -> bool {
-    reqwest::get(server.url("/readyz"))
-        .await
-        .is_ok_and(|r| r.status() == 200)
+    cluster_member(CONFIG, data, (id, gossip, join), SECRET)
 }
 
 async fn put(server: &Server, name: &str) -> u16 {
@@ -50,12 +32,6 @@ async fn put(server: &Server, name: &str) -> u16 {
         .await
         .map(|r| r.status().as_u16())
         .unwrap_or(0)
-}
-
-async fn has_policy(server: &Server, name: &str) -> bool {
-    reqwest::get(server.url(&format!("/v1/policies/{name}")))
-        .await
-        .is_ok_and(|r| r.status() == 200)
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -75,7 +51,7 @@ async fn a_member_on_another_clusters_data_dir_stops_at_start_naming_it() {
     // Cluster B: one node, one policy of its own.
     let b_data = dir.path().join("b");
     let b = node(&b_data, "n3", &free_udp(), None);
-    eventually(Duration::from_secs(30), "B ready", || ready(&b)).await;
+    eventually(Duration::from_secs(30), "B ready", || is_ready(&b)).await;
     eventually(Duration::from_secs(30), "B takes a change", || async {
         put(&b, "foreign").await == 201
     })
@@ -92,7 +68,7 @@ async fn a_member_on_another_clusters_data_dir_stops_at_start_naming_it() {
     eventually(
         Duration::from_secs(60),
         "A's three members ready",
-        || async { ready(&n1).await && ready(&n2).await && ready(&n3).await },
+        || async { is_ready(&n1).await && is_ready(&n2).await && is_ready(&n3).await },
     )
     .await;
     assert_eq!(put(&n1, "home").await, 201);

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
-use support::{Server, eventually};
+use support::{Server, cluster_member, eventually, free_udp, has_policy, is_ready};
 
 const CONFIG: &str = r#"
 [[policy]]
@@ -22,6 +22,10 @@ token_bucket = { rate = 10, burst = 10 }
 "#;
 
 const SECRET: &str = "these nodes share this secret";
+
+fn node(data: &Path, id: &str, gossip: &str, join: Option<&str>) -> Server {
+    cluster_member(CONFIG, data, (id, gossip, join), SECRET)
+}
 
 /// A tmpfs of `size` mounted on `at` (unmounted when dropped); `None` (the test skipped) where
 /// none can be mounted and `WEIR_REQUIRE_TMPFS` is not set.
@@ -72,28 +76,6 @@ fn fill(dir: &Path) {
     let _ = filler.sync_all();
 }
 
-fn free_udp() -> String {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
-}
-
-fn node(data: &Path, id: &str, gossip: &str, join: Option<&str>) -> Server {
-    let mut args = vec!["--node-id", id, "--gossip", gossip];
-    if let Some(seed) = join {
-        args.extend(["--join", seed]);
-    }
-    Server::start_full(CONFIG, data, &[("WEIR_CLUSTER_SECRET", SECRET)], &args)
-}
-
-async fn ready(server: &Server) -> bool {
-    reqwest::get(server.url("/readyz"))
-        .await
-        .is_ok_and(|r| r.status() == 200)
-}
-
 /// `PUT /v1/policies/{name}` with a large description-like key set: its status.
 async fn put(server: &Server, name: &str) -> u16 {
     // Kinds make the entry large: the log grows quickly on the small disk.
@@ -105,12 +87,6 @@ async fn put(server: &Server, name: &str) -> u16 {
         .await
         .map(|r| r.status().as_u16())
         .unwrap_or(0)
-}
-
-async fn has_policy(server: &Server, name: &str) -> bool {
-    reqwest::get(server.url(&format!("/v1/policies/{name}")))
-        .await
-        .is_ok_and(|r| r.status() == 200)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,7 +101,7 @@ async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_w
     let n2 = node(&dir.path().join("n2"), "n2", &free_udp(), Some(&seed));
     let n3 = node(&small.join("data"), "n3", &free_udp(), Some(&seed));
     eventually(Duration::from_secs(60), "three members ready", || async {
-        ready(&n1).await && ready(&n2).await && ready(&n3).await
+        is_ready(&n1).await && is_ready(&n2).await && is_ready(&n3).await
     })
     .await;
     assert_eq!(put(&n1, "before").await, 201);
@@ -145,7 +121,7 @@ async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_w
         let (n1, n3) = (&n1, &n3);
         async move {
             assert_eq!(put(n1, &name).await, 201, "the majority still commits");
-            !ready(n3).await
+            !is_ready(n3).await
         }
     })
     .await;
@@ -171,7 +147,7 @@ async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_w
     eventually(
         Duration::from_secs(60),
         "n3 ready again, with every change",
-        || async { ready(&n3).await && has_policy(&n3, &last).await },
+        || async { is_ready(&n3).await && has_policy(&n3, &last).await },
     )
     .await;
     assert!(support::counter(&n3, "weir_policy_log_restarts_total").await >= 1);

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Server, available, counter, eventually};
+use support::{Server, available, cluster_member, counter, eventually, free_udp, is_ready};
 
 /// A `redis-server` of this test's, stopped (by its PID) when dropped.
 struct Redis {
@@ -332,14 +332,6 @@ async fn redis_answers_are_refused_by_name_and_outages_follow_on_unavailable() {
 
 const CLUSTER_SECRET: &str = "the members of this cluster share this secret";
 
-fn free_udp() -> String {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .to_string()
-}
-
 /// A cluster member `id` on `config`, in `dir/id`, gossiping on `gossip` (through `join`).
 fn member(
     dir: &std::path::Path,
@@ -348,16 +340,7 @@ fn member(
     gossip: &str,
     join: Option<&str>,
 ) -> Server {
-    let mut args = vec!["--node-id", id, "--gossip", gossip];
-    if let Some(seed) = join {
-        args.extend(["--join", seed]);
-    }
-    Server::start_full(
-        config,
-        &dir.join(id),
-        &[("WEIR_CLUSTER_SECRET", CLUSTER_SECRET)],
-        &args,
-    )
+    cluster_member(config, &dir.join(id), (id, gossip, join), CLUSTER_SECRET)
 }
 
 async fn put_shared(server: &Server) -> (u16, Value) {
@@ -371,12 +354,6 @@ async fn put_shared(server: &Server) -> (u16, Value) {
         response.status().as_u16(),
         response.json().await.unwrap_or(Value::Null),
     )
-}
-
-async fn is_ready(server: &Server) -> bool {
-    reqwest::get(server.url("/readyz"))
-        .await
-        .is_ok_and(|r| r.status() == 200)
 }
 
 /// A policy whose buckets live in Redis means one bucket for the whole cluster only if every

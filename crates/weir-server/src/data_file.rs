@@ -140,6 +140,43 @@ fn message(panic: &dyn Any) -> String {
     }
 }
 
+/// Damaged copies of a data file's bytes `whole`, each with what was done to it: cut short at
+/// every 4 KiB page and a few odd places, and 40 overwritten with random bytes (a fixed seed,
+/// so a failure repeats) — half at the tail, half in the middle. What the stores' tests open
+/// to hold that a damaged file loads or is refused by name, never a panic.
+#[cfg(test)]
+pub(crate) fn damaged_copies(whole: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut copies = Vec::new();
+    let mut cuts: Vec<usize> = (1..whole.len()).step_by(4096).collect();
+    cuts.extend([1, 511, 4096, whole.len() / 2, whole.len() - 1]);
+    for cut in cuts.into_iter().filter(|cut| *cut < whole.len()) {
+        copies.push((format!("cut to {cut} bytes"), whole[..cut].to_vec()));
+    }
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut random = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for round in 0..40 {
+        let mut bytes = whole.to_vec();
+        let len = 1 + (random() as usize % 8192).min(bytes.len() - 1);
+        let from = match round % 2 {
+            0 => bytes.len() - len,
+            _ => random() as usize % (bytes.len() - len),
+        };
+        for byte in &mut bytes[from..from + len] {
+            *byte = random() as u8;
+        }
+        copies.push((
+            format!("round {round}: {len} random bytes at {from}"),
+            bytes,
+        ));
+    }
+    copies
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -83,6 +83,44 @@ fn looks() -> tokio::time::Interval {
     looks
 }
 
+/// A free loopback UDP address, for a cluster member's gossip.
+pub fn free_udp() -> String {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string()
+}
+
+/// A cluster member `id` on `config` in `data_dir`, gossiping on `gossip` (joining through
+/// `join`), proving it knows `secret` as every member of its cluster does.
+pub fn cluster_member(
+    config: &str,
+    data_dir: &Path,
+    (id, gossip, join): (&str, &str, Option<&str>),
+    secret: &str,
+) -> Server {
+    let mut args = vec!["--node-id", id, "--gossip", gossip];
+    if let Some(seed) = join {
+        args.extend(["--join", seed]);
+    }
+    Server::start_full(config, data_dir, &[("WEIR_CLUSTER_SECRET", secret)], &args)
+}
+
+/// Whether `server`'s `/readyz` answers 200.
+pub async fn is_ready(server: &Server) -> bool {
+    reqwest::get(server.url("/readyz"))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
+/// Whether the policy `name` runs on `server`.
+pub async fn has_policy(server: &Server, name: &str) -> bool {
+    reqwest::get(server.url(&format!("/v1/policies/{name}")))
+        .await
+        .is_ok_and(|r| r.status() == 200)
+}
+
 /// The value of the counter `series` (`name_total{labels}`, as written in the exposition) in
 /// `server`'s `/metrics`; 0 when it is not there.
 pub async fn counter(server: &Server, series: &str) -> u64 {

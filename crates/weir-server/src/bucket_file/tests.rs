@@ -203,33 +203,7 @@ fn a_damaged_bucket_file_is_refused_by_name_never_a_panic_or_a_fresh_start() {
         None,
         "0 bytes is damage, not a new file"
     );
-    // Cut short at every page boundary and between them.
-    let mut cuts: Vec<usize> = (1..whole.len()).step_by(4096).collect();
-    cuts.extend([1, 511, 4096, whole.len() / 2, whole.len() - 1]);
-    for cut in cuts {
-        opened_or_named(&whole[..cut], &format!("cut to {cut} bytes"));
-    }
-    // Random tails, and random bytes over a stretch in the middle (a fixed seed: repeatable).
-    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    for round in 0..40 {
-        let mut bytes = whole.clone();
-        let len = 1 + (random() as usize % 8192).min(bytes.len() - 1);
-        let from = match round % 2 {
-            0 => bytes.len() - len,
-            _ => random() as usize % (bytes.len() - len),
-        };
-        for byte in &mut bytes[from..from + len] {
-            *byte = random() as u8;
-        }
-        opened_or_named(
-            &bytes,
-            &format!("round {round}: {len} random bytes at {from}"),
-        );
+    for (what, bytes) in crate::data_file::damaged_copies(&whole) {
+        opened_or_named(&bytes, &what);
     }
 }

@@ -79,31 +79,7 @@ fn a_damaged_log_is_refused_by_name_never_a_panic_or_a_fresh_start() {
         !opened_or_named(&[], "empty"),
         "0 bytes is damage, not a new log"
     );
-    let mut cuts: Vec<usize> = (1..whole.len()).step_by(4096).collect();
-    cuts.extend([1, 511, 4096, whole.len() / 2, whole.len() - 1]);
-    for cut in cuts {
-        opened_or_named(&whole[..cut], &format!("cut to {cut} bytes"));
-    }
-    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-    let mut random = move || {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        seed
-    };
-    for round in 0..40 {
-        let mut bytes = whole.clone();
-        let len = 1 + (random() as usize % 8192).min(bytes.len() - 1);
-        let from = match round % 2 {
-            0 => bytes.len() - len,
-            _ => random() as usize % (bytes.len() - len),
-        };
-        for byte in &mut bytes[from..from + len] {
-            *byte = random() as u8;
-        }
-        opened_or_named(
-            &bytes,
-            &format!("round {round}: {len} random bytes at {from}"),
-        );
+    for (what, bytes) in crate::data_file::damaged_copies(&whole) {
+        opened_or_named(&bytes, &what);
     }
 }
