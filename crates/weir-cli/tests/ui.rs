@@ -47,7 +47,7 @@ fn repo() -> PathBuf {
 }
 
 fn assets_dir() -> PathBuf {
-    repo().join("crates/weir-server/src/front_door/ui")
+    repo().join("crates/weir-server/src/front_door/http/ui")
 }
 
 /// The files under `/ui/` and where their sources are.

@@ -26,4 +26,3 @@ pub mod http;
 pub mod resp;
 pub mod rlqs;
 pub mod rls;
-pub mod ui;

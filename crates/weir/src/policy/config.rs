@@ -24,12 +24,11 @@ use serde::{Deserialize, Serialize};
 use crate::backpressure::AdaptiveConfig;
 use crate::limiter::{Count, fixed_window, sliding_window};
 
-pub use super::shapes::KindLimit;
+pub use super::error::PolicyError;
 pub use super::specs::{
     ConcurrencySpec, DEFAULT_MAX_LOAN, LeakyBucketSpec, LimitValue, OnUnavailable, Override,
     Overrides, SharedPoolSpec, StrictSpec, TokenBucketSpec, WindowSpec,
 };
-pub use super::validate::PolicyError;
 use crate::keyed::Overflow;
 
 /// Whether a policy enforces its decisions or only records them.

@@ -18,6 +18,7 @@
 //! | `config.rs` | a policy as configured: its one limiter, named by its table |
 //! | `specs.rs` | each limiter's table, the concurrency one's shared pool apart |
 //! | `validate.rs`, `shapes.rs` | checking a config; the bucket shapes it makes |
+//! | `error.rs` | [`PolicyError`]: what is wrong, named by policy and field |
 //! | `request.rs` | [`Request`], [`Rejection`] and its typed [`RejectReason`] |
 //! | `admission.rs` | deciding, waiting, rollback; the [`Admission`] a request holds |
 //! | `adaptive.rs` | a policy whose engine is adaptive backpressure |
@@ -49,6 +50,7 @@
 mod adaptive;
 mod admission;
 pub mod config;
+mod error;
 mod handover;
 mod held_back;
 pub mod principal;
@@ -73,11 +75,11 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 pub use config::{
-    ConcurrencySpec, KeyedSpec, KindLimit, LeakyBucketSpec, Limiter, Mode, OnExhausted,
-    OnUnavailable, Override, PolicyConfig, PolicyError, Scope, StrictSpec, TokenBucketSpec,
-    WindowSpec,
+    ConcurrencySpec, KeyedSpec, LeakyBucketSpec, Limiter, Mode, OnExhausted, OnUnavailable,
+    Override, PolicyConfig, PolicyError, Scope, StrictSpec, TokenBucketSpec, WindowSpec,
 };
 pub use set::{Admissions, PolicySet, PolicySetError};
+pub use shapes::KindLimit;
 use stats::{PolicyStats, StatsSnapshot};
 use throttled::ThrottledKeys;
 

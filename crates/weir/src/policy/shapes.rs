@@ -1,6 +1,7 @@
 //! The shape of a policy's buckets: its limiter's, scaled per core, or a kind's override.
 
-use super::config::{KeyedSpec, Override, PolicyConfig, PolicyError};
+use super::config::{KeyedSpec, Override, PolicyConfig};
+use super::error::PolicyError;
 use crate::error::ConfigError;
 use crate::keyed::Shape;
 use crate::limiter::{LeakyBucketConfig, StrictConfig, TokenBucketConfig, WindowConfig};

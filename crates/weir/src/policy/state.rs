@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::config::{self, KindLimit, Limiter, PolicyConfig, PolicyError};
+use super::config::{self, Limiter, PolicyConfig, PolicyError};
+use super::shapes::KindLimit;
 use super::stats::PolicyStats;
 use super::throttled::ThrottledKeys;
 use crate::backpressure::Backpressure;

@@ -119,3 +119,10 @@ pub enum RequestError {
         index: usize,
     },
 }
+
+/// `duration` rounded up to whole seconds, as the reference server answers (a window's end is
+/// never reported early).
+pub(super) fn whole_seconds(duration: Duration) -> Duration {
+    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
+    Duration::from_secs(seconds)
+}

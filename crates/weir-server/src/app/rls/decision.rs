@@ -15,14 +15,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::limiter::Quota;
-use weir::policy::{Policy, PolicySet, Request};
+use weir::policy::{Policy, PolicySet, Request, Scope};
 use weir::{Clock, SystemClock};
 
 use super::answer::{
     Answer, Code, CurrentLimit, Descriptor, MAX_DESCRIPTOR_BYTES, RequestError, Status,
+    whole_seconds,
 };
 use super::counts::{Counts, RuleCounts};
-use super::sent::Overrides;
+use super::sent::{Overrides, Sent};
 use crate::front_door::rls::RlsSettings;
 use crate::front_door::rls::config::{Limit, RulesConfig, Unit};
 use crate::front_door::rls::rules::{self, Lookup, Matched, Tree};
@@ -313,7 +314,19 @@ impl<C: Clock + Clone> Rls<C> {
                     key,
                     shared,
                 } => (
-                    self.count_override(&prepared.domain, per_unit, unit, &key, shared, hits),
+                    self.overrides.get(&prepared.domain).map_or_else(
+                        || Status::unlimited(0),
+                        |overrides| {
+                            let shared = shared.and_then(|rule| self.bound[rule].policy.as_deref());
+                            let sent = Sent {
+                                per_unit,
+                                unit,
+                                key: &key,
+                                hits,
+                            };
+                            overrides.count(sent, shared, &self.settings, &self.clock)
+                        },
+                    ),
                     all_quota,
                 ),
             };
@@ -403,6 +416,28 @@ impl<C: Clock + Clone> Rls<C> {
             },
         };
         Ok((plan, hits))
+    }
+
+    /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in the rule's own
+    /// counter, as in the reference server, whose counter is the descriptor's and the unit's
+    /// window whatever the limit: a window of the same unit counting on this node.
+    pub(super) fn shares_counter(&self, rule: usize, unit: Unit) -> bool {
+        let Limit::Rate {
+            unit: rule_unit,
+            algorithm,
+            ..
+        } = &self.tree.rules()[rule].limit
+        else {
+            return false;
+        };
+        // A cluster-wide rule's count is its owner's, not this node's; a limiter other than a
+        // window keeps no count a limit could be compared with.
+        *rule_unit == unit
+            && algorithm.counts_refused()
+            && self.bound[rule]
+                .policy
+                .as_ref()
+                .is_some_and(|p| p.with_config(|c| c.scope == Scope::Node))
     }
 
     /// Decides `hits` for a matched rule with a rate on this node's own policy.
@@ -520,13 +555,6 @@ impl<C: Clock + Clone> Rls<C> {
         let unix = self.clock.now().wrapping_add(self.clock.unix_offset());
         Duration::from_nanos(window - unix % window)
     }
-}
-
-/// `duration` rounded up to whole seconds, as the reference server answers (a window's end is
-/// never reported early).
-pub(super) fn whole_seconds(duration: Duration) -> Duration {
-    let seconds = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
-    Duration::from_secs(seconds)
 }
 
 /// The RateLimit header fields for the status that matters most: the last over-limit one not

@@ -7,13 +7,13 @@ use std::sync::OnceLock;
 use weir::keyed::{KeyedLimiter, Overflow, Shape};
 use weir::limiter::Quota;
 use weir::limiter::fixed_window;
-use weir::policy::{Request, Scope};
+use weir::policy::{Policy, Request};
 use weir::{Clock, WindowConfig};
 
-use super::answer::{Code, CurrentLimit, Status};
+use super::answer::{Code, CurrentLimit, Status, whole_seconds};
 use super::counts::Counts;
-use super::decision::{Rls, whole_seconds};
-use crate::front_door::rls::config::{Limit, Unit};
+use crate::front_door::rls::RlsSettings;
+use crate::front_door::rls::config::Unit;
 
 /// Per domain: a hit counter per unit for the descriptors that bring their own limit.
 pub(super) struct Overrides<C: Clock> {
@@ -29,43 +29,30 @@ impl<C: Clock> std::fmt::Debug for Overrides<C> {
     }
 }
 
-impl<C: Clock + Clone> Rls<C> {
-    /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in the rule's own
-    /// counter, as in the reference server, whose counter is the descriptor's and the unit's
-    /// window whatever the limit: a window of the same unit counting on this node.
-    pub(super) fn shares_counter(&self, rule: usize, unit: Unit) -> bool {
-        let Limit::Rate {
-            unit: rule_unit,
-            algorithm,
-            ..
-        } = &self.tree.rules()[rule].limit
-        else {
-            return false;
-        };
-        // A cluster-wide rule's count is its owner's, not this node's; a limiter other than a
-        // window keeps no count a limit could be compared with.
-        *rule_unit == unit
-            && algorithm.counts_refused()
-            && self.bound[rule]
-                .policy
-                .as_ref()
-                .is_some_and(|p| p.with_config(|c| c.scope == Scope::Node))
-    }
+/// A limit sent with one descriptor, and the hits it asks.
+pub(super) struct Sent<'a> {
+    pub(super) per_unit: u32,
+    pub(super) unit: Unit,
+    pub(super) key: &'a str,
+    pub(super) hits: u64,
+}
 
+impl<C: Clock + Clone> Overrides<C> {
     /// Counts `hits` against a limit sent with the request.
-    pub(super) fn count_override(
+    /// `shared` is the policy of the rule whose window counts them, if one does.
+    pub(super) fn count(
         &self,
-        domain: &str,
-        per_unit: u32,
-        unit: Unit,
-        key: &str,
-        shared: Option<usize>,
-        hits: u64,
+        sent: Sent<'_>,
+        shared: Option<&Policy<C>>,
+        settings: &RlsSettings,
+        clock: &C,
     ) -> Status {
-        let Some(overrides) = self.overrides.get(domain) else {
-            return Status::unlimited(0);
-        };
-        let shared = shared.and_then(|rule| self.bound[rule].policy.as_ref());
+        let Sent {
+            per_unit,
+            unit,
+            key,
+            hits,
+        } = sent;
         let quota = match shared {
             // The rule's window counts the hits whatever its own limit says of them.
             Some(policy) => {
@@ -73,7 +60,7 @@ impl<C: Clock + Clone> Rls<C> {
                     .try_acquire_with_quota(&Request::new(key).cost(hits))
                     .1
             }
-            None => self.count_apart(overrides, unit, key, hits),
+            None => self.count_apart(unit, key, hits, settings.max_keys, clock),
         };
         let quota = quota.unwrap_or(Quota {
             used: hits,
@@ -82,10 +69,8 @@ impl<C: Clock + Clone> Rls<C> {
         });
         let limit = u64::from(per_unit);
         let over = quota.used > limit || (limit == 0 && hits > 0);
-        let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
-        overrides
-            .counts
-            .record(hits, quota.used, limit, near, false);
+        let near = (limit as f64 * settings.near_limit_ratio).floor() as u64;
+        self.counts.record(hits, quota.used, limit, near, false);
         Status {
             code: if over { Code::OverLimit } else { Code::Ok },
             current_limit: Some(CurrentLimit {
@@ -103,24 +88,20 @@ impl<C: Clock + Clone> Rls<C> {
     /// `unit`, which never refuses.
     fn count_apart(
         &self,
-        overrides: &Overrides<C>,
         unit: Unit,
         key: &str,
         hits: u64,
+        max_keys: usize,
+        clock: &C,
     ) -> Option<Quota> {
-        let counter = overrides.by_unit[unit as usize].get_or_init(|| {
+        let counter = self.by_unit[unit as usize].get_or_init(|| {
             let shape = Shape::try_from(WindowConfig {
                 count: fixed_window::COUNT,
                 limit: u64::from(u32::MAX),
                 window: unit.window(),
             })
             .expect("a whole unit is a valid window");
-            KeyedLimiter::new(
-                shape,
-                self.settings.max_keys,
-                Overflow::Shared,
-                self.clock.clone(),
-            )
+            KeyedLimiter::new(shape, max_keys, Overflow::Shared, clock.clone())
         });
         // The override's limit is compared by the caller; past the key cap the quota is the
         // shared overflow cell's.

@@ -9,7 +9,7 @@ use axum::http::header;
 use crate::app::App;
 use crate::error::ApiError;
 
-use super::handlers::header_str;
+use super::headers::header_str;
 
 /// Proof that an admin call carries the admin token (or that none is configured).
 ///

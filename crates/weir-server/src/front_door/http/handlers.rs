@@ -24,7 +24,7 @@ use crate::error::{ApiError, ErrorKind};
 use super::access::{Admin, DataPlane};
 use super::body::ApiJson;
 use super::body::ErrorBody;
-use super::headers::rate_limit_headers;
+use super::headers::{header_str, rate_limit_headers};
 
 /// `GET /v1/policies`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -295,10 +295,6 @@ pub(super) async fn get_policy(
     let body =
         serde_json::to_value(&tagged.config).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(with_etag(body, StatusCode::OK, &tagged.etag))
-}
-
-pub(super) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
 }
 
 /// Creates or replaces a policy, live (in a cluster, through the cluster's policy log).

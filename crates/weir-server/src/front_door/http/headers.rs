@@ -84,3 +84,8 @@ pub(super) fn write_quota(out: &mut Vec<u8>, quota: f64) {
         out.extend_from_slice(quota.to_string().as_bytes());
     }
 }
+
+/// A header's value as text, if it is there and is text.
+pub(super) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}

@@ -5,6 +5,7 @@ mod body;
 mod handlers;
 mod headers;
 mod openapi;
+mod ui;
 
 pub(crate) use body::ErrorBody;
 
@@ -110,8 +111,8 @@ fn routes(app: Arc<App>) -> Router {
         .route(route::CLUSTER, get(cluster))
         .route(route::STATS, get(stats))
         .route(route::OPENAPI, get(openapi))
-        .route(route::UI, get(super::ui::page))
-        .route(route::UI_ASSET, get(super::ui::asset))
+        .route(route::UI, get(ui::page))
+        .route(route::UI_ASSET, get(ui::asset))
         .route(route::METRICS, get(metrics))
         .route(route::HEALTHZ, get(healthz))
         .route(route::READYZ, get(readyz))

@@ -11,7 +11,7 @@ use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use super::handlers;
-use crate::front_door::ui;
+use super::ui;
 
 /// The document's description: what every operation shares.
 const DESCRIPTION: &str = "Weir's HTTP API: admission under named policies (the data plane), \

@@ -12,6 +12,7 @@
 //! | `service.rs` | the gRPC service: requests and answers translated to and from the core's |
 //! | `settings.rs` | the config file's `[rls]` table |
 //! | `config.rs` | the rules as read: domains, descriptor trees, limits, mistakes named by place |
+//! | `files.rs` | the rules files read and parsed whole, a directory's too, domains merged or refused |
 //! | `yaml.rs` | the YAML files, checked, each mistake named by file, line and rule |
 //! | `yaml_tree.rs` | YAML text to a tree of placed values, anchors, aliases and `<<` merges resolved |
 //! | `rules.rs` | the compiled tree and the matching rules |
@@ -24,6 +25,7 @@
 //! YAML is their source).
 
 pub mod config;
+mod files;
 mod metrics;
 pub mod policies;
 pub mod reload;
@@ -33,7 +35,8 @@ pub mod settings;
 mod yaml;
 mod yaml_tree;
 
-pub use config::{RuleError, RulesConfig, SameDomain, Unit};
+pub use config::{RuleError, RulesConfig, Unit};
+pub use files::SameDomain;
 pub(crate) use metrics::RlsCollector;
 pub use policies::policies_of;
 pub use service::RlsService;

@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use tokio::signal::unix::Signal;
 
-use super::config::{RulesConfig, SameDomain};
+use super::config::RulesConfig;
+use super::files::SameDomain;
 use crate::app::App;
 use crate::config::ConfigFile;
 use crate::watch::{Change, Changes};

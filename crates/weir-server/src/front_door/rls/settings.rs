@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::SameDomain;
+use super::files::SameDomain;
 
 /// How the service answers, from the config file's `[rls]` table.
 #[derive(Debug, Clone, PartialEq)]

@@ -129,7 +129,7 @@ pub async fn page(headers: HeaderMap) -> Response {
             ),
             headers(("ETag" = String), ("Cache-Control" = String))),
         (status = 304, description = "The browser's copy is current."),
-        (status = 404, description = "No such asset (`not_found`).", body = super::http::ErrorBody),
+        (status = 404, description = "No such asset (`not_found`).", body = super::ErrorBody),
     )
 )]
 pub async fn asset(Path(name): Path<String>, headers: HeaderMap) -> Response {
