@@ -38,6 +38,7 @@ mod cluster;
 mod config;
 mod connections;
 mod data_file;
+mod decide;
 mod durable;
 mod error;
 mod etag;

@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
+use weir_cluster::rates::RateOwner;
 use weir_cluster::secret::ClusterSecret;
 
-use crate::app::{App, AppRates, AppSettings};
+use crate::app::{App, AppSettings};
 use crate::cluster::ClusterMode;
 use crate::config::{ConfigFile, DEFAULT_CONFIG, TlsSettings};
 use crate::connections::{self, HttpLimits};
@@ -372,7 +373,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
     // The members compare the policies they run (`/v1/cluster`'s `config_differs`).
     tokio::spawn(Arc::clone(&app).share_config_version(CONFIG_VERSION_EVERY));
     tokio::spawn(Arc::clone(&app).follow_cluster_policies());
-    tokio::spawn(Arc::clone(&app).keep_assignments());
+    tokio::spawn(Arc::clone(app.decider()).keep_assignments());
 
     let http = {
         let app = Arc::clone(&app);
@@ -429,7 +430,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         let max_pending = server.max_connections;
         let owner_service = cluster
             .as_ref()
-            .map(|c| c.service(Arc::new(AppRates(Arc::clone(&app)))));
+            .map(|c| c.service(Arc::clone(app.decider()) as Arc<dyn RateOwner>));
         let policy_log_service = cluster.as_ref().map(|c| c.policy_log_service());
         // Offered only with rules: a proxy pointed at a node without them sees UNIMPLEMENTED
         // (an error it counts and reports), not a silent "OK" for everything.

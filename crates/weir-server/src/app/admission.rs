@@ -1,8 +1,8 @@
-//! Admitting one request: the decision every front door asks for, on this node and, in
-//! cluster mode, through the shared pool.
+//! Admitting one request, as the HTTP, gRPC and Redis protocols' acquires ask: a rate decided
+//! wherever its bucket lives (`crate::decide`); a concurrency admission held as a lease, on
+//! this node and, in cluster mode, through the shared pool.
 
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use weir::policy::{Policy, RejectReason, Rejection, Request};
@@ -10,7 +10,9 @@ use weir::{Clock, SystemClock};
 use weir_cluster::admission::{RefusalReason, shared_bucket_of};
 
 use super::{App, MAX_KEY_BYTES};
-use crate::error::{ApiError, ErrorKind};
+pub use crate::decide::AdmissionTier;
+use crate::decide::{Ask, Decision};
+use crate::error::ApiError;
 use crate::leases::{Held, Hold};
 
 /// An acquisition, as either API received it.
@@ -26,54 +28,6 @@ pub struct AcquireInput {
     pub cost: Option<u64>,
     /// The longest the caller waits.
     pub max_wait_ms: Option<u64>,
-}
-
-/// Which tier admitted a request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AdmissionTier {
-    /// This node's own buckets.
-    Node,
-    /// The bucket's owner, another node, decided a cluster-scoped rate.
-    Owner,
-    /// A lease (or a lent unit) from the shared pool of a concurrency policy.
-    Shared,
-    /// The shared pool's owner (or the policy's Redis) could not be asked; admitted anyway
-    /// (`on_unavailable = "open"`).
-    FailOpen,
-    /// The shared pool's owner could not be asked; admitted within this node's share.
-    LocalShare,
-    /// The Redis the policy's buckets live in decided (`scope = "redis"`).
-    Redis,
-    /// This node decided a cluster-scoped rate within the share of the bucket its owner
-    /// assigned it.
-    Assigned,
-}
-
-impl AdmissionTier {
-    /// The name an answer carries: `node`, `owner`, `assigned`, `shared`, `fail_open`,
-    /// `local_share`, `redis`.
-    pub fn name(self) -> &'static str {
-        match self {
-            AdmissionTier::Node => "node",
-            AdmissionTier::Owner => "owner",
-            AdmissionTier::Shared => "shared",
-            AdmissionTier::FailOpen => "fail_open",
-            AdmissionTier::LocalShare => "local_share",
-            AdmissionTier::Redis => "redis",
-            AdmissionTier::Assigned => "assigned",
-        }
-    }
-}
-
-impl From<weir_cluster::admission::Tier> for AdmissionTier {
-    fn from(tier: weir_cluster::admission::Tier) -> Self {
-        match tier {
-            weir_cluster::admission::Tier::Node => AdmissionTier::Node,
-            weir_cluster::admission::Tier::Shared => AdmissionTier::Shared,
-            weir_cluster::admission::Tier::FailOpen => AdmissionTier::FailOpen,
-            weir_cluster::admission::Tier::LocalShare => AdmissionTier::LocalShare,
-        }
-    }
 }
 
 /// How an acquisition ended.
@@ -158,27 +112,15 @@ impl App {
             .get(&input.policy)
             .ok_or_else(|| ApiError::unknown_policy(&input.policy))?;
         // Only what the decision needs: the config itself is not copied per request.
-        let (max_cost, lease_ttl, shares, in_redis) = policy.with_config(|config| {
+        let (max_cost, lease_ttl, shares) = policy.with_config(|config| {
             let concurrency = config.concurrency();
             (
                 config.max_cost.unwrap_or(self.max_cost),
                 concurrency.map(|c| c.lease_ttl),
                 concurrency.is_some_and(|c| c.shared.shared_limit > 0)
                     && config.mode == weir::policy::Mode::Enforce,
-                config.scope == weir::policy::Scope::Redis,
             )
         });
-        if in_redis && self.redis.is_none() {
-            // Committed by the cluster through a member that has a Redis: decided here per
-            // node, it would admit the policy's limit on every member.
-            return Err(ApiError::new(
-                ErrorKind::NotReady,
-                format!(
-                    "policy `{}` keeps its buckets in Redis (`scope = \"redis\"`), and this node's config has no `[redis]`: it cannot decide it; send the request to a member with one, or give this node the cluster's `[redis]`",
-                    input.policy
-                ),
-            ));
-        }
         let cost = input.cost.unwrap_or(1);
         if cost == 0 || cost > max_cost {
             return Err(ApiError::invalid(format!(
@@ -186,44 +128,58 @@ impl App {
                 input.policy
             )));
         }
+        let limit = policy.limit_for(input.kind.as_deref());
+        let max_wait = input.max_wait_ms.map(Duration::from_millis);
+        let Some(lease_ttl) = lease_ttl else {
+            // A rate: decided wherever its bucket lives, done as soon as it is answered.
+            let ask = Ask {
+                kind: input.kind.as_deref(),
+                key: &input.key,
+                cost,
+                max_wait,
+            };
+            return Ok(match self.decider.decide(&policy, ask).await? {
+                Decision::Admitted {
+                    waited,
+                    would_throttle,
+                    tier,
+                    ..
+                } => AcquireOutcome::Admitted {
+                    waited,
+                    lease: None,
+                    would_throttle,
+                    limit,
+                    tier,
+                },
+                Decision::Refused {
+                    retry_after,
+                    reason,
+                    ..
+                } => AcquireOutcome::Refused {
+                    retry_after,
+                    reason,
+                    limit,
+                },
+            });
+        };
         let mut request = Request::new(&input.key).cost(cost);
         request.kind = input.kind.as_deref();
-        if let Some(ms) = input.max_wait_ms {
-            request = request.max_wait(Duration::from_millis(ms));
+        if let Some(max_wait) = max_wait {
+            request = request.max_wait(max_wait);
         }
-        let limit = policy.limit_for(input.kind.as_deref());
-        if let Some(decided) = self.decide_in_redis(&policy, input, cost, limit).await {
-            return decided;
-        }
-        if let Some(decided) = self.forward_rate(&policy, input, cost, limit).await {
-            return Ok(decided);
-        }
-        self.set_aside_quota(&policy, input.kind.as_deref(), &input.key, cost);
-        // Most requests are decided on their first poll; only one that waits needs to hear of
-        // a shutdown, and listening for one costs a subscription per request.
-        let acquire = policy.acquire(&request);
-        let mut acquire = std::pin::pin!(acquire);
-        let decided = match std::future::poll_fn(|cx| Poll::Ready(acquire.as_mut().poll(cx))).await
-        {
-            Poll::Ready(decided) => decided,
-            Poll::Pending => tokio::select! {
-                decided = acquire => decided,
-                () = self.shutting_down() => return Err(ApiError::shutting_down()),
-            },
-        };
-        match decided {
+        match self.decider.acquire_here(&policy, &request).await? {
             Ok(admission) => {
                 let waited = admission.waited();
                 let would_throttle = admission.would_throttle();
-                let lease = match lease_ttl {
-                    Some(ttl) if admission.applied() => {
-                        match self.hold(&policy, &input.policy, Hold::Node(admission), ttl) {
-                            Some(lease) => Some(lease),
-                            None => return Ok(removed_while_waiting(&input.policy, limit)),
-                        }
+                // A request the policy does not apply to (its kind) holds nothing.
+                let lease = if admission.applied() {
+                    let held = Hold::Node(admission);
+                    match self.hold(&policy, &input.policy, held, lease_ttl) {
+                        Some(lease) => Some(lease),
+                        None => return Ok(removed_while_waiting(&input.policy, limit)),
                     }
-                    // A rate limiter's admission is done as soon as it is answered.
-                    _ => None,
+                } else {
+                    None
                 };
                 Ok(AcquireOutcome::Admitted {
                     waited,

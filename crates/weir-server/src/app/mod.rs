@@ -6,13 +6,12 @@
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | the [`App`] itself: settings, readiness, shutdown, adaptive signals, `/v1/cluster` |
-//! | `admission.rs` | admitting one request, on this node and through the shared pool |
+//! | `admission.rs` | admitting one request: a rate wherever its bucket lives (`crate::decide`), a concurrency lease here or through the shared pool |
 //! | `leasing.rs` | releasing, renewing and reclaiming leases |
-//! | `cluster_rates.rs` | cluster-scoped rate policies: forwarding to a bucket's owner, deciding for others |
+//! | `quota.rs` | shares of buckets assigned to data planes (RLQS) |
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
 //! | `cluster_policies.rs` | in a cluster, those changes made through the policy log and applied as it commits them |
 //! | `background.rs` | the lease sweeper, the adaptive ticker and the periodic report |
-//! | `redis_rates.rs` | rate policies whose buckets live in Redis: each decision asked there, `on_unavailable` when it cannot answer |
 //! | `kept_buckets.rs` | buckets that refill slowly (a day's quota) kept in the data dir across restarts |
 //! | `reloading.rs` | a reloaded config file's policies and RLS rules applied, the difference only |
 //! | `throttles.rs` | who is throttled, here and across the cluster |
@@ -25,24 +24,21 @@ mod auth;
 mod background;
 pub mod cells;
 mod cluster_policies;
-mod cluster_rates;
 mod cluster_stats;
 mod kept_buckets;
 mod leasing;
 mod policy_admin;
 mod quota;
-mod redis_rates;
 mod reloading;
 pub mod rls;
 mod stats;
 mod throttles;
 
+pub use crate::decide::{NoQuota, QuotaBook};
 pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
-pub use cluster_rates::AppRates;
 pub use cluster_stats::ClusterStatsView;
 pub use kept_buckets::KeptBuckets;
-pub use quota::{NoQuota, QuotaBook};
 pub use stats::StatsView;
 pub use throttles::{ThrottleQuery, ThrottleRow};
 
@@ -60,6 +56,7 @@ use weir::policy::{PolicyConfig, PolicySet, Scope};
 use weir::{Clock, SystemClock};
 
 use crate::cluster::ClusterMode;
+use crate::decide::{Decider, DeciderParts};
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
 use crate::front_door::rls::{RlsSettings, RulesConfig};
@@ -92,8 +89,8 @@ pub struct App {
     ready: AtomicBool,
     clock: SystemClock,
     cluster: Option<Arc<ClusterMode>>,
-    /// Shares of this node's own buckets lent to data planes (RLQS).
-    quota: Arc<quota::QuotaBook>,
+    /// Where each bucket is decided, one way for every protocol.
+    decider: Arc<Decider>,
     /// Envoy's rate limit service, swapped whole when its rules reload.
     rls: Option<Arc<ArcSwap<Rls>>>,
     /// `CL.THROTTLE`'s keys.
@@ -235,6 +232,15 @@ impl App {
             .redis
             .map(|settings| Arc::new(crate::redis_buckets::RedisBuckets::new(settings)));
         let quota = Arc::new(QuotaBook::default());
+        let shutdown = watch::channel(false).0;
+        let decider = Arc::new(Decider::new(DeciderParts {
+            policies: Arc::clone(&policies),
+            cluster: settings.cluster.clone(),
+            redis: redis.clone(),
+            kept_slower_than: kept.as_ref().map(|kept| kept.slower_than()),
+            lent: Arc::clone(&quota),
+            shutdown: shutdown.subscribe(),
+        }));
         let metrics = Metrics::new(
             Arc::clone(&policies),
             Arc::clone(&leases),
@@ -253,11 +259,11 @@ impl App {
             max_cost: settings.max_cost,
             body_timeout: settings.body_timeout,
             metrics,
-            shutdown: watch::channel(false).0,
+            shutdown,
             ready: AtomicBool::new(false),
             clock,
             cluster: settings.cluster,
-            quota,
+            decider,
             rls,
             cells,
             kept,
@@ -269,6 +275,12 @@ impl App {
     /// This node's name.
     pub fn node_id(&self) -> &str {
         &self.node_id
+    }
+
+    /// Where each bucket is decided: what every protocol asks for a rate's decision, and the
+    /// owner's side of cluster-scoped rates.
+    pub fn decider(&self) -> &Arc<Decider> {
+        &self.decider
     }
 
     /// The metrics.

@@ -266,29 +266,29 @@ impl<C: Clock + Clone> Rls<C> {
         })
     }
 
-    /// The rule decisions of `prepared` that a bucket's owner could make: (step, policy, key,
-    /// hits) for every descriptor counted by a rule's policy.
-    pub fn rule_decisions(&self, prepared: &Prepared) -> Vec<(usize, String, String, u64)> {
+    /// The rule decisions of `prepared`: (step, policy, key, hits) for every descriptor
+    /// counted by a rule's policy, for the caller to decide wherever each bucket lives.
+    pub fn rule_decisions<'a>(
+        &'a self,
+        prepared: &'a Prepared,
+    ) -> impl Iterator<Item = (usize, &'a Policy<C>, &'a str, u64)> + 'a {
         prepared
             .steps
             .iter()
             .enumerate()
             .filter_map(|(step, (plan, hits))| match plan {
-                Plan::Rule(matched) if self.bound[matched.rule].policy.is_some() => Some((
-                    step,
-                    self.tree.rules()[matched.rule].policy_name(),
-                    matched.key.clone(),
-                    *hits,
-                )),
+                Plan::Rule(matched) => {
+                    let policy = self.bound[matched.rule].policy.as_deref()?;
+                    Some((step, policy, matched.key.as_str(), *hits))
+                }
                 _ => None,
             })
-            .collect()
     }
 
-    /// Counts `prepared`: the steps in `decided_elsewhere` (by step) as their owners decided
-    /// them, every other one here; then the answer.
-    pub fn finish(&self, prepared: Prepared, decided_elsewhere: Vec<(usize, Counted)>) -> Answer {
-        let mut elsewhere: HashMap<usize, Counted> = decided_elsewhere.into_iter().collect();
+    /// Counts `prepared`: the steps in `decided` (by step, in order) as they were decided
+    /// wherever their buckets live, every other one here; then the answer.
+    pub fn finish(&self, prepared: Prepared, decided: Vec<(usize, Counted)>) -> Answer {
+        let mut decided = decided.into_iter().peekable();
         let all_quota = self.settings.quota_mode;
         let mut statuses = Vec::with_capacity(prepared.steps.len());
         // The reference server's rule: over if a descriptor not in quota mode is over, or if
@@ -302,9 +302,10 @@ impl<C: Clock + Clone> Rls<C> {
                     continue;
                 }
                 Plan::Rule(matched) => {
-                    let counted = elsewhere
-                        .remove(&step)
-                        .unwrap_or_else(|| self.count_here(&matched, hits));
+                    let counted = match decided.next_if(|(at, _)| *at == step) {
+                        Some((_, counted)) => counted,
+                        None => self.count_here(&matched, hits),
+                    };
                     let quota_mode = all_quota || self.tree.rules()[matched.rule].quota_mode;
                     (self.account(&matched, hits, counted), quota_mode)
                 }

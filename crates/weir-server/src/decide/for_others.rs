@@ -1,0 +1,182 @@
+//! The owner's side of cluster-scoped rate buckets: a decision another node forwards, a
+//! bucket's state handed over by its previous owner, a node's or a data plane's report on a
+//! bucket it holds a share of — and the handovers this node owes when the ring moves its
+//! buckets away.
+//!
+//! A node asked for a bucket its ring gives to another passes the ask on to that owner, once
+//! (rings change on every node at a slightly different moment).
+
+use std::time::Duration;
+
+use weir::SystemClock;
+use weir::policy::{Policy, Scope};
+use weir_cluster::rates::{
+    Assignment, Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+};
+use weir_cluster::transport::BoxFuture;
+
+use super::owner::assignable;
+use super::{Ask, Decider, Decision};
+
+impl Decider {
+    /// Answers a request another node (or this node's RLQS) sends a bucket's owner: only for a
+    /// cluster-scoped policy whose bucket this node owns by its own ring.
+    pub async fn decide_for_other(&self, request: RateRequest) -> RateDecision {
+        let Some(cluster) = &self.cluster else {
+            return RateDecision::NotOwner;
+        };
+        let policy = self
+            .policies
+            .get(request.policy())
+            .filter(|p| p.with_config(|c| c.scope == Scope::Cluster));
+        let request = match request {
+            RateRequest::Decide(ask) => ask,
+            RateRequest::Report { holder, report } => {
+                if !cluster.owns_rate(&report.policy, &report.key) {
+                    return RateDecision::NotOwner;
+                }
+                let Some(policy) = policy else {
+                    return RateDecision::UnknownPolicy;
+                };
+                let Some(whole) = assignable(&policy, None) else {
+                    return RateDecision::Assigned(Assignment::none());
+                };
+                let (mut assignment, aside) = cluster.answer_report(&holder, &report, whole);
+                // Set aside before the holder hears of it: its share is never counted twice,
+                // and what the owner's bucket held beyond its own share moves to the holder.
+                assignment.tokens = policy.set_aside(
+                    None,
+                    &report.key,
+                    (aside.before, aside.elapsed, aside.after),
+                );
+                return RateDecision::Assigned(assignment);
+            }
+            RateRequest::HandOver(handover) => {
+                // Taken on even before this node's ring names it the owner: rings change on
+                // every node at a slightly different moment, and the state is only ever
+                // emptier.
+                if let Some(policy) = &policy {
+                    policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
+                    if handover.kind.is_none()
+                        && let Some(aside) =
+                            cluster.take_on_lent(&handover.policy, &handover.key, &handover.lent)
+                    {
+                        policy.set_aside(
+                            None,
+                            &handover.key,
+                            (aside.before, aside.elapsed, aside.after),
+                        );
+                    }
+                    cluster.took_on_rate_bucket(&handover.policy, &handover.key);
+                }
+                return RateDecision::Decided(Decided::Admitted {
+                    waited: Duration::ZERO,
+                    would_throttle: false,
+                    quota: None,
+                });
+            }
+        };
+        if !cluster.owns_rate(&request.policy, &request.key)
+            && !cluster.was_handed(&request.policy, &request.key)
+        {
+            // The asker's ring still names this node (it is leaving, or the ring moved the
+            // bucket to a node that joined and the asker's ring has not followed yet): the ask
+            // is passed on, once, to the owner this node's ring names. Answered "not the
+            // owner", the asker would decide on a bucket of its own, admitting up to a burst
+            // more for every node whose ring lags — what a join measured (3 % over rate ×
+            // time + burst).
+            if !request.relayed
+                && let Some(owner) = cluster.rate_owner(&request.policy, &request.key)
+            {
+                let relayed = RateAsk {
+                    relayed: true,
+                    ..request
+                };
+                return cluster
+                    .forward(&owner, RateRequest::Decide(relayed))
+                    .await
+                    .unwrap_or(RateDecision::NotOwner);
+            }
+            return RateDecision::NotOwner;
+        }
+        let Some(policy) = policy else {
+            return RateDecision::UnknownPolicy;
+        };
+        cluster.decided_for_other();
+        RateDecision::Decided(self.decide_as_owner(&policy, &request).await)
+    }
+
+    /// A forwarded request decided on this node's bucket, the owner's: the bucket held while
+    /// learning and what is lent set aside first, as for a request of this node's own.
+    async fn decide_as_owner(&self, policy: &Policy<SystemClock>, request: &RateAsk) -> Decided {
+        let kind = request.kind.as_deref();
+        self.before_deciding_as_owner(policy, kind, &request.key, request.cost);
+        let ask = Ask {
+            kind,
+            key: &request.key,
+            cost: request.cost,
+            max_wait: Some(request.max_wait),
+        };
+        match self.decide_here(policy, ask).await {
+            // What a waiting request's asker keeps is read once it is decided.
+            Ok(Decision::Admitted {
+                waited,
+                would_throttle,
+                quota,
+                ..
+            }) => Decided::Admitted {
+                waited,
+                would_throttle,
+                quota: quota.or_else(|| policy.quota(kind, &request.key)),
+            },
+            Ok(Decision::Refused {
+                retry_after,
+                reason,
+                quota,
+            }) => Decided::Refused {
+                retry_after,
+                reason,
+                quota: quota.or_else(|| policy.quota(kind, &request.key)),
+            },
+            Err(_) => Decided::Refused {
+                retry_after: None,
+                reason: "the bucket's owner is shutting down".to_owned(),
+                quota: None,
+            },
+        }
+    }
+
+    /// Handovers of this node's cluster-scoped rate buckets that `moving` picks.
+    fn rate_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
+        let mut handovers = Vec::new();
+        for policy in self.policies.policies() {
+            if policy.with_config(|c| c.scope != Scope::Cluster) {
+                continue;
+            }
+            let name = policy.name();
+            let spent = policy.spent_buckets(|key| moving(&bucket_of(name, key)));
+            handovers.extend(spent.into_iter().map(|bucket| Handover {
+                // Its assignment book moves with it (the default buckets' only).
+                lent: match (&self.cluster, &bucket.kind) {
+                    (Some(cluster), None) => cluster.lent_in(name, &bucket.key),
+                    _ => Vec::new(),
+                },
+                policy: name.to_owned(),
+                key: bucket.key,
+                kind: bucket.kind,
+                quota: bucket.quota,
+            }));
+        }
+        handovers
+    }
+}
+
+impl RateOwner for Decider {
+    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
+        Box::pin(self.decide_for_other(request))
+    }
+
+    fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
+        self.rate_handovers(moving)
+    }
+}
