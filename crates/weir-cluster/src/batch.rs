@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, oneshot};
 
 use crate::pool::Grant;
-use crate::rates::{RateDecision, RateRequest};
+use crate::rates::{RateAsk, RateDecision};
 use crate::transport::{
     BoxFuture, LeaseRequest, Message, Reply, Transport, TransportError, TransportExt, replied,
 };
@@ -34,7 +34,7 @@ type Decided = oneshot::Sender<Result<RateDecision, TransportError>>;
 struct Queues {
     leases: mpsc::UnboundedSender<(LeaseRequest, Granted)>,
     releases: mpsc::UnboundedSender<(String, u64)>,
-    decisions: mpsc::UnboundedSender<(RateRequest, Decided)>,
+    decisions: mpsc::UnboundedSender<(RateAsk, Decided)>,
 }
 
 /// `inner`, with lease requests and releases batched per owner. Adoption and renewal are rare
@@ -198,13 +198,13 @@ async fn send_releases<T: Transport + 'static>(
 async fn send_decisions<T: Transport + 'static>(
     inner: Arc<T>,
     owner: String,
-    mut queue: mpsc::UnboundedReceiver<(RateRequest, Decided)>,
+    mut queue: mpsc::UnboundedReceiver<(RateAsk, Decided)>,
 ) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     while let Some((slot, batch)) = next_batch(&mut queue, &slots).await {
         let (inner, owner) = (Arc::clone(&inner), owner.clone());
         tokio::spawn(async move {
-            let (requests, replies): (Vec<RateRequest>, Vec<Decided>) = batch.into_iter().unzip();
+            let (requests, replies): (Vec<RateAsk>, Vec<Decided>) = batch.into_iter().unzip();
             let answers = inner.decide_batch(&owner, requests).await;
             drop(slot);
             for (reply, answer) in replies.into_iter().zip(answers) {
@@ -219,7 +219,7 @@ impl<T: Transport + 'static> Batching<T> {
     fn decide_queued(
         &self,
         owner: &str,
-        request: RateRequest,
+        request: RateAsk,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
         self.queue(owner, |queues, reply| {
             queues.decisions.send((request, reply)).is_ok()
@@ -261,7 +261,7 @@ impl<T: Transport + 'static> Transport for Batching<T> {
     /// message goes straight through.
     fn send(&self, owner: &str, message: Message) -> BoxFuture<'_, Result<Reply, TransportError>> {
         match message {
-            Message::Decide(request) if request.max_wait().is_zero() => {
+            Message::Decide(request) if request.max_wait.is_zero() => {
                 replied(self.decide_queued(owner, request), Reply::Decision)
             }
             Message::Acquire(request) => replied(self.acquire_queued(owner, request), Reply::Grant),

@@ -107,9 +107,12 @@ impl Transport for InMemory {
                     renewal.now,
                     renewal.fenced,
                 )),
-                // Decisions of rate buckets are the server's: an in-memory network of pools has
-                // no one to decide them, so the asker decides itself.
+                // Rate buckets and the census are the server's: an in-memory network of pools
+                // has no one to answer them, so the asker goes on as it does without an owner.
                 Message::Decide(_)
+                | Message::HandOver(_)
+                | Message::Report(_)
+                | Message::Census { .. }
                 | Message::AcquireBatch(_)
                 | Message::ReleaseBatch(_)
                 | Message::DecideBatch(_) => {

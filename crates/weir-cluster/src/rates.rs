@@ -14,9 +14,10 @@
 //! nothing over; a policy's `learning_period` then has the new owner hold each bucket to the
 //! share of its capacity that its tenure allows, so that a crash over-admits nothing.
 //!
-//! This module is the contract between the two sides: what is asked ([`RateRequest`]), what
-//! is answered ([`RateDecision`]), and the owner's side as a trait ([`RateOwner`]) that the
-//! server implements over its policies; [`crate::grpc`] carries it between nodes.
+//! This module is the contract between the two sides: what is asked (a [`RateAsk`], a
+//! [`Handover`], a [`Report`]), what each is answered ([`RateDecision`], nothing,
+//! [`ReportAnswer`]), and the owner's side as a trait ([`RateOwner`]) that the server
+//! implements over its policies; [`crate::transport`]'s `Message` carries each between nodes.
 
 use std::time::Duration;
 
@@ -26,51 +27,14 @@ pub use crate::assignment::{Assignment, Lent, RateReport};
 
 use crate::messages::BoxFuture;
 
-/// What a node asks of a cluster-scoped rate bucket's owner: a decision, a handover, or an
-/// assignment.
+/// A node's (or a data plane's) report of its demand for a bucket, to the bucket's owner:
+/// answered with the share of its rate the holder may decide itself ([`crate::assignment`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RateRequest {
-    /// Decide a request, as its bucket's owner.
-    Decide(RateAsk),
-    /// Take on a bucket's state from its previous owner: not a decision.
-    HandOver(Handover),
-    /// A node's report of its demand for a bucket: answered with the share of its rate the
-    /// node may decide itself ([`crate::assignment`]).
-    Report {
-        /// The node reporting.
-        holder: String,
-        /// What it reports.
-        report: RateReport,
-    },
-}
-
-impl RateRequest {
-    /// The policy the bucket is of.
-    pub fn policy(&self) -> &str {
-        match self {
-            RateRequest::Decide(ask) => &ask.policy,
-            RateRequest::HandOver(handover) => &handover.policy,
-            RateRequest::Report { report, .. } => &report.policy,
-        }
-    }
-
-    /// The bucket's key.
-    pub fn key(&self) -> &str {
-        match self {
-            RateRequest::Decide(ask) => &ask.key,
-            RateRequest::HandOver(handover) => &handover.key,
-            RateRequest::Report { report, .. } => &report.key,
-        }
-    }
-
-    /// The longest it may wait on the owner (zero for a handover or a report, which never
-    /// wait).
-    pub fn max_wait(&self) -> Duration {
-        match self {
-            RateRequest::Decide(ask) => ask.max_wait,
-            RateRequest::HandOver(_) | RateRequest::Report { .. } => Duration::ZERO,
-        }
-    }
+pub struct Report {
+    /// Who reports: a node, or a data plane.
+    pub holder: String,
+    /// What it reports.
+    pub report: RateReport,
 }
 
 /// A request of a cluster-scoped rate policy, forwarded to its bucket's owner to decide.
@@ -139,13 +103,11 @@ impl Decided {
     }
 }
 
-/// An owner's answer to a forwarded request: its decision, or why it could not decide.
+/// An owner's answer to a forwarded [`RateAsk`]: its decision, or why it could not decide.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateDecision {
     /// The owner decided.
     Decided(Decided),
-    /// The owner's answer to a [`RateRequest::Report`].
-    Assigned(Assignment),
     /// The callee's ring does not name it the bucket's owner (the rings differ for a moment
     /// while membership changes).
     NotOwner,
@@ -153,11 +115,28 @@ pub enum RateDecision {
     UnknownPolicy,
 }
 
+/// An owner's answer to a [`Report`]: the holder's share, or why it could not assign one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReportAnswer {
+    /// The share the holder may decide itself until its TTL ([`Assignment::none`] when the
+    /// policy's buckets are not shared out).
+    Assigned(Assignment),
+    /// The callee's ring does not name it the bucket's owner.
+    NotOwner,
+    /// The callee has no such cluster-scoped policy.
+    UnknownPolicy,
+}
+
 /// The owner's side: decides forwarded requests with its own policies.
 pub trait RateOwner: Send + Sync + 'static {
-    /// Decides `request`, waiting up to its `max_wait` if its policy waits; or takes a
-    /// handover on (answered `Admitted`, having waited nothing).
-    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision>;
+    /// Decides `ask`, waiting up to its `max_wait` if its policy waits.
+    fn decide(&self, ask: RateAsk) -> BoxFuture<'_, RateDecision>;
+
+    /// Takes a bucket's state on from its previous owner (see [`Handover`]).
+    fn take_on(&self, handover: Handover);
+
+    /// Answers a holder's report on a bucket this node owns.
+    fn report(&self, report: Report) -> ReportAnswer;
 
     /// A handover for every cluster-scoped bucket this node holds that is not whole and whose
     /// ring name ([`bucket_of`]) `moving` picks. A walk over every key: for membership

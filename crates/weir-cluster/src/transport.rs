@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use weir::Nanos;
 
+use crate::census::Answer;
 pub use crate::messages::{Ask, BoxFuture, Fence, LeaseRequest, TransportError};
 use crate::pool::Grant;
-use crate::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
+use crate::rates::{Handover, RateAsk, RateDecision, RateOwner, Report, ReportAnswer, bucket_of};
 use crate::ring::Ring;
 
 /// What a coordinator says to a bucket's owner. A new kind of call is one more variant here,
@@ -53,15 +54,28 @@ pub enum Message {
     },
     /// Extend a lease: answered [`Reply::Renewed`].
     Renew(Renewal),
-    /// Decide a request of a cluster-scoped rate policy, or take a bucket handed over
-    /// ([`crate::rates`]): answered [`Reply::Decision`].
-    Decide(RateRequest),
+    /// Decide a request of a cluster-scoped rate policy ([`crate::rates`]): answered
+    /// [`Reply::Decision`].
+    Decide(RateAsk),
+    /// Take on buckets handed over by their previous owner: answered [`Reply::Done`].
+    HandOver(Vec<Handover>),
+    /// Holders' reports on buckets the receiver owns: answered [`Reply::Assignments`], one
+    /// per report, in order.
+    Report(Vec<Report>),
+    /// A new owner's census: what the receiver holds for the buckets that `owner`, running
+    /// the ring `fingerprint`, owns ([`crate::census`]): answered [`Reply::Census`].
+    Census {
+        /// The new owner asking.
+        owner: String,
+        /// Its ring's fingerprint.
+        fingerprint: u64,
+    },
     /// Several `Acquire`s at once: answered [`Reply::Grants`], one per request, in order.
     AcquireBatch(Vec<LeaseRequest>),
     /// Several `Release`s (bucket, lease) at once: answered [`Reply::Done`].
     ReleaseBatch(Vec<(String, u64)>),
     /// Several `Decide`s that do not wait: answered [`Reply::Decisions`], in order.
-    DecideBatch(Vec<RateRequest>),
+    DecideBatch(Vec<RateAsk>),
 }
 
 /// A live lease handed over to a bucket's new owner.
@@ -99,7 +113,7 @@ pub struct Renewal {
 pub enum Reply {
     /// To `Acquire`.
     Grant(Grant),
-    /// To `Release`, `GiveBack`, `MovedAway` and `ReleaseBatch`.
+    /// To `Release`, `GiveBack`, `MovedAway`, `ReleaseBatch` and `HandOver`.
     Done,
     /// To `Adopt`: the lease's id on the new owner.
     Adopted(u64),
@@ -112,6 +126,10 @@ pub enum Reply {
     Grants(Vec<Result<Grant, TransportError>>),
     /// To `DecideBatch`.
     Decisions(Vec<Result<RateDecision, TransportError>>),
+    /// To `Report`.
+    Assignments(Vec<Result<ReportAnswer, TransportError>>),
+    /// To `Census`: `None` while the receiver cannot answer yet.
+    Census(Option<Answer>),
 }
 
 /// A coordinator's way to an owner: one method, over one message enum, so that a wrapper (a
@@ -266,9 +284,9 @@ pub trait TransportExt: Transport {
     fn decide(
         &self,
         owner: &str,
-        request: RateRequest,
+        ask: RateAsk,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
-        let (sent, owner) = (self.send(owner, Message::Decide(request)), owner.to_owned());
+        let (sent, owner) = (self.send(owner, Message::Decide(ask)), owner.to_owned());
         Box::pin(async move {
             match sent.await? {
                 Reply::Decision(decision) => Ok(decision),
@@ -282,7 +300,7 @@ pub trait TransportExt: Transport {
     fn decide_batch(
         &self,
         owner: &str,
-        requests: Vec<RateRequest>,
+        requests: Vec<RateAsk>,
     ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
         let count = requests.len();
         let (sent, owner) = (
@@ -294,6 +312,53 @@ pub trait TransportExt: Transport {
                 Ok(Reply::Decisions(answers)) if answers.len() == count => answers,
                 Ok(_) => vec![mismatched(&owner); count],
                 Err(error) => vec![Err(error); count],
+            }
+        })
+    }
+
+    /// Hands `handovers` to `owner`, their new owner, in one call.
+    fn hand_over_to(
+        &self,
+        owner: &str,
+        handovers: Vec<Handover>,
+    ) -> BoxFuture<'_, Result<(), TransportError>> {
+        done(self.send(owner, Message::HandOver(handovers)), owner)
+    }
+
+    /// Sends holders' `reports` to `owner`; one answer per report, in order.
+    fn report(
+        &self,
+        owner: &str,
+        reports: Vec<Report>,
+    ) -> BoxFuture<'_, Vec<Result<ReportAnswer, TransportError>>> {
+        let count = reports.len();
+        let (sent, owner) = (self.send(owner, Message::Report(reports)), owner.to_owned());
+        Box::pin(async move {
+            match sent.await {
+                Ok(Reply::Assignments(answers)) if answers.len() == count => answers,
+                Ok(_) => vec![mismatched(&owner); count],
+                Err(error) => vec![Err(error); count],
+            }
+        })
+    }
+
+    /// Asks `member` for its census answer to `owner`, which runs the ring `fingerprint`:
+    /// `None` if it cannot answer yet.
+    fn census(
+        &self,
+        member: &str,
+        owner: &str,
+        fingerprint: u64,
+    ) -> BoxFuture<'_, Result<Option<Answer>, TransportError>> {
+        let message = Message::Census {
+            owner: owner.to_owned(),
+            fingerprint,
+        };
+        let (sent, member) = (self.send(member, message), member.to_owned());
+        Box::pin(async move {
+            match sent.await? {
+                Reply::Census(answer) => Ok(answer),
+                _ => mismatched(&member),
             }
         })
     }
@@ -344,9 +409,12 @@ fn done<'a>(
     })
 }
 
+/// The most handovers one call carries.
+pub const HANDOVERS_PER_CALL: usize = 1_000;
+
 /// Hands every cluster-scoped bucket that `before` named node `me` the owner of, and `after`
-/// does not, to its owner in `after` — all at once, so that a batching transport carries many
-/// in one call per owner. Returns how many the new owners took. A bucket whose handover fails
+/// does not, to its owner in `after` — at most [`HANDOVERS_PER_CALL`] in one call per owner,
+/// the calls all at once. Returns how many the new owners took. A bucket whose handover fails
 /// starts on its new owner as that owner's own state has it (its policy's learning period
 /// covers that case as it covers a crash).
 pub async fn hand_over<T: Transport + 'static>(
@@ -359,25 +427,32 @@ pub async fn hand_over<T: Transport + 'static>(
     let handovers = rates.handovers(&mut |bucket| {
         before.owner_of(bucket) == Some(me) && after.owner_of(bucket).is_some_and(|o| o != me)
     });
-    let mut sent = tokio::task::JoinSet::new();
+    let mut by_owner: std::collections::HashMap<String, Vec<Handover>> =
+        std::collections::HashMap::new();
     for handover in handovers {
-        let Some(owner) = after.owner_of(&bucket_of(&handover.policy, &handover.key)) else {
-            continue;
-        };
-        let owner = owner.to_owned();
-        let transport = Arc::clone(transport);
-        let request = RateRequest::HandOver(handover);
-        sent.spawn(async move {
-            let answered = transport.decide(&owner, request).await;
-            if let Err(error) = &answered {
-                tracing::warn!(%owner, "a rate bucket's handover failed: {error}");
-            }
-            answered.is_ok()
-        });
+        if let Some(owner) = after.owner_of(&bucket_of(&handover.policy, &handover.key)) {
+            by_owner.entry(owner.to_owned()).or_default().push(handover);
+        }
+    }
+    let mut sent = tokio::task::JoinSet::new();
+    for (owner, mut handovers) in by_owner {
+        while !handovers.is_empty() {
+            let rest = handovers.split_off(handovers.len().min(HANDOVERS_PER_CALL));
+            let call = std::mem::replace(&mut handovers, rest);
+            let (owner, transport) = (owner.clone(), Arc::clone(transport));
+            sent.spawn(async move {
+                let count = call.len();
+                let answered = transport.hand_over_to(&owner, call).await;
+                if let Err(error) = &answered {
+                    tracing::warn!(%owner, count, "rate buckets' handover failed: {error}");
+                }
+                if answered.is_ok() { count } else { 0 }
+            });
+        }
     }
     let mut taken = 0;
     while let Some(answered) = sent.join_next().await {
-        taken += usize::from(answered.unwrap_or(false));
+        taken += answered.unwrap_or(0);
     }
     taken
 }

@@ -26,7 +26,8 @@ use weir_cluster::batch::Batching;
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::rates::{
-    Assignment, Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+    Assignment, Decided, Handover, RateAsk, RateDecision, RateOwner, Report, ReportAnswer,
+    bucket_of,
 };
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::{BoxFuture, TransportExt};
@@ -111,40 +112,41 @@ impl Hot {
 }
 
 impl RateOwner for Hot {
-    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
+    fn decide(&self, _ask: RateAsk) -> BoxFuture<'_, RateDecision> {
         Box::pin(async move {
             if !self.owns() {
                 return RateDecision::NotOwner;
             }
-            match request {
-                RateRequest::Decide(_) => RateDecision::Decided(match self.decide_here() {
-                    true => Decided::Admitted {
-                        waited: Duration::ZERO,
-                        would_throttle: false,
-                        quota: None,
-                    },
-                    false => Decided::Refused {
-                        retry_after: None,
-                        reason: "rate limited".to_owned(),
-                        quota: None,
-                    },
-                }),
-                RateRequest::Report { holder, report } => {
-                    let now = TokioClock::new().now();
-                    let (mut assignment, aside) =
-                        self.book
-                            .report(&holder, &Self::bucket(), &report, WHOLE, now);
-                    assignment.tokens = self.policy.set_aside(
-                        None,
-                        KEY,
-                        (aside.before, aside.elapsed, aside.after),
-                    );
-                    RateDecision::Assigned(assignment)
-                }
-                // The ring never changes here.
-                RateRequest::HandOver(_) => RateDecision::NotOwner,
-            }
+            RateDecision::Decided(match self.decide_here() {
+                true => Decided::Admitted {
+                    waited: Duration::ZERO,
+                    would_throttle: false,
+                    quota: None,
+                },
+                false => Decided::Refused {
+                    retry_after: None,
+                    reason: "rate limited".to_owned(),
+                    quota: None,
+                },
+            })
         })
+    }
+
+    // The ring never changes here.
+    fn take_on(&self, _handover: Handover) {}
+
+    fn report(&self, Report { holder, report }: Report) -> ReportAnswer {
+        if !self.owns() {
+            return ReportAnswer::NotOwner;
+        }
+        let now = TokioClock::new().now();
+        let (mut assignment, aside) =
+            self.book
+                .report(&holder, &Self::bucket(), &report, WHOLE, now);
+        assignment.tokens =
+            self.policy
+                .set_aside(None, KEY, (aside.before, aside.elapsed, aside.after));
+        ReportAnswer::Assigned(assignment)
     }
 
     fn handovers(&self, _moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
@@ -178,14 +180,14 @@ async fn load(hot: Arc<Hot>, transport: Arc<Transport>, every: Duration) {
                 }
             }
             hot.tally.forwarded.fetch_add(1, Ordering::Relaxed);
-            let ask = RateRequest::Decide(RateAsk {
+            let ask = RateAsk {
                 policy: "hot".to_owned(),
                 key: KEY.to_owned(),
                 kind: None,
                 cost: 1,
                 max_wait: Duration::ZERO,
                 relayed: false,
-            });
+            };
             if let Ok(RateDecision::Decided(Decided::Admitted { .. })) =
                 transport.decide(&owner, ask).await
             {
@@ -203,13 +205,13 @@ async fn report(hot: Arc<Hot>, transport: Arc<Transport>) {
         let asked_at = TokioClock::new().now();
         let reports: Vec<(String, RateReport)> = hot.held.lock().unwrap().reports(asked_at);
         for (owner, report) in reports {
-            let request = RateRequest::Report {
+            let request = Report {
                 holder: hot.id.clone(),
                 report: report.clone(),
             };
-            let answer = transport.decide_batch(&owner, vec![request]).await;
+            let answer = transport.report(&owner, vec![request]).await;
             let assignment = match answer.into_iter().next() {
-                Some(Ok(RateDecision::Assigned(assignment))) => assignment,
+                Some(Ok(ReportAnswer::Assigned(assignment))) => assignment,
                 Some(Err(_)) | None => continue,
                 Some(Ok(_)) => Assignment::none(),
             };

@@ -32,7 +32,7 @@ use weir_cluster::loan::{LOAN_MARGIN, UPKEEP_EVERY};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::rates::{
-    Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+    Decided, Handover, RateAsk, RateDecision, RateOwner, Report, ReportAnswer, bucket_of,
 };
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::transport::hand_over;
@@ -383,21 +383,17 @@ impl SimRates {
 }
 
 impl RateOwner for SimRates {
-    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
+    fn take_on(&self, handover: Handover) {
+        self.policy.absorb(None, &handover.key, handover.quota);
+    }
+
+    // This simulation's nodes forward every rate request: none reports.
+    fn report(&self, _report: Report) -> ReportAnswer {
+        ReportAnswer::NotOwner
+    }
+
+    fn decide(&self, request: RateAsk) -> BoxFuture<'_, RateDecision> {
         Box::pin(async move {
-            let request = match request {
-                RateRequest::Decide(ask) => ask,
-                RateRequest::HandOver(handover) => {
-                    self.policy.absorb(None, &handover.key, handover.quota);
-                    return RateDecision::Decided(Decided::Admitted {
-                        waited: Duration::ZERO,
-                        would_throttle: false,
-                        quota: None,
-                    });
-                }
-                // This simulation's nodes forward every rate request: none reports.
-                RateRequest::Report { .. } => return RateDecision::NotOwner,
-            };
             if !self
                 .view
                 .is_owner(&bucket_of(&request.policy, &request.key), &self.id)
@@ -482,14 +478,14 @@ async fn rate_load(
             let admitted = match owner {
                 None => rates.decide_here(&key),
                 Some(owner) => {
-                    let request = RateRequest::Decide(RateAsk {
+                    let request = RateAsk {
                         policy: policy_name().to_owned(),
                         key: key.clone(),
                         kind: None,
                         cost: 1,
                         max_wait: Duration::ZERO,
                         relayed: false,
-                    });
+                    };
                     match transport.decide(&owner, request).await {
                         Ok(RateDecision::Decided(Decided::Admitted { .. })) => true,
                         Ok(RateDecision::Decided(Decided::Refused { .. })) => false,

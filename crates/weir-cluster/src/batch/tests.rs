@@ -68,15 +68,15 @@ fn admitted() -> RateDecision {
     })
 }
 
-fn decision(max_wait: Duration) -> RateRequest {
-    RateRequest::Decide(RateAsk {
+fn decision(max_wait: Duration) -> RateAsk {
+    RateAsk {
         policy: "p".to_owned(),
         key: "k".to_owned(),
         kind: None,
         cost: 1,
         max_wait,
         relayed: false,
-    })
+    }
 }
 
 /// Lets the batching tasks run until `done` holds; fails if it never does.

@@ -1,7 +1,7 @@
 //! The `Census` call on the wire: a new owner asks a member what it holds for its buckets (see
 //! [`census`](crate::census)).
 
-use super::{Clock, GrpcTransport, TransportError, duration_to_nanos, proto};
+use super::{duration_to_nanos, proto};
 use crate::census::{Answer, Held, Quiet};
 use std::time::Duration;
 
@@ -31,7 +31,7 @@ pub(super) fn wire_answer(answer: Option<Answer>) -> proto::CensusReply {
 }
 
 /// The answer a reply carries; `None` if the member was not ready.
-fn answer_of(reply: proto::CensusReply) -> Option<Answer> {
+pub(super) fn answer_of(reply: proto::CensusReply) -> Option<Answer> {
     reply.ready.then(|| Answer {
         fingerprint: reply.fingerprint,
         quiet: Quiet {
@@ -51,27 +51,6 @@ fn answer_of(reply: proto::CensusReply) -> Option<Answer> {
             })
             .collect(),
     })
-}
-
-impl<C: Clock> GrpcTransport<C> {
-    /// Asks `member` for its census answer to `owner`, which runs the ring `fingerprint`:
-    /// `None` if it is not ready yet.
-    pub async fn census(
-        &self,
-        member: &str,
-        owner: &str,
-        fingerprint: u64,
-    ) -> Result<Option<Answer>, TransportError> {
-        let reply = self
-            .client(member)?
-            .census(proto::CensusRequest {
-                owner: owner.to_owned(),
-                fingerprint,
-            })
-            .await
-            .map_err(|_| TransportError::Unreachable(member.to_owned()))?;
-        Ok(answer_of(reply.into_inner()))
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ mod server;
 mod wire;
 
 pub use server::{ClusterService, GuardedCluster};
-use wire::{decision_of, grant_of, wire_decide, wire_request};
+use wire::{
+    decision_of, grant_of, report_answer_of, wire_ask, wire_handover, wire_report, wire_request,
+};
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -26,7 +28,8 @@ use weir::{Clock, Nanos};
 use crate::owner::Owner;
 use crate::pool::Grant;
 use crate::rates::{
-    Assignment, Decided, Handover, Lent, RateAsk, RateDecision, RateOwner, RateReport, RateRequest,
+    Assignment, Decided, Handover, Lent, RateAsk, RateDecision, RateOwner, RateReport, Report,
+    ReportAnswer,
 };
 use crate::secret::{AttachToken, ClusterSecret, RequireToken};
 use crate::transport::{
@@ -222,14 +225,14 @@ impl<C: Clock> GrpcTransport<C> {
     fn call_decide(
         &self,
         owner: &str,
-        request: RateRequest,
+        ask: RateAsk,
     ) -> BoxFuture<'_, Result<RateDecision, TransportError>> {
         let client = self.client(owner);
         let asked = owner;
         let owner = owner.to_owned();
         traced(asked, "decide", 1, reached_one, async move {
-            let timeout = request.max_wait().saturating_add(FORWARD_TIMEOUT);
-            let mut call = Request::new(wire_decide(request));
+            let timeout = ask.max_wait.saturating_add(FORWARD_TIMEOUT);
+            let mut call = Request::new(wire_ask(ask));
             call.set_timeout(timeout);
             let reply = client?
                 .decide(call)
@@ -239,45 +242,61 @@ impl<C: Clock> GrpcTransport<C> {
         })
     }
 
-    fn call_decide_batch(
+    /// One `DecideBatch` call carrying `requests` (decisions that do not wait, handovers or
+    /// reports, as the wire carries them all), each reply read by `read`; one answer per
+    /// request, in order.
+    fn call_decide_batch<T: Clone + Send + 'static>(
         &self,
         owner: &str,
-        requests: Vec<RateRequest>,
-    ) -> BoxFuture<'_, Vec<Result<RateDecision, TransportError>>> {
+        what: &'static str,
+        requests: Vec<proto::DecideRequest>,
+        read: fn(proto::DecideReply) -> T,
+    ) -> BoxFuture<'_, Vec<Result<T, TransportError>>> {
         let client = self.client(owner);
         let asked = owner;
         let owner = owner.to_owned();
-        traced(
-            asked,
-            "decide_batch",
-            requests.len(),
-            reached_all,
-            async move {
-                let count = requests.len();
-                let unreachable = || vec![Err(TransportError::Unreachable(owner.clone())); count];
-                let Ok(mut client) = client else {
-                    return unreachable();
-                };
-                let mut call = Request::new(proto::DecideBatchRequest {
-                    requests: requests.into_iter().map(wire_decide).collect(),
-                });
-                call.set_timeout(FORWARD_TIMEOUT);
-                match client.decide_batch(call).await {
-                    Ok(reply) => {
-                        let mut answers: Vec<_> = reply
-                            .into_inner()
-                            .replies
-                            .into_iter()
-                            .map(|reply| Ok(decision_of(reply)))
-                            .collect();
-                        // A short reply leaves the rest unanswered: their askers decide alone.
-                        answers.resize(count, Err(TransportError::Unreachable(owner.clone())));
-                        answers
-                    }
-                    Err(_) => unreachable(),
+        traced(asked, what, requests.len(), reached_all, async move {
+            let count = requests.len();
+            let unreachable = || vec![Err(TransportError::Unreachable(owner.clone())); count];
+            let Ok(mut client) = client else {
+                return unreachable();
+            };
+            let mut call = Request::new(proto::DecideBatchRequest { requests });
+            call.set_timeout(FORWARD_TIMEOUT);
+            match client.decide_batch(call).await {
+                Ok(reply) => {
+                    let mut answers: Vec<_> = reply
+                        .into_inner()
+                        .replies
+                        .into_iter()
+                        .map(|reply| Ok(read(reply)))
+                        .collect();
+                    // A short reply leaves the rest unanswered: their askers decide alone.
+                    answers.resize(count, Err(TransportError::Unreachable(owner.clone())));
+                    answers
                 }
-            },
-        )
+                Err(_) => unreachable(),
+            }
+        })
+    }
+
+    /// Asks `member` for its census answer to `owner`, which runs the ring `fingerprint`:
+    /// `None` if it is not ready yet.
+    fn call_census(
+        &self,
+        member: &str,
+        owner: String,
+        fingerprint: u64,
+    ) -> BoxFuture<'_, Result<Option<crate::census::Answer>, TransportError>> {
+        let client = self.client(member);
+        let member = member.to_owned();
+        Box::pin(async move {
+            let reply = client?
+                .census(proto::CensusRequest { owner, fingerprint })
+                .await
+                .map_err(|_| TransportError::Unreachable(member))?;
+            Ok(census::answer_of(reply.into_inner()))
+        })
     }
 
     fn call_acquire(
@@ -469,10 +488,32 @@ impl<C: Clock> Transport for GrpcTransport<C> {
             Message::ReleaseBatch(leases) => {
                 replied(self.call_release_batch(owner, leases), |()| Reply::Done)
             }
-            Message::DecideBatch(requests) => {
-                let answers = self.call_decide_batch(owner, requests);
+            Message::DecideBatch(asks) => {
+                let requests = asks.into_iter().map(wire_ask).collect();
+                let answers = self.call_decide_batch(owner, "decide_batch", requests, decision_of);
                 Box::pin(async move { Ok(Reply::Decisions(answers.await)) })
             }
+            Message::HandOver(handovers) => {
+                let requests = handovers.into_iter().map(wire_handover).collect();
+                // Any reply is the owner's: a handover is taken on whatever its ring says.
+                let answers = self.call_decide_batch(owner, "hand_over", requests, |_| ());
+                let owner = owner.to_owned();
+                Box::pin(async move {
+                    match answers.await.into_iter().all(|answer| answer.is_ok()) {
+                        true => Ok(Reply::Done),
+                        false => Err(TransportError::Unreachable(owner)),
+                    }
+                })
+            }
+            Message::Report(reports) => {
+                let requests = reports.into_iter().map(wire_report).collect();
+                let answers = self.call_decide_batch(owner, "report", requests, report_answer_of);
+                Box::pin(async move { Ok(Reply::Assignments(answers.await)) })
+            }
+            Message::Census {
+                owner: asker,
+                fingerprint,
+            } => replied(self.call_census(owner, asker, fingerprint), Reply::Census),
         }
     }
 }

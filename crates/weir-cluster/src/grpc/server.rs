@@ -1,11 +1,12 @@
 //! An owner's side of the node-to-node protocol: its pool behind the ownership fence and the
 //! decisions of the cluster-scoped rate buckets it owns, single and batched.
 
-use super::wire::{ask_of, fence_of, request_of, with_quota};
+use super::wire::{
+    Forwarded, ask_of, fence_of, outcome_only, request_of, wire_decision, wire_report_answer,
+};
 use super::{
-    Arc, Clock, ClusterSecret, Decided, Duration, Grant, LeaseRequest, Outcome, Owner,
-    RateDecision, RateOwner, Request, RequireToken, Response, Status, TransportError,
-    duration_to_nanos, proto,
+    Arc, Clock, ClusterSecret, Duration, Grant, LeaseRequest, Outcome, Owner, RateOwner, Request,
+    RequireToken, Response, Status, TransportError, duration_to_nanos, proto,
 };
 
 /// An owner's side of the protocol: its pool behind the ownership fence, on its own clock,
@@ -137,58 +138,20 @@ impl<C: Clock> ClusterService<C> {
 }
 
 impl<C: Clock> ClusterService<C> {
-    /// Decides one forwarded request with the server's [`RateOwner`].
+    /// Answers one forwarded request with the server's [`RateOwner`]: a decision, a handover
+    /// taken on (answered admitted, as the wire always has), or a report.
     async fn decide_one(&self, request: proto::DecideRequest) -> proto::DecideReply {
         use proto::decide_reply::Outcome as Wire;
         let Some(rates) = &self.rates else {
-            return proto::DecideReply {
-                outcome: Wire::UnknownPolicy as i32,
-                ..Default::default()
-            };
+            return outcome_only(Wire::UnknownPolicy);
         };
-        let decision = rates.decide(request_of(request)).await;
-        match decision {
-            RateDecision::Decided(Decided::Admitted {
-                waited,
-                would_throttle,
-                quota,
-            }) => with_quota(
-                proto::DecideReply {
-                    outcome: Wire::Admitted as i32,
-                    waited_ns: duration_to_nanos(waited),
-                    would_throttle,
-                    ..Default::default()
-                },
-                quota,
-            ),
-            RateDecision::Decided(Decided::Refused {
-                retry_after,
-                reason,
-                quota,
-            }) => with_quota(
-                proto::DecideReply {
-                    outcome: Wire::Refused as i32,
-                    retry_after_ns: retry_after.map_or(0, duration_to_nanos),
-                    reason,
-                    ..Default::default()
-                },
-                quota,
-            ),
-            RateDecision::Assigned(assignment) => proto::DecideReply {
-                outcome: Wire::Assigned as i32,
-                shares: assignment.shares,
-                ttl_ns: duration_to_nanos(assignment.ttl),
-                tokens: assignment.tokens,
-                ..Default::default()
-            },
-            RateDecision::NotOwner => proto::DecideReply {
-                outcome: Wire::NotOwner as i32,
-                ..Default::default()
-            },
-            RateDecision::UnknownPolicy => proto::DecideReply {
-                outcome: Wire::UnknownPolicy as i32,
-                ..Default::default()
-            },
+        match request_of(request) {
+            Forwarded::Ask(ask) => wire_decision(rates.decide(ask).await),
+            Forwarded::HandOver(handover) => {
+                rates.take_on(handover);
+                outcome_only(Wire::Admitted)
+            }
+            Forwarded::Report(report) => wire_report_answer(rates.report(report)),
         }
     }
 }

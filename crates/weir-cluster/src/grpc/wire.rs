@@ -1,10 +1,11 @@
-//! What crosses the wire and back: lease requests and grants, rate decisions and handovers.
+//! What crosses the wire and back: lease requests and grants, rate decisions, handovers and
+//! reports.
 //! Times cross as durations, never instants.
 
 use super::{
     Ask, Assignment, Decided, Duration, Fence, Grant, Handover, LeaseRequest, Lent, Nanos, Outcome,
-    Quota, RateAsk, RateDecision, RateReport, RateRequest, TransportError, duration_to_nanos,
-    proto,
+    Quota, RateAsk, RateDecision, RateReport, Report, ReportAnswer, TransportError,
+    duration_to_nanos, proto,
 };
 
 /// `reply` with `quota` in it.
@@ -89,59 +90,78 @@ pub(super) fn grant_of(
     }
 }
 
-/// The wire form of a forwarded request. A handover travels as a request of cost 0 with its
-/// `handed` fields set, as it always has on the wire; a report with its `report` ones.
-pub(super) fn wire_decide(request: RateRequest) -> proto::DecideRequest {
-    match request {
-        RateRequest::Decide(ask) => proto::DecideRequest {
-            policy: ask.policy,
-            key: ask.key,
-            // The wire's empty string is no kind.
-            kind: ask.kind.unwrap_or_default(),
-            cost: ask.cost,
-            max_wait_ns: duration_to_nanos(ask.max_wait),
-            relayed: ask.relayed,
-            ..Default::default()
-        },
-        RateRequest::HandOver(handover) => proto::DecideRequest {
-            policy: handover.policy,
-            key: handover.key,
-            handed: true,
-            handed_own_kind: handover.kind.is_some(),
-            kind: handover.kind.unwrap_or_default(),
-            handed_used: handover.quota.used,
-            handed_remaining: handover.quota.remaining,
-            handed_reset_after_ns: duration_to_nanos(handover.quota.reset_after),
-            handed_lent: handover
-                .lent
-                .into_iter()
-                .map(|lent| proto::HandedLent {
-                    holder: lent.holder,
-                    shares: lent.shares,
-                    remaining_ns: duration_to_nanos(lent.remaining),
-                })
-                .collect(),
-            ..Default::default()
-        },
-        RateRequest::Report { holder, report } => proto::DecideRequest {
-            policy: report.policy,
-            key: report.key,
-            report: true,
-            holder,
-            demand: report.demand,
-            running: report.running,
-            report_ttl_ns: duration_to_nanos(report.ttl),
-            report_decides_all: report.decides_all,
-            ..Default::default()
-        },
+/// What one `DecideRequest` on the wire is: a decision, a handover (a request of cost 0 with
+/// its `handed` fields set, as it always has been on the wire) or a report (its `report`
+/// fields set). The wire keeps one request for the three so that nodes of every version since
+/// reports were added still understand each other; above the wire they are three messages.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Forwarded {
+    /// A decision.
+    Ask(RateAsk),
+    /// A bucket handed over.
+    HandOver(Handover),
+    /// A holder's report.
+    Report(Report),
+}
+
+/// The wire form of a decision asked.
+pub(super) fn wire_ask(ask: RateAsk) -> proto::DecideRequest {
+    proto::DecideRequest {
+        policy: ask.policy,
+        key: ask.key,
+        // The wire's empty string is no kind.
+        kind: ask.kind.unwrap_or_default(),
+        cost: ask.cost,
+        max_wait_ns: duration_to_nanos(ask.max_wait),
+        relayed: ask.relayed,
+        ..Default::default()
+    }
+}
+
+/// The wire form of a handover.
+pub(super) fn wire_handover(handover: Handover) -> proto::DecideRequest {
+    proto::DecideRequest {
+        policy: handover.policy,
+        key: handover.key,
+        handed: true,
+        handed_own_kind: handover.kind.is_some(),
+        kind: handover.kind.unwrap_or_default(),
+        handed_used: handover.quota.used,
+        handed_remaining: handover.quota.remaining,
+        handed_reset_after_ns: duration_to_nanos(handover.quota.reset_after),
+        handed_lent: handover
+            .lent
+            .into_iter()
+            .map(|lent| proto::HandedLent {
+                holder: lent.holder,
+                shares: lent.shares,
+                remaining_ns: duration_to_nanos(lent.remaining),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The wire form of a report.
+pub(super) fn wire_report(Report { holder, report }: Report) -> proto::DecideRequest {
+    proto::DecideRequest {
+        policy: report.policy,
+        key: report.key,
+        report: true,
+        holder,
+        demand: report.demand,
+        running: report.running,
+        report_ttl_ns: duration_to_nanos(report.ttl),
+        report_decides_all: report.decides_all,
+        ..Default::default()
     }
 }
 
 /// A forwarded request as it came off the wire: one with `handed` set is a handover, one
 /// with `report` set a report.
-pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
+pub(super) fn request_of(request: proto::DecideRequest) -> Forwarded {
     if request.report {
-        return RateRequest::Report {
+        return Forwarded::Report(Report {
             holder: request.holder,
             report: RateReport {
                 policy: request.policy,
@@ -151,10 +171,10 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
                 ttl: Duration::from_nanos(request.report_ttl_ns),
                 decides_all: request.report_decides_all,
             },
-        };
+        });
     }
     if request.handed {
-        return RateRequest::HandOver(Handover {
+        return Forwarded::HandOver(Handover {
             policy: request.policy,
             key: request.key,
             kind: request.handed_own_kind.then_some(request.kind),
@@ -174,7 +194,7 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
                 .collect(),
         });
     }
-    RateRequest::Decide(RateAsk {
+    Forwarded::Ask(RateAsk {
         policy: request.policy,
         key: request.key,
         kind: (!request.kind.is_empty()).then_some(request.kind),
@@ -184,7 +204,8 @@ pub(super) fn request_of(request: proto::DecideRequest) -> RateRequest {
     })
 }
 
-/// An owner's reply as a decision.
+/// An owner's reply to a decision asked. An assignment is no answer to one: read as the
+/// owner not knowing the policy, which has the asker decide on its own.
 pub(super) fn decision_of(reply: proto::DecideReply) -> RateDecision {
     use proto::decide_reply::Outcome as Wire;
     let quota = reply.has_quota.then(|| Quota {
@@ -204,13 +225,82 @@ pub(super) fn decision_of(reply: proto::DecideReply) -> RateDecision {
             reason: reply.reason,
             quota,
         }),
-        Ok(Wire::Assigned) => RateDecision::Assigned(Assignment {
+        Ok(Wire::NotOwner) => RateDecision::NotOwner,
+        Ok(Wire::Assigned | Wire::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
+    }
+}
+
+/// An owner's reply to a report. A decision is no answer to one: read as the owner not
+/// knowing the policy (the holder's share, if any, runs out at its TTL).
+pub(super) fn report_answer_of(reply: proto::DecideReply) -> ReportAnswer {
+    use proto::decide_reply::Outcome as Wire;
+    match Wire::try_from(reply.outcome) {
+        Ok(Wire::Assigned) => ReportAnswer::Assigned(Assignment {
             shares: reply.shares,
             ttl: Duration::from_nanos(reply.ttl_ns),
             tokens: reply.tokens,
         }),
-        Ok(Wire::NotOwner) => RateDecision::NotOwner,
-        Ok(Wire::UnknownPolicy) | Err(_) => RateDecision::UnknownPolicy,
+        Ok(Wire::NotOwner) => ReportAnswer::NotOwner,
+        Ok(_) | Err(_) => ReportAnswer::UnknownPolicy,
+    }
+}
+
+/// A decision's wire reply.
+pub(super) fn wire_decision(decision: RateDecision) -> proto::DecideReply {
+    use proto::decide_reply::Outcome as Wire;
+    match decision {
+        RateDecision::Decided(Decided::Admitted {
+            waited,
+            would_throttle,
+            quota,
+        }) => with_quota(
+            proto::DecideReply {
+                outcome: Wire::Admitted as i32,
+                waited_ns: duration_to_nanos(waited),
+                would_throttle,
+                ..Default::default()
+            },
+            quota,
+        ),
+        RateDecision::Decided(Decided::Refused {
+            retry_after,
+            reason,
+            quota,
+        }) => with_quota(
+            proto::DecideReply {
+                outcome: Wire::Refused as i32,
+                retry_after_ns: retry_after.map_or(0, duration_to_nanos),
+                reason,
+                ..Default::default()
+            },
+            quota,
+        ),
+        RateDecision::NotOwner => outcome_only(Wire::NotOwner),
+        RateDecision::UnknownPolicy => outcome_only(Wire::UnknownPolicy),
+    }
+}
+
+/// A report's wire reply.
+pub(super) fn wire_report_answer(answer: ReportAnswer) -> proto::DecideReply {
+    use proto::decide_reply::Outcome as Wire;
+    match answer {
+        ReportAnswer::Assigned(assignment) => proto::DecideReply {
+            outcome: Wire::Assigned as i32,
+            shares: assignment.shares,
+            ttl_ns: duration_to_nanos(assignment.ttl),
+            tokens: assignment.tokens,
+            ..Default::default()
+        },
+        ReportAnswer::NotOwner => outcome_only(Wire::NotOwner),
+        ReportAnswer::UnknownPolicy => outcome_only(Wire::UnknownPolicy),
+    }
+}
+
+/// A reply that is only its outcome.
+pub(super) fn outcome_only(outcome: proto::decide_reply::Outcome) -> proto::DecideReply {
+    proto::DecideReply {
+        outcome: outcome as i32,
+        ..Default::default()
     }
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir::Clock;
 use weir_cluster::assignment::{AssignmentBook, HeldRates, Local, RateReport, SetAside, Whole};
-use weir_cluster::rates::{Assignment, Lent, RateDecision, RateRequest, bucket_of};
+use weir_cluster::rates::{Assignment, Lent, Report, ReportAnswer, bucket_of};
 use weir_cluster::transport::TransportExt;
 
 use super::{ClusterCounters, ClusterMode, SystemClock};
@@ -140,12 +140,12 @@ impl ClusterMode {
         let calls = by_owner.into_iter().map(|(owner, reports)| async move {
             let requests = reports
                 .iter()
-                .map(|report| RateRequest::Report {
+                .map(|report| Report {
                     holder: self.node_id.clone(),
                     report: report.clone(),
                 })
                 .collect();
-            let answers = self.transport.decide_batch(&owner, requests).await;
+            let answers = self.transport.report(&owner, requests).await;
             (owner, reports, answers)
         });
         for (owner, reports, answers) in futures_util::future::join_all(calls).await {
@@ -154,7 +154,7 @@ impl ClusterMode {
             for (report, answer) in reports.into_iter().zip(answers) {
                 self.assignments.reports.fetch_add(1, Ordering::Relaxed);
                 let assignment = match answer {
-                    Ok(RateDecision::Assigned(assignment)) => assignment,
+                    Ok(ReportAnswer::Assigned(assignment)) => assignment,
                     // Not answered: the assignment held, if any, runs out at its TTL.
                     Err(_) => {
                         self.assignments

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use weir::{Clock, SystemClock};
 use weir_cluster::census::{Answer, CensusAnswers};
+use weir_cluster::transport::TransportExt;
 
 use super::ClusterMode;
 

@@ -42,7 +42,7 @@ use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membershi
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
 use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
-use weir_cluster::rates::{RateDecision, RateOwner, RateRequest, bucket_of};
+use weir_cluster::rates::{RateDecision, RateOwner, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::secret::ClusterSecret;
 

@@ -2,10 +2,10 @@
 //! owner, what the owner's side counts, and the handover of buckets when the ring moves them.
 
 use super::{
-    ClusterMode, Duration, Histogram, Ordering, RateDecision, RateRequest, Ring, SystemClock,
-    bucket_of,
+    ClusterMode, Duration, Histogram, Ordering, RateDecision, Ring, SystemClock, bucket_of,
 };
 use weir::Clock;
+use weir_cluster::rates::{RateAsk, Report, ReportAnswer};
 use weir_cluster::transport::TransportExt;
 
 /// How long a bucket the ring just gave this node is held while the previous owner's handover
@@ -31,7 +31,7 @@ impl ClusterMode {
 
     /// Asks `owner` to decide `request`. `Err`: decide here, the owner could not (unreachable,
     /// or not the owner or without the policy by its own ring and config); it is counted.
-    pub async fn forward(&self, owner: &str, request: RateRequest) -> Result<RateDecision, String> {
+    pub async fn forward(&self, owner: &str, request: RateAsk) -> Result<RateDecision, String> {
         let started = std::time::Instant::now();
         let decided = self.transport.decide(owner, request).await;
         self.rates
@@ -53,6 +53,16 @@ impl ClusterMode {
         .inspect_err(|_| {
             self.rates.forward_failed.fetch_add(1, Ordering::Relaxed);
         })
+    }
+
+    /// Sends a data plane's `report` to `owner`, the bucket's owner: its answer, or why it
+    /// could not be asked.
+    pub async fn report_to(&self, owner: &str, report: Report) -> Result<ReportAnswer, String> {
+        let mut answers = self.transport.report(owner, vec![report]).await;
+        match answers.pop() {
+            Some(answer) => answer.map_err(|error| error.to_string()),
+            None => Err(format!("`{owner}` did not answer the report")),
+        }
     }
 
     /// The latency histogram of forwarded decisions, for `/metrics`.

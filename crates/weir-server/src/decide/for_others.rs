@@ -6,12 +6,13 @@
 //! A node asked for a bucket its ring gives to another passes the ask on to that owner, once
 //! (rings change on every node at a slightly different moment).
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use weir::SystemClock;
 use weir::policy::{Policy, Scope};
 use weir_cluster::rates::{
-    Assignment, Decided, Handover, RateAsk, RateDecision, RateOwner, RateRequest, bucket_of,
+    Assignment, Decided, Handover, RateAsk, RateDecision, RateOwner, Report, ReportAnswer,
+    bucket_of,
 };
 use weir_cluster::transport::BoxFuture;
 
@@ -19,91 +20,92 @@ use super::owner::assignable;
 use super::{Ask, Decider, Decision};
 
 impl Decider {
-    /// Answers a request another node (or this node's RLQS) sends a bucket's owner: only for a
-    /// cluster-scoped policy whose bucket this node owns by its own ring.
-    pub async fn decide_for_other(&self, request: RateRequest) -> RateDecision {
+    /// Decides a request another node forwards: only for a cluster-scoped policy whose bucket
+    /// this node owns by its own ring (or was just handed).
+    pub async fn decide_for_other(&self, ask: RateAsk) -> RateDecision {
         let Some(cluster) = &self.cluster else {
             return RateDecision::NotOwner;
         };
-        let policy = self
-            .policies
-            .get(request.policy())
-            .filter(|p| p.with_config(|c| c.scope == Scope::Cluster));
-        let request = match request {
-            RateRequest::Decide(ask) => ask,
-            RateRequest::Report { holder, report } => {
-                if !cluster.owns_rate(&report.policy, &report.key) {
-                    return RateDecision::NotOwner;
-                }
-                let Some(policy) = policy else {
-                    return RateDecision::UnknownPolicy;
-                };
-                let Some(whole) = assignable(&policy, None) else {
-                    return RateDecision::Assigned(Assignment::none());
-                };
-                let (mut assignment, aside) = cluster.answer_report(&holder, &report, whole);
-                // Set aside before the holder hears of it: its share is never counted twice,
-                // and what the owner's bucket held beyond its own share moves to the holder.
-                assignment.tokens = policy.set_aside(
-                    None,
-                    &report.key,
-                    (aside.before, aside.elapsed, aside.after),
-                );
-                return RateDecision::Assigned(assignment);
-            }
-            RateRequest::HandOver(handover) => {
-                // Taken on even before this node's ring names it the owner: rings change on
-                // every node at a slightly different moment, and the state is only ever
-                // emptier.
-                if let Some(policy) = &policy {
-                    policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
-                    if handover.kind.is_none()
-                        && let Some(aside) =
-                            cluster.take_on_lent(&handover.policy, &handover.key, &handover.lent)
-                    {
-                        policy.set_aside(
-                            None,
-                            &handover.key,
-                            (aside.before, aside.elapsed, aside.after),
-                        );
-                    }
-                    cluster.took_on_rate_bucket(&handover.policy, &handover.key);
-                }
-                return RateDecision::Decided(Decided::Admitted {
-                    waited: Duration::ZERO,
-                    would_throttle: false,
-                    quota: None,
-                });
-            }
-        };
-        if !cluster.owns_rate(&request.policy, &request.key)
-            && !cluster.was_handed(&request.policy, &request.key)
-        {
+        if !cluster.owns_rate(&ask.policy, &ask.key) && !cluster.was_handed(&ask.policy, &ask.key) {
             // The asker's ring still names this node (it is leaving, or the ring moved the
             // bucket to a node that joined and the asker's ring has not followed yet): the ask
             // is passed on, once, to the owner this node's ring names. Answered "not the
             // owner", the asker would decide on a bucket of its own, admitting up to a burst
             // more for every node whose ring lags — what a join measured (3 % over rate ×
             // time + burst).
-            if !request.relayed
-                && let Some(owner) = cluster.rate_owner(&request.policy, &request.key)
+            if !ask.relayed
+                && let Some(owner) = cluster.rate_owner(&ask.policy, &ask.key)
             {
                 let relayed = RateAsk {
                     relayed: true,
-                    ..request
+                    ..ask
                 };
                 return cluster
-                    .forward(&owner, RateRequest::Decide(relayed))
+                    .forward(&owner, relayed)
                     .await
                     .unwrap_or(RateDecision::NotOwner);
             }
             return RateDecision::NotOwner;
         }
-        let Some(policy) = policy else {
+        let Some(policy) = self.cluster_policy(&ask.policy) else {
             return RateDecision::UnknownPolicy;
         };
         cluster.decided_for_other();
-        RateDecision::Decided(self.decide_as_owner(&policy, &request).await)
+        RateDecision::Decided(self.decide_as_owner(&policy, &ask).await)
+    }
+
+    /// Takes a bucket's state on from its previous owner. Taken on even before this node's
+    /// ring names it the owner: rings change on every node at a slightly different moment,
+    /// and the state is only ever emptier.
+    fn take_on(&self, handover: Handover) {
+        let (Some(cluster), Some(policy)) = (&self.cluster, self.cluster_policy(&handover.policy))
+        else {
+            return;
+        };
+        policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
+        if handover.kind.is_none()
+            && let Some(aside) =
+                cluster.take_on_lent(&handover.policy, &handover.key, &handover.lent)
+        {
+            policy.set_aside(
+                None,
+                &handover.key,
+                (aside.before, aside.elapsed, aside.after),
+            );
+        }
+        cluster.took_on_rate_bucket(&handover.policy, &handover.key);
+    }
+
+    /// Answers a holder's report on a bucket this node owns: its share.
+    pub(super) fn answer_report(&self, Report { holder, report }: Report) -> ReportAnswer {
+        let Some(cluster) = &self.cluster else {
+            return ReportAnswer::NotOwner;
+        };
+        if !cluster.owns_rate(&report.policy, &report.key) {
+            return ReportAnswer::NotOwner;
+        }
+        let Some(policy) = self.cluster_policy(&report.policy) else {
+            return ReportAnswer::UnknownPolicy;
+        };
+        let Some(whole) = assignable(&policy, None) else {
+            return ReportAnswer::Assigned(Assignment::none());
+        };
+        let (mut assignment, aside) = cluster.answer_report(&holder, &report, whole);
+        // Set aside before the holder hears of it: its share is never counted twice, and what
+        // the owner's bucket held beyond its own share moves to the holder.
+        assignment.tokens = policy.set_aside(
+            None,
+            &report.key,
+            (aside.before, aside.elapsed, aside.after),
+        );
+        ReportAnswer::Assigned(assignment)
+    }
+
+    /// The cluster-scoped policy named `name`, if this node has it.
+    fn cluster_policy(&self, name: &str) -> Option<Arc<Policy<SystemClock>>> {
+        self.policies
+            .get(name)
+            .filter(|p| p.with_config(|c| c.scope == Scope::Cluster))
     }
 
     /// A forwarded request decided on this node's bucket, the owner's: the bucket held while
@@ -172,8 +174,16 @@ impl Decider {
 }
 
 impl RateOwner for Decider {
-    fn decide(&self, request: RateRequest) -> BoxFuture<'_, RateDecision> {
-        Box::pin(self.decide_for_other(request))
+    fn decide(&self, ask: RateAsk) -> BoxFuture<'_, RateDecision> {
+        Box::pin(self.decide_for_other(ask))
+    }
+
+    fn take_on(&self, handover: Handover) {
+        Decider::take_on(self, handover);
+    }
+
+    fn report(&self, report: Report) -> ReportAnswer {
+        self.answer_report(report)
     }
 
     fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {

@@ -19,7 +19,7 @@ use weir::SystemClock;
 use weir::keyed::Shape;
 use weir::policy::{BucketShape, Mode, OnExhausted, Policy, Scope};
 use weir_cluster::assignment::{Assignment, Local, REPORT_EVERY, RateReport, Whole};
-use weir_cluster::rates::{Decided, RateAsk, RateDecision, RateRequest};
+use weir_cluster::rates::{Decided, RateAsk, RateDecision, Report, ReportAnswer};
 
 use super::waiting::Waiting;
 use super::{AdmissionTier, Ask, Decider, Decision, NoQuota};
@@ -56,19 +56,17 @@ impl Decider {
             self.before_deciding_as_owner(policy, ask.kind, ask.key, ask.cost);
             return None;
         };
-        let request = RateRequest::Decide(RateAsk {
+        let request = RateAsk {
             policy: policy.name().to_owned(),
             key: ask.key.to_owned(),
             kind: ask.kind.map(str::to_owned),
             cost: ask.cost,
             max_wait,
             relayed: false,
-        });
+        };
         let decided = match cluster.forward(&owner, request).await {
             Ok(RateDecision::Decided(decided)) => decided,
-            Ok(
-                RateDecision::NotOwner | RateDecision::UnknownPolicy | RateDecision::Assigned(_),
-            ) => return None,
+            Ok(RateDecision::NotOwner | RateDecision::UnknownPolicy) => return None,
             Err(why) => {
                 tracing::debug!(policy = %policy.name(), %owner, "deciding here: {why}");
                 return None;
@@ -112,24 +110,21 @@ impl Decider {
         let Some(cluster) = &self.cluster else {
             return Err(NoQuota::OwnerUnreachable("not in a cluster".to_owned()));
         };
-        let request = RateRequest::Report {
+        let report = Report {
             holder: holder.to_owned(),
             report,
         };
-        let decided = match cluster.rate_owner(request.policy(), request.key()) {
-            Some(owner) => cluster.forward(&owner, request).await,
-            None => Ok(self.decide_for_other(request).await),
+        let answer = match cluster.rate_owner(&report.report.policy, &report.report.key) {
+            Some(owner) => cluster.report_to(&owner, report).await,
+            None => Ok(self.answer_report(report)),
         };
-        match decided {
-            Ok(RateDecision::Assigned(assignment)) => Ok(assignment),
-            Ok(RateDecision::NotOwner) => Err(NoQuota::OwnerUnreachable(
+        match answer {
+            Ok(ReportAnswer::Assigned(assignment)) => Ok(assignment),
+            Ok(ReportAnswer::NotOwner) => Err(NoQuota::OwnerUnreachable(
                 "the node asked does not own the bucket (the ring is changing)".to_owned(),
             )),
-            Ok(RateDecision::UnknownPolicy) => Err(NoQuota::OwnerUnreachable(
+            Ok(ReportAnswer::UnknownPolicy) => Err(NoQuota::OwnerUnreachable(
                 "the bucket's owner does not have the policy (yet)".to_owned(),
-            )),
-            Ok(RateDecision::Decided(_)) => Err(NoQuota::OwnerUnreachable(
-                "the bucket's owner answered a decision, not an assignment".to_owned(),
             )),
             Err(why) => Err(NoQuota::OwnerUnreachable(why)),
         }
