@@ -43,7 +43,7 @@ fn each_reply_is_read_as_its_own_kind_only() {
         ttl: Duration::from_secs(4),
         tokens: 2,
     };
-    let assigned = wire_report_answer(ReportAnswer::Assigned(assignment.clone()));
+    let assigned = wire_report_answer(ReportAnswer::Assigned(assignment));
     assert_eq!(
         report_answer_of(assigned.clone()),
         ReportAnswer::Assigned(assignment)
