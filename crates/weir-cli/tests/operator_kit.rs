@@ -193,6 +193,9 @@ async fn live_series() -> Vec<Series> {
             "127.0.0.1:0",
             "--rls-config",
             rls.to_str().unwrap(),
+            // The Redis protocol's counters are exported by its listener.
+            "--resp",
+            "127.0.0.1:0",
         ],
     );
     let call = json!({"policy": "ms-tables", "key": "t1", "kind": "PREPARE_ROWSET"});

@@ -328,16 +328,24 @@ async fn a_forwarded_decision_is_a_span_around_the_owner_call() {
     };
     assert_eq!(tier_of(caller), ["owner"], "{admissions:#?}");
     assert_eq!(tier_of(owner), ["node"], "{admissions:#?}");
-    let mut requests = BTreeMap::new();
+    let mut decided = BTreeMap::new();
+    let mut handed_over = BTreeMap::new();
     for call in &calls {
         assert_eq!(call.attributes["reached"], "true", "{call:?}");
-        assert!(call.attributes["call"].starts_with("decide"), "{call:?}");
-        *requests.entry(instance(call)).or_insert(0) +=
+        let kind = &call.attributes["call"];
+        let count = match kind.as_str() {
+            "decide" | "decide_batch" => &mut decided,
+            "hand_over" => &mut handed_over,
+            _ => panic!("an owner call of an unexpected kind: {call:?}"),
+        };
+        *count.entry(instance(call)).or_insert(0) +=
             call.attributes["requests"].parse::<usize>().unwrap();
     }
-    assert_eq!(requests.get(caller), Some(&5), "{calls:#?}");
+    assert_eq!(decided.get(caller), Some(&5), "{calls:#?}");
+    assert_eq!(decided.get(owner), None, "{calls:#?}");
     // The owner calls the other only if it stopped first: to hand the bucket over as it left.
-    assert!(requests.get(owner).is_none_or(|&n| n <= 1), "{calls:#?}");
+    assert_eq!(handed_over.get(caller), None, "{calls:#?}");
+    assert!(handed_over.get(owner).is_none_or(|&n| n <= 1), "{calls:#?}");
 }
 
 /// A collector that refuses every export leaves a trace of its own: the failures are counted

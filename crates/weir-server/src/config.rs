@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
 
-use crate::front_door::rlqs::RlqsTable;
-use crate::front_door::rls::RlsTable;
+use crate::front_door::rlqs::buckets::RlqsTable;
+use crate::front_door::rls::settings::RlsTable;
 
 use serde::{Deserialize, Serialize};
 use weir::policy::{PolicyConfig, PolicyError};
@@ -341,7 +341,7 @@ pub enum ConfigProblem {
     },
     /// A mistake in the RLS rules files.
     #[error("{0}")]
-    Rule(#[from] crate::front_door::rls::RuleError),
+    Rule(#[from] crate::front_door::rls::config::RuleError),
 }
 
 impl ConfigFile {

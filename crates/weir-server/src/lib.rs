@@ -12,8 +12,10 @@
 //! rules ([`rls`]). Inside, the modules are:
 //!
 //! - `config`: the TOML config and its embedded default;
-//! - `app`: the application core, what every protocol asks decided, a file per topic;
-//! - `front_door`: a folder per protocol over it — its wire code, config and metrics;
+//! - `app`: the application core, a facade over the node's state that names no protocol;
+//! - `decide`: one way a bucket is decided — here, by the cluster's owner, or in Redis —
+//!   whichever protocol asks;
+//! - `front_door`: a folder per protocol over them — its wire code, config and metrics;
 //! - `durable`: API changes kept across restarts and crashes;
 //! - `bucket_file`: the file slowly refilling buckets are kept in across restarts;
 //! - `data_file`: opening the data dir's redb files, a damaged one refused by name;
@@ -29,7 +31,7 @@
 //! - `top`, `client`: the `weir top` and `weir config` commands;
 //! - `reserved`, `etag`, `suggest`: names the protocols keep, policies' entity tags, "did you mean".
 //!
-//! `docs/architecture.md` maps every file.
+//! `docs/architecture.md` maps every file (`weir-cli`'s `tests/map.rs` holds it to the tree).
 
 mod app;
 mod bucket_file;
@@ -75,10 +77,10 @@ pub use weir_api::grpc as proto;
 /// Envoy's rate limit service as `check-config`, the bench and the tests reach it: the rules
 /// read and compiled, the policies they count through, and the decision itself.
 pub mod rls {
-    pub use crate::app::rls::{Code, CurrentLimit, Descriptor, RequestError, Rls};
     pub use crate::front_door::rls::config::Limit;
     pub use crate::front_door::rls::rules::{Lookup, Tree};
     pub use crate::front_door::rls::{
-        RlsSettings, RlsTable, RulesConfig, SameDomain, Unit, policies_of,
+        Code, CurrentLimit, Descriptor, RequestError, Rls, RlsSettings, RlsTable, RulesConfig,
+        SameDomain, Unit, policies_of,
     };
 }

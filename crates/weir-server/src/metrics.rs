@@ -74,13 +74,12 @@ pub struct Metrics {
     /// Tells this instance's entries in [`HANDLES`] from another's (tests run several servers
     /// in one process).
     id: u64,
-    registry: Registry,
+    /// Locked only to register a protocol's series when it starts, and to render.
+    registry: std::sync::RwLock<Registry>,
     requests: Family<EndpointLabels, Counter>,
     latency: Family<LatencyLabels, Histogram>,
     reloads: Family<ReloadLabel, Counter>,
     tls_reloads: Family<ReloadLabel, Counter>,
-    rls_reloads: Family<ReloadLabel, Counter>,
-    resp_closed: Family<ReasonLabel, Counter>,
 }
 
 /// `{outcome}` of a config reload.
@@ -88,13 +87,6 @@ pub struct Metrics {
 struct ReloadLabel {
     /// `applied`, `unchanged` or `failed`.
     outcome: &'static str,
-}
-
-/// `{reason}` a Redis-protocol connection was closed by the server.
-#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabel {
-    /// `auth_timeout`, `command_timeout`, `idle_timeout` or `evicted`.
-    reason: &'static str,
 }
 
 /// An API request's series, found once: its counter and its latency histogram.
@@ -171,27 +163,9 @@ impl Metrics {
         for outcome in ["applied", "failed"] {
             let _ = tls_reloads.get_or_create(&ReloadLabel { outcome });
         }
-        let rls_reloads = Family::<ReloadLabel, Counter>::default();
-        registry.register(
-            "weir_rls_reloads",
-            "RLS rule reloads, by outcome: applied, unchanged (forced by SIGHUP, the rules as running), failed (the running rules kept)",
-            rls_reloads.clone(),
-        );
-        for outcome in ["applied", "unchanged", "failed"] {
-            let _ = rls_reloads.get_or_create(&ReloadLabel { outcome });
-        }
         registry.register_collector(Box::new(running::TraceExportCollector));
         registry.register_collector(Box::new(running::ProcessCollector));
         registry.register_collector(Box::new(running::SuppressedLinesCollector));
-        let resp_closed = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "weir_resp_connections_closed",
-            "Redis-protocol connections the server closed, by reason: auth_timeout, command_timeout (a request begun and not finished in time), idle_timeout, evicted (silent longest when a newcomer found the port full)",
-            resp_closed.clone(),
-        );
-        for reason in ["auth_timeout", "command_timeout", "idle_timeout", "evicted"] {
-            let _ = resp_closed.get_or_create(&ReasonLabel { reason });
-        }
         registry.register_collector(Box::new(running::BuildCollector {
             policies: Arc::clone(&policies),
         }));
@@ -210,13 +184,11 @@ impl Metrics {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Metrics {
             id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            registry,
+            registry: std::sync::RwLock::new(registry),
             requests,
             latency,
             reloads,
             tls_reloads,
-            rls_reloads,
-            resp_closed,
         }
     }
 
@@ -280,25 +252,34 @@ impl Metrics {
             .inc();
     }
 
-    /// Counts a reload of the RLS rules: `applied`, `unchanged` or `failed`.
-    pub fn count_rls_reload(&self, outcome: &'static str) {
-        self.rls_reloads
-            .get_or_create(&ReloadLabel { outcome })
-            .inc();
+    /// Adds a protocol's own series, when it starts: `metric` under `name` (without its
+    /// `_total`) and `help`.
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .register(name, help, metric);
     }
 
-    /// Counts a Redis-protocol connection the server closed, by why.
-    pub fn count_resp_closed(&self, reason: &'static str) {
-        self.resp_closed
-            .get_or_create(&ReasonLabel { reason })
-            .inc();
+    /// Adds a protocol's collector, when it starts: read at every scrape.
+    pub fn register_collector(&self, collector: Box<dyn Collector>) {
+        self.registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .register_collector(collector);
     }
 
     /// The exposition, in Prometheus text format 0.0.4.
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing to a String cannot fail.
-        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry);
+        let registry = self.registry.read().unwrap_or_else(|p| p.into_inner());
+        let _ = prometheus_client::encoding::prometheus_text::encode(&mut out, &registry);
         out
     }
 }

@@ -6,6 +6,11 @@
 /// The prefix of the policies of Envoy rate limit service rules: `rls:<domain>.<path>`.
 pub const RLS_PREFIX: &str = "rls:";
 
+/// Whether `name` is an RLS rule's policy (its YAML's, not the config file's or the API's).
+pub fn is_rule_policy(name: &str) -> bool {
+    name.starts_with(RLS_PREFIX)
+}
+
 /// The policy name the Redis protocol's `CL.THROTTLE` keys are shown under.
 pub const CELLS_POLICY: &str = "CL.THROTTLE";
 

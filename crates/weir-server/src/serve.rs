@@ -339,8 +339,6 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         tokio::spawn(Arc::clone(cluster).follow());
         tokio::spawn(Arc::clone(cluster).report_joining());
     }
-    let rules = crate::front_door::rls::reload::read_at_start(&config)?;
-    let rls = rules.clone().map(|rules| (rules, config.rls.settings()));
     let app = App::new(AppSettings {
         node_id: server.node_id.clone(),
         grpc: grpc_addr,
@@ -354,11 +352,11 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         max_cost: server.max_cost,
         body_timeout: server.body_timeout,
         cluster: cluster.clone(),
-        rls,
         cell_max_keys: server.resp_max_keys,
         durable_after: Some(server.durable_after),
         redis: config.redis.clone(),
     })?;
+    let rls = crate::front_door::rls::start(&app, &config, rls_hangups).await?;
 
     if cluster.is_none() {
         for policy in config.policy.iter().filter(|p| p.scope == Scope::Cluster) {
@@ -398,7 +396,7 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         <WeirServer<WeirService> as tonic::server::NamedService>::NAME,
         <RateLimitQuotaServiceServer<RlqsService> as tonic::server::NamedService>::NAME,
     ];
-    if app.rls().is_some() {
+    if rls.is_some() {
         served.push(<RateLimitServiceServer<RlsService> as tonic::server::NamedService>::NAME);
     }
     let unjoined = cluster.as_ref().filter(|c| !c.has_joined());
@@ -434,14 +432,10 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         let policy_log_service = cluster.as_ref().map(|c| c.policy_log_service());
         // Offered only with rules: a proxy pointed at a node without them sees UNIMPLEMENTED
         // (an error it counts and reports), not a silent "OK" for everything.
-        let rls_service = app
-            .rls()
-            .map(|_| RateLimitServiceServer::new(RlsService::new(Arc::clone(&app))));
+        let rls_service =
+            rls.map(|rules| RateLimitServiceServer::new(RlsService::new(Arc::clone(&app), rules)));
         // Always offered: a bucket id naming a `policy` and a `key` needs no rule.
-        let rlqs_service = RateLimitQuotaServiceServer::new(RlqsService::new(
-            Arc::clone(&app),
-            config.rlqs.clone(),
-        ));
+        let rlqs_service = crate::front_door::rlqs::service(&app, config.rlqs.clone());
         tokio::spawn(async move {
             let router = tonic::transport::Server::builder()
                 // A peer that stops answering pings is dropped, not kept for ever.
@@ -487,15 +481,6 @@ pub async fn serve(config: ConfigFile, source: Option<PathBuf>) -> anyhow::Resul
         source.map(|path| (path, config.text.clone())),
         hangups,
     );
-    if let (Some(rules), Some(path), Some(hangups)) = (rules, &config.rls.config, rls_hangups) {
-        crate::front_door::rls::reload::watch(
-            Arc::clone(&app),
-            path.clone(),
-            config.rls.same_domain(),
-            rules,
-            hangups,
-        );
-    }
     if let (Some(tls), Some(hangups)) = (&tls, tls_hangups) {
         let app = Arc::clone(&app);
         crate::tls::watch(Arc::clone(tls), hangups, move |outcome| {

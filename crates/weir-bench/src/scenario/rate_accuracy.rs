@@ -70,7 +70,8 @@ impl RateAccuracy {
 /// The policies `rate-accuracy` runs: one token bucket per rate, refusing, with a burst of a
 /// tenth of a second's worth (at least 2). A burst of 1 would measure the generator's jitter
 /// instead: a request a hair early for its slot is refused and the next one comes a third of
-/// an interval later, which costs ~16 % of the rate at 3× overload.
+/// an interval later, a loss of rate `docs/benchmarks.md` ("`weir bench scenario
+/// rate-accuracy`") measured.
 fn accuracy_config() -> ConfigFile {
     let mut toml = String::new();
     for rate in ACCURACY_RATES {

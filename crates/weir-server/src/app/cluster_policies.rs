@@ -11,12 +11,12 @@ use weir::policy::PolicyConfig;
 
 use super::App;
 use super::policy_admin::TaggedPolicy;
-use super::reloading::is_rule_policy;
 use crate::durable::Overlay;
 use crate::error::{ApiError, ErrorKind};
 use crate::etag::etag_of;
 use crate::policy_log::PolicyLog;
 use crate::policy_log::change::{Change, Expect, Outcome};
+use crate::reserved::is_rule_policy;
 
 impl App {
     /// The cluster's policy log, in cluster mode.

@@ -165,7 +165,7 @@ impl KeptBuckets {
     }
 
     /// Takes on the waiting records of every policy now in `policies`; how many.
-    fn restore_waiting(&self, policies: &PolicySet<SystemClock>) -> u64 {
+    pub(super) fn restore_waiting(&self, policies: &PolicySet<SystemClock>) -> u64 {
         let mut waiting = self.waiting.lock().unwrap_or_else(|p| p.into_inner());
         if waiting.is_empty() {
             return 0;

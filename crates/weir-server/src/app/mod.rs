@@ -30,7 +30,6 @@ mod leasing;
 mod policy_admin;
 mod quota;
 mod reloading;
-pub mod rls;
 mod stats;
 mod throttles;
 
@@ -39,6 +38,7 @@ pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_stats::ClusterStatsView;
 pub use kept_buckets::KeptBuckets;
+pub use reloading::Reloaded;
 pub use stats::StatsView;
 pub use throttles::{ThrottleQuery, ThrottleRow};
 
@@ -50,20 +50,17 @@ use std::time::Duration;
 use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
 use anyhow::Context;
-use arc_swap::ArcSwap;
 use tokio::sync::{Mutex as AsyncMutex, watch};
-use weir::policy::{PolicyConfig, PolicySet, Scope};
+use weir::policy::{PolicyConfig, PolicySet};
 use weir::{Clock, SystemClock};
 
 use crate::cluster::ClusterMode;
 use crate::decide::{Decider, DeciderParts};
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
-use crate::front_door::rls::{RlsSettings, RulesConfig};
 use crate::leases::Leases;
 use crate::metrics::Metrics;
 use cells::{CellError, Cells, Throttle, Verdict};
-use rls::Rls;
 
 /// The longest key accepted, in bytes.
 pub const MAX_KEY_BYTES: usize = 256;
@@ -91,8 +88,6 @@ pub struct App {
     cluster: Option<Arc<ClusterMode>>,
     /// Where each bucket is decided, one way for every protocol.
     decider: Arc<Decider>,
-    /// Envoy's rate limit service, swapped whole when its rules reload.
-    rls: Option<Arc<ArcSwap<Rls>>>,
     /// `CL.THROTTLE`'s keys.
     cells: Arc<Cells>,
     /// The buckets kept across restarts, if any are.
@@ -130,8 +125,6 @@ pub struct AppSettings {
     pub body_timeout: Duration,
     /// Cluster mode, when this node is part of a cluster.
     pub cluster: Option<Arc<ClusterMode>>,
-    /// Envoy's rate limit service: its rules and settings, when it is offered.
-    pub rls: Option<(RulesConfig, RlsSettings)>,
     /// The most keys `CL.THROTTLE` keeps at once.
     pub cell_max_keys: usize,
     /// Rate buckets that take longer than this to refill are kept in the data dir across
@@ -154,7 +147,6 @@ impl AppSettings {
             max_cost: 1_000_000,
             body_timeout: Duration::from_secs(30),
             cluster: None,
-            rls: None,
             cell_max_keys: 1000,
             durable_after: None,
             redis: None,
@@ -176,35 +168,12 @@ impl App {
             );
         }
         let file_policies = std::sync::Mutex::new(settings.policies.clone());
-        let mut configs = overlay.apply(settings.policies);
-        // The rules' policies come from their YAML alone: the API cannot change them, so no
-        // overlay applies.
-        if let Some((rules, rls_settings)) = &settings.rls {
-            // In a cluster, a rule counts once for the cluster: each bucket on its owner.
-            let scope = if settings.cluster.is_some() {
-                Scope::Cluster
-            } else {
-                Scope::Node
-            };
-            configs.extend(crate::front_door::rls::policies_of(
-                rules,
-                rls_settings,
-                scope,
-            ));
-        }
+        let configs = overlay.apply(settings.policies);
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|error| {
             anyhow::anyhow!(
                 "the policies (config file and data dir together) are not valid: {error}"
             )
         })?;
-        let rls = settings.rls.map(|(rules, rls_settings)| {
-            Arc::new(ArcSwap::from_pointee(Rls::new(
-                &rules,
-                rls_settings,
-                &policies,
-                SystemClock::new(),
-            )))
-        });
         let policies = Arc::new(policies);
         let leases = Arc::new(Leases::new());
         let cells = Arc::new(Cells::new(settings.cell_max_keys));
@@ -245,7 +214,7 @@ impl App {
             Arc::clone(&policies),
             Arc::clone(&leases),
             settings.cluster.clone(),
-            protocol_collectors(rls.as_ref(), &cells, kept.as_ref(), redis.as_ref(), &quota),
+            store_collectors(kept.as_ref(), redis.as_ref()),
         );
         Ok(Arc::new(App {
             node_id: settings.node_id,
@@ -264,7 +233,6 @@ impl App {
             clock,
             cluster: settings.cluster,
             decider,
-            rls,
             cells,
             kept,
             redis,
@@ -286,11 +254,6 @@ impl App {
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
-    }
-
-    /// Envoy's rate limit service with its rules now, when it is offered.
-    pub fn rls(&self) -> Option<Arc<Rls>> {
-        self.rls.as_ref().map(|rls| rls.load_full())
     }
 
     /// Cluster mode, when this node is part of a cluster.
@@ -389,6 +352,11 @@ impl App {
             );
         }
         verdict
+    }
+
+    /// `CL.THROTTLE`'s keys and counters.
+    pub fn cells(&self) -> &Arc<Cells> {
+        &self.cells
     }
 
     /// The clock `CL.THROTTLE` decides on, in signed nanoseconds.
@@ -522,24 +490,14 @@ impl App {
     }
 }
 
-/// The collectors of the protocols' own counters on `/metrics`: the RLS rules' (if this node
-/// has any), `CL.THROTTLE`'s and RLQS's; the kept buckets', if buckets are kept; the Redis store's, if
-/// policies keep their buckets in Redis.
-fn protocol_collectors(
-    rls: Option<&Arc<ArcSwap<Rls>>>,
-    cells: &Arc<Cells>,
+/// The collectors of the stores' counters on `/metrics`: the kept buckets', if buckets are
+/// kept; the Redis store's, if policies keep their buckets in Redis. A protocol's own
+/// counters are registered by its front door when it starts.
+fn store_collectors(
     kept: Option<&Arc<KeptBuckets>>,
     redis: Option<&Arc<crate::redis_buckets::RedisBuckets>>,
-    quota: &Arc<QuotaBook>,
 ) -> Vec<Box<dyn prometheus_client::collector::Collector>> {
-    let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = vec![
-        Box::new(crate::front_door::resp::metrics::CellsCollector::new(
-            Arc::clone(cells),
-        )),
-        Box::new(crate::front_door::rlqs::QuotaCollector::new(Arc::clone(
-            quota,
-        ))),
-    ];
+    let mut collectors: Vec<Box<dyn prometheus_client::collector::Collector>> = Vec::new();
     if let Some(kept) = kept {
         collectors.push(Box::new(crate::metrics::KeptCollector::new(Arc::clone(
             kept,
@@ -549,11 +507,6 @@ fn protocol_collectors(
         collectors.push(Box::new(crate::metrics::RedisCollector::new(Arc::clone(
             redis,
         ))));
-    }
-    if let Some(rls) = rls {
-        collectors.push(Box::new(crate::front_door::rls::RlsCollector::new(
-            Arc::clone(rls),
-        )));
     }
     collectors
 }

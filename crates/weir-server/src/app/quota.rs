@@ -17,7 +17,7 @@ use crate::decide::{NoQuota, QuotaBook, shareable};
 
 impl App {
     /// The book of shares lent to data planes, and its counters.
-    pub fn quota(&self) -> &QuotaBook {
+    pub fn quota(&self) -> &std::sync::Arc<QuotaBook> {
         self.decider.lent()
     }
 

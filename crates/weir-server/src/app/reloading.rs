@@ -1,5 +1,5 @@
 //! Reloads: the running policies brought to what a source read again wants — the config file's
-//! `[[policy]]` tables, or Envoy's rate limit rules — the difference only.
+//! `[[policy]]` tables, or another source's (Envoy's rate limit rules) — the difference only.
 //!
 //! Each source owns its policies: the config file (with the data dir's overlay) the ones it
 //! names, the rules the `rls:` ones. A reload of one checks what it wants together with the
@@ -9,13 +9,11 @@
 //! go on. Reloads and API changes are serialised by the overlay's lock.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 
-use weir::policy::{PolicyConfig, PolicySet, PolicySetError, Scope};
+use weir::policy::{PolicyConfig, PolicySet, PolicySetError};
 
 use super::App;
-use crate::front_door::rls::{RulesConfig, policies_of};
-use crate::reserved::RLS_PREFIX;
+use crate::reserved::is_rule_policy;
 
 /// What a reload changed, by policy name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -38,22 +36,6 @@ impl Reloaded {
             && self.removed.is_empty()
             && self.failed.is_empty()
     }
-}
-
-/// Why the rules were not reloaded.
-#[derive(Debug, thiserror::Error)]
-pub enum RulesReloadError {
-    /// This node was started without rules: there is no service to reload.
-    #[error("this node offers no rate limit service (it was started without RLS rules)")]
-    NotOffered,
-    /// A policy the rules would count through is not valid beside the running ones.
-    #[error(transparent)]
-    Policies(#[from] PolicySetError),
-}
-
-/// Whether `name` is an RLS rule's policy (its YAML's, not the config file's or the API's).
-pub(super) fn is_rule_policy(name: &str) -> bool {
-    name.starts_with(RLS_PREFIX)
 }
 
 impl App {
@@ -90,25 +72,19 @@ impl App {
             .any(|policy| !is_rule_policy(policy.name()) && !kept.contains(policy.name()))
     }
 
-    /// Re-applies Envoy's rate limit rules, `rules` as just read: their policies converge as a
-    /// config reload's do (module docs), and the service answering `ShouldRateLimit` is swapped
-    /// for one over the new rules — each rule that stays keeps its counters — before the
-    /// policies of rules gone are removed.
-    pub async fn reload_rules(&self, rules: &RulesConfig) -> Result<Reloaded, RulesReloadError> {
-        let service = self.rls.as_ref().ok_or(RulesReloadError::NotOffered)?;
+    /// Brings the policies of a source other than the config file (the RLS rules, which
+    /// `owned` picks by name) to `wanted`, serialised with every other change: checked with
+    /// the others' running policies first, nothing changed if any is not valid (module docs);
+    /// `swap` runs once the new and changed ones are in place and before the ones gone are
+    /// removed.
+    pub async fn converge_source(
+        &self,
+        wanted: Vec<PolicyConfig>,
+        owned: impl Fn(&str) -> bool,
+        swap: impl FnOnce(),
+    ) -> Result<Reloaded, PolicySetError> {
         let _serialised = self.overlay.lock().await;
-        let running = service.load_full();
-        // In a cluster, a rule counts once for the cluster, as at start.
-        let scope = if self.cluster.is_some() {
-            Scope::Cluster
-        } else {
-            Scope::Node
-        };
-        let wanted = policies_of(rules, running.settings(), scope);
-        let reloaded = self.converge(wanted, is_rule_policy, || {
-            service.store(Arc::new(running.reloaded(rules, &self.policies)));
-        })?;
-        Ok(reloaded)
+        self.converge(wanted, owned, swap)
     }
 
     /// Brings the running policies `owned` picks to `wanted` (module docs); `swap` runs once
@@ -138,6 +114,11 @@ impl App {
             }
         }
         swap();
+        // Kept buckets that waited for a policy that just came are taken on before it
+        // decides much.
+        if let Some(kept) = &self.kept {
+            kept.restore_waiting(&self.policies);
+        }
         let gone = current
             .keys()
             .filter(|name| owned(name) && !kept.contains(*name));

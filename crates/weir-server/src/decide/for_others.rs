@@ -31,8 +31,8 @@ impl Decider {
             // bucket to a node that joined and the asker's ring has not followed yet): the ask
             // is passed on, once, to the owner this node's ring names. Answered "not the
             // owner", the asker would decide on a bucket of its own, admitting up to a burst
-            // more for every node whose ring lags — what a join measured (3 % over rate ×
-            // time + burst).
+            // more for every node whose ring lags — what a join was measured to do before
+            // asks were relayed.
             if !ask.relayed
                 && let Some(owner) = cluster.rate_owner(&ask.policy, &ask.key)
             {

@@ -239,7 +239,7 @@ impl Decider {
     }
 
     /// The shares lent to data planes, and their counters.
-    pub fn lent(&self) -> &QuotaBook {
+    pub fn lent(&self) -> &Arc<QuotaBook> {
         &self.lent
     }
 

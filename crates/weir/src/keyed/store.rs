@@ -8,8 +8,8 @@
 //! A key of up to 24 bytes is kept inside its entry ([`CompactString`]), beside its cell, so
 //! finding it reads the table's control bytes and one entry, and no allocation of its own. At a
 //! million keys every one of those reads misses the caches, and the key's own allocation was
-//! the third: keeping keys inline took a decision there from about 450 ns to about 255 ns
-//! (`docs/benchmarks.md`, "Keys inside the entry").
+//! the third: keeping keys inline is what brought a decision there under governor's
+//! (`docs/benchmarks.md`, "Keys inside the entry", has the figures).
 //!
 //! Each shard also carries the limiter's *shape* (its rate, capacity, limit). Keeping it under
 //! the same lock as the cells lets a reconfiguration convert every cell and switch the shape

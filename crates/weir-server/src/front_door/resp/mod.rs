@@ -8,7 +8,7 @@
 //! | file | job |
 //! |---|---|
 //! | `framing.rs` | cutting requests out of the bytes read, bounded |
-//! | `commands.rs` | each command: what it asks of the core, and its reply |
+//! | `commands/` | each command: what it asks of the core, and its reply (a file per command) |
 //! | `reply.rs` | replies, encoded as RESP2 or RESP3 with the `redis-protocol` crate |
 //!
 //! A connection is one task. It reads what has arrived, runs every whole request in it in
@@ -33,7 +33,7 @@
 
 mod commands;
 mod framing;
-pub(crate) mod metrics;
+mod metrics;
 mod reply;
 mod room;
 
@@ -82,6 +82,7 @@ pub async fn serve(
     limits: ConnectionLimits,
     tls: Option<Arc<Tls>>,
 ) {
+    let closed = metrics::Closed::registered(&app);
     let slots = Arc::new(Semaphore::new(max_connections.max(1)));
     let room = Arc::new(Room::default());
     let epoch = tokio::time::Instant::now();
@@ -94,7 +95,7 @@ pub async fn serve(
         let Ok((stream, _)) = accepted else {
             continue;
         };
-        let Some(slot) = room_for_one(&slots, &room, epoch, &app).await else {
+        let Some(slot) = room_for_one(&slots, &room, epoch, &app, &closed).await else {
             return;
         };
         let _ = stream.set_nodelay(true);
@@ -102,9 +103,10 @@ pub async fn serve(
         let id = ids.fetch_add(1, Ordering::Relaxed);
         let seat = room.enter(id, since(epoch));
         let tls = tls.as_ref().map(|tls| tls.acceptor(Listener::Resp));
+        let closed = closed.clone();
         tokio::spawn(async move {
             let ended = match tls {
-                None => connection(stream, &app, id, limits, (&seat, epoch)).await,
+                None => connection(stream, &app, id, limits, (&seat, epoch), &closed).await,
                 // The handshake is bounded like the AUTH that follows it.
                 // It may also be cut short to make room, like a silent connection.
                 Some(acceptor) => {
@@ -116,7 +118,7 @@ pub async fn serve(
                     };
                     match shaken {
                         Ok(Ok(stream)) => {
-                            connection(stream, &app, id, limits, (&seat, epoch)).await
+                            connection(stream, &app, id, limits, (&seat, epoch), &closed).await
                         }
                         Ok(Err(error)) => Err(error),
                         Err(_) => Err(std::io::ErrorKind::TimedOut.into()),
@@ -157,6 +159,7 @@ async fn room_for_one(
     room: &Room,
     epoch: tokio::time::Instant,
     app: &App,
+    closed: &metrics::Closed,
 ) -> Option<tokio::sync::OwnedSemaphorePermit> {
     if let Ok(slot) = Arc::clone(slots).try_acquire_owned() {
         return Some(slot);
@@ -168,7 +171,7 @@ async fn room_for_one(
             _ = asked.tick() => {
                 if let Some(id) = room.make_room(since(epoch)) {
                     tracing::debug!(connection = id, "closing a silent Redis-protocol connection to make room");
-                    app.metrics().count_resp_closed("evicted");
+                    closed.count("evicted");
                 }
             }
             () = app.shutting_down() => return None,
@@ -232,6 +235,7 @@ async fn connection(
     id: i64,
     limits: ConnectionLimits,
     (seat, epoch): (&Seat, tokio::time::Instant),
+    closed: &metrics::Closed,
 ) -> std::io::Result<()> {
     let occupant = seat.occupant();
     let mut session = Session::new(id, app);
@@ -379,14 +383,14 @@ async fn connection(
                 }
             }
             () = tokio::time::sleep_until(auth_deadline), if awaiting_auth => {
-                app.metrics().count_resp_closed("auth_timeout");
+                closed.count("auth_timeout");
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the client did not give the password in time",
                 ));
             }
             () = tokio::time::sleep_until(command_deadline), if reading && command_started.is_some() => {
-                app.metrics().count_resp_closed("command_timeout");
+                closed.count("command_timeout");
                 return Err(std::io::Error::new(
                     std::io::ErrorKind::TimedOut,
                     "the client did not finish its request within `server.header_timeout`",
@@ -394,7 +398,7 @@ async fn connection(
             }
             () = tokio::time::sleep_until(idle_deadline), if idle && limits.idle_timeout.is_some() => {
                 // As Redis does at its `timeout`: closed without a word.
-                app.metrics().count_resp_closed("idle_timeout");
+                closed.count("idle_timeout");
                 return Ok(());
             }
             () = occupant.evicted() => return Err(evicted()),

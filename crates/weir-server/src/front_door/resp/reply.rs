@@ -66,8 +66,9 @@ impl Reply {
 
     /// Writes an integer, or an array of integers (every `CL.THROTTLE` reply), straight into
     /// `out`, the same in RESP2 and RESP3; false for any other reply. Through the crate, a
-    /// vector of frames is built and each number sized with a floating-point logarithm: about
-    /// 7 % of a pipelined `CL.THROTTLE`'s time in a profile. A test holds the two encodings equal.
+    /// vector of frames is built and each number sized with a floating-point logarithm, a share
+    /// of a pipelined `CL.THROTTLE`'s time worth saving (`docs/benchmarks.md`, "`CL.THROTTLE`
+    /// at under half of Redis's CPU, pipelined"). A test holds the two encodings equal.
     fn encode_integers(&self, out: &mut BytesMut) -> bool {
         fn line(out: &mut BytesMut, kind: u8, n: i64) {
             out.extend_from_slice(&[kind]);

@@ -21,7 +21,16 @@ async fn open(
 ) -> std::io::Result<()> {
     let room = Arc::new(Room::default());
     let seat = room.enter(1, 0);
-    connection(stream, app, 1, limits, (&seat, tokio::time::Instant::now())).await
+    let closed = metrics::Closed::default();
+    connection(
+        stream,
+        app,
+        1,
+        limits,
+        (&seat, tokio::time::Instant::now()),
+        &closed,
+    )
+    .await
 }
 
 #[tokio::test(start_paused = true)]
@@ -99,8 +108,10 @@ async fn a_connection_told_to_make_room_closes() {
     let seat = room.enter(1, 0);
     let (_client, server) = tokio::io::duplex(4096);
     let epoch = tokio::time::Instant::now();
-    let served =
-        tokio::spawn(async move { connection(server, &app, 1, LIMITS_30S, (&seat, epoch)).await });
+    let served = tokio::spawn(async move {
+        let closed = metrics::Closed::default();
+        connection(server, &app, 1, LIMITS_30S, (&seat, epoch), &closed).await
+    });
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(room.make_room(since(epoch)), Some(1));
     let ended = served.await.unwrap().unwrap_err();

@@ -18,8 +18,23 @@ mod metrics;
 mod service;
 
 pub use buckets::RlqsTable;
-pub(crate) use metrics::QuotaCollector;
 pub use service::RlqsService;
+
+use std::sync::Arc;
+
+use weir_api::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
+
+use crate::app::App;
+
+/// The RLQS service for the gRPC listener, mapping bucket ids by `table`; its counters
+/// registered on `/metrics`.
+pub fn service(app: &Arc<App>, table: RlqsTable) -> RateLimitQuotaServiceServer<RlqsService> {
+    app.metrics()
+        .register_collector(Box::new(metrics::QuotaCollector::new(Arc::clone(
+            app.quota(),
+        ))));
+    RateLimitQuotaServiceServer::new(RlqsService::new(Arc::clone(app), table))
+}
 
 #[cfg(test)]
 mod tests;

@@ -4,25 +4,23 @@
 
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
-
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 
-use crate::app::rls::Rls;
+use super::live::LiveRules;
 use crate::metrics::family;
 
 /// Envoy rate limit rules' counters, read at scrape time from the rules then in force.
 #[derive(Debug)]
 pub(crate) struct RlsCollector {
-    rls: Arc<ArcSwap<Rls>>,
+    rls: Arc<LiveRules>,
 }
 
 impl RlsCollector {
     /// The collector of `rls`'s counters, whatever rules it reloads.
-    pub(crate) fn new(rls: Arc<ArcSwap<Rls>>) -> Self {
+    pub(crate) fn new(rls: Arc<LiveRules>) -> Self {
         RlsCollector { rls }
     }
 }

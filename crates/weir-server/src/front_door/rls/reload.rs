@@ -6,7 +6,7 @@
 //! nothing. Rules with a mistake anywhere — or that cannot be read, mid-swap — keep the
 //! running ones: every mistake is logged by file and line, the reload is counted `failed` in
 //! `weir_rls_reloads_total`, and the node stays ready. Otherwise only the difference is
-//! applied ([`App::reload_rules`]): a rule that stays keeps its counts and its counters.
+//! applied ([`LiveRules::reload`]): a rule that stays keeps its counts and its counters.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +15,7 @@ use tokio::signal::unix::Signal;
 
 use super::config::RulesConfig;
 use super::files::SameDomain;
+use super::live::LiveRules;
 use crate::app::App;
 use crate::config::ConfigFile;
 use crate::watch::{Change, Changes};
@@ -36,10 +37,11 @@ pub fn read_at_start(config: &ConfigFile) -> anyhow::Result<Option<RulesConfig>>
         })
 }
 
-/// Watches the rules at `path` (read at start as `started`), reloading them into `app` when
-/// they change or on `hangups` (SIGHUP), until the process ends.
+/// Watches the rules at `path` (read at start as `started`), reloading them into `live` (and
+/// `app`'s policies) when they change or on `hangups` (SIGHUP), until the process ends.
 pub fn watch(
     app: Arc<App>,
+    live: Arc<LiveRules>,
     path: PathBuf,
     same_domain: SameDomain,
     started: RulesConfig,
@@ -54,10 +56,10 @@ pub fn watch(
         let mut running = started;
         // A change made between the rules' first reading and the watch's start is applied
         // now; with none, this finds the rules unchanged and does nothing.
-        reload(&app, &path, same_domain, &mut running, false).await;
+        reload((&app, &live), &path, same_domain, &mut running, false).await;
         while let Some(change) = changes.next().await {
             reload(
-                &app,
+                (&app, &live),
                 &path,
                 same_domain,
                 &mut running,
@@ -70,7 +72,7 @@ pub fn watch(
 
 /// Reads the rules at `path` and applies them if they are not `running` (or if `forced`).
 async fn reload(
-    app: &App,
+    (app, live): (&App, &LiveRules),
     path: &std::path::Path,
     same_domain: SameDomain,
     running: &mut RulesConfig,
@@ -89,19 +91,19 @@ async fn reload(
                 "RLS rules not reloaded, the running ones are kept:\n{}",
                 list.join("\n")
             );
-            app.metrics().count_rls_reload("failed");
+            live.count_reload("failed");
             return;
         }
         Err(error) => {
             tracing::warn!(rules = %path.display(), "RLS rules not reloaded: {error}");
-            app.metrics().count_rls_reload("failed");
+            live.count_reload("failed");
             return;
         }
     };
     if rules == *running && !forced {
         return;
     }
-    match app.reload_rules(&rules).await {
+    match live.reload(app, &rules).await {
         Ok(reloaded) if !reloaded.failed.is_empty() => {
             tracing::warn!(
                 rules = %path.display(),
@@ -111,7 +113,7 @@ async fn reload(
                 "RLS rules reloaded in part; not applied: {}",
                 reloaded.failed.join("; ")
             );
-            app.metrics().count_rls_reload("failed");
+            live.count_reload("failed");
         }
         Ok(reloaded) => {
             let outcome = if rules == *running {
@@ -127,14 +129,14 @@ async fn reload(
                 removed = ?reloaded.removed,
                 "RLS rules reloaded"
             );
-            app.metrics().count_rls_reload(outcome);
+            live.count_reload(outcome);
         }
         Err(error) => {
             tracing::warn!(
                 rules = %path.display(),
                 "RLS rules not reloaded, the running ones are kept: {error}"
             );
-            app.metrics().count_rls_reload("failed");
+            live.count_reload("failed");
             return;
         }
     }

@@ -1,5 +1,5 @@
 //! Envoy's rate limit service on the gRPC port: `ShouldRateLimit` translated to and from
-//! [`App::should_rate_limit`], which decides.
+//! [`LiveRules::should_rate_limit`], which decides.
 //!
 //! Answers never wait (Envoy gives the call 20 ms by default): a rule's policy decides at once,
 //! whatever its `on_exhausted`. In cluster mode each rule bucket is decided by its owner on the
@@ -20,20 +20,22 @@ use weir_api::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimi
 use weir_api::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use weir_api::envoy::r#type::v3::RateLimitUnit;
 
+use super::answer::{Answer, Code, Descriptor};
 use super::config::Unit;
+use super::live::LiveRules;
 use crate::app::App;
-use crate::app::rls::{Answer, Code, Descriptor};
 
-/// The RLS v3 service over an [`App`] that offers it.
+/// The RLS v3 service over an [`App`], answering with the rules in force.
 #[derive(Debug, Clone)]
 pub struct RlsService {
     app: Arc<App>,
+    rules: Arc<LiveRules>,
 }
 
 impl RlsService {
-    /// The service for `app` (which must have been built with RLS rules).
-    pub fn new(app: Arc<App>) -> Self {
-        RlsService { app }
+    /// The service for `app`, answering with `rules`.
+    pub fn new(app: Arc<App>, rules: Arc<LiveRules>) -> Self {
+        RlsService { app, rules }
     }
 }
 
@@ -142,20 +144,20 @@ impl RateLimitService for RlsService {
                 hits: d.hits_addend,
             })
             .collect();
-        let decided =
-            self.app
-                .should_rate_limit(&request.domain, &descriptors, request.hits_addend);
+        let decided = self.rules.should_rate_limit(
+            &self.app,
+            &request.domain,
+            &descriptors,
+            request.hits_addend,
+        );
         let decided = if span.is_disabled() {
             decided.await
         } else {
             tracing::Instrument::instrument(decided, span.clone()).await
         };
         let answered = match decided {
-            None => Err(Status::unimplemented(
-                "this node has no RLS rules: start it with --rls-config PATH",
-            )),
-            Some(Err(error)) => Err(Status::invalid_argument(error.to_string())),
-            Some(Ok(answer)) => Ok(response(answer)),
+            Err(error) => Err(Status::invalid_argument(error.to_string())),
+            Ok(answer) => Ok(response(answer)),
         };
         let code = match &answered {
             Ok(_) => "0",

@@ -22,11 +22,11 @@ use super::answer::{
     Answer, Code, CurrentLimit, Descriptor, MAX_DESCRIPTOR_BYTES, RequestError, Status,
     whole_seconds,
 };
+use super::config::{Limit, RulesConfig, Unit};
 use super::counts::{Counts, RuleCounts};
+use super::rules::{self, Lookup, Matched, Tree};
 use super::sent::{Overrides, Sent};
-use crate::front_door::rls::RlsSettings;
-use crate::front_door::rls::config::{Limit, RulesConfig, Unit};
-use crate::front_door::rls::rules::{self, Lookup, Matched, Tree};
+use super::settings::RlsSettings;
 
 /// A rule with what counts for it.
 #[derive(Debug)]

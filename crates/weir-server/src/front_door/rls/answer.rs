@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::front_door::rls::config::Unit;
+use super::config::Unit;
 
 /// The longest counter key accepted (all of a descriptor's entries together), in bytes.
 pub const MAX_DESCRIPTOR_BYTES: usize = 4096;

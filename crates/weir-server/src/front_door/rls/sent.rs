@@ -11,9 +11,9 @@ use weir::policy::{Policy, Request};
 use weir::{Clock, WindowConfig};
 
 use super::answer::{Code, CurrentLimit, Status, whole_seconds};
+use super::config::Unit;
 use super::counts::Counts;
-use crate::front_door::rls::RlsSettings;
-use crate::front_door::rls::config::Unit;
+use super::settings::RlsSettings;
 
 /// Per domain: a hit counter per unit for the descriptors that bring their own limit.
 pub(super) struct Overrides<C: Clock> {
