@@ -5,12 +5,11 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Subcommand;
 use weir_bench::keys::KeyDistribution;
-use weir_bench::run::{self, HoldTime, RunSettings, TargetSpec};
+use weir_bench::run::{self, HoldTime, RunSettings};
 use weir_bench::schedule::Profile;
-use weir_bench::targets::{CellShape, RespCommand, RlsLoad};
+use weir_bench::targets::{self, TargetOptions};
 use weir_bench::{plot, scenario};
 use weir_server::Overrides;
-use weir_server::rls::{RulesConfig, SameDomain};
 
 /// `weir bench`'s options.
 #[derive(Debug, clap::Args)]
@@ -19,15 +18,8 @@ pub(crate) struct BenchArgs {
     /// A named experiment instead of the options below.
     #[command(subcommand)]
     scenario: Option<ScenarioCommand>,
-    /// What to measure: `inproc` (the library, on --config's policies), `http`, `grpc`
-    /// (unary calls), `grpc-stream` (each client's requests over one stream), `redis` (the
-    /// baseline: --config's --policy as a Lua script in the Redis at --server), `rls` (Envoy's
-    /// rate limit service: --domain and --descriptor), `redis-rls` (the reference rate limit
-    /// server's Redis calls for the same descriptors, by --rls-config's rules), `resp` (Weir's
-    /// WEIR.ACQUIRE over the Redis protocol), `cl-throttle` (CL.THROTTLE with --cell's numbers,
-    /// to Weir or to a Redis with redis-cell), or `lua-cell` (the same decision as a Lua
-    /// script in a plain Redis).
-    #[arg(long, default_value = "inproc")]
+    /// What to measure (each target and what it measures is listed under TARGET).
+    #[arg(long, default_value = "inproc", value_parser = target_names())]
     target: String,
     /// The cl-throttle and lua-cell targets: `BURST,COUNT,PERIOD` (CL.THROTTLE's numbers).
     #[arg(long, default_value = "100,1000,1")]
@@ -138,15 +130,6 @@ pub(crate) enum ScenarioCommand {
 
 impl BenchArgs {
     fn settings(self) -> anyhow::Result<RunSettings> {
-        let servers = |default: &str| -> Vec<String> {
-            self.server
-                .as_deref()
-                .unwrap_or(default)
-                .split(',')
-                .map(|server| server.trim().to_owned())
-                .filter(|server| !server.is_empty())
-                .collect()
-        };
         // The policies as --config (or the embedded config) defines them: what the inproc and
         // redis targets run, and what every report compares admitted rates with.
         let config = weir_server::load_config(self.config.as_ref(), &Overrides::default())?;
@@ -160,96 +143,19 @@ impl BenchArgs {
                     (!self.kind.is_empty()).then_some(self.kind.as_str()),
                 )
             });
-        // An HTTP or gRPC server is a URL: a bare address is told so before any request,
-        // rather than failing each one with the client library's words.
-        if matches!(
-            self.target.as_str(),
-            "http" | "grpc" | "grpc-stream" | "rls"
-        ) {
-            for server in servers("http://127.0.0.1") {
-                if !(server.starts_with("http://") || server.starts_with("https://")) {
-                    anyhow::bail!(
-                        "--server `{server}` has no scheme: give a URL, e.g. --server http://{server}"
-                    );
-                }
-            }
-        }
-        let target = match self.target.as_str() {
-            "inproc" => TargetSpec::InProcess(Box::new(config)),
-            "http" => TargetSpec::Http(servers("http://127.0.0.1:8080")),
-            "grpc" => TargetSpec::Grpc(servers("http://127.0.0.1:50051")),
-            "grpc-stream" => TargetSpec::GrpcStream(servers("http://127.0.0.1:50051")),
-            "rls" | "redis-rls" => {
-                let mut descriptors = self.descriptor.clone();
-                if let Some(file) = &self.descriptors_file {
-                    let text = std::fs::read_to_string(file)
-                        .with_context(|| format!("reading {}", file.display()))?;
-                    descriptors.extend(
-                        text.lines()
-                            .map(str::trim)
-                            .filter(|l| !l.is_empty() && !l.starts_with('#'))
-                            .map(str::to_owned),
-                    );
-                }
-                let load = RlsLoad::parse(&self.domain, &descriptors)?;
-                if self.target == "rls" {
-                    TargetSpec::Rls {
-                        servers: servers("http://127.0.0.1:50051"),
-                        load,
-                    }
-                } else {
-                    let path = self.rls_config.as_ref().context(
-                        "--target redis-rls needs --rls-config (the rules it decides by)",
-                    )?;
-                    // Read, not judged: a domain over several files is taken whole.
-                    let rules = RulesConfig::load(path, SameDomain::Merged).map_err(|errors| {
-                        let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
-                        anyhow::anyhow!("{}", list.join("\n"))
-                    })?;
-                    TargetSpec::RedisFixedWindow {
-                        url: self
-                            .server
-                            .clone()
-                            .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
-                        rules: Box::new(rules),
-                        load,
-                    }
-                }
-            }
-            "redis" => {
-                let policy = config
-                    .policy
-                    .into_iter()
-                    .find(|policy| policy.name == self.policy)
-                    .with_context(|| format!("no policy {:?} in the config", self.policy))?;
-                TargetSpec::Redis {
-                    url: self
-                        .server
-                        .clone()
-                        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
-                    policy: Box::new(policy),
-                }
-            }
-            "resp" | "cl-throttle" | "lua-cell" => {
-                let command = match self.target.as_str() {
-                    "resp" => RespCommand::Acquire {
-                        policy: self.policy.clone(),
-                    },
-                    "cl-throttle" => RespCommand::Cell(CellShape::parse(&self.cell)?),
-                    _ => RespCommand::LuaCell(CellShape::parse(&self.cell)?),
-                };
-                TargetSpec::Resp {
-                    url: self
-                        .server
-                        .clone()
-                        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned()),
-                    command,
-                }
-            }
-            other => anyhow::bail!(
-                "--target must be inproc, http, grpc, grpc-stream, redis, rls, redis-rls, resp, cl-throttle or lua-cell, not {other:?}"
-            ),
-        };
+        let target = targets::spec(
+            &self.target,
+            &TargetOptions {
+                server: self.server,
+                config,
+                policy: self.policy.clone(),
+                cell: self.cell,
+                domain: self.domain,
+                descriptors: self.descriptor,
+                descriptors_file: self.descriptors_file,
+                rls_config: self.rls_config,
+            },
+        )?;
         let profile = match self.burst.as_deref() {
             None => Profile::Steady,
             Some(text) => parse_burst(text)?,
@@ -372,4 +278,13 @@ fn scenario_names() -> clap::builder::PossibleValuesParser {
             .help(format!("{} (figures: {})", s.measures, s.figures))
             .aliases(s.aliases.iter().copied())
     }))
+}
+
+/// The targets' names for clap, each with what it measures.
+fn target_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(
+        targets::TARGETS
+            .iter()
+            .map(|target| clap::builder::PossibleValue::new(target.name).help(target.measures)),
+    )
 }

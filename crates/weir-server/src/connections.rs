@@ -30,9 +30,10 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::server::TlsStream;
 
+use crate::log_gate::LogGate;
 use crate::tls::{Listener, Tls};
 use header_timer::HeaderTimer;
 
@@ -78,6 +79,32 @@ async fn refuse_plain_http(mut tcp: TcpStream) {
     .await;
 }
 
+/// What the HTTP listener serves: the HTTP API's router (named by its bounds, so that this
+/// module does not depend on the front door that depends on it).
+pub trait HttpService:
+    tower::Service<
+        axum::http::Request<hyper::body::Incoming>,
+        Response = axum::response::Response,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: tower::Service<
+            axum::http::Request<hyper::body::Incoming>,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// How the HTTP listener bounds its clients.
 #[derive(Debug, Clone, Copy)]
 pub struct HttpLimits {
@@ -90,13 +117,15 @@ pub struct HttpLimits {
 /// Serves `router` on `listener` (over `tls` if given) until `shutdown` resolves; then stops
 /// accepting, lets each connection finish the request it is on (hyper's graceful shutdown),
 /// and returns when all are closed.
-pub async fn serve_http(
+pub async fn serve_http<S>(
     listener: TcpListener,
-    router: crate::front_door::http::HttpApi,
+    router: S,
     limits: HttpLimits,
     tls: Option<Arc<Tls>>,
     shutdown: impl Future<Output = ()>,
-) {
+) where
+    S: HttpService,
+{
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // Each connection gets a header timer of its own (`header_timer.rs`).
     builder.http1().header_read_timeout(limits.header_timeout);
@@ -111,28 +140,14 @@ pub async fn serve_http(
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         // A slot first: at the cap, connections wait in the backlog, not in memory here.
-        let slot = tokio::select! {
-            slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
-            () = &mut shutdown => break,
+        static GATE: LogGate = LogGate::new();
+        let accepting = next_connection(&listener, &slots, ("an HTTP", &GATE));
+        let Some((slot, tcp)) = (tokio::select! {
+            next = accepting => next,
+            () = &mut shutdown => None,
+        }) else {
+            break;
         };
-        let tcp = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((tcp, _)) => tcp,
-                Err(e) => {
-                    // Out of descriptors or a connection reset before it was accepted: keep
-                    // serving the connections there are, and try again shortly.
-                    static GATE: crate::log_gate::LogGate = crate::log_gate::LogGate::new();
-                    if let Some(unlogged) = GATE.pass() {
-                        tracing::warn!(unlogged, "accepting an HTTP connection (logged at most once a minute): {e}");
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        // See `accept_grpc`.
-        let _ = tcp.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
         let mut builder = builder.clone();
         builder.http1().timer(HeaderTimer::default());
@@ -206,6 +221,35 @@ pub async fn serve_http(
     let _ = slots.acquire_many(all).await;
 }
 
+/// The next connection with a slot to serve it in, TCP_NODELAY set (see [`accept_grpc`]); `None`
+/// only if the slots are closed, which they never are. An accept that fails — out of
+/// descriptors, a connection reset before it was accepted — leaves the connections there are
+/// served and is tried again shortly, logged (`what`'s gate) at most once a minute.
+async fn next_connection(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+    (what, gate): (&str, &'static LogGate),
+) -> Option<(OwnedSemaphorePermit, TcpStream)> {
+    let slot = Arc::clone(slots).acquire_owned().await.ok()?;
+    loop {
+        match listener.accept().await {
+            Ok((tcp, _)) => {
+                let _ = tcp.set_nodelay(true);
+                return Some((slot, tcp));
+            }
+            Err(e) => {
+                if let Some(unlogged) = gate.pass() {
+                    tracing::warn!(
+                        unlogged,
+                        "accepting {what} connection (logged at most once a minute): {e}"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
 /// The gRPC listener's connections, for tonic's `serve_with_incoming`: each after its TLS
 /// handshake (with `tls`), and once it has sent its first bytes, with TCP_NODELAY set: HTTP/2
 /// writes each frame with a syscall of its own, and with Nagle's algorithm on, a small frame
@@ -232,27 +276,15 @@ pub fn accept_grpc(
     tokio::spawn(async move {
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
-            let slot = tokio::select! {
-                slot = Arc::clone(&slots).acquire_owned() => slot.expect("the semaphore is never closed"),
-                () = &mut shutdown => return,
-                () = ready.closed() => return,
+            static GATE: LogGate = LogGate::new();
+            let accepting = next_connection(&listener, &slots, ("a gRPC", &GATE));
+            let Some((slot, tcp)) = (tokio::select! {
+                next = accepting => next,
+                () = &mut shutdown => None,
+                () = ready.closed() => None,
+            }) else {
+                return;
             };
-            let tcp = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((tcp, _)) => tcp,
-                    Err(e) => {
-                        static GATE: crate::log_gate::LogGate = crate::log_gate::LogGate::new();
-                        if let Some(unlogged) = GATE.pass() {
-                            tracing::warn!(unlogged, "accepting a gRPC connection (logged at most once a minute): {e}");
-                        }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-                () = &mut shutdown => return,
-                () = ready.closed() => return,
-            };
-            let _ = tcp.set_nodelay(true);
             let acceptor = tls.as_ref().map(|tls| tls.acceptor(Listener::Grpc));
             let ready = ready.clone();
             tokio::spawn(async move {
@@ -373,13 +405,14 @@ impl tokio::io::AsyncWrite for GrpcConnection {
 /// Serves one connection until it closes, or, once draining, until the request it is on is
 /// answered. A connection's end (a timeout, a reset) is the client's business, not an error
 /// of the server's.
-async fn serve_connection<I>(
+async fn serve_connection<I, S>(
     builder: auto::Builder<TokioExecutor>,
     io: I,
-    service: TowerToHyperService<crate::front_door::http::HttpApi>,
+    service: TowerToHyperService<S>,
     draining: &Arc<Draining>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: HttpService,
 {
     let connection = builder
         .serve_connection_with_upgrades(TokioIo::new(io), service)

@@ -23,7 +23,7 @@
 //! - `redis_buckets`: buckets kept in Redis (`scope = "redis"`), for stateless nodes;
 //! - `cluster`: cluster mode (gossip, the owner service, two-tier admission);
 //! - `metrics`: the `/metrics` exposition;
-//! - `serve`: bring-up, background tasks and graceful shutdown; `termination`: the stop signals;
+//! - `serve`: what a node starts, in order, and its graceful stop; `termination`: the stop signals;
 //! - `reload`, `watch`: the config file's policies re-applied live when it changes, or on SIGHUP;
 //! - `tls`: TLS on every listener and between nodes, certificates reloaded live;
 //! - `traces`: optional OpenTelemetry traces of admissions and calls between nodes;

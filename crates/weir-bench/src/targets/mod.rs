@@ -4,7 +4,7 @@
 //! [`run`](crate::run) only ever call [`Target::acquire`] and [`Target::release`]; everything a
 //! protocol needs (a stream to open, a lease id to carry, a script to run) stays in its file.
 //! A new target is a new file here implementing the trait, a [`TargetSpec`](crate::run::TargetSpec)
-//! variant and one line in `run::run`.
+//! variant, one line in `run::run` and its entry in [`TARGETS`] (the names `--target` takes).
 //!
 //! | file | target |
 //! |---|---|
@@ -16,12 +16,14 @@
 //! | `resp.rs` | the Redis protocol: `WEIR.ACQUIRE`, `CL.THROTTLE` (Weir or redis-cell), or redis-cell's decision in Lua |
 //! | `rls.rs` | Envoy's rate limit service (`ShouldRateLimit`), and the reference server's Redis data path |
 //! | `round_robin.rs` | several servers of one kind, asked in turn |
+//! | `registry.rs` | every target by its `--target` name, built from the command line's options |
 
 mod grpc;
 mod grpc_stream;
 mod http;
 mod in_process;
 mod redis;
+mod registry;
 mod resp;
 mod rls;
 mod round_robin;
@@ -34,6 +36,7 @@ pub use grpc::Grpc;
 pub use grpc_stream::GrpcStream;
 pub use http::Http;
 pub use in_process::InProcess;
+pub use registry::{NamedTarget, TARGETS, TargetOptions, spec};
 pub use resp::{CellShape, Resp, RespCommand};
 pub use rls::{RedisFixedWindow, Rls, RlsLoad};
 pub use round_robin::RoundRobin;

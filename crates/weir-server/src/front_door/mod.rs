@@ -1,23 +1,23 @@
 //! The front doors: one module per protocol, each over the one application core ([`App`]).
 //!
-//! A protocol lives in one place: its file or folder here holds its wire code, its config and
-//! its metrics; what it asks decided is an `App` method in `app/<topic>.rs`. A front door parses
-//! its protocol's requests into the core's inputs, calls the core, and writes the core's answer
-//! back in its protocol's shape — nothing more: no check, decision or change of state is made
-//! here, so every protocol behaves alike. The wire types of Weir's own API (gRPC messages, HTTP
-//! bodies) live in the `weir-api` crate, shared with clients.
+//! A protocol lives in one place: its folder here holds its wire code, its settings, its
+//! counters (registered on `/metrics` when it starts) and its start. A front door parses its
+//! protocol's requests into the core's inputs, asks the one decision interface
+//! ([`Decider`](crate::decide::Decider), through `App::decider()`) or the core's other
+//! services, and writes the answer back in its protocol's shape — no check, decision or change
+//! of state is made here, so every protocol behaves alike. The wire types of Weir's own API
+//! (gRPC messages, HTTP bodies) live in the `weir-api` crate, shared with clients.
 //!
-//! | here | protocol | decided in |
-//! |---|---|---|
-//! | `http.rs` | the HTTP API (axum): JSON in and out | `app/admission.rs`, `leasing.rs`, `policy_admin.rs`, `stats.rs`, `throttles.rs` |
-//! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream | the same |
-//! | `rls/` | Envoy's rate limit service (tonic), on the gRPC listener; its YAML rules | `app/rls/` |
-//! | `rlqs/` | Envoy's rate limit quota service (tonic), on the gRPC listener; `[rlqs]` | `app/quota.rs` |
-//! | `resp/` | the Redis protocol (RESP2 and RESP3): the handshake, `CL.THROTTLE`, `WEIR.*` | `app/cells.rs`, `app/admission.rs` |
-//! | `ui.rs`, `ui/` | the live page at `/ui` (HTML over the HTTP API), on the HTTP listener | — |
+//! | here | protocol |
+//! |---|---|
+//! | `http/` | the HTTP API (axum): JSON in and out; the live page at `/ui` |
+//! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream |
+//! | `rls/` | Envoy's rate limit service (tonic), on the gRPC listener: its YAML rules, their live set and reloads |
+//! | `rlqs/` | Envoy's rate limit quota service (tonic), on the gRPC listener; `[rlqs]` |
+//! | `resp/` | the Redis protocol (RESP2 and RESP3): the handshake, `CL.THROTTLE`, `WEIR.*`, a file per command |
 //!
-//! A new protocol is a file or folder here, its decisions as `App` methods, and a listener in
-//! `serve.rs`.
+//! A new protocol is a folder here with its `start`, and the line in `serve/mod.rs`'s list of
+//! front doors that calls it (`docs/architecture.md`, "Where things go").
 //!
 //! [`App`]: crate::app::App
 

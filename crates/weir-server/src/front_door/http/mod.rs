@@ -88,6 +88,23 @@ fn one_segment_after(path: &str, prefix: &str) -> bool {
         .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
+/// Serves the HTTP API (and the live page) on `listener`, over `tls` if given, until the drain.
+pub fn start(
+    app: &Arc<App>,
+    listener: tokio::net::TcpListener,
+    limits: crate::connections::HttpLimits,
+    tls: Option<Arc<crate::tls::Tls>>,
+) -> tokio::task::JoinHandle<()> {
+    let app = Arc::clone(app);
+    let router = router(Arc::clone(&app));
+    tokio::spawn(async move {
+        crate::connections::serve_http(listener, router, limits, tls, async move {
+            app.shutting_down().await
+        })
+        .await
+    })
+}
+
 /// The router for `app`, counted: every answered request by route and status.
 pub fn router(app: Arc<App>) -> HttpApi {
     HttpApi {

@@ -72,6 +72,26 @@ const LIMITS: Limits = Limits {
     max_args: MAX_ARGS,
 };
 
+/// Serves the Redis protocol on `listener` until the drain, with `[server]`'s bounds.
+pub fn start(
+    app: &Arc<App>,
+    listener: TcpListener,
+    server: &crate::config::ServerSettings,
+    tls: Option<Arc<Tls>>,
+) -> JoinHandle<()> {
+    tokio::spawn(serve(
+        listener,
+        Arc::clone(app),
+        server.max_connections,
+        ConnectionLimits {
+            auth_timeout: server.header_timeout,
+            command_timeout: server.header_timeout,
+            idle_timeout: Some(server.resp_idle_timeout).filter(|t| !t.is_zero()),
+        },
+        tls,
+    ))
+}
+
 /// Serves the Redis protocol on `listener` until shutdown begins, at most `max_connections`
 /// at once: at the cap, a newcomer is let in when a connection closes, or in place of the one
 /// silent longest (see `room.rs`).
