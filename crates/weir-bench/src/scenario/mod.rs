@@ -15,8 +15,13 @@
 //! | `tenant_throttling.rs` | `tenant-throttling` | per-tenant page-read workloads against one node, with its CPU use |
 //! | `adaptive_backpressure.rs` | `adaptive-backpressure` | adaptive backpressure against a toy busy backend, both controls |
 //! | `rolling_restart.rs` | `rolling-restart` | a rolling restart of three local nodes under load, per restart |
+//!
+//! `around_owner.rs` holds what the two scenarios of one hot bucket share: its owner among
+//! three nodes, a run through the other two with the nodes' CPU and counters around it, and a
+//! figure's spread over the runs.
 
 pub mod adaptive_backpressure;
+mod around_owner;
 pub mod cluster_rate_accuracy;
 pub mod owner_throughput;
 pub mod rate_accuracy;
@@ -31,6 +36,8 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use serde::Serialize;
+
+pub use around_owner::{Spread, owner_among_three};
 
 use super::keys::KeyDistribution;
 use super::run::{HoldTime, RunSettings, TargetSpec};

@@ -19,12 +19,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 use weir_cluster::admission::shared_bucket_of;
-use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring};
-use weir_server::CLUSTER_PROTOCOL as PROTOCOL;
 
-use super::{Scenario, ScenarioSettings, finish, median, one_run};
+use super::around_owner::{Spread, owner_among_three, run_around_owner};
+use super::{Scenario, ScenarioSettings, finish, median};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
-use crate::run::{self, TargetSpec};
 
 /// The cluster's policies.
 const CONFIG: &str = r#"
@@ -51,36 +49,6 @@ const CLIENTS: usize = 16;
 /// How long the owner settles before it grants: the lease TTL (2 s) and a loan's margin (2 s),
 /// plus the quorum's margin (4 s), plus a second for the last ring change.
 const SETTLE: Duration = Duration::from_secs(9);
-
-/// A figure over the runs: the median and the range.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Spread {
-    /// The median.
-    pub median: f64,
-    /// The smallest.
-    pub min: f64,
-    /// The largest.
-    pub max: f64,
-}
-
-impl Spread {
-    /// The median and range of `values`.
-    pub fn of(values: &[f64]) -> Spread {
-        Spread {
-            median: median(values.to_vec()),
-            min: values.iter().copied().fold(f64::INFINITY, f64::min),
-            max: values.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-        }
-    }
-
-    /// `median [min–max]`, each with `digits` decimals.
-    pub fn show(&self, digits: usize) -> String {
-        format!(
-            "{:.*} [{:.*}–{:.*}]",
-            digits, self.median, digits, self.min, digits, self.max
-        )
-    }
-}
 
 /// One policy's row.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -164,29 +132,6 @@ fn owner_of(policy: &str) -> usize {
     owner_among_three(&shared_bucket_of(policy, KEY))
 }
 
-/// The index of the node among `n1`, `n2`, `n3` that owns the ring's `bucket`, as every node's
-/// ring names it once they see each other.
-pub fn owner_among_three(bucket: &str) -> usize {
-    let ids = ["n1", "n2", "n3"];
-    let ring = Ring::new(
-        ids.iter().map(|id| Member::owner(*id, PROTOCOL)),
-        DEFAULT_VNODES,
-        PROTOCOL,
-    );
-    let owner = ring.owner_of(bucket).expect("a ring of three");
-    ids.iter().position(|id| *id == owner).expect("a member")
-}
-
-/// `shared` and `from_loan` of a node's `/v1/cluster` counters.
-async fn shared_counters(node: &LocalNode) -> anyhow::Result<(u64, u64)> {
-    let view: serde_json::Value = reqwest::get(format!("{}/v1/cluster", node.http))
-        .await?
-        .json()
-        .await?;
-    let counter = |name: &str| view["counters"][name].as_u64().unwrap_or(0);
-    Ok((counter("shared"), counter("from_loan")))
-}
-
 /// One run's figures for a row.
 struct RunFigures {
     admitted_per_second: f64,
@@ -204,37 +149,15 @@ async fn run_once(
     nodes: &[LocalNode],
     settings: &ScenarioSettings,
 ) -> anyhow::Result<RunFigures> {
-    let asked: Vec<&LocalNode> = (0..nodes.len())
-        .filter(|i| *i != owner)
-        .map(|i| &nodes[i])
-        .collect();
-    let target = TargetSpec::Grpc(asked.iter().map(|node| node.grpc.clone()).collect());
-    let mut one = one_run(target, policy, 0.0, settings);
-    one.clients = CLIENTS;
-    let mut before = Vec::new();
-    for node in &asked {
-        before.push(shared_counters(node).await?);
-    }
-    let cpu_before = nodes
-        .iter()
-        .map(LocalNode::cpu_time)
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    // The warm-up is counted in the CPU time too: it is measured from before the run.
-    let report = run::run(&one).await?;
-    let cpu: Vec<Duration> = nodes
-        .iter()
-        .zip(&cpu_before)
-        .map(|(node, before)| Ok(node.cpu_time()?.saturating_sub(*before)))
-        .collect::<anyhow::Result<_>>()?;
-    if let Some(error) = &report.first_error {
-        anyhow::bail!("{policy}: {error}");
-    }
-    let (mut shared, mut from_loan) = (0, 0);
-    for (node, (shared_before, loan_before)) in asked.iter().zip(before) {
-        let (now_shared, now_loan) = shared_counters(node).await?;
-        shared += now_shared - shared_before;
-        from_loan += now_loan - loan_before;
-    }
+    let run = run_around_owner(
+        policy,
+        (owner, nodes),
+        CLIENTS,
+        ["shared", "from_loan"],
+        settings,
+    )
+    .await?;
+    let ([shared, from_loan], report, cpu) = (run.counted, run.report, run.cpu);
     // CPU over everything the nodes admitted in the run, the warm-up included.
     let admissions = shared.max(1) as f64;
     Ok(RunFigures {

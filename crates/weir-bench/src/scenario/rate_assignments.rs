@@ -17,10 +17,9 @@ use std::time::Duration;
 use serde::Serialize;
 use weir_cluster::rates::bucket_of;
 
-use super::owner_throughput::{Spread, owner_among_three};
-use super::{Scenario, ScenarioSettings, finish, median, one_run};
+use super::around_owner::{Spread, owner_among_three, run_around_owner};
+use super::{Scenario, ScenarioSettings, finish, median};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
-use crate::run::{self, TargetSpec};
 
 /// The cluster's policies: one bucket shape, three ways.
 const CONFIG: &str = r#"
@@ -130,16 +129,6 @@ fn owner_of(policy: &str) -> usize {
     owner_among_three(&bucket_of(policy, KEY))
 }
 
-/// A node's `forwarded` and `assigned_admitted` counters.
-async fn rate_counters(node: &LocalNode) -> anyhow::Result<(u64, u64)> {
-    let view: serde_json::Value = reqwest::get(format!("{}/v1/cluster", node.http))
-        .await?
-        .json()
-        .await?;
-    let counter = |name: &str| view["counters"][name].as_u64().unwrap_or(0);
-    Ok((counter("forwarded"), counter("assigned_admitted")))
-}
-
 /// One run's figures for a row.
 struct RunFigures {
     admitted_per_second: f64,
@@ -156,36 +145,16 @@ async fn run_once(
     nodes: &[LocalNode],
     settings: &ScenarioSettings,
 ) -> anyhow::Result<RunFigures> {
-    let asked: Vec<&LocalNode> = (0..nodes.len())
-        .filter(|i| *i != owner)
-        .map(|i| &nodes[i])
-        .collect();
-    let target = TargetSpec::Grpc(asked.iter().map(|node| node.grpc.clone()).collect());
-    let mut one = one_run(target, policy, 0.0, settings);
-    one.clients = CLIENTS;
-    let mut before = Vec::new();
-    for node in &asked {
-        before.push(rate_counters(node).await?);
-    }
-    let cpu_before = nodes
-        .iter()
-        .map(LocalNode::cpu_time)
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    let report = run::run(&one).await?;
-    let cpu: Duration = nodes
-        .iter()
-        .zip(&cpu_before)
-        .map(|(node, before)| Ok(node.cpu_time()?.saturating_sub(*before)))
-        .sum::<anyhow::Result<Duration>>()?;
-    if let Some(error) = &report.first_error {
-        anyhow::bail!("{policy}: {error}");
-    }
-    let (mut forwarded, mut assigned) = (0, 0);
-    for (node, (forwarded_before, assigned_before)) in asked.iter().zip(before) {
-        let (now_forwarded, now_assigned) = rate_counters(node).await?;
-        forwarded += now_forwarded - forwarded_before;
-        assigned += now_assigned - assigned_before;
-    }
+    let run = run_around_owner(
+        policy,
+        (owner, nodes),
+        CLIENTS,
+        ["forwarded", "assigned_admitted"],
+        settings,
+    )
+    .await?;
+    let ([forwarded, assigned], report) = (run.counted, run.report);
+    let cpu: Duration = run.cpu.iter().sum();
     // The CPU time and the counters cover the warm-up too: admissions are counted the same way.
     let admissions = match policy {
         "per-node" => report.admitted as f64,
