@@ -224,18 +224,23 @@ impl Decider {
         policy: &Policy<SystemClock>,
         ask: Ask<'_>,
     ) -> Result<Decision, ApiError> {
+        // Decided here unless the bucket's home answers (an owner or a Redis out of reach
+        // falls back here): one `decide_here` in the future, not one per home.
         match self.home_of(policy) {
-            Home::Here => self.decide_here(policy, ask).await,
-            Home::Owner => match self.decide_by_owner(policy, ask).await {
-                Some(decided) => Ok(decided),
-                None => self.decide_here(policy, ask).await,
-            },
-            Home::Redis => match self.decide_in_redis(policy, ask).await {
-                Some(decided) => decided,
-                None => self.decide_here(policy, ask).await,
-            },
-            Home::RedisMissing => Err(home::redis_missing(policy.name())),
+            Home::Here => {}
+            Home::Owner => {
+                if let Some(decided) = self.decide_by_owner(policy, ask).await {
+                    return Ok(decided);
+                }
+            }
+            Home::Redis => {
+                if let Some(decided) = self.decide_in_redis(policy, ask).await {
+                    return decided;
+                }
+            }
+            Home::RedisMissing => return Err(home::redis_missing(policy.name())),
         }
+        self.decide_here(policy, ask).await
     }
 
     /// The shares lent to data planes, and their counters.
