@@ -27,6 +27,9 @@ mod decide;
 mod handover;
 #[cfg(feature = "tokio")]
 mod lines;
+// Without tokio nothing waits: the same name, for lines that are always empty.
+#[cfg(not(feature = "tokio"))]
+use crate::limiter::no_line as lines;
 mod shape;
 pub mod sketch;
 pub(crate) mod store;
@@ -113,7 +116,6 @@ pub struct KeyedLimiter<C: Clock = crate::clock::SystemClock> {
     clock: C,
     /// The clock's [`unix_offset`](Clock::unix_offset), read once: where calendar windows start.
     unix_offset: Nanos,
-    #[cfg(feature = "tokio")]
     lines: lines::Lines,
 }
 
@@ -144,7 +146,6 @@ impl<C: Clock> KeyedLimiter<C> {
             buckets,
             clock,
             unix_offset,
-            #[cfg(feature = "tokio")]
             lines: Default::default(),
         }
     }
@@ -226,7 +227,6 @@ impl<C: Clock> KeyedLimiter<C> {
 
     /// The refusal for a request that cannot go now. Behind a fair line, its retry-after counts
     /// everyone queued ahead.
-    #[cfg_attr(not(feature = "tokio"), allow(unused_variables))]
     fn refusal(&self, behind: Behind, key: &str, cost: u64, now: Nanos) -> KeyedRefusal {
         match behind {
             Behind::Refused(refused) => refused,
@@ -235,10 +235,7 @@ impl<C: Clock> KeyedLimiter<C> {
                 params,
                 overflowed,
             } => {
-                #[cfg(feature = "tokio")]
                 let ahead = self.lines.unclaimed_cost(key, overflowed);
-                #[cfg(not(feature = "tokio"))]
-                let ahead: u64 = 0;
                 KeyedRefusal::Limited(gcra::refusal_behind(tat, params, ahead, cost, now))
             }
         }
@@ -294,10 +291,7 @@ impl<C: Clock> KeyedLimiter<C> {
                     };
                     // As a single fair bucket does: the heads of the lines give back what they
                     // claimed in the old shape and claim again in the new one.
-                    #[cfg(feature = "tokio")]
                     self.lines.with_claims_released(store, convert);
-                    #[cfg(not(feature = "tokio"))]
-                    convert();
                     true
                 }
                 // A strict limiter's next slot stays where it is; later slots use the new

@@ -108,7 +108,6 @@ pub struct LeakyBucket<C: Clock = SystemClock> {
     clock: C,
     fair: AtomicBool,
     config: Mutex<LeakyBucketConfig>,
-    #[cfg(feature = "tokio")]
     line: super::fair_line::FairLine,
 }
 
@@ -129,7 +128,6 @@ impl<C: Clock> LeakyBucket<C> {
             clock,
             fair: AtomicBool::new(config.fair),
             config: Mutex::new(config),
-            #[cfg(feature = "tokio")]
             line: Default::default(),
         })
     }
@@ -142,7 +140,6 @@ impl<C: Clock> LeakyBucket<C> {
     #[inline]
     pub fn try_acquire(&self, cost: u64) -> Result<(), Refused> {
         let now = self.clock.now();
-        #[cfg(feature = "tokio")]
         if self.line.len() > 0 && self.fair.load(Ordering::Relaxed) {
             return Err(self
                 .bucket
@@ -162,11 +159,8 @@ impl<C: Clock> LeakyBucket<C> {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let now = self.clock.now();
         let reshape = || self.bucket.reshape(config.params(), now);
-        #[cfg(feature = "tokio")]
         self.line
             .with_claim_released(|taken| self.bucket.give_back(taken), reshape);
-        #[cfg(not(feature = "tokio"))]
-        reshape();
         self.fair.store(config.fair, Ordering::Relaxed);
         *current = config;
         Ok(())
@@ -187,14 +181,7 @@ impl<C: Clock> LeakyBucket<C> {
 
     /// Requests waiting in line.
     pub fn waiters(&self) -> usize {
-        #[cfg(feature = "tokio")]
-        {
-            self.line.len()
-        }
-        #[cfg(not(feature = "tokio"))]
-        {
-            0
-        }
+        self.line.len()
     }
 }
 

@@ -19,9 +19,14 @@
 pub mod concurrency;
 #[cfg(feature = "tokio")]
 pub(crate) mod fair_line;
+// Without tokio nothing waits: the same names, for lines that are always empty.
+#[cfg(not(feature = "tokio"))]
+pub(crate) use no_line as fair_line;
 pub mod fixed_window;
 pub(crate) mod gcra;
 pub mod leaky_bucket;
+#[cfg(not(feature = "tokio"))]
+pub(crate) mod no_line;
 pub mod sliding_window;
 pub mod strict;
 pub mod token_bucket;
