@@ -9,11 +9,10 @@
 
 use std::sync::atomic::Ordering;
 
-use weir::policy::Scope;
 use weir_cluster::assignment::{Assignment, RateReport, Whole};
 
 use super::App;
-use crate::decide::{NoQuota, QuotaBook, shareable};
+use crate::decide::{Home, NoQuota, QuotaBook, shareable};
 
 impl App {
     /// The book of shares lent to data planes, and its counters.
@@ -48,7 +47,8 @@ impl App {
         let Some(whole) = shareable(&policy) else {
             return Err(NoQuota::NotShareable(report.policy));
         };
-        if self.cluster.is_some() && policy.with_config(|c| c.scope == Scope::Cluster) {
+        // Where the bucket lives decides who lends its shares: its owner, or this node.
+        if self.decider.home_of(&policy) == Home::Owner {
             return self
                 .decider
                 .report_to_owner(holder, report)
