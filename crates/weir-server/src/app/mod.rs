@@ -1,7 +1,7 @@
 //! The application core: what the server does, whatever the protocol.
 //!
-//! The front doors (`front_door::http`, `front_door::grpc`) only translate requests and answers;
-//! every check, every decision and every change of state happens here, once. A file per job:
+//! The protocols' front doors only translate requests and answers, and this module names none
+//! of them; every check, every decision and every change of state happens here, once. A file per job:
 //!
 //! | file | job |
 //! |---|---|

@@ -193,8 +193,10 @@ impl<C: Clock + Clone> Rls<C> {
     }
 
     /// Decides `descriptors` in `domain`, each for its own hits or else `hits_addend` (0 = 1),
-    /// every rule on this node. (In cluster mode the front door asks [`Rls::prepare`], has the
-    /// owners of other nodes' buckets decide, and [`Rls::finish`] counts the rest here.)
+    /// every rule on its own policy here, with no node around it: what the reference server's
+    /// test cases run against. A node answers through `LiveRules`, which has every rule's
+    /// bucket decided wherever it lives ([`Rls::prepare`], `Decider::decide` per rule, then
+    /// [`Rls::finish`]).
     pub fn should_rate_limit(
         &self,
         domain: &str,
