@@ -39,6 +39,9 @@ pub(crate) struct ServeArgs {
     /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
     #[arg(long, env = "WEIR_RESP", value_parser = weir_server::listen_address)]
     resp: Option<SocketAddr>,
+    /// Gubernator's v1 API over gRPC (`pb.gubernator.V1`); its HTTP gateway is on the HTTP port.
+    #[arg(long, env = "WEIR_GUBERNATOR", value_parser = weir_server::listen_address)]
+    gubernator: Option<SocketAddr>,
     /// This node's name.
     #[arg(long, env = "WEIR_NODE_ID")]
     node_id: Option<String>,
@@ -84,6 +87,7 @@ pub(crate) fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
         http,
         grpc,
         resp,
+        gubernator,
         node_id,
         gossip,
         join,
@@ -106,6 +110,7 @@ pub(crate) fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
         http,
         grpc,
         resp,
+        gubernator,
         data_dir,
         node_id,
         gossip,

@@ -7,10 +7,14 @@
 //! over the API are kept in the data dir and laid over the file's at start (see `durable`).
 
 use std::net::SocketAddr;
+
+pub use crate::listen_address::listen_address;
+use crate::listen_address::serde as listen_serde;
 use std::path::PathBuf;
 use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
 
+use crate::front_door::gubernator::settings::GubernatorTable;
 use crate::front_door::rlqs::buckets::RlqsTable;
 use crate::front_door::rls::settings::RlsTable;
 
@@ -36,6 +40,9 @@ pub struct ConfigFile {
     /// `[rlqs]`: Envoy's rate limit quota service, its bucket ids mapped to policies.
     #[serde(default, skip_serializing_if = "RlqsTable::is_default")]
     pub rlqs: RlqsTable,
+    /// `[gubernator]`: Gubernator's v1 API.
+    #[serde(default, skip_serializing_if = "GubernatorTable::is_default")]
+    pub gubernator: GubernatorTable,
     /// `[redis]`: the Redis that `scope = "redis"` policies keep their buckets in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis: Option<crate::redis_buckets::RedisSettings>,
@@ -52,16 +59,16 @@ pub struct ServerSettings {
     #[serde(default = "default_node_id")]
     pub node_id: String,
     /// The HTTP API's address (default `127.0.0.1:8080`); a host name is resolved at start.
-    #[serde(default = "default_http", deserialize_with = "listen_address::one")]
+    #[serde(default = "default_http", deserialize_with = "listen_serde::one")]
     pub http: SocketAddr,
     /// The gRPC API's address (default `127.0.0.1:50051`).
-    #[serde(default = "default_grpc", deserialize_with = "listen_address::one")]
+    #[serde(default = "default_grpc", deserialize_with = "listen_serde::one")]
     pub grpc: SocketAddr,
     /// The Redis-protocol listener's address (`--resp`); absent: none.
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "listen_address::some"
+        deserialize_with = "listen_serde::some"
     )]
     pub resp: Option<SocketAddr>,
     /// The most keys `CL.THROTTLE` keeps at once (default 100 000); at the cap, keys whole
@@ -98,7 +105,7 @@ pub struct ServerSettings {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "listen_address::some"
+        deserialize_with = "listen_serde::some"
     )]
     pub gossip: Option<SocketAddr>,
     /// Cluster mode: gossip addresses of nodes to join through.
@@ -173,52 +180,6 @@ pub struct TlsSettings {
     /// addresses are not known when certificates are made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer_name: Option<String>,
-}
-
-/// An address to listen on: `IP:PORT`, or `HOST:PORT` with the host resolved now (the first
-/// IPv4 address it has, else the first; `localhost:8080` is `127.0.0.1:8080`). For the flags
-/// and the config file alike.
-pub fn listen_address(text: &str) -> Result<SocketAddr, String> {
-    use std::net::ToSocketAddrs;
-    if let Ok(address) = text.parse() {
-        return Ok(address);
-    }
-    let Some((host, port)) = text.rsplit_once(':') else {
-        return Err(format!(
-            "`{text}` is not an address to listen on: give HOST:PORT or IP:PORT, e.g. 127.0.0.1:8080"
-        ));
-    };
-    if port.parse::<u16>().is_err() {
-        return Err(format!("`{text}`: `{port}` is not a port (0 to 65535)"));
-    }
-    let found: Vec<SocketAddr> = text
-        .to_socket_addrs()
-        .map_err(|error| format!("`{text}`: the host `{host}` could not be resolved: {error}"))?
-        .collect();
-    found
-        .iter()
-        .find(|address| address.is_ipv4())
-        .or(found.first())
-        .copied()
-        .ok_or_else(|| format!("`{text}`: the host `{host}` has no address"))
-}
-
-/// [`listen_address`] for serde.
-mod listen_address {
-    use std::net::SocketAddr;
-
-    use serde::{Deserialize, Deserializer};
-
-    pub fn one<'de, D: Deserializer<'de>>(deserializer: D) -> Result<SocketAddr, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        super::listen_address(&text).map_err(serde::de::Error::custom)
-    }
-
-    pub fn some<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<SocketAddr>, D::Error> {
-        one(deserializer).map(Some)
-    }
 }
 
 fn default_node_id() -> String {
@@ -336,6 +297,14 @@ pub enum ConfigProblem {
     Rlqs {
         /// The field, as `bucket[i].name`.
         field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A `[gubernator]` setting that does not hold together.
+    #[error("`gubernator.{field}` {problem}")]
+    Gubernator {
+        /// The field.
+        field: &'static str,
         /// What is wrong with it.
         problem: String,
     },
@@ -481,6 +450,12 @@ impl ConfigFile {
                 .problems(&names)
                 .into_iter()
                 .map(|(field, problem)| ConfigProblem::Rlqs { field, problem }),
+        );
+        problems.extend(
+            self.gubernator
+                .problems()
+                .into_iter()
+                .map(|(field, problem)| ConfigProblem::Gubernator { field, problem }),
         );
         if let Some(redis) = &self.redis {
             problems.extend(

@@ -46,6 +46,7 @@ mod error;
 mod etag;
 mod front_door;
 mod leases;
+mod listen_address;
 mod log_gate;
 mod metrics;
 mod policy_log;

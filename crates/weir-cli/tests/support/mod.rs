@@ -19,6 +19,8 @@ pub struct Server {
     pub grpc: String,
     /// `127.0.0.1:PORT` of the Redis-protocol listener, if it was asked for (`--resp`).
     pub resp: Option<String>,
+    /// `127.0.0.1:PORT` of Gubernator's gRPC listener, if it was asked for (`--gubernator`).
+    pub gubernator: Option<String>,
     /// The data dir it runs with.
     pub data_dir: PathBuf,
     /// Its standard error, gathered after it exits.
@@ -274,7 +276,12 @@ impl Server {
         let stderr = child.stderr.take().expect("piped stderr");
         let stderr =
             std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-        let Some(Listening { http, grpc, resp }) = listening(&mut child, Duration::from_secs(30))
+        let Some(Listening {
+            http,
+            grpc,
+            resp,
+            gubernator,
+        }) = listening(&mut child, Duration::from_secs(30))
         else {
             let _ = child.kill();
             let _ = child.wait();
@@ -287,6 +294,7 @@ impl Server {
             http,
             grpc,
             resp,
+            gubernator,
             child: Some(child),
             data_dir: data_dir.to_owned(),
             stderr: Some(stderr),

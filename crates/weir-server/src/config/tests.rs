@@ -171,3 +171,17 @@ fn a_redis_scoped_policy_needs_a_redis_and_a_shape_redis_keeps() {
     assert!(!problems.contains("no `[redis]`"), "{problems}");
     assert!(problems.contains("not `sliding_window`"), "{problems}");
 }
+
+#[test]
+fn the_gubernator_table_reads_host_names_and_names_its_mistakes() {
+    let config = ConfigFile::parse("[gubernator]\nlisten = \"localhost:1051\"\n").unwrap();
+    assert_eq!(
+        config.gubernator.listen,
+        Some("127.0.0.1:1051".parse().unwrap())
+    );
+    assert_eq!(config.gubernator.max_keys, 50_000);
+    assert_eq!(
+        problems_of("[gubernator]\nmax_keys = 0\n"),
+        ["`gubernator.max_keys` must be at least 1"]
+    );
+}

@@ -14,6 +14,7 @@
 //! | `grpc.rs` | the gRPC API (tonic): unary calls and the bidirectional acquire stream |
 //! | `rls/` | Envoy's rate limit service (tonic), on the gRPC listener: its YAML rules, their live set and reloads |
 //! | `rlqs/` | Envoy's rate limit quota service (tonic), on the gRPC listener; `[rlqs]` |
+//! | `gubernator/` | Gubernator's v1 API: its gRPC service on a port of its own (`[gubernator]`), its HTTP gateway's routes on the HTTP port |
 //! | `resp/` | the Redis protocol (RESP2 and RESP3): the handshake, `CL.THROTTLE`, `WEIR.*`, a file per command |
 //!
 //! A new protocol is a folder here with its `start`, and the line in `serve/mod.rs`'s list of
@@ -22,6 +23,7 @@
 //! [`App`]: crate::app::App
 
 pub mod grpc;
+pub mod gubernator;
 pub mod http;
 pub mod resp;
 pub mod rlqs;

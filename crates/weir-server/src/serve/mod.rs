@@ -82,13 +82,24 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
     let cluster = join_cluster(server, tls.as_ref(), bound.grpc).await?;
     let app = start_core(&config, cluster.as_ref(), bound.grpc)?;
     let rls = crate::front_door::rls::start(&app, &config, rls_hangups).await?;
+    let gubernator = crate::front_door::gubernator::Gubernator::new(&app, &config.gubernator);
+    // Bound before the other doors open: its address in use stops the start.
+    let gubernator_grpc =
+        crate::front_door::gubernator::start(&gubernator, &config.gubernator, server, tls.clone())?;
     let background = app.spawn_background(server.lease_sweep, server.report_interval);
     let keeping = app.spawn_keeping(server.durable_flush);
 
     // The front doors, each a task until the drain ends it.
     let health = GrpcHealth::start(cluster.as_ref(), rls.is_some()).await;
     let mut front_doors: Vec<JoinHandle<()>> = vec![
-        crate::front_door::http::start(&app, listeners.http, http_limits(server), tls.clone()),
+        crate::front_door::http::start(
+            &app,
+            listeners.http,
+            http_limits(server),
+            tls.clone(),
+            // The other front doors' routes on the HTTP port.
+            crate::front_door::gubernator::routes(Arc::clone(&gubernator)),
+        ),
         grpc_listener::start(
             &app,
             &config,
@@ -99,6 +110,7 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
             tls.clone(),
         ),
     ];
+    front_doors.extend(gubernator_grpc);
     front_doors.extend(
         listeners
             .resp
@@ -117,7 +129,7 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
         });
     }
     app.set_ready(true);
-    bound.announce(&app);
+    bound.announce(&app, gubernator.address());
 
     // Or, in cluster mode, until this member finds it must not run here (another cluster's
     // data dir): it never joined, so there is nothing to hand over.
@@ -215,20 +227,26 @@ impl Listeners {
 impl Bound {
     /// Logs that the node serves, and prints the line a supervisor (or a test) reads to learn
     /// the bound ports.
-    fn announce(&self, app: &App) {
+    /// `gubernator`: where Gubernator's gRPC service listens, if it does.
+    fn announce(&self, app: &App, gubernator: Option<SocketAddr>) {
         let (http, grpc) = (self.http, self.grpc);
         tracing::info!(
             node = %app.node_id(),
             %http,
             %grpc,
             resp = ?self.resp,
+            ?gubernator,
             policies = app.policies().policies().len(),
             "weir is serving"
         );
-        match self.resp {
-            Some(resp) => println!("listening http={http} grpc={grpc} resp={resp}"),
-            None => println!("listening http={http} grpc={grpc}"),
+        let mut line = format!("listening http={http} grpc={grpc}");
+        if let Some(resp) = self.resp {
+            line.push_str(&format!(" resp={resp}"));
         }
+        if let Some(gubernator) = gubernator {
+            line.push_str(&format!(" gubernator={gubernator}"));
+        }
+        println!("{line}");
     }
 }
 

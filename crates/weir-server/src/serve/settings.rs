@@ -21,6 +21,8 @@ pub struct Overrides {
     pub grpc: Option<SocketAddr>,
     /// `--resp`: the Redis-protocol listener.
     pub resp: Option<SocketAddr>,
+    /// `--gubernator`: Gubernator's gRPC listener.
+    pub gubernator: Option<SocketAddr>,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
     /// `--node-id`.
@@ -75,6 +77,9 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     }
     if !overrides.join.is_empty() {
         server.join = overrides.join.clone();
+    }
+    if let Some(gubernator) = overrides.gubernator {
+        config.gubernator.listen = Some(gubernator);
     }
     if let Some(rules) = &overrides.rls_config {
         config.rls.config = Some(rules.clone());
@@ -158,6 +163,7 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
         Some(("http", config.server.http)),
         Some(("grpc", config.server.grpc)),
         config.server.resp.map(|addr| ("resp", addr)),
+        config.gubernator.listen.map(|addr| ("gubernator", addr)),
     ];
     for (name, addr) in listeners.into_iter().flatten() {
         if addr.ip().is_loopback() {
@@ -169,6 +175,12 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
                 data_chars,
                 "could spend or inspect any key's quota (CL.THROTTLE, WEIR.ACQUIRE) and take and release leases; the Redis port has no admin commands",
                 "`data_token` in [server] or WEIR_DATA_TOKEN (clients give it as their Redis password)",
+            ),
+            "gubernator" => (
+                "a data token",
+                data_chars,
+                "could spend or reset any Gubernator bucket (GetRateLimits)",
+                "`data_token` in [server] or WEIR_DATA_TOKEN (clients send it as `authorization: Bearer <token>` metadata)",
             ),
             "http" => (
                 "an admin token",

@@ -58,9 +58,18 @@ mod route {
     pub const UNMATCHED: &str = "unmatched";
 }
 
+/// Routes another front door serves on the HTTP port, and their paths (each its own
+/// `endpoint` label).
+pub struct OtherRoutes {
+    /// The routes.
+    pub router: Router<Arc<App>>,
+    /// Their paths, exact (no parameters).
+    pub paths: &'static [&'static str],
+}
+
 /// The route a request's path matches, as the router would match it (a test holds the two
-/// together), or [`route::UNMATCHED`].
-fn endpoint_of(path: &str) -> &'static str {
+/// together), or another front door's path among `others`, or [`route::UNMATCHED`].
+fn endpoint_of(path: &str, others: &'static [&'static str]) -> &'static str {
     match path {
         route::ACQUIRE => route::ACQUIRE,
         route::RELEASE => route::RELEASE,
@@ -77,7 +86,11 @@ fn endpoint_of(path: &str) -> &'static str {
         route::READYZ => route::READYZ,
         _ if one_segment_after(path, "/v1/policies/") => route::POLICY,
         _ if one_segment_after(path, "/ui/") => route::UI_ASSET,
-        _ => route::UNMATCHED,
+        _ => others
+            .iter()
+            .find(|other| **other == path)
+            .copied()
+            .unwrap_or(route::UNMATCHED),
     }
 }
 
@@ -88,15 +101,21 @@ fn one_segment_after(path: &str, prefix: &str) -> bool {
         .is_some_and(|rest| !rest.is_empty() && !rest.contains('/'))
 }
 
-/// Serves the HTTP API (and the live page) on `listener`, over `tls` if given, until the drain.
+/// Serves the HTTP API (and the live page) on `listener`, over `tls` if given, until the drain;
+/// `others` are the routes other front doors serve on the HTTP port (Gubernator's gateway).
 pub fn start(
     app: &Arc<App>,
     listener: tokio::net::TcpListener,
     limits: crate::connections::HttpLimits,
     tls: Option<Arc<crate::tls::Tls>>,
+    others: OtherRoutes,
 ) -> tokio::task::JoinHandle<()> {
     let app = Arc::clone(app);
-    let router = router(Arc::clone(&app));
+    let router = HttpApi {
+        router: routes(Arc::clone(&app), others.router),
+        app: Arc::clone(&app),
+        others: others.paths,
+    };
     tokio::spawn(async move {
         crate::connections::serve_http(listener, router, limits, tls, async move {
             app.shutting_down().await
@@ -105,16 +124,9 @@ pub fn start(
     })
 }
 
-/// The router for `app`, counted: every answered request by route and status.
-pub fn router(app: Arc<App>) -> HttpApi {
-    HttpApi {
-        router: routes(Arc::clone(&app)),
-        app,
-    }
-}
-
-fn routes(app: Arc<App>) -> Router {
+fn routes(app: Arc<App>, others: Router<Arc<App>>) -> Router {
     Router::new()
+        .merge(others)
         .route(route::ACQUIRE, post(acquire))
         .route(route::RELEASE, post(release))
         .route(route::RENEW, post(renew))
@@ -147,6 +159,8 @@ fn routes(app: Arc<App>) -> Router {
 pub struct HttpApi {
     router: Router,
     app: Arc<App>,
+    /// Other front doors' paths.
+    others: &'static [&'static str],
 }
 
 impl<B> tower::Service<axum::http::Request<B>> for HttpApi
@@ -162,7 +176,7 @@ where
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        let endpoint = endpoint_of(request.uri().path());
+        let endpoint = endpoint_of(request.uri().path(), self.others);
         Counted {
             start: Instant::now(),
             answer: self.router.call(request),
