@@ -118,6 +118,15 @@ fn curl_reaches_the_gateway_on_the_http_port() {
         (Some("OVER_LIMIT"), Some("0"))
     );
 
+    // As the docs show it: `curl -d`, no content type of JSON.
+    let (answer, code) = curl(&[
+        "-d",
+        r#"{"requests":[{"name":"requests_per_sec","unique_key":"account:12345","hits":"1","limit":"10","duration":"1000"}]}"#,
+        &server.url("/v1/GetRateLimits"),
+    ]);
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains(r#""remaining":"9""#), "{answer}");
+
     // The batch limit, and a field the API does not have: the gateway's error shape.
     let many: Vec<String> = (0..1001)
         .map(|i| {
@@ -145,7 +154,7 @@ fn curl_reaches_the_gateway_on_the_http_port() {
     let (metrics, _) = curl(&[&server.url("/metrics")]);
     assert!(
         metrics.contains(
-            r#"weir_gubernator_decisions_total{algorithm="token_bucket",status="under_limit"} 1"#
+            r#"weir_gubernator_decisions_total{algorithm="token_bucket",status="under_limit"} 2"#
         ),
         "{metrics}"
     );
@@ -155,7 +164,7 @@ fn curl_reaches_the_gateway_on_the_http_port() {
         ),
         "{metrics}"
     );
-    assert!(metrics.contains("weir_gubernator_buckets 2"), "{metrics}");
+    assert!(metrics.contains("weir_gubernator_buckets 3"), "{metrics}");
 }
 
 #[test]

@@ -105,7 +105,7 @@ impl Buckets {
                 .filter(|&at| at != 0)
                 .unwrap_or(server_now),
         };
-        match self.decide(key.clone(), algorithm, &hit) {
+        match self.decide(&key, algorithm, &hit) {
             Ok(answer) => {
                 let status = usize::from(answer.status == Status::OverLimit);
                 self.counts.decided[algorithm as usize][status].fetch_add(1, Relaxed);
@@ -133,21 +133,16 @@ impl Buckets {
     }
 
     /// Counts `hit` in `key`'s bucket, making it (or making it again) as the request says.
-    fn decide(
-        &self,
-        key: String,
-        algorithm: Algorithm,
-        hit: &Hit,
-    ) -> Result<Answer, GregorianError> {
-        let shard = &self.shards[self.hasher.hash_one(&key) as usize % SHARDS];
+    fn decide(&self, key: &str, algorithm: Algorithm, hit: &Hit) -> Result<Answer, GregorianError> {
+        let shard = &self.shards[self.hasher.hash_one(key) as usize % SHARDS];
         let mut buckets = shard.lock().unwrap_or_else(|p| p.into_inner());
         let reset = hit.behaviors.has(Behaviors::RESET_REMAINING);
         let live = buckets
-            .get_mut(&key)
+            .get_mut(key)
             .filter(|bucket| !bucket.expired(hit.now));
         match (live, algorithm) {
             (Some(Bucket::Token(_)), Algorithm::TokenBucket) if reset => {
-                buckets.remove(&key);
+                buckets.remove(key);
                 Ok(TokenBucket::reset(hit))
             }
             (Some(Bucket::Token(bucket)), Algorithm::TokenBucket) => bucket.hit(hit),
@@ -162,10 +157,10 @@ impl Buckets {
                         LeakyBucket::start(hit).map(|(b, a)| (Bucket::Leaky(b), a))?
                     }
                 };
-                if buckets.len() >= self.per_shard && !buckets.contains_key(&key) {
+                if buckets.len() >= self.per_shard && !buckets.contains_key(key) {
                     self.make_room(&mut buckets, hit.now);
                 }
-                buckets.insert(key, bucket);
+                buckets.insert(key.to_owned(), bucket);
                 Ok(answer)
             }
         }

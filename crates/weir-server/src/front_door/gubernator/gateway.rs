@@ -5,7 +5,8 @@
 //! `.proto` file (`unique_key`, `reset_time`), every field written even when zero, 64-bit
 //! integers as strings, enums by name. Requests are read the way that mapping reads them:
 //! either field spelling (`unique_key` or `uniqueKey`), integers as numbers or strings, enums
-//! by name or number; an unknown field is an error, as it is there. Errors are the gateway's
+//! by name or number; an unknown field is an error, as it is there; the body is JSON whatever
+//! its content type says, as there. Errors are the gateway's
 //! `{"code", "message", "details"}` with the HTTP status it maps each gRPC code to.
 
 use std::collections::HashMap;
@@ -13,8 +14,8 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
-use axum::extract::rejection::JsonRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -41,10 +42,14 @@ pub fn routes(door: Arc<Gubernator>) -> OtherRoutes {
     }
 }
 
+/// The largest body the gateway reads: gRPC's default message size, which a batch of 1 000
+/// requests stays well within.
+const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
 async fn get_rate_limits(
     State(door): State<Arc<Gubernator>>,
     headers: HeaderMap,
-    body: Result<Json<JsonRequests>, JsonRejection>,
+    body: Body,
 ) -> Response {
     let text = |name| headers.get(name).and_then(|value| value.to_str().ok());
     if let Err(refused) = door
@@ -54,9 +59,27 @@ async fn get_rate_limits(
         let status = tonic::Status::from(refused);
         return error(status.code(), status.message());
     }
-    let Json(requests) = match body {
-        Ok(body) => body,
-        Err(rejection) => return error(Code::InvalidArgument, &rejection.body_text()),
+    // Read as JSON whatever the content type says, as Gubernator's gateway reads it (`curl -d`
+    // sends a form's type); within the server's body timeout, as Weir's own API is.
+    let read = axum::body::to_bytes(body, MAX_BODY_BYTES);
+    let bytes = match tokio::time::timeout(door.app.body_timeout(), read).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => {
+            return error(
+                Code::InvalidArgument,
+                "the request body could not be read in full, or is over 4 MiB",
+            );
+        }
+        Err(_) => {
+            return error(
+                Code::DeadlineExceeded,
+                "the request body did not arrive in full within `server.body_timeout`",
+            );
+        }
+    };
+    let requests: JsonRequests = match serde_json::from_slice(&bytes) {
+        Ok(requests) => requests,
+        Err(why) => return error(Code::InvalidArgument, &why.to_string()),
     };
     let requests = GetRateLimitsReq {
         requests: requests
