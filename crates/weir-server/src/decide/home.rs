@@ -5,8 +5,8 @@
 //! reconfigured live (its config swapped whole), and a home kept apart would be a second
 //! record to keep in step with it. Reading it is two loads of the config already read.
 
-use weir::SystemClock;
 use weir::policy::{Policy, Scope};
+use weir::{Clock, SystemClock};
 
 use super::Decider;
 use crate::error::{ApiError, ErrorKind};
@@ -28,7 +28,7 @@ pub enum Home {
 
 impl Home {
     /// Where `policy`'s buckets live on a node with (or without) a cluster and a Redis.
-    pub fn of(policy: &Policy<SystemClock>, in_cluster: bool, redis: Option<bool>) -> Home {
+    pub fn of<C: Clock + Clone>(policy: &Policy<C>, in_cluster: bool, redis: Option<bool>) -> Home {
         policy.with_config(|config| {
             let rates = config.concurrency().is_none();
             match (config.scope, redis) {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use weir::limiter::Quota;
-use weir::policy::{Policy, PolicySet, Request, Scope};
+use weir::policy::{Policy, PolicySet, Request};
 use weir::{Clock, SystemClock};
 
 use super::answer::{
@@ -27,6 +27,7 @@ use super::counts::{Counts, RuleCounts};
 use super::rules::{self, Lookup, Matched, Tree};
 use super::sent::{Overrides, Sent};
 use super::settings::RlsSettings;
+use crate::decide::Home;
 
 /// A rule with what counts for it.
 #[derive(Debug)]
@@ -203,17 +204,22 @@ impl<C: Clock + Clone> Rls<C> {
         descriptors: &[Descriptor<'_>],
         hits_addend: u32,
     ) -> Result<Answer, RequestError> {
-        let prepared = self.prepare(domain, descriptors, hits_addend)?;
+        // A node alone, without Redis: every rule's bucket is here.
+        let here = |policy: &Policy<C>| Home::of(policy, false, None) == Home::Here;
+        let prepared = self.prepare(domain, descriptors, hits_addend, &here)?;
         Ok(self.finish(prepared, Vec::new()))
     }
 
     /// Checks a whole request and finds each descriptor's rule (applying `replaces`), counting
-    /// nothing: a bad request is refused before anything is counted.
+    /// nothing: a bad request is refused before anything is counted. `here` says whether a
+    /// policy's buckets are this node's (its home, `Decider::home_of`): only then can a limit
+    /// sent with a request count in its rule's counter.
     pub fn prepare(
         &self,
         domain: &str,
         descriptors: &[Descriptor<'_>],
         hits_addend: u32,
+        here: &dyn Fn(&Policy<C>) -> bool,
     ) -> Result<Prepared, RequestError> {
         if domain.is_empty() {
             return Err(RequestError::NoDomain);
@@ -233,7 +239,7 @@ impl<C: Clock + Clone> Rls<C> {
         let known = self.tree.has_domain(domain);
         let mut plans = Vec::with_capacity(descriptors.len());
         for (index, descriptor) in descriptors.iter().enumerate() {
-            plans.push(self.plan(domain, known, index, descriptor, request_hits)?);
+            plans.push(self.plan(domain, known, index, descriptor, request_hits, here)?);
         }
         let replaced: BTreeSet<&str> = plans
             .iter()
@@ -367,6 +373,7 @@ impl<C: Clock + Clone> Rls<C> {
         index: usize,
         descriptor: &Descriptor<'_>,
         request_hits: u64,
+        here: &dyn Fn(&Policy<C>) -> bool,
     ) -> Result<(Plan, u64), RequestError> {
         // No rule has an empty key, nor matches no entries: such a descriptor is OK with no
         // limit, as the reference server answers it (it checks neither).
@@ -394,7 +401,7 @@ impl<C: Clock + Clone> Rls<C> {
             let unit = unit.ok_or(RequestError::OverrideUnit { index })?;
             let (key, shared) = match self.tree.find(domain, descriptor.entries.iter().copied()) {
                 Lookup::Rule(matched) => {
-                    let shared = self.shares_counter(matched.rule, unit);
+                    let shared = self.shares_counter(matched.rule, unit, here);
                     (matched.key, shared.then_some(matched.rule))
                 }
                 _ => (rules::counter_key(descriptor.entries.iter().copied()), None),
@@ -423,8 +430,13 @@ impl<C: Clock + Clone> Rls<C> {
 
     /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in the rule's own
     /// counter, as in the reference server, whose counter is the descriptor's and the unit's
-    /// window whatever the limit: a window of the same unit counting on this node.
-    pub(super) fn shares_counter(&self, rule: usize, unit: Unit) -> bool {
+    /// window whatever the limit: a window of the same unit counting on this node (`here`).
+    pub(super) fn shares_counter(
+        &self,
+        rule: usize,
+        unit: Unit,
+        here: &dyn Fn(&Policy<C>) -> bool,
+    ) -> bool {
         let Limit::Rate {
             unit: rule_unit,
             algorithm,
@@ -433,14 +445,11 @@ impl<C: Clock + Clone> Rls<C> {
         else {
             return false;
         };
-        // A cluster-wide rule's count is its owner's, not this node's; a limiter other than a
-        // window keeps no count a limit could be compared with.
+        // A count kept elsewhere (a cluster-wide rule's owner, Redis) is not this node's to
+        // add to; a limiter other than a window keeps no count a limit could be compared with.
         *rule_unit == unit
             && algorithm.counts_refused()
-            && self.bound[rule]
-                .policy
-                .as_ref()
-                .is_some_and(|p| p.with_config(|c| c.scope == Scope::Node))
+            && self.bound[rule].policy.as_deref().is_some_and(here)
     }
 
     /// Decides `hits` for a matched rule with a rate on this node's own policy.

@@ -11,7 +11,8 @@ use arc_swap::ArcSwap;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use weir::policy::{PolicySetError, Scope};
+use weir::SystemClock;
+use weir::policy::{Policy, PolicySetError, Scope};
 
 use super::answer::{Answer, Descriptor, RequestError};
 use super::config::RulesConfig;
@@ -19,7 +20,7 @@ use super::decision::{Counted, Rls};
 use super::policies::policies_of;
 use super::settings::RlsSettings;
 use crate::app::{App, Reloaded};
-use crate::decide::Ask;
+use crate::decide::{Ask, Home};
 use crate::reserved::is_rule_policy;
 
 /// The rules in force, shared by the service, the reload watcher and the metrics.
@@ -93,7 +94,9 @@ impl LiveRules {
         hits_addend: u32,
     ) -> Result<Answer, RequestError> {
         let rls = self.current.load();
-        let prepared = rls.prepare(domain, descriptors, hits_addend)?;
+        let decider = app.decider();
+        let here = |policy: &Policy<SystemClock>| decider.home_of(policy) == Home::Here;
+        let prepared = rls.prepare(domain, descriptors, hits_addend, &here)?;
         let mut decided = Vec::new();
         for (step, policy, key, hits) in rls.rule_decisions(&prepared) {
             let counted = match app
