@@ -1408,25 +1408,30 @@ async fn a_policy_change_through_any_member_reaches_every_member() {
     })
     .await;
 
-    // One leader, three voters, seen alike from every member.
-    let logs: Vec<_> = [&n1, &n2, &n3].iter().map(|server| view(server)).collect();
-    let mut leaders = Vec::new();
-    for log in logs {
-        let log = log.await.policy_log.expect("a policy log in cluster mode");
-        assert_eq!(log.voters, 3, "{log:?}");
-        leaders.push((log.leader.clone(), log.is_leader));
-    }
-    assert_eq!(
-        leaders.iter().filter(|(_, leads)| *leads).count(),
-        1,
-        "{leaders:?}"
-    );
-    assert!(
-        leaders
-            .iter()
-            .all(|(l, _)| l.is_some() && *l == leaders[0].0),
-        "{leaders:?}"
-    );
+    // One leader, three voters, seen alike from every member. A member is made a voter by a
+    // change of the log's own, which may still be on its way when the member says it is ready.
+    eventually(
+        Duration::from_secs(10),
+        "three voters and one leader, seen alike from every member",
+        || async {
+            let mut leaders = Vec::new();
+            for server in [&n1, &n2, &n3] {
+                let log = view(server)
+                    .await
+                    .policy_log
+                    .expect("a policy log in cluster mode");
+                if log.voters != 3 {
+                    return false;
+                }
+                leaders.push((log.leader.clone(), log.is_leader));
+            }
+            leaders.iter().filter(|(_, leads)| *leads).count() == 1
+                && leaders
+                    .iter()
+                    .all(|(l, _)| l.is_some() && *l == leaders[0].0)
+        },
+    )
+    .await;
 
     // Made on n1, it runs on all three.
     let (status, _, _) = put_policy(&n1, "made", 5, None).await;

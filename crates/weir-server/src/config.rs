@@ -7,9 +7,6 @@
 //! over the API are kept in the data dir and laid over the file's at start (see `durable`).
 
 use std::net::SocketAddr;
-
-pub use crate::listen_address::listen_address;
-use crate::listen_address::serde as listen_serde;
 use std::path::PathBuf;
 use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
@@ -17,6 +14,8 @@ use weir_cluster::secret::ClusterSecret;
 use crate::front_door::gubernator::settings::GubernatorTable;
 use crate::front_door::rlqs::buckets::RlqsTable;
 use crate::front_door::rls::settings::RlsTable;
+pub use crate::listen_address::listen_address;
+use crate::listen_address::serde as listen_serde;
 
 use serde::{Deserialize, Serialize};
 use weir::policy::{PolicyConfig, PolicyError};
