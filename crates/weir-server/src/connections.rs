@@ -324,6 +324,42 @@ pub fn accept_grpc(
     tokio_stream::wrappers::ReceiverStream::new(accepted)
 }
 
+/// A gRPC server as every gRPC listener of a node runs one: a peer that stops answering pings
+/// is dropped, not kept for ever.
+pub fn grpc_server() -> tonic::transport::Server {
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+}
+
+/// Serves `router` on `listener`, its connections accepted as [`accept_grpc`] bounds them
+/// (`first_bytes_timeout`, `max_pending`), until `shutting_down()` resolves; logs, naming
+/// `what`, if the server stops on an error.
+pub async fn serve_grpc<F>(
+    router: tonic::transport::server::Router,
+    listener: TcpListener,
+    tls: Option<Arc<Tls>>,
+    (first_bytes_timeout, max_pending): (Duration, usize),
+    shutting_down: impl Fn() -> F,
+    what: &str,
+) where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let incoming = accept_grpc(
+        listener,
+        tls,
+        first_bytes_timeout,
+        max_pending,
+        shutting_down(),
+    );
+    if let Err(error) = router
+        .serve_with_incoming_shutdown(incoming, shutting_down())
+        .await
+    {
+        tracing::error!(%error, "{what} stopped");
+    }
+}
+
 /// A gRPC connection, plain or over TLS (its first bytes already read into the buffer).
 #[derive(Debug)]
 pub enum GrpcConnection {

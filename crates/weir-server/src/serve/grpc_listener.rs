@@ -2,7 +2,6 @@
 //! services (in cluster mode) and grpc.health.v1, on one port.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -117,32 +116,26 @@ pub(super) fn start(
     // Always offered: a bucket id naming a `policy` and a `key` needs no rule.
     let rlqs_service = crate::front_door::rlqs::service(&app, config.rlqs.clone());
     tokio::spawn(async move {
-        let router = tonic::transport::Server::builder()
-            // A peer that stops answering pings is dropped, not kept for ever.
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        let router = connections::grpc_server()
             .add_service(health_service)
             .add_service(WeirServer::new(WeirService::new(Arc::clone(&app))))
             .add_optional_service(owner_service)
             .add_optional_service(policy_log_service)
             .add_optional_service(rls_service)
             .add_service(rlqs_service);
-        let shutdown = {
+        let shutting_down = move || {
             let app = Arc::clone(&app);
             async move { app.shutting_down().await }
         };
-        let incoming = connections::accept_grpc(
+        let bounds = (first_bytes_timeout, max_pending);
+        connections::serve_grpc(
+            router,
             listener,
             tls,
-            first_bytes_timeout,
-            max_pending,
-            async move { app.shutting_down().await },
-        );
-        if let Err(error) = router
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-        {
-            tracing::error!(%error, "the gRPC listener stopped");
-        }
+            bounds,
+            shutting_down,
+            "the gRPC listener",
+        )
+        .await;
     })
 }

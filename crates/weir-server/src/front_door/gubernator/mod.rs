@@ -37,7 +37,7 @@ mod tests;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use tokio::task::JoinHandle;
@@ -159,29 +159,21 @@ pub fn start(
     let _ = door.advertised.set(bound);
     tracing::info!(%bound, "Gubernator's v1 API is served");
     let app = Arc::clone(&door.app);
-    let service = V1Server::new(Arc::clone(door));
-    let (first_bytes_timeout, max_pending) = (server.header_timeout, server.max_connections);
+    let router = crate::connections::grpc_server().add_service(V1Server::new(Arc::clone(door)));
+    let bounds = (server.header_timeout, server.max_connections);
+    let shutting_down = move || {
+        let app = Arc::clone(&app);
+        async move { app.shutting_down().await }
+    };
     Ok(Some(tokio::spawn(async move {
-        let router = tonic::transport::Server::builder()
-            .http2_keepalive_interval(Some(Duration::from_secs(30)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-            .add_service(service);
-        let shutdown = {
-            let app = Arc::clone(&app);
-            async move { app.shutting_down().await }
-        };
-        let incoming = crate::connections::accept_grpc(
+        crate::connections::serve_grpc(
+            router,
             listener,
             tls,
-            first_bytes_timeout,
-            max_pending,
-            async move { app.shutting_down().await },
-        );
-        if let Err(error) = router
-            .serve_with_incoming_shutdown(incoming, shutdown)
-            .await
-        {
-            tracing::error!(%error, "Gubernator's gRPC listener stopped");
-        }
+            bounds,
+            shutting_down,
+            "Gubernator's gRPC listener",
+        )
+        .await;
     })))
 }
