@@ -184,11 +184,26 @@ http2='    typed_extension_protocol_options:
 } >"$bench_dir/envoy.yaml"
 "$envoy_bin" --config-path "$bench_dir/envoy.yaml" --disable-hot-restart --concurrency 1 \
   --log-level error >"$bench_dir/envoy.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 1 200); do
-  [ "$(curl -s "http://127.0.0.1:$admin_port/ready" || true)" = LIVE ] && break
+envoy_pid=$!
+pids+=("$envoy_pid")
+# Envoy can take many seconds to start on a busy machine (CI runs two bench lanes at once): wait
+# for its readiness and both listeners, and say why when it never comes.
+envoy_ready=0
+for _ in $(seq 1 1200); do
+  kill -0 "$envoy_pid" 2>/dev/null || break
+  if [ "$(curl -s "http://127.0.0.1:$admin_port/ready" || true)" = LIVE ]; then
+    envoy_ready=1
+    break
+  fi
   sleep 0.05
 done
+if [ "$envoy_ready" != 1 ]; then
+  echo "Envoy did not become ready within 60 s; its log:" >&2
+  cat "$bench_dir/envoy.log" >&2
+  exit 1
+fi
+wait_port "$with_port"
+wait_port "$without_port"
 cat >"$bench_dir/users.lua" <<'EOF'
 request = function()
   return wrk.format("GET", "/", { ["x-user"] = "user-" .. math.random(1, 1000) })
