@@ -5,7 +5,7 @@
 //! renames); each change reads it again through its path, and the text is applied only if it
 //! differs from the last one read. SIGHUP reads and applies the file at once.
 //!
-//! Only the `[[policy]]` tables are applied live ([`App::reload_policies`]); `[server]` and
+//! Only the `[[policy]]` tables are applied live ([`crate::app::PolicyAdmin::reload_policies`]); `[server]` and
 //! `[rls]` take effect at the next start. A file that does not parse or check keeps the running
 //! config: the reason is logged (with the line, for TOML) and counted in
 //! `weir_config_reloads_total{outcome="failed"}`; the node stays ready. So does a file with no
@@ -92,7 +92,10 @@ async fn reload(app: &App, path: &Path, last: &mut String, forced: bool) {
     };
     if config.policy.is_empty()
         && !names_policies(&text)
-        && app.an_empty_file_would_remove_policies().await
+        && app
+            .policy_admin()
+            .an_empty_file_would_remove_policies()
+            .await
     {
         // A comment-only file, or one cut short by a write that was not atomic: taken as is, it
         // would remove every policy, leases and all.
@@ -103,7 +106,7 @@ async fn reload(app: &App, path: &Path, last: &mut String, forced: bool) {
         app.metrics().count_reload("failed");
         return;
     }
-    match app.reload_policies(config.policy).await {
+    match app.policy_admin().reload_policies(config.policy).await {
         Ok(reloaded) if reloaded.is_empty() => {
             tracing::info!(file = %path.display(), "config reloaded: its policies are as running");
             app.metrics().count_reload("unchanged");

@@ -16,7 +16,6 @@
 
 use std::net::IpAddr;
 
-use super::App;
 use crate::error::{ApiError, ErrorKind};
 
 /// The credentials and host names a server checks.
@@ -30,7 +29,7 @@ pub struct Access {
     pub allowed_hosts: Vec<String>,
 }
 
-impl App {
+impl Access {
     /// Checks an admin call's `Authorization` header value, and, without an admin token, the
     /// host it was sent to (`host`: the request's authority or `Host` header).
     pub fn check_admin(
@@ -38,7 +37,7 @@ impl App {
         authorization: Option<&str>,
         host: Option<&str>,
     ) -> Result<(), ApiError> {
-        let Some(token) = &self.access.admin_token else {
+        let Some(token) = &self.admin_token else {
             return self.check_host(host);
         };
         let given = bearer(authorization).ok_or_else(ApiError::unauthenticated)?;
@@ -57,17 +56,17 @@ impl App {
         authorization: Option<&str>,
         host: Option<&str>,
     ) -> Result<(), ApiError> {
-        if self.access.admin_token.is_none() {
+        if self.admin_token.is_none() {
             self.check_host(host)?;
         }
-        let Some(data) = &self.access.data_token else {
+        let Some(data) = &self.data_token else {
             return Ok(());
         };
         let given = bearer(authorization).ok_or_else(|| ApiError::new(
             ErrorKind::Unauthenticated,
             "this call needs the data token: send `Authorization: Bearer <token>` (the server's `data_token`, WEIR_DATA_TOKEN)",
         ))?;
-        let admin = self.access.admin_token.as_deref();
+        let admin = self.admin_token.as_deref();
         if same(given, data) || admin.is_some_and(|admin| same(given, admin)) {
             Ok(())
         } else {
@@ -85,13 +84,7 @@ impl App {
         let Some(host) = host else {
             return Ok(());
         };
-        if is_loopback_host(host)
-            || self
-                .access
-                .allowed_hosts
-                .iter()
-                .any(|a| host_matches(a, host))
-        {
+        if is_loopback_host(host) || self.allowed_hosts.iter().any(|a| host_matches(a, host)) {
             return Ok(());
         }
         Err(ApiError::new(
@@ -105,19 +98,18 @@ impl App {
     /// Whether data-plane calls must carry the data token (and Redis-protocol clients give it
     /// as their password).
     pub fn needs_data_token(&self) -> bool {
-        self.access.data_token.is_some()
+        self.data_token.is_some()
     }
 
     /// Whether the live page's editor needs the admin token.
     pub fn writes_need_token(&self) -> bool {
-        self.access.admin_token.is_some()
+        self.admin_token.is_some()
     }
 
     /// Whether `given` is the data token (true when there is none), as a Redis `AUTH`
     /// password.
     pub fn check_password(&self, given: &str) -> bool {
-        self.access
-            .data_token
+        self.data_token
             .as_deref()
             .is_none_or(|token| same(given, token))
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use weir::policy::PolicyConfig;
 
-use super::App;
+use super::PolicyAdmin;
 use super::policy_admin::TaggedPolicy;
 use crate::durable::Overlay;
 use crate::error::{ApiError, ErrorKind};
@@ -18,7 +18,7 @@ use crate::policy_log::PolicyLog;
 use crate::policy_log::change::{Change, Expect, Outcome};
 use crate::reserved::is_rule_policy;
 
-impl App {
+impl PolicyAdmin {
     /// The cluster's policy log, in cluster mode.
     pub(super) fn policy_log(&self) -> Option<&Arc<PolicyLog>> {
         self.cluster.as_ref().map(|cluster| cluster.policy_log())

@@ -46,7 +46,7 @@ impl App {
         let mut members = vec![MemberStats {
             node_id: mine.node_id,
             at_ms: mine.at_ms,
-            config_version: self.config_version(),
+            config_version: self.admin.config_version(),
             policies: mine.policies,
         }];
         let mut unanswered = Vec::new();

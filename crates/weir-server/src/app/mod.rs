@@ -5,10 +5,10 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `mod.rs` | the [`App`] itself: settings, readiness, shutdown, adaptive signals, `/v1/cluster` |
+//! | `mod.rs` | the [`App`] itself: its parts, adaptive signals, `/v1/cluster` |
+//! | `health.rs` | readiness, what a ready node does not do as it should, shutdown |
 //! | `admission.rs` | admitting one request: a rate wherever its bucket lives (`crate::decide`), a concurrency lease here or through the shared pool |
 //! | `leasing.rs` | releasing, renewing and reclaiming leases |
-//! | `quota.rs` | shares of buckets assigned to data planes (RLQS) |
 //! | `policy_admin.rs` | reading and changing policies with entity tags, durably |
 //! | `cluster_policies.rs` | in a cluster, those changes made through the policy log and applied as it commits them |
 //! | `background.rs` | the lease sweeper, the adaptive ticker and the periodic report |
@@ -25,10 +25,10 @@ mod background;
 pub mod cells;
 mod cluster_policies;
 mod cluster_stats;
+mod health;
 mod kept_buckets;
 mod leasing;
 mod policy_admin;
-mod quota;
 mod reloading;
 mod stats;
 mod throttles;
@@ -37,7 +37,9 @@ pub use crate::decide::{NoQuota, QuotaBook};
 pub use admission::{AcquireInput, AcquireOutcome, AdmissionTier};
 pub use auth::Access;
 pub use cluster_stats::ClusterStatsView;
+pub use health::Health;
 pub use kept_buckets::KeptBuckets;
+pub use policy_admin::PolicyAdmin;
 pub use reloading::Reloaded;
 pub use stats::StatsView;
 pub use throttles::{ThrottleQuery, ThrottleRow};
@@ -45,19 +47,16 @@ pub use throttles::{ThrottleQuery, ThrottleRow};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use weir_api::http::{ClusterCounters, ClusterMember, ClusterView, RingSummary};
 
 use anyhow::Context;
-use tokio::sync::{Mutex as AsyncMutex, watch};
 use weir::policy::{PolicyConfig, PolicySet};
 use weir::{Clock, SystemClock};
 
 use crate::cluster::ClusterMode;
 use crate::decide::{Decider, DeciderParts};
-use crate::durable::{self, Overlay};
-use crate::error::ApiError;
+use crate::durable;
 use crate::leases::Leases;
 use crate::metrics::Metrics;
 use cells::{CellError, Cells, Throttle, Verdict};
@@ -72,18 +71,14 @@ pub struct App {
     node_id: String,
     grpc: SocketAddr,
     policies: Arc<PolicySet<SystemClock>>,
-    data_dir: PathBuf,
-    /// The overlay in force; the lock also serialises admin changes.
-    overlay: AsyncMutex<Overlay>,
-    /// The config file's policies as last read: what the overlay is laid over.
-    file_policies: std::sync::Mutex<Vec<PolicyConfig>>,
+    /// The policies' changes: API, reloads, the cluster's log.
+    admin: Arc<PolicyAdmin>,
     leases: Arc<Leases>,
     access: auth::Access,
     max_cost: u64,
     body_timeout: Duration,
     metrics: Metrics,
-    shutdown: watch::Sender<bool>,
-    ready: AtomicBool,
+    health: Health,
     clock: SystemClock,
     cluster: Option<Arc<ClusterMode>>,
     /// Where each bucket is decided, one way for every protocol.
@@ -92,10 +87,6 @@ pub struct App {
     cells: Arc<Cells>,
     /// The buckets kept across restarts, if any are.
     kept: Option<Arc<KeptBuckets>>,
-    /// The Redis `scope = "redis"` policies keep their buckets in, if one is configured.
-    redis: Option<Arc<crate::redis_buckets::RedisBuckets>>,
-    /// When each adaptive policy last took a busy signal.
-    last_busy: std::sync::Mutex<std::collections::HashMap<String, std::time::SystemTime>>,
 }
 
 impl std::fmt::Debug for App {
@@ -167,7 +158,7 @@ impl App {
                 "the data dir cannot be written ({e}): policy changes over the API will be refused until it can"
             );
         }
-        let file_policies = std::sync::Mutex::new(settings.policies.clone());
+        let file_policies = settings.policies.clone();
         let configs = overlay.apply(settings.policies);
         let policies = PolicySet::new(configs, SystemClock::new()).map_err(|error| {
             anyhow::anyhow!(
@@ -201,14 +192,14 @@ impl App {
             .redis
             .map(|settings| Arc::new(crate::redis_buckets::RedisBuckets::new(settings)));
         let quota = Arc::new(QuotaBook::default());
-        let shutdown = watch::channel(false).0;
+        let health = Health::new(settings.cluster.clone(), kept.clone(), redis.clone());
         let decider = Arc::new(Decider::new(DeciderParts {
             policies: Arc::clone(&policies),
             cluster: settings.cluster.clone(),
             redis: redis.clone(),
             kept_slower_than: kept.as_ref().map(|kept| kept.slower_than()),
             lent: Arc::clone(&quota),
-            shutdown: shutdown.subscribe(),
+            shutdown: health.subscribe(),
         }));
         let metrics = Metrics::new(
             Arc::clone(&policies),
@@ -216,27 +207,32 @@ impl App {
             settings.cluster.clone(),
             store_collectors(kept.as_ref(), redis.as_ref()),
         );
+        let admin = Arc::new(PolicyAdmin::new(policy_admin::PolicyAdminParts {
+            policies: Arc::clone(&policies),
+            data_dir: settings.data_dir,
+            overlay,
+            file_policies,
+            leases: Arc::clone(&leases),
+            cluster: settings.cluster.clone(),
+            kept: kept.clone(),
+            has_redis: redis.is_some(),
+        }));
         Ok(Arc::new(App {
             node_id: settings.node_id,
             grpc: settings.grpc,
             policies,
-            data_dir: settings.data_dir,
-            overlay: AsyncMutex::new(overlay),
-            file_policies,
+            admin,
             leases,
             access: settings.access,
             max_cost: settings.max_cost,
             body_timeout: settings.body_timeout,
             metrics,
-            shutdown,
-            ready: AtomicBool::new(false),
+            health,
             clock,
             cluster: settings.cluster,
             decider,
             cells,
             kept,
-            redis,
-            last_busy: Default::default(),
         }))
     }
 
@@ -266,67 +262,25 @@ impl App {
         &self.policies
     }
 
-    /// Marks the server ready (listeners bound) or not.
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Release);
+    /// The policies' changes: reads with tags, API writes, reloads, the cluster's log, busy
+    /// signals.
+    pub fn policy_admin(&self) -> &Arc<PolicyAdmin> {
+        &self.admin
+    }
+
+    /// Whether this node is ready, and its shutdown.
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// The credentials and host names requests are checked by.
+    pub fn access(&self) -> &Access {
+        &self.access
     }
 
     /// How long an HTTP request's body may take to arrive.
     pub fn body_timeout(&self) -> Duration {
         self.body_timeout
-    }
-
-    /// Whether the server is ready to serve: started, not shutting down, and in cluster mode
-    /// joined to its cluster.
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Acquire)
-            && !*self.shutdown.borrow()
-            && self.cluster.as_ref().is_none_or(|c| c.has_joined())
-    }
-
-    /// Why the server is not ready, if it is not: starting, shutting down, or in cluster mode
-    /// still joining (with the seeds it tried and what to check).
-    pub fn not_ready_because(&self) -> Option<String> {
-        if *self.shutdown.borrow() {
-            return Some("shutting down: draining its connections".to_owned());
-        }
-        if !self.ready.load(Ordering::Acquire) {
-            return Some("starting up".to_owned());
-        }
-        self.cluster.as_ref().and_then(|c| c.joining())
-    }
-
-    /// What a ready node does not do as it should, for `/readyz`: its kept buckets not
-    /// written, its Redis unreachable.
-    pub fn warnings(&self) -> Vec<String> {
-        let mut warnings = Vec::new();
-        if let Some(error) = self.kept.as_ref().and_then(|kept| kept.failing()) {
-            warnings.push(format!(
-                "the kept buckets are not being written ({error}): the quotas spent since the last write would start whole after a restart"
-            ));
-        }
-        if let Some((at, error)) = self
-            .redis
-            .as_ref()
-            .and_then(|redis| redis.errors.unreachable())
-        {
-            warnings.push(format!(
-                "the Redis of `scope = \"redis\"` policies is unreachable ({error}, {} s ago): their decisions follow `on_unavailable`",
-                at.elapsed().as_secs()
-            ));
-        }
-        warnings
-    }
-
-    /// Starts shutting down: waiting requests are answered 503.
-    pub fn begin_shutdown(&self) {
-        self.shutdown.send_replace(true);
-    }
-
-    /// Resolves when shutdown begins.
-    pub async fn shutting_down(&self) {
-        let mut rx = self.shutdown.subscribe();
-        let _ = rx.wait_for(|down| *down).await;
     }
 
     /// Decides redis-cell's `CL.THROTTLE` for `key` now (see the `app::cells` module). Traced as an
@@ -364,39 +318,6 @@ impl App {
         i64::try_from(self.clock.now()).unwrap_or(i64::MAX)
     }
 
-    /// A downstream reported "busy" for an adaptive policy; true if limits were tightened.
-    pub fn busy(&self, policy: &str) -> Result<bool, ApiError> {
-        let found = self
-            .policies
-            .get(policy)
-            .ok_or_else(|| ApiError::unknown_policy(policy))?;
-        let tightened = found.busy().ok_or_else(|| {
-            ApiError::conflict(format!(
-                "policy `{policy}` is not adaptive: only an `adaptive` policy takes busy signals"
-            ))
-        })?;
-        self.last_busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(policy.to_owned(), std::time::SystemTime::now());
-        Ok(tightened)
-    }
-
-    /// Removes a policy with all it held: its leases are released (a lease belongs to its
-    /// policy's life, so one made again under the name starts with nothing in flight) and its
-    /// last busy signal is forgotten.
-    fn remove_policy(&self, policy: &str) {
-        self.policies.remove(policy);
-        let released = self.leases.release_policy(policy);
-        if released > 0 {
-            tracing::info!(policy, released, "policy removed: its leases are released");
-        }
-        self.last_busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(policy);
-    }
-
     /// Advances every adaptive policy by `ms`.
     pub fn tick(&self, ms: u64) {
         for policy in self.policies.policies() {
@@ -417,7 +338,7 @@ impl App {
     pub fn cluster(&self) -> ClusterView {
         if let Some(cluster) = &self.cluster {
             return ClusterView {
-                cannot_run: self.cannot_run(),
+                cannot_run: self.admin.cannot_run(),
                 ..cluster.describe()
             };
         }
@@ -429,7 +350,7 @@ impl App {
                 state: "alive".to_owned(),
                 protocol: crate::cluster::PROTOCOL,
                 owner: true,
-                config_version: Some(self.config_version()),
+                config_version: Some(self.admin.config_version()),
             }],
             ring: RingSummary {
                 members: 1,
@@ -445,34 +366,6 @@ impl App {
         }
     }
 
-    /// The policies in force this node cannot run: a `scope = "redis"` policy (the cluster
-    /// committed it) on a node without `[redis]`.
-    pub fn cannot_run(&self) -> Vec<String> {
-        if self.redis.is_some() {
-            return Vec::new();
-        }
-        self.policies
-            .policies()
-            .into_iter()
-            .filter(|policy| policy.with_config(|c| c.scope == weir::policy::Scope::Redis))
-            .map(|policy| policy.name().to_owned())
-            .collect()
-    }
-
-    /// What this node can run that not every member may: `redis` with a `[redis]` store.
-    fn abilities(&self) -> &'static str {
-        match self.redis {
-            Some(_) => "redis",
-            None => "",
-        }
-    }
-
-    /// The version of the policies this node runs: a hash of them all, by name and entity tag
-    /// (`weir_config_info{hash}`), the same on every node that runs the same policies.
-    pub fn config_version(&self) -> String {
-        crate::etag::version_of(&self.policies)
-    }
-
     /// In cluster mode, advertises this node's config version and its policy log's identity
     /// and reads the members', every `every`, until the process ends.
     pub async fn share_config_version(self: Arc<Self>, every: Duration) {
@@ -483,9 +376,11 @@ impl App {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             ticks.tick().await;
-            cluster.share_config_version(self.config_version()).await;
+            cluster
+                .share_config_version(self.admin.config_version())
+                .await;
             cluster.share_log_identity().await;
-            cluster.share_abilities(self.abilities()).await;
+            cluster.share_abilities(self.admin.abilities()).await;
         }
     }
 }

@@ -1,12 +1,23 @@
-//! Changing policies over the API: reads with their entity tags, conditional writes and
-//! deletes, each made durable before it takes effect.
+//! The policies in force and every change to them: reads with their entity tags, conditional
+//! writes and deletes over the API, each made durable before it takes effect; reloads
+//! (`reloading.rs`), the cluster's policy log (`cluster_policies.rs`) and adaptive policies'
+//! busy signals go through the same [`PolicyAdmin`].
 
-use weir::policy::PolicyConfig;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
-use super::App;
+use tokio::sync::Mutex as AsyncMutex;
+use weir::SystemClock;
+use weir::policy::{PolicyConfig, PolicySet, Scope};
+
+use super::KeptBuckets;
+use crate::cluster::ClusterMode;
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
 use crate::etag::etag_of;
+use crate::leases::Leases;
 use crate::reserved::reserved_name;
 
 /// A policy and its entity tag.
@@ -18,7 +29,64 @@ pub struct TaggedPolicy {
     pub etag: String,
 }
 
-impl App {
+/// The policies in force, the overlay of API changes laid over the config file's, and what
+/// goes with a policy's life (its leases, its last busy signal).
+pub struct PolicyAdmin {
+    pub(super) policies: Arc<PolicySet<SystemClock>>,
+    data_dir: PathBuf,
+    /// The overlay in force; the lock also serialises every change (API, reload, the log).
+    pub(super) overlay: AsyncMutex<Overlay>,
+    /// The config file's policies as last read: what the overlay is laid over.
+    pub(super) file_policies: Mutex<Vec<PolicyConfig>>,
+    leases: Arc<Leases>,
+    /// When each adaptive policy last took a busy signal.
+    last_busy: Mutex<HashMap<String, SystemTime>>,
+    pub(super) cluster: Option<Arc<ClusterMode>>,
+    pub(super) kept: Option<Arc<KeptBuckets>>,
+    /// Whether this node has a `[redis]` for `scope = "redis"` policies.
+    has_redis: bool,
+}
+
+impl std::fmt::Debug for PolicyAdmin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyAdmin")
+            .field("data_dir", &self.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a [`PolicyAdmin`] is made of.
+pub(super) struct PolicyAdminParts {
+    pub policies: Arc<PolicySet<SystemClock>>,
+    pub data_dir: PathBuf,
+    pub overlay: Overlay,
+    pub file_policies: Vec<PolicyConfig>,
+    pub leases: Arc<Leases>,
+    pub cluster: Option<Arc<ClusterMode>>,
+    pub kept: Option<Arc<KeptBuckets>>,
+    pub has_redis: bool,
+}
+
+impl PolicyAdmin {
+    pub(super) fn new(parts: PolicyAdminParts) -> Self {
+        PolicyAdmin {
+            policies: parts.policies,
+            data_dir: parts.data_dir,
+            overlay: AsyncMutex::new(parts.overlay),
+            file_policies: Mutex::new(parts.file_policies),
+            leases: parts.leases,
+            last_busy: Mutex::default(),
+            cluster: parts.cluster,
+            kept: parts.kept,
+            has_redis: parts.has_redis,
+        }
+    }
+
+    /// The policies in force.
+    pub fn set(&self) -> &Arc<PolicySet<SystemClock>> {
+        &self.policies
+    }
+
     /// One policy with its tag.
     pub fn policy(&self, name: &str) -> Result<TaggedPolicy, ApiError> {
         let config = self
@@ -81,7 +149,7 @@ impl App {
         if let Err(e) = config.validate() {
             return Err(ApiError::invalid(e.to_string()));
         }
-        if config.scope == weir::policy::Scope::Redis && self.redis.is_none() {
+        if config.scope == Scope::Redis && !self.has_redis {
             return Err(ApiError::invalid(format!(
                 "policy `{name}`: `scope` is `redis`, but this node's config has no `[redis]` naming a Redis"
             )));
@@ -140,6 +208,72 @@ impl App {
             .await
             .map_err(|e| ApiError::internal(format!("writing the data dir: {e}")))?
             .map_err(|e| ApiError::internal(e.to_string()))
+    }
+
+    /// A downstream reported "busy" for an adaptive policy; true if limits were tightened.
+    pub fn busy(&self, policy: &str) -> Result<bool, ApiError> {
+        let found = self
+            .policies
+            .get(policy)
+            .ok_or_else(|| ApiError::unknown_policy(policy))?;
+        let tightened = found.busy().ok_or_else(|| {
+            ApiError::conflict(format!(
+                "policy `{policy}` is not adaptive: only an `adaptive` policy takes busy signals"
+            ))
+        })?;
+        self.last_busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(policy.to_owned(), SystemTime::now());
+        Ok(tightened)
+    }
+
+    /// When each adaptive policy last took a busy signal.
+    pub(super) fn last_busy(&self) -> HashMap<String, SystemTime> {
+        self.last_busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Removes a policy with all it held: its leases are released (a lease belongs to its
+    /// policy's life, so one made again under the name starts with nothing in flight) and its
+    /// last busy signal is forgotten.
+    pub(super) fn remove_policy(&self, policy: &str) {
+        self.policies.remove(policy);
+        let released = self.leases.release_policy(policy);
+        if released > 0 {
+            tracing::info!(policy, released, "policy removed: its leases are released");
+        }
+        self.last_busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(policy);
+    }
+
+    /// The version of the policies this node runs: a hash of them all, by name and entity tag
+    /// (`weir_config_info{hash}`), the same on every node that runs the same policies.
+    pub fn config_version(&self) -> String {
+        crate::etag::version_of(&self.policies)
+    }
+
+    /// The policies in force this node cannot run: a `scope = "redis"` policy (the cluster
+    /// committed it) on a node without `[redis]`.
+    pub fn cannot_run(&self) -> Vec<String> {
+        if self.has_redis {
+            return Vec::new();
+        }
+        self.policies
+            .policies()
+            .into_iter()
+            .filter(|policy| policy.with_config(|c| c.scope == Scope::Redis))
+            .map(|policy| policy.name().to_owned())
+            .collect()
+    }
+
+    /// What this node can run that not every member may: `redis` with a `[redis]` store.
+    pub(super) fn abilities(&self) -> &'static str {
+        if self.has_redis { "redis" } else { "" }
     }
 }
 

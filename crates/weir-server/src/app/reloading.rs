@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use weir::policy::{PolicyConfig, PolicySet, PolicySetError};
 
-use super::App;
+use super::PolicyAdmin;
 use crate::reserved::is_rule_policy;
 
 /// What a reload changed, by policy name.
@@ -38,7 +38,7 @@ impl Reloaded {
     }
 }
 
-impl App {
+impl PolicyAdmin {
     /// Re-applies the config file's policies, `file` as just read: the data dir's overlay is
     /// laid over them as at start, and only the difference is applied (module docs). The RLS
     /// rules' policies are their YAML's and stay as they are.

@@ -131,11 +131,7 @@ impl App {
     /// This node's policies and leases now, for `GET /v1/stats`.
     pub fn stats(&self) -> StatsView {
         let mut leases_held = self.leases.held_by_policy();
-        let last_busy = self
-            .last_busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let last_busy = self.admin.last_busy();
         let policies = self
             .policies
             .policies()
@@ -192,7 +188,7 @@ impl App {
                 generation,
                 shares: shares.into_iter().collect(),
             },
-            writes_need_token: self.writes_need_token(),
+            writes_need_token: self.access.writes_need_token(),
         }
     }
 }

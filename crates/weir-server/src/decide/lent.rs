@@ -2,14 +2,18 @@
 //! [`AssignmentBook`] that lends rate shares between nodes; what is lent is set aside of a
 //! bucket before this node decides on it.
 //!
-//! A cluster-scoped policy's shares are lent from its owner's book instead (`for_others.rs`).
+//! A cluster-scoped policy's shares are lent from its owner's book instead (`for_others.rs`):
+//! a data plane is one more holder, its reports going to the bucket's owner on the ring as a
+//! node's own reports do ([`Decider::assign_quota`]).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir::policy::{Policy, Scope};
 use weir::{Clock, SystemClock};
 use weir_cluster::assignment::{Assignment, AssignmentBook, RateReport, Whole};
 use weir_cluster::rates::bucket_of;
+
+use super::{Decider, Home, owner::shareable};
 
 /// Why a data plane's report got no assignment.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -107,5 +111,51 @@ impl QuotaBook {
     /// Forgets what no data plane holds any more; what is left.
     pub fn sweep(&self) -> usize {
         self.book.sweep(SystemClock::new().now())
+    }
+}
+
+impl Decider {
+    /// Answers data plane `holder`'s report on a bucket: its assignment, and the whole bucket
+    /// it is a share of, from the book of wherever the bucket lives (its owner, or this node).
+    pub async fn assign_quota(
+        &self,
+        holder: &str,
+        report: RateReport,
+    ) -> Result<(Assignment, Whole), NoQuota> {
+        let answered = self.answer_quota(holder, report).await;
+        let counter = match answered {
+            Ok(_) => &self.lent.answered,
+            Err(_) => &self.lent.unanswered,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        answered
+    }
+
+    async fn answer_quota(
+        &self,
+        holder: &str,
+        report: RateReport,
+    ) -> Result<(Assignment, Whole), NoQuota> {
+        let Some(policy) = self.policies.get(&report.policy) else {
+            return Err(NoQuota::UnknownPolicy(report.policy));
+        };
+        let Some(whole) = shareable(&policy) else {
+            return Err(NoQuota::NotShareable(report.policy));
+        };
+        if self.home_of(&policy) == Home::Owner {
+            return self
+                .report_to_owner(holder, report)
+                .await
+                .map(|assignment| (assignment, whole));
+        }
+        let assignment = self.lent.report(&policy, holder, &report, whole);
+        Ok((assignment, whole))
+    }
+
+    /// The rate of `policy`'s buckets, a second, if they may be shared out.
+    pub fn rate_of(&self, policy: &str) -> Option<u64> {
+        let policy = self.policies.get(policy)?;
+        let whole = shareable(&policy)?;
+        Some(1_000_000_000 / whole.interval.max(1))
     }
 }

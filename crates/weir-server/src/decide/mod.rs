@@ -31,7 +31,6 @@ mod waiting;
 
 pub use home::Home;
 pub use lent::{NoQuota, QuotaBook};
-pub(crate) use owner::shareable;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -144,14 +144,16 @@ impl WeirService {
 pub(super) fn check_data_token<T>(app: &App, request: &Request<T>) -> Result<(), Status> {
     // gRPC is not reachable from a web page (no host to check), so without a data token there
     // is nothing to look at.
-    if !app.needs_data_token() {
+    if !app.access().needs_data_token() {
         return Ok(());
     }
     let authorization = request
         .metadata()
         .get("authorization")
         .and_then(|value| value.to_str().ok());
-    app.check_data(authorization, None).map_err(Status::from)
+    app.access()
+        .check_data(authorization, None)
+        .map_err(Status::from)
 }
 
 #[tonic::async_trait]
@@ -225,6 +227,7 @@ impl Weir for WeirService {
             .check_data(&request)
             .and_then(|()| {
                 self.app
+                    .policy_admin()
                     .busy(&request.get_ref().policy)
                     .map_err(Status::from)
             })
@@ -275,7 +278,7 @@ impl Weir for WeirService {
         let result = Ok(Response::new(StatsResponse {
             node_id: stats.node_id,
             at_ms: stats.at_ms,
-            config_version: self.app.config_version(),
+            config_version: self.app.policy_admin().config_version(),
             policies: stats.policies.into_iter().map(Into::into).collect(),
         }));
         self.observe("Stats", start, &result);

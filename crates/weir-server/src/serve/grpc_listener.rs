@@ -125,7 +125,7 @@ pub(super) fn start(
             .add_service(rlqs_service);
         let shutting_down = move || {
             let app = Arc::clone(&app);
-            async move { app.shutting_down().await }
+            async move { app.health().shutting_down().await }
         };
         let bounds = (first_bytes_timeout, max_pending);
         connections::serve_grpc(

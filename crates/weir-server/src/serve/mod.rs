@@ -128,27 +128,27 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
             app.metrics().count_tls_reload(outcome);
         });
     }
-    app.set_ready(true);
+    app.health().set_ready(true);
     bound.announce(&app, gubernator.address());
 
     // Or, in cluster mode, until this member finds it must not run here (another cluster's
     // data dir): it never joined, so there is nothing to hand over.
     if let Some(why) = termination.recv_or_refused(cluster.as_deref()).await {
-        app.set_ready(false);
+        app.health().set_ready(false);
         if let Some(cluster) = &cluster {
             cluster.stop().await;
         }
         anyhow::bail!(why);
     }
     tracing::info!("shutting down: no new connections; waiting requests are answered 503");
-    app.set_ready(false);
+    app.health().set_ready(false);
     health.stop().await;
     // Handed over first, drained after: while this node still answers, its buckets move to
     // their next owners, and the others' rings follow (see the cluster's `leaving.rs`).
     if let Some(cluster) = &cluster {
         cluster.step_down(STEP_DOWN_WITHIN, STEP_DOWN_SETTLE).await;
     }
-    app.begin_shutdown();
+    app.health().begin_shutdown();
     let drained = tokio::time::timeout(Duration::from_secs(10), async {
         for front_door in front_doors.drain(..) {
             let _ = front_door.await;
@@ -319,7 +319,7 @@ fn start_core(
     }
     // The members compare the policies they run (`/v1/cluster`'s `config_differs`).
     tokio::spawn(Arc::clone(&app).share_config_version(CONFIG_VERSION_EVERY));
-    tokio::spawn(Arc::clone(&app).follow_cluster_policies());
+    tokio::spawn(Arc::clone(app.policy_admin()).follow_cluster_policies());
     tokio::spawn(Arc::clone(app.decider()).keep_assignments());
     Ok(app)
 }

@@ -54,6 +54,7 @@ async fn get_rate_limits(
     let text = |name| headers.get(name).and_then(|value| value.to_str().ok());
     if let Err(refused) = door
         .app
+        .access()
         .check_data(text(header::AUTHORIZATION), text(header::HOST))
     {
         let status = tonic::Status::from(refused);

@@ -113,7 +113,7 @@ impl Gubernator {
             .get()
             .map(ToString::to_string)
             .unwrap_or_default();
-        let (status, message) = if self.app.is_ready() {
+        let (status, message) = if self.app.health().is_ready() {
             (HEALTHY, String::new())
         } else {
             (
@@ -163,7 +163,7 @@ pub fn start(
     let bounds = (server.header_timeout, server.max_connections);
     let shutting_down = move || {
         let app = Arc::clone(&app);
-        async move { app.shutting_down().await }
+        async move { app.health().shutting_down().await }
     };
     Ok(Some(tokio::spawn(async move {
         crate::connections::serve_grpc(

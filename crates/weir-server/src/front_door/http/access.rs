@@ -24,7 +24,7 @@ impl FromRequestParts<Arc<App>> for Admin {
         parts: &mut axum::http::request::Parts,
         app: &Arc<App>,
     ) -> Result<Self, Self::Rejection> {
-        app.check_admin(
+        app.access().check_admin(
             header_str(&parts.headers, header::AUTHORIZATION),
             host_of(parts)?,
         )?;
@@ -44,7 +44,7 @@ impl FromRequestParts<Arc<App>> for DataPlane {
         parts: &mut axum::http::request::Parts,
         app: &Arc<App>,
     ) -> Result<Self, Self::Rejection> {
-        app.check_data(
+        app.access().check_data(
             header_str(&parts.headers, header::AUTHORIZATION),
             host_of(parts)?,
         )?;

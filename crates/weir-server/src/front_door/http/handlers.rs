@@ -245,7 +245,7 @@ pub(super) async fn busy(
     _: DataPlane,
     ApiJson(body): ApiJson<BusyBody>,
 ) -> Result<Json<Tightened>, ApiError> {
-    let tightened = app.busy(&body.policy)?;
+    let tightened = app.policy_admin().busy(&body.policy)?;
     Ok(Json(Tightened { tightened }))
 }
 
@@ -258,6 +258,7 @@ pub(super) async fn busy(
 )]
 pub(super) async fn list_policies(State(app): State<Arc<App>>) -> Json<PolicyList> {
     let policies = app
+        .policy_admin()
         .all_policies()
         .into_iter()
         .map(|p| TaggedPolicyView {
@@ -291,7 +292,7 @@ pub(super) async fn get_policy(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let tagged = app.policy(&name)?;
+    let tagged = app.policy_admin().policy(&name)?;
     let body =
         serde_json::to_value(&tagged.config).map_err(|e| ApiError::internal(e.to_string()))?;
     Ok(with_etag(body, StatusCode::OK, &tagged.etag))
@@ -331,6 +332,7 @@ pub(super) async fn put_policy(
     ApiJson(config): ApiJson<PolicyConfig>,
 ) -> Result<Response, ApiError> {
     let (created, stored) = app
+        .policy_admin()
         .put_policy(&name, config, header_str(&headers, header::IF_MATCH))
         .await?;
     let body =
@@ -372,6 +374,7 @@ pub(super) async fn delete_policy(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let deleted = app
+        .policy_admin()
         .delete_policy(&name, header_str(&headers, header::IF_MATCH))
         .await?;
     let body =
@@ -533,10 +536,10 @@ pub(super) async fn healthz() -> Json<Status> {
     )
 )]
 pub(super) async fn readyz(State(app): State<Arc<App>>) -> Response {
-    match app.not_ready_because() {
+    match app.health().not_ready_because() {
         None => Json(Status {
             status: "ready",
-            warnings: app.warnings(),
+            warnings: app.health().warnings(),
         })
         .into_response(),
         Some(why) => ApiError::new(ErrorKind::NotReady, why).into_response(),

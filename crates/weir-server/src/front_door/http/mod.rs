@@ -118,7 +118,7 @@ pub fn start(
     };
     tokio::spawn(async move {
         crate::connections::serve_http(listener, router, limits, tls, async move {
-            app.shutting_down().await
+            app.health().shutting_down().await
         })
         .await
     })

@@ -110,7 +110,7 @@ pub async fn serve(
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            () = app.shutting_down() => return,
+            () = app.health().shutting_down() => return,
         };
         let Ok((stream, _)) = accepted else {
             continue;
@@ -194,7 +194,7 @@ async fn room_for_one(
                     closed.count("evicted");
                 }
             }
-            () = app.shutting_down() => return None,
+            () = app.health().shutting_down() => return None,
         }
     }
 }
@@ -422,7 +422,7 @@ async fn connection(
                 return Ok(());
             }
             () = occupant.evicted() => return Err(evicted()),
-            () = app.shutting_down(), if !shutting_down => {
+            () = app.health().shutting_down(), if !shutting_down => {
                 // A waiting acquire answers for itself (the core refuses it on shutdown).
                 shutting_down = true;
                 done_taking = true;

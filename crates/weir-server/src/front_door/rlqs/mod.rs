@@ -10,7 +10,7 @@
 //! | `action.rs` | a share as Envoy's token bucket, and a bucket's demand as reported |
 //! | `metrics.rs` | its counters on `/metrics` |
 //!
-//! What a report is answered is decided in `app/quota.rs`.
+//! What a report is answered is decided by `Decider::assign_quota` (`decide/lent.rs`).
 
 pub mod action;
 pub mod buckets;
@@ -31,7 +31,7 @@ use crate::app::App;
 pub fn service(app: &Arc<App>, table: RlqsTable) -> RateLimitQuotaServiceServer<RlqsService> {
     app.metrics()
         .register_collector(Box::new(metrics::QuotaCollector::new(Arc::clone(
-            app.quota(),
+            app.decider().lent(),
         ))));
     RateLimitQuotaServiceServer::new(RlqsService::new(Arc::clone(app), table))
 }

@@ -153,7 +153,7 @@ impl QuotaStream {
                 },
                 _ = every.tick() => self.ask_all().await,
                 () = tx.closed() => break,
-                () = self.app.shutting_down() => break,
+                () = self.app.health().shutting_down() => break,
             };
             if !response.bucket_action.is_empty() && tx.send(Ok(response)).await.is_err() {
                 break;
@@ -192,7 +192,7 @@ impl QuotaStream {
                     let map: BTreeMap<String, String> = id.bucket.clone().into_iter().collect();
                     let counted_in = self.table.map(&self.domain, &map);
                     if counted_in.is_none()
-                        && let Some(unlogged) = self.app.quota().unmapped.pass()
+                        && let Some(unlogged) = self.app.decider().lent().unmapped.pass()
                     {
                         tracing::warn!(
                             domain = %self.domain,
@@ -237,7 +237,7 @@ impl QuotaStream {
                 actions.push(action);
             }
         }
-        self.app.sweep_quota();
+        self.app.decider().lent().sweep();
         RateLimitQuotaResponse {
             bucket_action: actions,
         }
@@ -247,7 +247,7 @@ impl QuotaStream {
     async fn ask(&mut self, name: &[(String, String)]) -> Option<BucketAction> {
         let tracked = self.buckets.get(name)?;
         let (policy, key) = tracked.counted_in.clone()?;
-        let whole_rate = self.app.rate_of(&policy).unwrap_or(0);
+        let whole_rate = self.app.decider().rate_of(&policy).unwrap_or(0);
         let report = RateReport {
             policy,
             key,
@@ -256,7 +256,7 @@ impl QuotaStream {
             ttl: OWNER_TTL,
             decides_all: true,
         };
-        let answered = self.app.assign_quota(&self.holder, report).await;
+        let answered = self.app.decider().assign_quota(&self.holder, report).await;
         let tracked = self.buckets.get_mut(name)?;
         let (assignment, whole) = match answered {
             Ok(answered) => answered,

@@ -55,7 +55,9 @@ impl LiveRules {
         settings: RlsSettings,
     ) -> Result<Arc<LiveRules>, PolicySetError> {
         let wanted = policies_of(rules, &settings, scope_on(app));
-        app.converge_source(wanted, is_rule_policy, || {}).await?;
+        app.policy_admin()
+            .converge_source(wanted, is_rule_policy, || {})
+            .await?;
         let rls = Rls::new(rules, settings, app.policies(), weir::SystemClock::new());
         let reloads = Family::<ReloadLabel, Counter>::default();
         // Each outcome exported from the start, at zero: an alert on a rate needs the series
@@ -126,10 +128,11 @@ impl LiveRules {
     pub async fn reload(&self, app: &App, rules: &RulesConfig) -> Result<Reloaded, PolicySetError> {
         let running = self.current.load_full();
         let wanted = policies_of(rules, running.settings(), scope_on(app));
-        app.converge_source(wanted, is_rule_policy, || {
-            self.current
-                .store(Arc::new(running.reloaded(rules, app.policies())));
-        })
-        .await
+        app.policy_admin()
+            .converge_source(wanted, is_rule_policy, || {
+                self.current
+                    .store(Arc::new(running.reloaded(rules, app.policies())));
+            })
+            .await
     }
 }

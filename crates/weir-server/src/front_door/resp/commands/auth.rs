@@ -9,12 +9,12 @@ use crate::front_door::resp::reply::Reply;
 /// Redis holds no credential that rewrites policies.
 pub(super) fn run(app: &App, session: &mut Session, user: Option<&[u8]>, password: &[u8]) -> Reply {
     let given = String::from_utf8_lossy(password);
-    if !app.needs_data_token() {
+    if !app.access().needs_data_token() {
         return Reply::err(
             "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         );
     }
-    if user.is_none_or(|user| user == b"default") && app.check_password(&given) {
+    if user.is_none_or(|user| user == b"default") && app.access().check_password(&given) {
         session.authenticated = true;
         Reply::Status("OK")
     } else {

@@ -61,7 +61,7 @@ impl Session {
         Session {
             id,
             resp3: false,
-            authenticated: !app.needs_data_token(),
+            authenticated: !app.access().needs_data_token(),
             name: None,
             transaction: None,
         }
@@ -191,7 +191,7 @@ pub fn run(app: &Arc<App>, session: &mut Session, known: &'static str, args: Vec
         },
         "WEIR.RENEW" => return renew::run(app, args),
         "WEIR.BUSY" => match args {
-            [policy] => match app.busy(&String::from_utf8_lossy(policy)) {
+            [policy] => match app.policy_admin().busy(&String::from_utf8_lossy(policy)) {
                 Ok(tightened) => Reply::Integer(i64::from(tightened)),
                 Err(error) => api_error(&error),
             },
