@@ -607,6 +607,83 @@ async fn a_rate_bucket_keeps_what_was_spent_when_the_ring_moves_it() {
     assert!(counters_of(&[&n1, &n2]).await.rate_learning > 0);
 }
 
+/// A cluster-scoped policy made over the API, as `MOVING`'s `open` is in the file.
+async fn put_moving_policy(server: &Server, name: &str) {
+    let response = reqwest::Client::new()
+        .put(server.url(&format!("/v1/policies/{name}")))
+        .json(&json!({
+            "scope": "cluster",
+            "on_exhausted": "reject",
+            "token_bucket": {"rate": 0.01, "burst": 3},
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status().as_u16(),
+        201,
+        "{:?}",
+        response.text().await
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_joining_node_keeps_what_was_spent_of_policies_made_over_the_api() {
+    // A node that joins owns buckets in the others' rings before its policy log has caught up:
+    // the buckets of a policy made over the API are handed to it before it runs the policy.
+    // What they had spent must not be lost on the way — whatever made the policy.
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [MOVING; 3], &seed).await;
+    put_moving_policy(&n1, "api").await;
+    eventually(
+        Duration::from_secs(20),
+        "every member running `api`",
+        || async {
+            for server in [&n1, &n2, &n3] {
+                if policy_on(server, "api").await.is_none() {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    for policy in ["api", "open"] {
+        for key in 0..MOVING_KEYS {
+            for _ in 0..3 {
+                let (status, body) = ask(&n1, policy, &format!("k{key}")).await;
+                assert_eq!(status, 200, "{policy} k{key}: {body}");
+            }
+        }
+        assert_eq!(admitted_again(&n1, policy, "k").await, 0);
+    }
+
+    let n4 = start_node(dir.path(), "n4", MOVING, &free_udp(), Some(&seed));
+    converge(&[&n1, &n2, &n3, &n4], 4).await;
+    eventually(
+        Duration::from_secs(20),
+        "every bucket handed over taken on",
+        || async {
+            let joined = counters_of(&[&n1, &n2, &n3, &n4]).await;
+            joined.rate_buckets_taken_on > 0
+                && joined.rate_buckets_taken_on == joined.rate_buckets_handed_over
+        },
+    )
+    .await;
+    for server in [&n4, &n1] {
+        for policy in ["api", "open"] {
+            let admitted = admitted_again(server, policy, "k").await;
+            assert_eq!(
+                admitted,
+                0,
+                "{policy} after the join, asked of {}",
+                server.url("")
+            );
+        }
+    }
+}
+
 const KEPT: &str = r#"
 [[policy]]
 name = "day"

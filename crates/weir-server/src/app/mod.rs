@@ -215,6 +215,7 @@ impl App {
             leases: Arc::clone(&leases),
             cluster: settings.cluster.clone(),
             kept: kept.clone(),
+            decider: Arc::clone(&decider),
             has_redis: redis.is_some(),
         }));
         Ok(Arc::new(App {

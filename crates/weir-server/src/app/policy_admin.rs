@@ -14,6 +14,7 @@ use weir::policy::{PolicyConfig, PolicySet, Scope};
 
 use super::KeptBuckets;
 use crate::cluster::ClusterMode;
+use crate::decide::Decider;
 use crate::durable::{self, Overlay};
 use crate::error::ApiError;
 use crate::etag::etag_of;
@@ -43,6 +44,8 @@ pub struct PolicyAdmin {
     last_busy: Mutex<HashMap<String, SystemTime>>,
     pub(super) cluster: Option<Arc<ClusterMode>>,
     pub(super) kept: Option<Arc<KeptBuckets>>,
+    /// Takes on the buckets handed over before their policy started here.
+    pub(super) decider: Arc<Decider>,
     /// Whether this node has a `[redis]` for `scope = "redis"` policies.
     has_redis: bool,
 }
@@ -64,6 +67,7 @@ pub(super) struct PolicyAdminParts {
     pub leases: Arc<Leases>,
     pub cluster: Option<Arc<ClusterMode>>,
     pub kept: Option<Arc<KeptBuckets>>,
+    pub decider: Arc<Decider>,
     pub has_redis: bool,
 }
 
@@ -78,6 +82,7 @@ impl PolicyAdmin {
             last_busy: Mutex::default(),
             cluster: parts.cluster,
             kept: parts.kept,
+            decider: parts.decider,
             has_redis: parts.has_redis,
         }
     }

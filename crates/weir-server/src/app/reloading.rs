@@ -119,6 +119,9 @@ impl PolicyAdmin {
         if let Some(kept) = &self.kept {
             kept.restore_waiting(&self.policies);
         }
+        // So are buckets a member handed over before the policy came (a node joining while
+        // its policy log catches up).
+        self.decider.take_on_awaiting();
         let gone = current
             .keys()
             .filter(|name| owned(name) && !kept.contains(*name));

@@ -10,6 +10,7 @@
 //! paused, and still using them).
 
 mod assignments;
+mod awaiting;
 mod census;
 mod config_versions;
 mod coordinators;
@@ -112,6 +113,8 @@ pub struct ClusterMode {
     /// Some member has not answered this node's census of its ring yet: buckets the ring just
     /// gave it may still have a handover on the way (see `rates.rs`).
     handovers_pending: std::sync::atomic::AtomicBool,
+    /// Rate buckets handed over before their policy runs here (see `awaiting.rs`).
+    awaiting_policy: awaiting::Awaiting,
 }
 
 /// What cluster-scoped rate policies did on this node.
@@ -270,6 +273,7 @@ impl ClusterMode {
             refused: watch::channel(None).0,
             data_dir: data_dir.to_owned(),
             handovers_pending: std::sync::atomic::AtomicBool::new(true),
+            awaiting_policy: awaiting::Awaiting::default(),
         }))
     }
 

@@ -1,11 +1,15 @@
 //! Cluster-scoped rate limits in cluster mode: whose bucket a key is, a request forwarded to its
 //! owner, what the owner's side counts, and the handover of buckets when the ring moves them.
 
+use std::time::Instant;
+
 use super::{
     ClusterMode, Duration, Histogram, Ordering, RateDecision, Ring, SystemClock, bucket_of,
 };
 use weir::Clock;
-use weir_cluster::rates::{RateAsk, Report, ReportAnswer};
+
+use super::awaiting::Kept;
+use weir_cluster::rates::{Handover, RateAsk, Report, ReportAnswer};
 use weir_cluster::transport::TransportExt;
 
 /// How long a bucket the ring just gave this node is held while the previous owner's handover
@@ -75,6 +79,22 @@ impl ClusterMode {
         self.rates
             .decided_for_others
             .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Keeps a rate bucket handed over before its policy runs here until it does (see
+    /// `awaiting.rs`); `false` if it was dropped, as many waiting already as may.
+    pub fn await_policy(&self, handover: Handover) -> bool {
+        self.awaiting_policy.keep(handover, Instant::now()) == Kept::Waiting
+    }
+
+    /// The rate buckets that waited for a policy `runs` says this node now runs.
+    pub fn handovers_for(&self, runs: impl Fn(&str) -> bool) -> Vec<Handover> {
+        self.awaiting_policy.take_for(runs, Instant::now())
+    }
+
+    /// How many rate buckets wait for their policy.
+    pub fn handovers_awaiting_policy(&self) -> usize {
+        self.awaiting_policy.len()
     }
 
     /// Counts a cluster-scoped rate bucket another node handed over, taken on here, and notes

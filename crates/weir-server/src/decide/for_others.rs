@@ -18,6 +18,7 @@ use weir_cluster::transport::BoxFuture;
 
 use super::owner::assignable;
 use super::{Ask, Decider, Decision};
+use crate::cluster::ClusterMode;
 
 impl Decider {
     /// Decides a request another node forwards: only for a cluster-scoped policy whose bucket
@@ -58,8 +59,15 @@ impl Decider {
     /// ring names it the owner: rings change on every node at a slightly different moment,
     /// and the state is only ever emptier.
     fn take_on(&self, handover: Handover) {
-        let (Some(cluster), Some(policy)) = (&self.cluster, self.cluster_policy(&handover.policy))
-        else {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let Some(policy) = self.cluster_policy(&handover.policy) else {
+            if self.policies.get(&handover.policy).is_none() {
+                self.await_policy(cluster, handover);
+            }
+            // A policy this node runs with another scope: the members' configs differ, and
+            // `/v1/cluster` says so; the bucket is not this node's to keep.
             return;
         };
         policy.absorb(handover.kind.as_deref(), &handover.key, handover.quota);
@@ -74,6 +82,40 @@ impl Decider {
             );
         }
         cluster.took_on_rate_bucket(&handover.policy, &handover.key);
+    }
+
+    /// Keeps a handover that came before its policy until the policy starts here (the
+    /// cluster's `awaiting.rs`).
+    fn await_policy(&self, cluster: &ClusterMode, handover: Handover) {
+        let policy = handover.policy.clone();
+        let (waiting, dropped) = &self.awaiting_logged;
+        if cluster.await_policy(handover) {
+            if let Some(unlogged) = waiting.pass() {
+                tracing::info!(
+                    policy,
+                    unlogged,
+                    "buckets were handed to this node before it runs their policy (its policy log is catching up): kept until the policy starts here"
+                );
+            }
+        } else if let Some(unlogged) = dropped.pass() {
+            tracing::warn!(
+                policy,
+                unlogged,
+                "a bucket handed to this node before it runs its policy was dropped, as many waiting already as may: it starts whole here"
+            );
+        }
+    }
+
+    /// Takes on the handovers that waited for a policy this node now runs: called as policies
+    /// start, before they decide.
+    pub fn take_on_awaiting(&self) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let ready = cluster.handovers_for(|name| self.cluster_policy(name).is_some());
+        for handover in ready {
+            self.take_on(handover);
+        }
     }
 
     /// Answers a holder's report on a bucket this node owns: its share.

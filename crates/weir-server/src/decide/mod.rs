@@ -175,6 +175,9 @@ pub struct Decider {
     kept_slower_than: Option<Duration>,
     lent: Arc<QuotaBook>,
     shutdown: watch::Receiver<bool>,
+    /// Handovers that came before their policy, or were dropped waiting for it: logged at most
+    /// once a minute each.
+    awaiting_logged: (crate::log_gate::LogGate, crate::log_gate::LogGate),
 }
 
 impl std::fmt::Debug for Decider {
@@ -212,6 +215,7 @@ impl Decider {
             kept_slower_than: parts.kept_slower_than,
             lent: parts.lent,
             shutdown: parts.shutdown,
+            awaiting_logged: Default::default(),
         }
     }
 

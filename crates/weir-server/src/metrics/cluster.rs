@@ -245,6 +245,15 @@ impl Collector for ClusterCollector {
         )?;
         single(
             &mut encoder,
+            "weir_cluster_rate_buckets_awaiting_policy",
+            "Cluster-scoped rate buckets handed to this node before it runs their policy (its policy log catching up), kept until the policy starts here",
+            MetricType::Gauge,
+            ConstGauge::new(
+                i64::try_from(self.cluster.handovers_awaiting_policy()).unwrap_or(i64::MAX),
+            ),
+        )?;
+        single(
+            &mut encoder,
             "weir_cluster_rate_learning_decisions",
             "Decisions on cluster-scoped rate buckets this node had owned for less than the policy's learning_period (each bucket held to what it refilled since)",
             MetricType::Counter,
