@@ -170,10 +170,15 @@ pub struct PolicyLogView {
     pub applied_index: u64,
     /// How many members vote.
     pub voters: usize,
-    /// Changes made through this node: committed, and refused for want of a majority.
+    /// Changes made through this node: committed, refused for want of a majority (nothing
+    /// written: they will not apply), and of unknown outcome (written by the leader, not
+    /// confirmed by a majority in time: they apply if a majority takes them later).
     pub committed_here: u64,
     /// See [`committed_here`](Self::committed_here).
     pub refused_here: u64,
+    /// See [`committed_here`](Self::committed_here).
+    #[serde(default)]
+    pub outcome_unknown_here: u64,
 }
 
 /// A member in [`ClusterView`].

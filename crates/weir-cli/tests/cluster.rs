@@ -1624,6 +1624,111 @@ async fn a_policy_change_through_any_member_reaches_every_member() {
     }
 }
 
+/// Which of `servers` leads the policy log, once one does in every member's view.
+async fn policy_log_leader(servers: &[&Server]) -> usize {
+    let leader = std::sync::Mutex::new(None);
+    eventually(
+        Duration::from_secs(20),
+        "one leader of the policy log, with every member a voter",
+        || async {
+            let mut leads = Vec::new();
+            for (i, server) in servers.iter().enumerate() {
+                let log = view(server).await.policy_log.expect("a policy log");
+                if log.voters != servers.len() {
+                    return false;
+                }
+                if log.is_leader {
+                    leads.push(i);
+                }
+            }
+            *leader.lock().unwrap() = leads.first().copied();
+            leads.len() == 1
+        },
+    )
+    .await;
+    leader.into_inner().unwrap().expect("a leader")
+}
+
+/// A change the leader could not get a majority for is refused, and stays refused: killed
+/// (kill -9) or paused, the other voters come back, and the change is on none of the members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_refused_for_want_of_a_majority_never_applies() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let nodes = three_nodes_through(dir.path(), [CONFIG; 3], &seed).await;
+    let [n1, n2, n3] = &nodes;
+    let leader = policy_log_leader(&[n1, n2, n3]).await;
+    let ids = ["n1", "n2", "n3"];
+    let mut others = Vec::new();
+    for (i, node) in nodes.into_iter().enumerate() {
+        if i == leader {
+            others.insert(0, node);
+        } else {
+            others.push(node);
+        }
+    }
+    let [leading, a, b]: [Server; 3] = others.try_into().ok().unwrap();
+    let (a_id, b_id) = {
+        let rest: Vec<&str> = (0..3).filter(|i| *i != leader).map(|i| ids[i]).collect();
+        (rest[0], rest[1])
+    };
+
+    // Paused: the leader refuses, and the change is not there once they go on.
+    a.signal("STOP");
+    b.signal("STOP");
+    let (status, _, body) = put_policy(&leading, "paused", 5, None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "no_quorum", "{body}");
+    a.signal("CONT");
+    b.signal("CONT");
+    eventually(
+        Duration::from_secs(20),
+        "a change committed again",
+        || async { put_policy(&leading, "after_pause", 5, None).await.0 == 201 },
+    )
+    .await;
+
+    // Killed: the same, once they are back on their data dirs.
+    let rejoin = |id: &str| {
+        if id == "n1" {
+            start_node(dir.path(), id, CONFIG, &seed, None)
+        } else {
+            start_node(dir.path(), id, CONFIG, &free_udp(), Some(&seed))
+        }
+    };
+    a.signal("KILL");
+    b.signal("KILL");
+    let _ = a.wait();
+    let _ = b.wait();
+    let (status, _, body) = put_policy(&leading, "killed", 5, None).await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "no_quorum", "{body}");
+    let a = rejoin(a_id);
+    let b = rejoin(b_id);
+    eventually(
+        Duration::from_secs(30),
+        "a change committed again",
+        || async { put_policy(&leading, "after_kill", 5, None).await.0 == 201 },
+    )
+    .await;
+    for server in [&leading, &a, &b] {
+        eventually(
+            Duration::from_secs(10),
+            "the later change everywhere",
+            || async { policy_on(server, "after_kill").await.is_some() },
+        )
+        .await;
+        // The log applies in order: what was committed before the later change is here too.
+        for refused in ["paused", "killed"] {
+            assert!(
+                policy_on(server, refused).await.is_none(),
+                "`{refused}` was refused, yet it runs on {}",
+                server.url("")
+            );
+        }
+    }
+}
+
 const CENSUS_CONFIG: &str = r#"
 [[policy]]
 name = "reports"

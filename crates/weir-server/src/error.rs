@@ -38,8 +38,12 @@ pub enum ErrorKind {
     /// 503 `shutting_down`.
     ShuttingDown,
     /// 503 `no_quorum`: in a cluster, a policy change that could not be committed (no
-    /// majority of the members reachable); answered with `Retry-After`.
+    /// majority of the members reachable); nothing was written, so it will not apply.
+    /// Answered with `Retry-After`.
     NoQuorum,
+    /// 504 `outcome_unknown`: in a cluster, a policy change the leader wrote but a majority
+    /// did not confirm in time: it applies if a majority takes it later, and not otherwise.
+    OutcomeUnknown,
 }
 
 impl ErrorKind {
@@ -57,6 +61,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => 413,
             ErrorKind::Internal => 500,
             ErrorKind::NotReady | ErrorKind::ShuttingDown | ErrorKind::NoQuorum => 503,
+            ErrorKind::OutcomeUnknown => 504,
         }
     }
 
@@ -79,6 +84,7 @@ impl ErrorKind {
             ErrorKind::NotReady => "not_ready",
             ErrorKind::ShuttingDown => "shutting_down",
             ErrorKind::NoQuorum => "no_quorum",
+            ErrorKind::OutcomeUnknown => "outcome_unknown",
         }
     }
 }

@@ -132,12 +132,17 @@ impl PolicyAdmin {
     async fn commit(&self, log: &PolicyLog, change: Change) -> Result<Outcome, ApiError> {
         self.check_change(&change).await?;
         self.check_every_member_runs(&change).await?;
+        let change_said = change.clone();
         let committed = log.propose(change).await.map_err(|refusal| match refusal {
             crate::policy_log::Refusal::Stopped => ApiError::shutting_down(),
             refusal @ (crate::policy_log::Refusal::LogStopped { .. }
             | crate::policy_log::Refusal::NotAppliedHere { .. }) => {
                 ApiError::new(ErrorKind::NotReady, refusal.to_string())
             }
+            refusal @ crate::policy_log::Refusal::OutcomeUnknown { .. } => ApiError::new(
+                ErrorKind::OutcomeUnknown,
+                format!("{refusal} {}", fate_of(&change_said)),
+            ),
             refusal => ApiError::new(ErrorKind::NoQuorum, refusal.to_string()),
         })?;
         let overlay = Arc::clone(&log.applied().borrow().overlay);
@@ -192,6 +197,21 @@ impl PolicyAdmin {
 }
 
 /// The error of a change the log refused when it applied it.
+/// How a caller learns whether a change of unknown outcome applied.
+fn fate_of(change: &Change) -> String {
+    match change {
+        Change::Put { config, .. } => format!(
+            "(`GET /v1/policies/{}`: its ETag is {} if it did).",
+            config.name,
+            etag_of(config)
+        ),
+        Change::Delete { name, .. } => {
+            format!("(`GET /v1/policies/{name}`: 404 `unknown_policy` if it did).")
+        }
+        _ => String::new(),
+    }
+}
+
 fn refused(name: &str, if_match: Option<&str>, outcome: Outcome) -> ApiError {
     match outcome {
         Outcome::PreconditionFailed { current } => ApiError::precondition_failed(format!(

@@ -38,6 +38,8 @@ impl From<ApiError> for Status {
             ErrorKind::NotReady | ErrorKind::ShuttingDown | ErrorKind::NoQuorum => {
                 Status::unavailable(message)
             }
+            // gRPC's word for "it may have happened".
+            ErrorKind::OutcomeUnknown => Status::deadline_exceeded(message),
             ErrorKind::MethodNotAllowed | ErrorKind::BodyTimeout | ErrorKind::Internal => {
                 Status::internal(message)
             }

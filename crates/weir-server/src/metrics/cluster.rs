@@ -98,11 +98,12 @@ impl Collector for ClusterCollector {
         family(
             &mut encoder,
             "weir_policy_log_changes",
-            "Policy changes made through this node: committed by the cluster, or refused for want of a majority",
+            "Policy changes made through this node: committed by the cluster, refused for want of a majority (nothing written), or of unknown outcome (written by the leader, not confirmed by a majority in time)",
             MetricType::Counter,
             [
                 ("committed", log.committed_here),
                 ("no_quorum", log.refused_here),
+                ("outcome_unknown", log.outcome_unknown_here),
             ]
             .map(|(outcome, v)| (OutcomeLabel { outcome }, ConstCounter::new(v))),
         )?;

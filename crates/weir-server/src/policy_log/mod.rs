@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::{BasicNode, Raft};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -43,8 +43,20 @@ openraft::declare_raft_types!(
         R = Outcome,
 );
 
-/// How long a change may take to be committed before the caller is told it was not.
+/// How long a change is retried while no leader with a majority behind it can be found.
 pub const PROPOSE_WITHIN: Duration = Duration::from_secs(3);
+
+/// How long a leader waits for a majority to answer its heartbeat before it writes a change: no
+/// answer, and nothing is written (a refusal is then final).
+pub const CONFIRM_WITHIN: Duration = Duration::from_millis(1000);
+
+/// How long a leader waits for a change it wrote to be committed. Past it, the outcome is
+/// unknown: the entry is in the leader's log, and commits if a majority takes it later.
+pub const COMMIT_WITHIN: Duration = Duration::from_millis(2000);
+
+/// How long a member waits for the leader's answer to a change it passed on: the leader's own
+/// two waits, and the way there and back.
+const FORWARD_WITHIN: Duration = Duration::from_millis(3500);
 
 /// A member's id in the log: its node id, hashed (Raft's ids are numbers).
 pub fn id_of(node_id: &str) -> u64 {
@@ -96,15 +108,27 @@ pub enum Refusal {
         /// The leader's gRPC address, if known.
         leader: Option<String>,
     },
-    /// No leader could commit it in time: this member cannot reach a majority, or the
-    /// cluster is electing one.
+    /// No leader with a majority behind it could be found in time: this member cannot reach
+    /// a majority, or the cluster is electing one. Nothing was written: the change will not
+    /// apply.
     #[error(
-        "the change was not committed within {within_ms} ms: the cluster's policy log has no leader reachable from this member with a majority behind it ({why}). It may still apply if it reached a leader; read the policy, then retry (with If-Match, a retry is safe)"
+        "the change was not made: within {within_ms} ms no leader of the cluster's policy log could be reached from this member with a majority behind it ({why}); nothing was written, so it will not apply later. Retry once a majority of the members is back"
     )]
     NoQuorum {
         /// How long it was given.
         within_ms: u64,
         /// What was last seen.
+        why: String,
+    },
+    /// The leader wrote the change to its log, but a majority did not take it in time: it
+    /// applies if a majority takes it later (the members come back), and not otherwise.
+    #[error(
+        "the outcome of the change is unknown: the leader wrote it to its log, but a majority of the members did not confirm it within {within_ms} ms ({why}). It applies if they take it once they are back, and not otherwise: read the policy to learn which"
+    )]
+    OutcomeUnknown {
+        /// How long the leader waited for the commit.
+        within_ms: u64,
+        /// What was seen.
         why: String,
     },
     /// The member is stopping.
@@ -156,9 +180,11 @@ pub struct PolicyLog {
     identity: Arc<Identity>,
     /// Calls refused as another cluster's, logged once a minute.
     foreign_calls: LogGate,
-    /// Changes made through this member: committed, and refused for want of a majority.
+    /// Changes made through this member: committed, refused for want of a majority, and of
+    /// unknown outcome.
     committed_here: AtomicU64,
     refused_here: AtomicU64,
+    unknown_here: AtomicU64,
     node_id: String,
     id: u64,
     address: String,
@@ -211,6 +237,7 @@ impl PolicyLog {
             failed_restarts: LogGate::new(),
             committed_here: AtomicU64::new(0),
             refused_here: AtomicU64::new(0),
+            unknown_here: AtomicU64::new(0),
             node_id: node_id.to_owned(),
             id,
             address,
@@ -382,9 +409,45 @@ impl PolicyLog {
     }
 
     /// Proposes `change` here, if this member leads: its outcome once committed and applied
-    /// here.
+    /// here. A leader first hears from a majority ([`CONFIRM_WITHIN`]): one cut off from it
+    /// writes nothing, so its refusal is final — else the entry would wait in its log and
+    /// commit once the others came back, a change applied after the caller was told no. A
+    /// change written but not committed within [`COMMIT_WITHIN`] is
+    /// [`Refusal::OutcomeUnknown`].
     pub async fn propose_here(&self, change: Change) -> Result<Committed, Refusal> {
-        match self.raft().client_write(change).await {
+        let raft = self.raft();
+        match tokio::time::timeout(CONFIRM_WITHIN, raft.ensure_linearizable()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward)))) => {
+                return Err(Refusal::NotLeader {
+                    leader: forward.leader_node.map(|node| node.addr),
+                });
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(error)))) => {
+                return Err(Refusal::NoQuorum {
+                    within_ms: 0,
+                    why: format!("this member leads, but {error}"),
+                });
+            }
+            Ok(Err(RaftError::Fatal(fatal))) => return Err(self.fatal(&fatal)),
+            Err(_) => {
+                return Err(Refusal::NoQuorum {
+                    within_ms: 0,
+                    why: format!(
+                        "this member leads, but a majority did not answer its heartbeat within {} ms",
+                        CONFIRM_WITHIN.as_millis()
+                    ),
+                });
+            }
+        }
+        let written = tokio::time::timeout(COMMIT_WITHIN, raft.client_write(change)).await;
+        let Ok(written) = written else {
+            return Err(Refusal::OutcomeUnknown {
+                within_ms: COMMIT_WITHIN.as_millis() as u64,
+                why: "the majority answered the leader's heartbeat, then not its write".to_owned(),
+            });
+        };
+        match written {
             Ok(response) => Ok(Committed {
                 index: response.log_id.index,
                 outcome: response.data,
@@ -422,61 +485,45 @@ impl PolicyLog {
             self.refused_here.fetch_add(1, Ordering::Relaxed);
             return Err(Refusal::LogStopped { why });
         }
-        let mut last = String::new();
-        let attempt = async {
-            loop {
-                let leader = self.leader();
-                last = match &leader {
-                    Some(leader) if *leader == self.address => "this member leads, but a majority of the members has not confirmed the change".to_owned(),
-                    Some(leader) => format!("the leader {leader} has not confirmed the change"),
-                    None => "no leader elected".to_owned(),
-                };
-                let outcome = match leader {
-                    Some(leader) if leader == self.address => {
-                        self.propose_here(change.clone()).await
-                    }
-                    Some(leader) => call(&self.peers, &leader, PROPOSE_WITHIN, &change, |c, r| {
-                        Box::pin(c.propose(r))
-                    })
-                    .await
-                    .unwrap_or_else(|error| {
-                        Err(Refusal::NoQuorum {
-                            within_ms: 0,
-                            why: error.to_string(),
-                        })
-                    }),
-                    None => Err(Refusal::NotLeader { leader: None }),
-                };
-                match outcome {
-                    Ok(committed) => return Ok(committed),
-                    Err(Refusal::Stopped) => return Err(Refusal::Stopped),
-                    Err(
-                        refusal @ (Refusal::LogStopped { .. } | Refusal::NotAppliedHere { .. }),
-                    ) => {
-                        return Err(refusal);
-                    }
-                    Err(Refusal::NotLeader { leader }) => {
-                        last = match leader {
-                            Some(leader) => format!("the leader moved to {leader}"),
-                            None => "no leader elected".to_owned(),
-                        };
-                    }
-                    Err(Refusal::NoQuorum { why, .. }) => last = why,
-                }
-                // Until a leader is elected or known: Raft's heartbeat tells the members.
-                tokio::time::sleep(Duration::from_millis(50)).await;
+        // Attempts are retried until `PROPOSE_WITHIN` has passed, each bounded by its own
+        // waits; one under way is never cut short, so a change a leader wrote is never
+        // reported as not written.
+        let deadline = std::time::Instant::now() + PROPOSE_WITHIN;
+        let outcome = loop {
+            let leader = self.leader();
+            let outcome = match &leader {
+                Some(leader) if *leader == self.address => self.propose_here(change.clone()).await,
+                Some(leader) => call(&self.peers, leader, FORWARD_WITHIN, &change, |c, r| {
+                    Box::pin(c.propose(r))
+                })
+                .await
+                .unwrap_or_else(|error| Err(forward_failed(&error))),
+                None => Err(Refusal::NotLeader { leader: None }),
+            };
+            let last = match outcome {
+                Err(Refusal::NotLeader { leader: moved }) => match (moved, leader) {
+                    (Some(moved), _) => format!("the leader moved to {moved}"),
+                    (None, _) => "no leader elected".to_owned(),
+                },
+                Err(Refusal::NoQuorum { why, .. }) => why,
+                decided => break decided,
+            };
+            if std::time::Instant::now() >= deadline {
+                break Err(Refusal::NoQuorum {
+                    within_ms: PROPOSE_WITHIN.as_millis() as u64,
+                    why: last,
+                });
             }
+            // Until a leader is elected or known: Raft's heartbeat tells the members.
+            tokio::time::sleep(Duration::from_millis(50)).await;
         };
-        let committed = tokio::time::timeout(PROPOSE_WITHIN, attempt)
-            .await
-            .map_err(|_| Refusal::NoQuorum {
-                within_ms: PROPOSE_WITHIN.as_millis() as u64,
-                why: last.clone(),
-            })
-            .and_then(|outcome| outcome)
-            .inspect_err(|_| {
-                self.refused_here.fetch_add(1, Ordering::Relaxed);
-            })?;
+        let committed = outcome.inspect_err(|refusal| {
+            let counter = match refusal {
+                Refusal::OutcomeUnknown { .. } => &self.unknown_here,
+                _ => &self.refused_here,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        })?;
         self.committed_here.fetch_add(1, Ordering::Relaxed);
         if !self.applied_through(committed.index, PROPOSE_WITHIN).await {
             return Err(Refusal::NotAppliedHere {
@@ -563,6 +610,7 @@ impl PolicyLog {
             voters: metrics.membership_config.membership().voter_ids().count(),
             committed_here: self.committed_here.load(Ordering::Relaxed),
             refused_here: self.refused_here.load(Ordering::Relaxed),
+            outcome_unknown_here: self.unknown_here.load(Ordering::Relaxed),
         }
     }
 
@@ -585,3 +633,36 @@ impl PolicyLog {
 
 #[cfg(test)]
 mod tests;
+
+/// What a change passed on to the leader came to when the call failed: no answer in time
+/// leaves its outcome unknown (the leader may have written it); a call that could not be made
+/// wrote nothing.
+fn forward_failed(error: &network::CallError) -> Refusal {
+    let not_sent = match error {
+        network::CallError::Address(_) => true,
+        // Refused before a byte was sent (nothing listens there, the member is down).
+        network::CallError::Status { status, .. } => {
+            status.code() == tonic::Code::Unavailable && {
+                let mut said = status.message().to_ascii_lowercase();
+                let mut source = std::error::Error::source(status);
+                while let Some(cause) = source {
+                    said.push_str(&cause.to_string().to_ascii_lowercase());
+                    source = cause.source();
+                }
+                said.contains("connect")
+            }
+        }
+        network::CallError::Body { .. } => false,
+    };
+    if not_sent {
+        Refusal::NoQuorum {
+            within_ms: 0,
+            why: error.to_string(),
+        }
+    } else {
+        Refusal::OutcomeUnknown {
+            within_ms: FORWARD_WITHIN.as_millis() as u64,
+            why: error.to_string(),
+        }
+    }
+}

@@ -21,7 +21,7 @@ pub(crate) struct ErrorBody<'a> {
     /// The stable word clients match on: `invalid_request`, `unauthenticated`, `forbidden`,
     /// `host_not_allowed`, `not_found`, `unknown_policy`, `unknown_lease`,
     /// `method_not_allowed`, `body_timeout`, `conflict`, `precondition_failed`, `too_large`,
-    /// `internal`, `not_ready`, `shutting_down` or `no_quorum`.
+    /// `internal`, `not_ready`, `shutting_down`, `no_quorum` or `outcome_unknown`.
     error: &'a str,
     /// What is wrong, in a sentence that names the field or the thing at fault.
     detail: &'a str,

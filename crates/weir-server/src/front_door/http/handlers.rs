@@ -320,8 +320,9 @@ pub(super) async fn get_policy(
         (status = 412, description = "`If-Match` did not match (`precondition_failed`).", body = ErrorBody),
         (status = 413, description = "The body is over the limit (`too_large`).", body = ErrorBody),
         (status = 500, description = "The change could not be written to the data dir (`internal`).", body = ErrorBody),
-        (status = 503, description = "In a cluster, no majority of the members could be reached (`no_quorum`); answered with `Retry-After`.", body = ErrorBody,
+        (status = 503, description = "In a cluster, no majority of the members could be reached (`no_quorum`): nothing was written, and the change will not apply; answered with `Retry-After`.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 504, description = "In a cluster, the leader wrote the change but a majority did not confirm it in time (`outcome_unknown`): it applies if a majority takes it later, and not otherwise; the detail gives the entity tag it has if it does.", body = ErrorBody),
     )
 )]
 pub(super) async fn put_policy(
@@ -363,8 +364,9 @@ pub(super) async fn put_policy(
         (status = 409, description = "The policy cannot be removed live (`conflict`).", body = ErrorBody),
         (status = 412, description = "`If-Match` did not match (`precondition_failed`).", body = ErrorBody),
         (status = 500, description = "The change could not be written to the data dir (`internal`).", body = ErrorBody),
-        (status = 503, description = "In a cluster, no majority of the members could be reached (`no_quorum`).", body = ErrorBody,
+        (status = 503, description = "In a cluster, no majority of the members could be reached (`no_quorum`): nothing was written, and the policy stays.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds"))),
+        (status = 504, description = "In a cluster, the leader wrote the deletion but a majority did not confirm it in time (`outcome_unknown`): it applies if a majority takes it later, and not otherwise.", body = ErrorBody),
     )
 )]
 pub(super) async fn delete_policy(
