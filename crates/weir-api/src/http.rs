@@ -179,6 +179,34 @@ pub struct PolicyLogView {
     /// See [`committed_here`](Self::committed_here).
     #[serde(default)]
     pub outcome_unknown_here: u64,
+    /// The voters by node id, each with its state as this member sees it.
+    #[serde(default)]
+    pub voter_states: Vec<PolicyLogVoter>,
+}
+
+/// `DELETE /v1/cluster/members/{id}`: a member gone for good forgotten as a voter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MemberForgotten {
+    /// The member forgotten.
+    pub forgotten: String,
+    /// The voters left, by node id.
+    pub voters: Vec<String>,
+}
+
+/// A voter of the policy log in [`PolicyLogView`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PolicyLogVoter {
+    /// Its node id (its address in the log if this member never saw it).
+    pub id: String,
+    /// `alive` (gossip sees it), `suspect` (unseen for less than `forget_after`) or `gone`
+    /// (unseen for longer: the leader forgets it, unless the live voters would then lose their
+    /// majority).
+    pub state: String,
+    /// How long it has gone unseen, if it is not alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_for_ms: Option<u64>,
 }
 
 /// A member in [`ClusterView`].

@@ -10,11 +10,13 @@ use weir_server::{Client, ClientTls};
 
 mod bench;
 mod check_config;
+mod cluster;
 mod config;
 mod serve;
 
 use bench::{BenchArgs, bench};
 use check_config::check_config;
+use cluster::{ClusterAction, cluster};
 use config::{ConfigAction, config};
 use serve::{JSON_LOGS, ServeArgs, serve_command};
 
@@ -70,6 +72,19 @@ enum Command {
         #[command(flatten)]
         tls: ClientTlsArgs,
     },
+    /// Acts on a running cluster's membership.
+    Cluster {
+        #[command(subcommand)]
+        action: ClusterAction,
+        /// The HTTP address of any member.
+        #[arg(long, global = true, default_value = "http://127.0.0.1:8080")]
+        server: String,
+        /// The admin token (else WEIR_ADMIN_TOKEN).
+        #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        #[command(flatten)]
+        tls: ClientTlsArgs,
+    },
     /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
     Bench(Box<BenchArgs>),
     /// Checks a config file (and the RLS rules it names), or RLS rules alone, and prints every
@@ -84,7 +99,7 @@ enum Command {
     },
 }
 
-/// How `weir top` and `weir config` reach an `https://` server.
+/// How `weir top`, `weir config` and `weir cluster` reach an `https://` server.
 #[derive(Debug, clap::Args)]
 struct ClientTlsArgs {
     /// An https:// server: the CA certificate to trust (PEM). No other CA is trusted.
@@ -159,6 +174,14 @@ fn main() -> ExitCode {
                         token,
                         tls,
                     } => config(action, tls.client(&server, token)?)
+                        .await
+                        .map(|()| ExitCode::SUCCESS),
+                    Command::Cluster {
+                        action,
+                        server,
+                        token,
+                        tls,
+                    } => cluster(action, tls.client(&server, token)?)
                         .await
                         .map(|()| ExitCode::SUCCESS),
                     Command::Bench(args) => bench(*args).await.map(|()| ExitCode::SUCCESS),

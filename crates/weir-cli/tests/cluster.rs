@@ -1729,6 +1729,114 @@ async fn a_change_refused_for_want_of_a_majority_never_applies() {
     }
 }
 
+/// The voters of the policy log as `server` sees them: (node id, state).
+async fn voters_seen(server: &Server) -> Vec<(String, String)> {
+    view(server)
+        .await
+        .policy_log
+        .expect("a policy log")
+        .voter_states
+        .into_iter()
+        .map(|voter| (voter.id, voter.state))
+        .collect()
+}
+
+/// A member killed with its data dir lost is forgotten as a voter once unseen for
+/// `forget_after`: a fourth member takes its place, and the cluster keeps taking changes when a
+/// second of the first three dies — where the dead one, still voting, left two of four.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_lost_for_good_is_forgotten_and_the_cluster_keeps_changing() {
+    let config = format!("{CONFIG}\n[server]\nforget_after = \"3s\"\n");
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [config.as_str(); 3], &seed).await;
+    policy_log_leader(&[&n1, &n2, &n3]).await;
+    n3.signal("KILL");
+    let _ = n3.wait();
+    std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
+    let n4 = start_node(dir.path(), "n4", &config, &free_udp(), Some(&seed));
+    eventually(
+        Duration::from_secs(30),
+        "n3 forgotten, n4 a voter",
+        || async {
+            let mut ids: Vec<String> = voters_seen(&n1)
+                .await
+                .into_iter()
+                .map(|(id, _)| id)
+                .collect();
+            ids.sort();
+            ids == ["n1", "n2", "n4"]
+        },
+    )
+    .await;
+    n2.signal("KILL");
+    let _ = n2.wait();
+    eventually(
+        Duration::from_secs(30),
+        "a change committed by n1 and n4",
+        || async { put_policy(&n1, "after_n2", 5, None).await.0 == 201 },
+    )
+    .await;
+    // n2 goes the same way once unseen for as long: the two left are the voters.
+    eventually(Duration::from_secs(30), "n2 forgotten too", || async {
+        let mut ids: Vec<String> = voters_seen(&n4)
+            .await
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect();
+        ids.sort();
+        ids == ["n1", "n4"]
+    })
+    .await;
+    assert_eq!(put_policy(&n4, "after_n2", 6, None).await.0, 200);
+}
+
+/// `weir cluster forget` removes a voter gone for good at once, and refuses a member alive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_is_forgotten_at_once_by_command_and_never_while_alive() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [CONFIG; 3], &seed).await;
+    policy_log_leader(&[&n1, &n2, &n3]).await;
+    n3.signal("KILL");
+    let _ = n3.wait();
+    let forget = |node: &str, through: &Server| {
+        support::weir()
+            .args(["cluster", "forget", node, "--server", &through.url("")])
+            .output()
+            .unwrap()
+    };
+    let refused = forget("n1", &n2);
+    assert!(!refused.status.success());
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("is alive"), "{said}");
+    eventually(Duration::from_secs(10), "n3 seen as unseen", || async {
+        voters_seen(&n1)
+            .await
+            .contains(&("n3".to_owned(), "suspect".to_owned()))
+    })
+    .await;
+    // Through the member that does not lead, as through any.
+    let forgot = forget("n3", &n2);
+    assert!(
+        forgot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forgot.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&forgot.stdout).unwrap();
+    assert_eq!(answer["forgotten"], "n3");
+    assert_eq!(answer["voters"].as_array().unwrap().len(), 2, "{answer}");
+    for server in [&n1, &n2] {
+        eventually(Duration::from_secs(10), "two voters everywhere", || async {
+            voters_seen(server).await.len() == 2
+        })
+        .await;
+    }
+    let again = forget("n3", &n1);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not a voter"));
+}
+
 const CENSUS_CONFIG: &str = r#"
 [[policy]]
 name = "reports"

@@ -110,6 +110,13 @@ pub struct ServerSettings {
     /// Cluster mode: gossip addresses of nodes to join through.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub join: Vec<String>,
+    /// Cluster mode: a voter of the policy log unseen by gossip this long is forgotten by the
+    /// leader (default 10 min; `0s`: never): it no longer counts in the majority, so members
+    /// lost for good do not leave the cluster unable to change its policies. Never one gossip
+    /// sees alive, nor one whose removal would leave the live voters short of a majority; a
+    /// member forgotten that comes back is made a voter again.
+    #[serde(default = "default_forget_after", with = "weir::duration::serde")]
+    pub forget_after: Duration,
     /// Cluster mode: the cluster's name; nodes of other clusters are ignored (default `weir`).
     #[serde(default = "default_cluster_id")]
     pub cluster_id: String,
@@ -211,6 +218,10 @@ fn default_durable_flush() -> Duration {
 fn default_max_cost() -> u64 {
     1_000_000
 }
+fn default_forget_after() -> Duration {
+    Duration::from_secs(600)
+}
+
 fn default_cluster_id() -> String {
     "weir".to_owned()
 }
@@ -244,6 +255,7 @@ impl Default for ServerSettings {
             max_cost: default_max_cost(),
             gossip: None,
             join: Vec::new(),
+            forget_after: default_forget_after(),
             cluster_id: default_cluster_id(),
             cluster_secret: None,
             header_timeout: default_header_timeout(),

@@ -10,7 +10,9 @@
 //! stepping down (leaving gracefully) is removed if more than three would remain (a
 //! scale-down); a voter whose address changed is updated. A member that stops without a word
 //! stays a voter — gossip cannot tell it from a paused or cut-off one — so it still counts in
-//! the majority: a cluster of three keeps taking changes with one member down, not two.
+//! the majority: a cluster of three keeps taking changes with one member down, not two —
+//! until it has been unseen for `forget_after`, or an operator forgets it ([`super::forget`]).
+//! Each of those is one change too, made when nothing else was to be.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -52,6 +54,7 @@ impl PolicyLog {
         seed: Overlay,
     ) {
         let since = Instant::now();
+        let _ = self.live.set(members.clone());
         let mut ticks = tokio::time::interval(EVERY);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -62,6 +65,7 @@ impl PolicyLog {
                 .filter(|member| member.protocol == protocol)
                 .cloned()
                 .collect();
+            self.sightings.saw(&live, Instant::now());
             if !self.started().await {
                 let joined = !seeded || live.len() > 1;
                 let least = live.iter().map(|m| m.id.as_str()).min() == Some(&self.node_id);
@@ -172,5 +176,6 @@ impl PolicyLog {
             }
             return;
         }
+        self.forget_unseen(live).await;
     }
 }

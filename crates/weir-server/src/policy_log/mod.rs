@@ -10,6 +10,7 @@
 //! what it gives and what a partition does.
 
 pub mod change;
+pub mod forget;
 pub mod identity;
 pub mod machine;
 pub mod members;
@@ -185,6 +186,12 @@ pub struct PolicyLog {
     committed_here: AtomicU64,
     refused_here: AtomicU64,
     unknown_here: AtomicU64,
+    /// When each member was last seen alive (who may be forgotten as a voter).
+    sightings: forget::Sightings,
+    /// A voter unseen this long is forgotten by the leader, in ms (0: never).
+    forget_after_ms: AtomicU64,
+    /// Gossip's live members, once this member follows them.
+    live: std::sync::OnceLock<watch::Receiver<Vec<weir_cluster::membership::NodeInfo>>>,
     node_id: String,
     id: u64,
     address: String,
@@ -238,6 +245,9 @@ impl PolicyLog {
             committed_here: AtomicU64::new(0),
             refused_here: AtomicU64::new(0),
             unknown_here: AtomicU64::new(0),
+            sightings: forget::Sightings::default(),
+            forget_after_ms: AtomicU64::new(0),
+            live: std::sync::OnceLock::new(),
             node_id: node_id.to_owned(),
             id,
             address,
@@ -611,6 +621,7 @@ impl PolicyLog {
             committed_here: self.committed_here.load(Ordering::Relaxed),
             refused_here: self.refused_here.load(Ordering::Relaxed),
             outcome_unknown_here: self.unknown_here.load(Ordering::Relaxed),
+            voter_states: self.voter_states(),
         }
     }
 

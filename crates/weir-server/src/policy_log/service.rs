@@ -1,5 +1,6 @@
 //! A member's side of the policy log's calls: Raft's messages handed to Raft, a change
-//! proposed if this member leads, the read barrier, and whether its log has started.
+//! proposed if this member leads, the read barrier, whether its log has started, and a voter
+//! forgotten by an operator's command.
 
 use std::sync::Arc;
 
@@ -107,5 +108,11 @@ impl PolicyLogRpc for Service {
 
     async fn started(&self, _request: Request<RaftBody>) -> Result<Response<RaftBody>, Status> {
         reply(&self.log.started().await)
+    }
+
+    async fn forget(&self, request: Request<RaftBody>) -> Result<Response<RaftBody>, Status> {
+        self.admit(&request, false)?;
+        let node: String = decode(request)?;
+        reply(&self.log.forget_here(&node).await)
     }
 }

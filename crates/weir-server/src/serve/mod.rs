@@ -280,6 +280,9 @@ async fn join_cluster(
     )
     .await
     .with_context(|| format!("joining the cluster (gossip on {gossip})"))?;
+    cluster
+        .policy_log()
+        .forget_unseen_after(Some(server.forget_after).filter(|after| !after.is_zero()));
     tokio::spawn(Arc::clone(&cluster).follow());
     tokio::spawn(Arc::clone(&cluster).report_joining());
     Ok(Some(cluster))

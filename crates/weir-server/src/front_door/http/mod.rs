@@ -2,6 +2,7 @@
 
 mod access;
 mod body;
+mod cluster_members;
 mod handlers;
 mod headers;
 mod openapi;
@@ -26,7 +27,7 @@ use axum::Router;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 
 use crate::app::App;
 use crate::error::{ApiError, ErrorKind};
@@ -41,6 +42,7 @@ mod route {
     pub const POLICY: &str = "/v1/policies/{name}";
     pub const THROTTLES: &str = "/v1/throttles";
     pub const CLUSTER: &str = "/v1/cluster";
+    pub const CLUSTER_MEMBER: &str = "/v1/cluster/members/{id}";
     pub const STATS: &str = "/v1/stats";
     pub const OPENAPI: &str = "/v1/openapi.json";
     pub const UI: &str = "/ui";
@@ -50,9 +52,23 @@ mod route {
     pub const READYZ: &str = "/readyz";
     /// Every route the router has.
     #[cfg(test)]
-    pub const ALL: [&str; 15] = [
-        ACQUIRE, RELEASE, RENEW, BUSY, POLICIES, POLICY, THROTTLES, CLUSTER, STATS, OPENAPI, UI,
-        UI_ASSET, METRICS, HEALTHZ, READYZ,
+    pub const ALL: [&str; 16] = [
+        ACQUIRE,
+        RELEASE,
+        RENEW,
+        BUSY,
+        POLICIES,
+        POLICY,
+        THROTTLES,
+        CLUSTER,
+        CLUSTER_MEMBER,
+        STATS,
+        OPENAPI,
+        UI,
+        UI_ASSET,
+        METRICS,
+        HEALTHZ,
+        READYZ,
     ];
     /// The label of a path no route matches.
     pub const UNMATCHED: &str = "unmatched";
@@ -85,6 +101,7 @@ fn endpoint_of(path: &str, others: &'static [&'static str]) -> &'static str {
         route::HEALTHZ => route::HEALTHZ,
         route::READYZ => route::READYZ,
         _ if one_segment_after(path, "/v1/policies/") => route::POLICY,
+        _ if one_segment_after(path, "/v1/cluster/members/") => route::CLUSTER_MEMBER,
         _ if one_segment_after(path, "/ui/") => route::UI_ASSET,
         _ => others
             .iter()
@@ -138,6 +155,7 @@ fn routes(app: Arc<App>, others: Router<Arc<App>>) -> Router {
         )
         .route(route::THROTTLES, get(throttles))
         .route(route::CLUSTER, get(cluster))
+        .route(route::CLUSTER_MEMBER, delete(cluster_members::forget))
         .route(route::STATS, get(stats))
         .route(route::OPENAPI, get(openapi))
         .route(route::UI, get(ui::page))

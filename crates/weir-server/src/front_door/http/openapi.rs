@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::OpenApi;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
+use super::cluster_members;
 use super::handlers;
 use super::ui;
 
@@ -35,6 +36,7 @@ admin token answers state-changing calls only for loopback or listed hosts.";
         handlers::delete_policy,
         handlers::throttles,
         handlers::cluster,
+        cluster_members::forget,
         handlers::stats,
         openapi,
         ui::page,
