@@ -14,7 +14,10 @@ use openraft::{EntryPayload, RaftMetrics};
 use tokio::time::Instant;
 use weir::policy::PolicyConfig;
 
+use openraft::error::ClientWriteError;
+
 use super::change::{Change, Expect, Outcome, apply};
+use super::propose::PROPOSE_WITHIN;
 use super::*;
 use crate::durable::Overlay;
 use crate::etag::etag_of;
