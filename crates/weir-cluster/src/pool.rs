@@ -390,6 +390,14 @@ impl SharedPool {
     /// Takes over a lease of `units` units (a loan, if `lent`) another owner granted (a handoff
     /// after the bucket moved here): it is recorded whatever the count, because it is already
     /// in use; it counts against the limit from now on. Returns its id here.
+    ///
+    /// A loan adopted replaces any loan the holder still has of the bucket here: a holder has
+    /// one loan of a bucket (its book's), and the one it hands over is it, so another is what
+    /// this owner kept of an earlier one — lent before the ring moved the bucket away and back
+    /// (a partition of this owner healed), its units now counted in the loan handed over. Left
+    /// beside it, the holder's requests for its loan (found by holder) would keep the old one
+    /// alive while its renewals (by id) keep the new one: a unit counted here for ever that
+    /// nobody holds.
     pub fn adopt(
         &self,
         bucket: &str,
@@ -402,6 +410,12 @@ impl SharedPool {
         let id = state.next_id;
         state.next_id += 1;
         let bucket = state.buckets.entry(bucket.to_owned()).or_default();
+        if lent {
+            let before: u64 = bucket.leases.iter().map(|l| l.units).sum();
+            bucket.leases.retain(|l| !(l.lent && l.holder == holder));
+            let after: u64 = bucket.leases.iter().map(|l| l.units).sum();
+            bucket.units -= before - after;
+        }
         bucket.units += units;
         bucket.leases.push(PoolLease {
             id,

@@ -143,6 +143,42 @@ fn a_holder_has_one_loan_per_bucket_which_lends_grow_and_plain_leases_do_not() {
 }
 
 #[test]
+fn a_loan_adopted_replaces_what_was_left_here_of_the_holders_earlier_loan() {
+    // A partition of this owner, healed: holder `n1` had a loan here before the cut (kept
+    // here, the hand-away never arrived), took it to the interim owner, and hands it back.
+    let pool = SharedPool::new(100);
+    let ttl = ns(5_000);
+    let lend = |ask: Ask, now| LeaseRequest {
+        ask,
+        ..LeaseRequest::one("b", 3, "n1", ttl, now)
+    };
+    let before_cut = granted(pool.lend(&lend(Ask::borrow(1), 0)));
+    let adopted = pool.adopt("b", "n1", 4_000, 1, true);
+    assert_ne!(adopted, before_cut);
+    assert_eq!(pool.in_use("b", 100), 1, "one unit in use, counted once");
+    // The holder's loan requests (by holder) and renewals (by id) reach the same loan…
+    assert_eq!(
+        pool.lend(&lend(Ask::RenewLoan, 3_000)),
+        Grant::Renewed {
+            id: adopted,
+            expires_at: weir::clock::after(3_000, ttl),
+            keep: 0,
+        }
+    );
+    assert!(pool.renew("b", adopted, ttl, 3_500).is_some());
+    assert!(pool.renew("b", before_cut, ttl, 3_500).is_none());
+    // …and once it is given back, nothing of the holder's stays lent here.
+    assert!(pool.release("b", adopted));
+    assert_eq!(pool.lent(3_600).get("n1"), None);
+    assert_eq!(pool.in_use("b", 3_600), 0);
+    // Plain leases are not loans: a holder may have many.
+    let plain = pool.adopt("c", "n1", 4_000, 1, false);
+    let other = pool.adopt("c", "n1", 4_000, 1, false);
+    assert_ne!(plain, other);
+    assert_eq!(pool.in_use("c", 0), 2);
+}
+
+#[test]
 fn a_loan_grows_by_a_quarter_of_what_is_free_and_says_what_to_keep() {
     let pool = SharedPool::new(100);
     let long = Duration::from_secs(10);
