@@ -177,7 +177,17 @@ impl Owner {
 
     /// A beat of this node's clock: keeps its [`Tenure`] current (the rings it sees, and any
     /// pause of its own). Call it every 100 ms or so.
+    ///
+    /// While this node hears no majority its tenure of every bucket restarts at each beat: cut
+    /// off, it may have had its buckets given to an owner on the majority's side, which granted
+    /// on them, though its own ring never moved them. Once it hears a majority again it waits
+    /// a tenure like a new owner, so the leases the interim owner granted have expired (or been
+    /// handed over) before it grants beside them. (A healed partition of an owner measured 7
+    /// leases live against a ceiling of 6 before it waited.)
     pub fn beat(&self, now: weir::Nanos) {
+        if self.check_majority(now).is_err() {
+            self.tenure.restart(now);
+        }
         self.tenure.observe(&self.ring, now);
     }
 
@@ -443,6 +453,22 @@ mod tests {
             "unfenced: renewed"
         );
         assert!(matches!(a.grant(&request("b")), Ok(Grant::Granted { .. })));
+        // Cut off until 20 s; heard again from 21 s. Its ring never moved the bucket, but the
+        // others may have given it to an owner on their side: a waits a whole tenure again.
+        beat(19, 20, false);
+        beat(21, 21, true);
+        assert_eq!(
+            a.grant(&fenced(21 * S)),
+            Err(TransportError::Settling {
+                owner: "a".into(),
+                wait: Duration::from_secs(13)
+            })
+        );
+        beat(22, 34, true);
+        assert!(matches!(
+            a.grant(&fenced(34 * S)),
+            Ok(Grant::Granted { .. })
+        ));
     }
 
     #[test]

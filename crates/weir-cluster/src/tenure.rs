@@ -152,6 +152,14 @@ impl Tenure {
         seen.max(state.awake_since.unwrap_or(now))
     }
 
+    /// Vouches for nothing before `now`, as after a pause: every tenure restarts. An owner
+    /// cut off from a majority calls it (see `Owner::beat`): the others may have given its
+    /// buckets to an owner on their side, whatever its own ring says.
+    pub fn restart(&self, now: Nanos) {
+        let mut state = self.lock();
+        state.awake_since = Some(now.max(state.awake_since.unwrap_or(0)));
+    }
+
     /// Since when this node has run without a pause of its own, as of `now` (its first look,
     /// if none).
     pub fn awake_since(&self, now: Nanos) -> Nanos {

@@ -1,8 +1,10 @@
-//! A partition cuts a bucket's owner away from the two other nodes, on a manual clock: every
-//! node keeps acquiring, renewing and releasing shared leases of a `closed` policy on both
-//! sides, and at no instant are more than the shared limit held. The two sides' views are
-//! driven as gossip would leave them at worst: the majority drops the cut-off owner from its
-//! ring the instant the partition starts, the cut-off owner never drops anyone.
+//! A partition cuts a bucket's owner away from the two other nodes, then heals, on a manual
+//! clock: every node keeps acquiring, renewing and releasing shared leases of a `closed` policy
+//! on both sides, and at no instant are more than the shared limit held — through the cut and
+//! through the heal — and once it has healed the whole limit is held again. The two sides'
+//! views are driven as gossip would leave them at worst: the majority drops the cut-off owner
+//! from its ring the instant the partition starts and takes it back two seconds after the owner
+//! hears it again; the cut-off owner never drops anyone.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -71,7 +73,7 @@ struct Node {
 /// Runs the scenario; `with_quorum` false leaves the owners without the majority fence.
 /// Returns the most permits in use at once after the partition, and how many the majority side
 /// was granted after it.
-async fn partitioned(with_quorum: bool) -> (usize, usize) {
+async fn partitioned(with_quorum: bool) -> (usize, usize, usize) {
     let clock = ManualClock::new(0);
     let network = Arc::new(InMemory::new());
     let cut_off = Arc::new(Mutex::new(HashSet::new()));
@@ -124,7 +126,9 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
     let owner_id = ring(&NODES).owner_of(BUCKET).unwrap().to_owned();
     let ttl = TTL;
     let partition_at = 60;
+    let (heal_at, readmitted_at) = (120, 122);
     let mut most_after = 0;
+    let mut in_use_at_end = 0;
     let mut granted_after = 0;
     for second in 0..200u64 {
         let now = clock.now();
@@ -142,6 +146,16 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
                 node.coordinator.rehome().await;
             }
         }
+        if second == heal_at {
+            cut_off.lock().unwrap().clear();
+        }
+        if second == readmitted_at {
+            // The majority's gossip takes the owner back a little after the owner heard it.
+            for node in nodes.iter().filter(|n| n.id != owner_id) {
+                node.ring.publish(ring(&NODES));
+                node.coordinator.rehome().await;
+            }
+        }
         // Gossip: every node hears the beats of those on its side.
         let cut = cut_off.lock().unwrap().clone();
         for node in &nodes {
@@ -149,7 +163,11 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
                 .iter()
                 .map(|&id| {
                     let same_side = cut.contains(id) == cut.contains(node.id);
-                    let beat = if same_side { second } else { partition_at };
+                    let beat = if same_side || second >= heal_at {
+                        second
+                    } else {
+                        partition_at
+                    };
                     (id, u128::from(beat))
                 })
                 .collect();
@@ -188,6 +206,7 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
         } else {
             most_after = most_after.max(in_use);
         }
+        in_use_at_end = in_use;
         clock.advance(Duration::from_secs(1));
     }
     let fenced: u64 = nodes
@@ -195,23 +214,27 @@ async fn partitioned(with_quorum: bool) -> (usize, usize) {
         .map(|n| n.coordinator.counters.fenced.load(Ordering::Relaxed))
         .sum();
     assert!(fenced > 0, "the fences were met");
-    (most_after, granted_after)
+    (most_after, granted_after, in_use_at_end)
 }
 
 #[tokio::test]
 async fn a_cut_off_owner_lets_its_leases_run_out_before_the_other_side_grants() {
-    let (most, granted) = partitioned(true).await;
+    let (most, granted, at_end) = partitioned(true).await;
     assert!(
         most <= SHARED_LIMIT as usize,
         "{most} permits in use at once against a shared limit of {SHARED_LIMIT}"
     );
     assert!(granted > 0, "the majority side took the bucket over");
+    assert_eq!(
+        at_end, SHARED_LIMIT as usize,
+        "after the heal the whole shared limit is usable"
+    );
 }
 
 /// Without the majority fence, the cut-off owner goes on renewing its side's leases, and once
 /// the other side's new owner has settled, both sides hold the shared limit.
 #[tokio::test]
 async fn without_the_majority_fence_both_sides_hold_the_shared_limit() {
-    let (most, _) = partitioned(false).await;
+    let (most, _, _) = partitioned(false).await;
     assert!(most > SHARED_LIMIT as usize, "{most}");
 }
