@@ -1063,6 +1063,21 @@ async fn a_hot_bucket_is_decided_where_it_is_asked_within_its_one_rate() {
     );
     let owner_view = view(&nodes[owner]).await.counters;
     assert!(owner_view.decided_for_others < asked / 2, "{owner_view:?}");
+    // Every decision is counted once, on the node that made it — within a share, for another
+    // node, or its own — in the policy's own series: the nodes' sums are what the clients saw
+    // (the three first asks included).
+    let mut counted = [0, 0];
+    for node in &nodes {
+        for (i, outcome) in ["admitted", "rejected"].into_iter().enumerate() {
+            let series = format!("weir_decisions_total{{policy=\"hot\",outcome=\"{outcome}\"}}");
+            counted[i] += counter(node, &series).await;
+        }
+    }
+    assert_eq!(
+        counted,
+        [admitted + 3, asked - admitted],
+        "the nodes' weir_decisions_total (admitted, rejected) against the clients' count"
+    );
 }
 
 /// `docs/envoy/rlqs.toml`'s tenants, cluster-scoped.

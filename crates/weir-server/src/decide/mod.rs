@@ -165,6 +165,15 @@ impl Decision {
     }
 }
 
+/// Counts a decision on `ask` that `policy`'s own buckets here did not make (within an
+/// assigned share, or by Redis) in the policy's counters, as one of its own (`over`: the
+/// bucket said no).
+fn count_elsewhere(policy: &Policy<SystemClock>, ask: Ask<'_>, over: bool) {
+    let mut request = weir::policy::Request::new(ask.key).cost(ask.cost);
+    request.kind = ask.kind;
+    policy.count_decided_elsewhere(&request, over);
+}
+
 /// What deciding a bucket needs: where buckets may live, and what is lent out of them.
 pub struct Decider {
     policies: Arc<PolicySet<SystemClock>>,

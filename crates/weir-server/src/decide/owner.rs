@@ -22,7 +22,7 @@ use weir_cluster::assignment::{Assignment, Local, REPORT_EVERY, RateReport, Whol
 use weir_cluster::rates::{Decided, RateAsk, RateDecision, Report, ReportAnswer};
 
 use super::waiting::Waiting;
-use super::{AdmissionTier, Ask, Decider, Decision, NoQuota};
+use super::{AdmissionTier, Ask, Decider, Decision, NoQuota, count_elsewhere};
 
 impl Decider {
     /// `ask` of a cluster-scoped policy: decided within this node's assigned share, or by the
@@ -36,7 +36,12 @@ impl Decider {
         let cluster = self.cluster.as_ref()?;
         let Waiting { max_wait, monitors } = Waiting::of(policy, ask.max_wait);
         if max_wait.is_zero() && assignable(policy, ask.kind).is_some() {
-            match cluster.decide_assigned(policy.name(), ask.key, ask.cost) {
+            let decided = cluster.decide_assigned(policy.name(), ask.key, ask.cost);
+            // Decided here, within this node's share: counted here, as a decision of its own.
+            if !matches!(decided, Local::Forward) {
+                count_elsewhere(policy, ask, matches!(decided, Local::Refused { .. }));
+            }
+            match decided {
                 Local::Admitted => return Some(assigned(false)),
                 Local::Refused { .. } if monitors => return Some(assigned(true)),
                 Local::Refused { retry_after } => {

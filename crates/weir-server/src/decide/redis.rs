@@ -16,7 +16,7 @@ use weir::limiter::Quota;
 use weir::policy::{BucketShape, Policy, RejectReason, Rejection};
 
 use super::waiting::Waiting;
-use super::{AdmissionTier, Ask, Decider, Decision};
+use super::{AdmissionTier, Ask, Decider, Decision, count_elsewhere};
 use crate::error::ApiError;
 use crate::redis_buckets::{RedisDecision, Unavailable};
 
@@ -25,6 +25,19 @@ impl Decider {
     /// allow, by asking again); `None` to decide here: a bucket Redis does not keep (a kind
     /// the policy leaves unlimited or does not apply to, a shape Redis does not keep).
     pub(super) async fn decide_in_redis(
+        &self,
+        policy: &Policy<SystemClock>,
+        ask: Ask<'_>,
+    ) -> Option<Result<Decision, ApiError>> {
+        let decided = self.decide_in_redis_uncounted(policy, ask).await;
+        // Decided by Redis (or by `on_unavailable` for it): counted here, once, as the policy's.
+        if let Some(Ok(decision)) = &decided {
+            count_elsewhere(policy, ask, decision.is_over());
+        }
+        decided
+    }
+
+    async fn decide_in_redis_uncounted(
         &self,
         policy: &Policy<SystemClock>,
         ask: Ask<'_>,

@@ -168,6 +168,33 @@ impl<C: Clock + Clone> Policy<C> {
         }
     }
 
+    /// Counts a decision on `request` that this policy's own buckets did not make — within a
+    /// share of a cluster-wide bucket assigned to this node, or by the Redis its buckets live
+    /// in — as one of its own: in its counters (`refused`: the bucket said no; admitted anyway
+    /// if the policy only monitors) and in who it holds back. So a policy's numbers count every
+    /// decision made for it on this node, wherever its bucket is.
+    pub fn count_decided_elsewhere(&self, request: &Request<'_>, refused: bool) {
+        let state = self.state.load();
+        if !state.config.applies_to(request.kind) {
+            return;
+        }
+        state.stats.start();
+        let outcome = match (refused, state.config.mode == config::Mode::Monitor) {
+            (false, _) => Outcome::Admitted,
+            (true, true) => Outcome::WouldThrottle,
+            (true, false) => Outcome::Rejected,
+        };
+        // Its refusals go into who is held back; its admissions do not (that table's lock, taken
+        // on every admission, would cost the path that exists to be cheap).
+        if refused && let Some(Some(limiter)) = state.buckets(request.kind) {
+            self.record_throttled(&state, limiter, request);
+        }
+        state.stats.decided(outcome, Duration::ZERO);
+        if outcome != Outcome::Rejected {
+            state.stats.finish();
+        }
+    }
+
     /// Lets through a request that has no bucket key (its principal has no value for the
     /// policy's dimension), counting it as such if the policy applies to its kind.
     pub fn pass_unkeyed(&self, kind: Option<&str>) {
