@@ -182,8 +182,7 @@ impl Owner {
     /// off, it may have had its buckets given to an owner on the majority's side, which granted
     /// on them, though its own ring never moved them. Once it hears a majority again it waits
     /// a tenure like a new owner, so the leases the interim owner granted have expired (or been
-    /// handed over) before it grants beside them. (A healed partition of an owner measured 7
-    /// leases live against a ceiling of 6 before it waited.)
+    /// handed over) before it grants beside them (`docs/guarantees.md`, the heal).
     pub fn beat(&self, now: weir::Nanos) {
         if self.check_majority(now).is_err() {
             self.tenure.restart(now);
