@@ -140,7 +140,9 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
         }
         anyhow::bail!(why);
     }
-    tracing::info!("shutting down: no new connections; waiting requests are answered 503");
+    tracing::info!(
+        "shutting down: not ready; a cluster member hands over first, then no new connections, and waiting requests are answered 503"
+    );
     app.health().set_ready(false);
     health.stop().await;
     // Handed over first, drained after: while this node still answers, its buckets move to
