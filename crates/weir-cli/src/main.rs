@@ -63,27 +63,15 @@ enum Command {
     Config {
         #[command(subcommand)]
         action: ConfigAction,
-        /// The server's HTTP address.
-        #[arg(long, global = true, default_value = "http://127.0.0.1:8080")]
-        server: String,
-        /// The admin token (else WEIR_ADMIN_TOKEN).
-        #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
-        token: Option<String>,
         #[command(flatten)]
-        tls: ClientTlsArgs,
+        admin: AdminArgs,
     },
-    /// Acts on a running cluster's membership.
+    /// Acts on a running cluster's membership (through any member).
     Cluster {
         #[command(subcommand)]
         action: ClusterAction,
-        /// The HTTP address of any member.
-        #[arg(long, global = true, default_value = "http://127.0.0.1:8080")]
-        server: String,
-        /// The admin token (else WEIR_ADMIN_TOKEN).
-        #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
-        token: Option<String>,
         #[command(flatten)]
-        tls: ClientTlsArgs,
+        admin: AdminArgs,
     },
     /// Measures a target under open-loop (or closed-loop) load and reports what it saw.
     Bench(Box<BenchArgs>),
@@ -97,6 +85,26 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         rls_config: Option<PathBuf>,
     },
+}
+
+/// How `weir config` and `weir cluster` reach a server as its admin.
+#[derive(Debug, clap::Args)]
+struct AdminArgs {
+    /// The server's HTTP address.
+    #[arg(long, global = true, default_value = "http://127.0.0.1:8080")]
+    server: String,
+    /// The admin token (else WEIR_ADMIN_TOKEN).
+    #[arg(long, global = true, env = "WEIR_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(flatten)]
+    tls: ClientTlsArgs,
+}
+
+impl AdminArgs {
+    /// A client of the server with these settings.
+    fn client(self) -> anyhow::Result<Client> {
+        self.tls.client(&self.server, self.token)
+    }
 }
 
 /// How `weir top`, `weir config` and `weir cluster` reach an `https://` server.
@@ -168,20 +176,10 @@ fn main() -> ExitCode {
                             .await
                             .map(|()| ExitCode::SUCCESS)
                     }
-                    Command::Config {
-                        action,
-                        server,
-                        token,
-                        tls,
-                    } => config(action, tls.client(&server, token)?)
+                    Command::Config { action, admin } => config(action, admin.client()?)
                         .await
                         .map(|()| ExitCode::SUCCESS),
-                    Command::Cluster {
-                        action,
-                        server,
-                        token,
-                        tls,
-                    } => cluster(action, tls.client(&server, token)?)
+                    Command::Cluster { action, admin } => cluster(action, admin.client()?)
                         .await
                         .map(|()| ExitCode::SUCCESS),
                     Command::Bench(args) => bench(*args).await.map(|()| ExitCode::SUCCESS),

@@ -170,7 +170,7 @@ impl PolicyLog {
     }
 
     /// The voters' log ids.
-    fn voter_ids(&self) -> BTreeSet<u64> {
+    pub(super) fn voter_ids(&self) -> BTreeSet<u64> {
         self.raft()
             .metrics()
             .borrow()

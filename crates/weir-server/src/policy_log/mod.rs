@@ -330,13 +330,7 @@ impl PolicyLog {
         if !self.started().await {
             return 0;
         }
-        self.raft()
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .voter_ids()
-            .count()
+        self.voter_ids().len()
     }
 
     /// The index through which a member must have applied the log to have every change
