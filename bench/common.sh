@@ -106,7 +106,11 @@ redis_cell() {
       cargo build --release --quiet --manifest-path "$manifest" \
         --target-dir "$bench_dir/cell-target" 2>"$bench_dir/cell.log"; then
       mkdir -p "$(dirname "$cell_so")"
-      cp "$bench_dir/cell-target/release/libredis_cell.so" "$cell_so"
+      # Put in place by a rename, never written over: another script may have built it too
+      # and have a Redis running with it loaded (CI runs two lanes at once), and a loaded
+      # module overwritten in place crashes that Redis.
+      cp "$bench_dir/cell-target/release/libredis_cell.so" "$cell_so.$$"
+      mv -f "$cell_so.$$" "$cell_so"
     else
       cell_missing="redis-cell 0.2.2 did not build ($(tail -1 "$bench_dir/cell.log" 2>/dev/null))"
     fi
