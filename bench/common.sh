@@ -27,14 +27,24 @@ start_weir() {
   "$WEIR_BIN" serve --config "$bench_dir/config.toml" --data-dir "$bench_dir/data" \
     --http 127.0.0.1:0 --grpc 127.0.0.1:0 --log warn "$@" >"$bench_dir/out" 2>"$bench_dir/err" &
   WEIR_PID=$!
-  for _ in $(seq 1 200); do
-    grep -q '^listening' "$bench_dir/out" && break
-    sleep 0.05
-  done
+  wait_listening "$bench_dir/out" "$WEIR_PID" || true
   WEIR_HTTP=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$bench_dir/out")
   WEIR_GRPC=$(sed -n 's/.* grpc=\([^ ]*\).*/\1/p' "$bench_dir/out")
   WEIR_RESP=$(sed -n 's/.* resp=\([^ ]*\).*/\1/p' "$bench_dir/out")
   [ -n "$WEIR_HTTP" ] || { cat "$bench_dir/err"; echo "weir did not start" >&2; exit 1; }
+}
+
+# wait_listening FILE [PID]: waits for a server's "listening" line in FILE, up to a minute (CI
+# runs two bench lanes at once on a debug build, where a start once took over 10 s, and
+# valgrind starts slowly); gives up at once if PID has exited. Fails when no line came.
+wait_listening() {
+  for _ in $(seq 1 600); do
+    grep -q '^listening' "$1" 2>/dev/null && return 0
+    [ -z "${2:-}" ] || kill -0 "$2" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "no server started (see $1)" >&2
+  return 1
 }
 
 # stop_weir: SIGTERM and wait.

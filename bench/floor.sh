@@ -72,17 +72,6 @@ start_floor() {
   FLOOR_GRPC=$(sed -n 's/.* grpc=\([^ ]*\).*/\1/p' "$bench_dir/floor.out")
 }
 
-# wait_listening FILE: waits (up to a minute: valgrind starts slowly) for a server's
-# "listening" line in FILE.
-wait_listening() {
-  for _ in $(seq 1 600); do
-    grep -q '^listening' "$1" 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "no server started (see $1)" >&2
-  exit 1
-}
-
 # load KIND HTTP GRPC SECONDS CONNECTIONS [TAG [WRK_THREADS]]: drives one load; prints
 # "REQUESTS SECONDS", or fails (saying why in $bench_dir/load.err.TAG) if the load did not run,
 # or not every request was answered with an admission. TAG names its files, so that two loads

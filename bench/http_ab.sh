@@ -39,7 +39,7 @@ run() {
   "$bin" serve --config "$work/config.toml" --data-dir "$work/data" --http 127.0.0.1:0 \
     --grpc 127.0.0.1:0 --log warn >"$work/out" 2>"$work/err" &
   pid=$!
-  for _ in $(seq 1 200); do grep -q '^listening' "$work/out" && break; sleep 0.05; done
+  for _ in $(seq 1 600); do grep -q '^listening' "$work/out" && break; sleep 0.1; done
   local http; http=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$work/out")
   [ -n "$http" ] || { cat "$work/err"; echo "$label did not start" >&2; exit 1; }
   local before after

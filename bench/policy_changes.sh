@@ -43,10 +43,7 @@ for i in $(seq 1 "$nodes"); do
 done
 urls=()
 for i in $(seq 1 "$nodes"); do
-  for _ in $(seq 1 300); do
-    grep -q '^listening' "$bench_dir/out$i" && break
-    sleep 0.1
-  done
+  wait_listening "$bench_dir/out$i"
   urls+=("http://$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$bench_dir/out$i")")
 done
 for url in "${urls[@]}"; do

@@ -61,10 +61,7 @@ nodes() {
   done
   servers=""
   for i in 1 2 3; do
-    for _ in $(seq 1 300); do
-      grep -q '^listening' "$bench_dir/$name-out$i" && break
-      sleep 0.1
-    done
+    wait_listening "$bench_dir/$name-out$i"
     local http
     http=http://$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$bench_dir/$name-out$i")
     for _ in $(seq 1 300); do

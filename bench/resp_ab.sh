@@ -22,7 +22,7 @@ run() {
   "$bin" serve --http 127.0.0.1:0 --grpc 127.0.0.1:0 --resp 127.0.0.1:0 --data-dir "$work/data" \
     --log warn >"$work/out" 2>"$work/err" &
   pid=$!
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 600); do
     grep -q '^listening' "$work/out" && break
     sleep 0.1
   done
