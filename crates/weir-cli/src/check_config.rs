@@ -71,6 +71,12 @@ pub(crate) fn check_config(
                     }
                 },
             };
+            for (old, new) in &config.old_names {
+                println!(
+                    "{}: note: `{old}` is now `{new}` (read as it; rename it)",
+                    file.display()
+                );
+            }
             println!(
                 "{}: ok ({} policies{rules})",
                 file.display(),

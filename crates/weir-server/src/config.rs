@@ -12,11 +12,13 @@ use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
 
 use crate::front_door::gubernator::settings::GubernatorTable;
+use crate::front_door::resp::settings::{OldSettings, RespTable};
 use crate::front_door::rlqs::buckets::RlqsTable;
 use crate::front_door::rls::settings::RlsTable;
 pub use crate::listen_address::listen_address;
 use crate::listen_address::serde as listen_serde;
 
+use mistakes::every_mistake;
 use serde::{Deserialize, Serialize};
 use weir::policy::{PolicyConfig, PolicyError};
 
@@ -39,6 +41,9 @@ pub struct ConfigFile {
     /// `[rlqs]`: Envoy's rate limit quota service, its bucket ids mapped to policies.
     #[serde(default, skip_serializing_if = "RlqsTable::is_default")]
     pub rlqs: RlqsTable,
+    /// `[resp]`: the Redis protocol.
+    #[serde(default, skip_serializing_if = "RespTable::is_default")]
+    pub resp: RespTable,
     /// `[gubernator]`: Gubernator's v1 API.
     #[serde(default, skip_serializing_if = "GubernatorTable::is_default")]
     pub gubernator: GubernatorTable,
@@ -48,6 +53,10 @@ pub struct ConfigFile {
     /// The text this was parsed from (what a reload compares the file with).
     #[serde(skip)]
     pub text: String,
+    /// Settings read under an old name, as `(old, new)` (each `table.field`): what to tell
+    /// whoever runs it.
+    #[serde(skip)]
+    pub old_names: Vec<(String, String)>,
 }
 
 /// The `[server]` table.
@@ -63,17 +72,17 @@ pub struct ServerSettings {
     /// The gRPC API's address (default `127.0.0.1:50051`).
     #[serde(default = "default_grpc", deserialize_with = "listen_serde::one")]
     pub grpc: SocketAddr,
-    /// The Redis-protocol listener's address (`--resp`); absent: none.
+    /// `resp.listen`'s old name, read and moved there (never written back).
     #[serde(
+        rename = "resp",
         default,
-        skip_serializing_if = "Option::is_none",
+        skip_serializing,
         deserialize_with = "listen_serde::some"
     )]
-    pub resp: Option<SocketAddr>,
-    /// The most keys `CL.THROTTLE` keeps at once (default 100 000); at the cap, keys whole
-    /// again are dropped first, and a new key is refused only when none is.
-    #[serde(default = "default_resp_max_keys")]
-    pub resp_max_keys: usize,
+    pub old_resp: Option<SocketAddr>,
+    /// `resp.max_keys`'s old name, read and moved there.
+    #[serde(rename = "resp_max_keys", default, skip_serializing)]
+    pub old_resp_max_keys: Option<usize>,
     /// Where policy changes made over the API are kept (default `./weir-data`).
     #[serde(default = "default_data_dir")]
     pub data_dir: PathBuf,
@@ -130,11 +139,14 @@ pub struct ServerSettings {
     /// never sends are kept (default 30 s).
     #[serde(default = "default_header_timeout", with = "weir::duration::serde")]
     pub header_timeout: Duration,
-    /// The Redis-protocol listener: how long a connection with nothing asked of it is kept
-    /// (default `0s`: for ever, as Redis's `timeout 0`). A request begun must arrive whole
-    /// within `header_timeout` whatever this says.
-    #[serde(default, with = "weir::duration::serde")]
-    pub resp_idle_timeout: Duration,
+    /// `resp.idle_timeout`'s old name, read and moved there.
+    #[serde(
+        rename = "resp_idle_timeout",
+        default,
+        skip_serializing,
+        deserialize_with = "some_duration"
+    )]
+    pub old_resp_idle_timeout: Option<Duration>,
     /// The bearer token data-plane calls must carry (also `WEIR_DATA_TOKEN`): acquire, release,
     /// renew and busy over HTTP and gRPC, and the Redis protocol's password. Absent: the data
     /// plane is open to whoever reaches it. The admin token is accepted in its place over HTTP
@@ -197,8 +209,10 @@ fn default_http() -> SocketAddr {
 fn default_grpc() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 50051))
 }
-fn default_resp_max_keys() -> usize {
-    100_000
+fn some_duration<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    weir::duration::serde::deserialize(deserializer).map(Some)
 }
 fn default_data_dir() -> PathBuf {
     PathBuf::from("./weir-data")
@@ -244,8 +258,8 @@ impl Default for ServerSettings {
             node_id: default_node_id(),
             http: default_http(),
             grpc: default_grpc(),
-            resp: None,
-            resp_max_keys: default_resp_max_keys(),
+            old_resp: None,
+            old_resp_max_keys: None,
             data_dir: default_data_dir(),
             admin_token: None,
             report_interval: default_report_interval(),
@@ -259,7 +273,7 @@ impl Default for ServerSettings {
             cluster_id: default_cluster_id(),
             cluster_secret: None,
             header_timeout: default_header_timeout(),
-            resp_idle_timeout: Duration::ZERO,
+            old_resp_idle_timeout: None,
             data_token: None,
             allowed_hosts: Vec::new(),
             body_timeout: default_body_timeout(),
@@ -311,6 +325,14 @@ pub enum ConfigProblem {
         /// What is wrong with it.
         problem: String,
     },
+    /// A `[resp]` setting that does not hold together.
+    #[error("`resp.{field}` {problem}")]
+    Resp {
+        /// The field.
+        field: &'static str,
+        /// What is wrong with it.
+        problem: String,
+    },
     /// A `[gubernator]` setting that does not hold together.
     #[error("`gubernator.{field}` {problem}")]
     Gubernator {
@@ -327,14 +349,15 @@ pub enum ConfigProblem {
 impl ConfigFile {
     /// Parses and checks a config; returns every problem found.
     pub fn parse(text: &str) -> Result<Self, Vec<ConfigProblem>> {
-        let file: ConfigFile = match toml::from_str(text) {
+        let mut file: ConfigFile = match toml::from_str(text) {
             Ok(file) => file,
             Err(whole) => {
                 return Err(Self::problems_one_by_one(text)
                     .unwrap_or_else(|| vec![ConfigProblem::Syntax(whole.to_string())]));
             }
         };
-        let problems = file.problems();
+        let mut problems = file.take_old_names(text);
+        problems.extend(file.problems());
         if problems.is_empty() {
             Ok(ConfigFile {
                 text: text.to_owned(),
@@ -380,8 +403,42 @@ impl ConfigFile {
                 }));
             }
         }
+        problems.extend(rest.take_old_names(text));
         problems.extend(rest.problems());
         (!problems.is_empty()).then_some(problems)
+    }
+
+    /// Moves settings read under their old names to where they are now (`old_names` records
+    /// each); a setting given under both names is a problem. `text` tells which names the file
+    /// gives.
+    fn take_old_names(&mut self, text: &str) -> Vec<ConfigProblem> {
+        let table: Option<toml::Table> = toml::from_str(text).ok();
+        let in_resp = |field: &str| {
+            table
+                .as_ref()
+                .and_then(|t| t.get("resp"))
+                .and_then(|resp| resp.get(field))
+                .is_some()
+        };
+        let server = &mut self.server;
+        let old = OldSettings {
+            listen: server.old_resp.take(),
+            max_keys: server.old_resp_max_keys.take(),
+            idle_timeout: server.old_resp_idle_timeout.take(),
+        };
+        match self.resp.take_old(old, &in_resp) {
+            Ok(read) => {
+                self.old_names.extend(
+                    read.into_iter()
+                        .map(|(old, new)| (format!("server.{old}"), format!("resp.{new}"))),
+                );
+                Vec::new()
+            }
+            Err(both) => both
+                .into_iter()
+                .map(|(field, problem)| ConfigProblem::Resp { field, problem })
+                .collect(),
+        }
     }
 
     /// Every problem with the config (empty: none).
@@ -463,6 +520,12 @@ impl ConfigFile {
                 .map(|(field, problem)| ConfigProblem::Rlqs { field, problem }),
         );
         problems.extend(
+            self.resp
+                .problems()
+                .into_iter()
+                .map(|(field, problem)| ConfigProblem::Resp { field, problem }),
+        );
+        problems.extend(
             self.gubernator
                 .problems()
                 .into_iter()
@@ -505,60 +568,6 @@ impl ConfigFile {
     }
 }
 
-/// Reads `value` as a `T`, listing every unknown field rather than the first: each one serde
-/// names is reported (with the nearest field it expected, when one is close) and taken out, and
-/// the rest read again. Another kind of mistake ends the list. The `T` read once every unknown
-/// field is out, if it then reads.
-fn every_mistake<T: serde::de::DeserializeOwned>(
-    mut value: toml::Value,
-) -> (Option<T>, Vec<String>) {
-    let mut mistakes = Vec::new();
-    // Bounded: each round takes one field out of the value.
-    for _ in 0..64 {
-        let error = match value.clone().try_into::<T>() {
-            Ok(read) => return (Some(read), mistakes),
-            Err(error) => error.to_string(),
-        };
-        let error = error.trim_end().to_owned();
-        let Some(field) = unknown_field(&error) else {
-            mistakes.push(error);
-            return (None, mistakes);
-        };
-        if !remove_first(&mut value, &field) {
-            mistakes.push(error);
-            return (None, mistakes);
-        }
-        mistakes.push(match nearest(&field, &error) {
-            Some(meant) => format!("unknown field `{field}` (did you mean `{meant}`?)"),
-            None => error,
-        });
-    }
-    (None, mistakes)
-}
-
-/// The field serde's "unknown field `X`, expected …" names.
-fn unknown_field(error: &str) -> Option<String> {
-    let rest = error.split("unknown field `").nth(1)?;
-    Some(rest.split('`').next()?.to_owned())
-}
-
-/// The expected field (from serde's "expected one of `a`, `b`" list) nearest to `field`, if one
-/// is close.
-fn nearest(field: &str, error: &str) -> Option<String> {
-    let expected = error.split("expected").nth(1)?;
-    crate::suggest::nearest_name(field, expected.split('`').skip(1).step_by(2)).map(str::to_owned)
-}
-
-/// Takes the first `key` out of `value`, its own keys first, then its tables' (depth first).
-fn remove_first(value: &mut toml::Value, key: &str) -> bool {
-    let Some(table) = value.as_table_mut() else {
-        return false;
-    };
-    if table.remove(key).is_some() {
-        return true;
-    }
-    table.iter_mut().any(|(_, inner)| remove_first(inner, key))
-}
-
+mod mistakes;
 #[cfg(test)]
 mod tests;

@@ -32,7 +32,7 @@ impl InProcess {
             max_cost: config.server.max_cost,
             body_timeout: config.server.body_timeout,
             cluster: None,
-            cell_max_keys: config.server.resp_max_keys,
+            cell_max_keys: config.resp.max_keys,
             durable_after: None,
             redis: None,
         })?;

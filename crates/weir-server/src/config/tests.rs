@@ -185,3 +185,46 @@ fn the_gubernator_table_reads_host_names_and_names_its_mistakes() {
         ["`gubernator.max_keys` must be at least 1"]
     );
 }
+
+#[test]
+fn the_redis_protocol_s_settings_are_read_from_resp_and_still_from_their_old_names() {
+    let config = ConfigFile::parse(
+        "[resp]\nlisten = \"localhost:6380\"\nmax_keys = 5\nidle_timeout = \"30s\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.resp.listen, Some("127.0.0.1:6380".parse().unwrap()));
+    assert_eq!(config.resp.max_keys, 5);
+    assert_eq!(config.resp.idle_timeout, Duration::from_secs(30));
+    assert!(config.old_names.is_empty());
+
+    // A config written before `[resp]` loads as it did, each old name noted.
+    let old = ConfigFile::parse(
+        "[server]\nresp = \"localhost:6380\"\nresp_max_keys = 5\nresp_idle_timeout = \"30s\"\n",
+    )
+    .unwrap();
+    assert_eq!(old.resp, config.resp);
+    assert_eq!(
+        old.old_names,
+        [
+            ("server.resp", "resp.listen"),
+            ("server.resp_max_keys", "resp.max_keys"),
+            ("server.resp_idle_timeout", "resp.idle_timeout"),
+        ]
+        .map(|(old, new)| (old.to_owned(), new.to_owned()))
+    );
+    // Written back, it has the new names only.
+    let written = toml::to_string(&old).unwrap();
+    assert!(!written.contains("resp_max_keys"), "{written}");
+    assert!(written.contains("[resp]"), "{written}");
+
+    assert_eq!(
+        problems_of("[server]\nresp_max_keys = 5\n[resp]\nmax_keys = 6\n"),
+        [
+            "`resp.max_keys` is given, and so is its old name `server.resp_max_keys`: keep `resp.max_keys` only"
+        ]
+    );
+    assert_eq!(
+        problems_of("[resp]\nmax_keys = 0\n"),
+        ["`resp.max_keys` must be at least 1"]
+    );
+}

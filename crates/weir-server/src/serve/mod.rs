@@ -49,6 +49,13 @@ const CONFIG_VERSION_EVERY: Duration = Duration::from_millis(500);
 /// policies (see the `reload` module); `None` for the embedded default.
 pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> anyhow::Result<()> {
     check_exposure(&config)?;
+    for (old, new) in &config.old_names {
+        tracing::warn!(
+            %old,
+            %new,
+            "the config names a setting by its old name: it is read as the new one; rename it"
+        );
+    }
     // Before the first bind: from the first accepted connection on, a stop signal drains.
     let mut termination = Termination::install()?;
     // SIGHUP too, for the same reason: its default action would end the process.
@@ -77,7 +84,7 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
     // Their own SIGHUP listeners beside the config's: all reload on one signal.
     let tls_hangups = tls.as_ref().map(|_| sighup()).transpose()?;
     let rls_hangups = config.rls.config.as_ref().map(|_| sighup()).transpose()?;
-    let listeners = Listeners::bind(server)?;
+    let listeners = Listeners::bind(&config)?;
     let bound = listeners.bound;
     let cluster = join_cluster(server, tls.as_ref(), bound.grpc).await?;
     let app = start_core(&config, cluster.as_ref(), bound.grpc)?;
@@ -111,11 +118,9 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
         ),
     ];
     front_doors.extend(gubernator_grpc);
-    front_doors.extend(
-        listeners
-            .resp
-            .map(|listener| crate::front_door::resp::start(&app, listener, server, tls.clone())),
-    );
+    front_doors.extend(listeners.resp.map(|listener| {
+        crate::front_door::resp::start(&app, listener, server, &config.resp, tls.clone())
+    }));
 
     crate::reload::watch(
         Arc::clone(&app),
@@ -201,13 +206,15 @@ struct Bound {
 }
 
 impl Listeners {
-    fn bind(server: &ServerSettings) -> anyhow::Result<Self> {
+    fn bind(config: &ConfigFile) -> anyhow::Result<Self> {
+        let server = &config.server;
         let http = connections::bind(server.http, server.listen_backlog)
             .with_context(|| format!("binding the HTTP address {}", server.http))?;
         let grpc = connections::bind(server.grpc, server.listen_backlog)
             .with_context(|| format!("binding the gRPC address {}", server.grpc))?;
-        let resp = server
+        let resp = config
             .resp
+            .listen
             .map(|addr| {
                 connections::bind(addr, server.listen_backlog)
                     .with_context(|| format!("binding the Redis-protocol address {addr}"))
@@ -310,7 +317,7 @@ fn start_core(
         max_cost: server.max_cost,
         body_timeout: server.body_timeout,
         cluster: cluster.cloned(),
-        cell_max_keys: server.resp_max_keys,
+        cell_max_keys: config.resp.max_keys,
         durable_after: Some(server.durable_after),
         redis: config.redis.clone(),
     })?;

@@ -56,15 +56,15 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
         let list: Vec<String> = problems.iter().map(|p| format!("  - {p}")).collect();
         anyhow::anyhow!("{origin} is not a valid config:\n{}", list.join("\n"))
     })?;
+    if let Some(resp) = overrides.resp {
+        config.resp.listen = Some(resp);
+    }
     let server = &mut config.server;
     if let Some(http) = overrides.http {
         server.http = http;
     }
     if let Some(grpc) = overrides.grpc {
         server.grpc = grpc;
-    }
-    if let Some(resp) = overrides.resp {
-        server.resp = Some(resp);
     }
     if let Some(dir) = &overrides.data_dir {
         server.data_dir = dir.clone();
@@ -162,7 +162,7 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     let listeners = [
         Some(("http", config.server.http)),
         Some(("grpc", config.server.grpc)),
-        config.server.resp.map(|addr| ("resp", addr)),
+        config.resp.listen.map(|addr| ("resp", addr)),
         config.gubernator.listen.map(|addr| ("gubernator", addr)),
     ];
     for (name, addr) in listeners.into_iter().flatten() {

@@ -87,14 +87,14 @@ impl Collector for CellsCollector {
         single(
             &mut encoder,
             "weir_cl_throttle_sketched",
-            "CL.THROTTLE decisions on keys past `[server] resp_max_keys`, made in the sketch",
+            "CL.THROTTLE decisions on keys past `[resp] max_keys`, made in the sketch",
             MetricType::Counter,
             ConstCounter::new(sketched),
         )?;
         single(
             &mut encoder,
             "weir_cl_throttle_keys",
-            "Keys CL.THROTTLE holds now (at most `[server] resp_max_keys`)",
+            "Keys CL.THROTTLE holds now (at most `[resp] max_keys`)",
             MetricType::Gauge,
             ConstGauge::new(self.cells.len() as i64),
         )

@@ -10,6 +10,7 @@
 //! | `framing.rs` | cutting requests out of the bytes read, bounded |
 //! | `commands/` | each command: what it asks of the core, and its reply (a file per command) |
 //! | `reply.rs` | replies, encoded as RESP2 or RESP3 with the `redis-protocol` crate |
+//! | `settings.rs` | `[resp]`: where it listens, `CL.THROTTLE`'s key cap, the idle timeout |
 //!
 //! A connection is one task. It reads what has arrived, runs every whole request in it in
 //! order, and writes the replies together — so a pipeline of a thousand requests is a few
@@ -23,7 +24,7 @@
 //! Time is bounded as on the HTTP port. A connection that has not given the password within
 //! `auth_timeout` is closed, and so is one that starts a request and does not finish it within
 //! `command_timeout` (both `server.header_timeout`); one with nothing asked of it for
-//! `idle_timeout` (`server.resp_idle_timeout`, 0 = never, as Redis's `timeout`) is closed too.
+//! `idle_timeout` (`resp.idle_timeout`, 0 = never, as Redis's `timeout`) is closed too.
 //! At `max_connections`, the connection silent longest makes room for a newcomer (`room.rs`),
 //! so sockets that connect and say nothing cannot lock the port. A connection that ends stops
 //! the commands still being decided for it. A
@@ -36,6 +37,7 @@ mod framing;
 mod metrics;
 mod reply;
 mod room;
+pub mod settings;
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -72,11 +74,13 @@ const LIMITS: Limits = Limits {
     max_args: MAX_ARGS,
 };
 
-/// Serves the Redis protocol on `listener` until the drain, with `[server]`'s bounds.
+/// Serves the Redis protocol on `listener` until the drain, with `[server]`'s bounds and
+/// `[resp]`'s.
 pub fn start(
     app: &Arc<App>,
     listener: TcpListener,
     server: &crate::config::ServerSettings,
+    resp: &settings::RespTable,
     tls: Option<Arc<Tls>>,
 ) -> JoinHandle<()> {
     tokio::spawn(serve(
@@ -86,7 +90,7 @@ pub fn start(
         ConnectionLimits {
             auth_timeout: server.header_timeout,
             command_timeout: server.header_timeout,
-            idle_timeout: Some(server.resp_idle_timeout).filter(|t| !t.is_zero()),
+            idle_timeout: Some(resp.idle_timeout).filter(|t| !t.is_zero()),
         },
         tls,
     ))
