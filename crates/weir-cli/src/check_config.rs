@@ -103,7 +103,8 @@ pub(crate) fn check_rules(
     let rules = RulesConfig::load(path, table.same_domain())
         .map_err(|errors| errors.iter().map(ToString::to_string).collect::<Vec<_>>())?;
     let policies = policies_of(&rules, &table.settings(), Scope::Node);
-    let count = policies.len();
+    // Besides the rules', each domain has a counter per unit for limits sent with requests.
+    let count = policies.len() - rules.domains.len() * weir_server::rls::Unit::ALL.len();
     weir::policy::PolicySet::new(policies, SystemClock::new())
         .map_err(|error| vec![format!("{}: {error}", path.display())])?;
     Ok(format!(

@@ -807,12 +807,15 @@ async fn spend(server: &Server, prefix: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_rls_rule_counts_once_for_the_cluster() {
+async fn an_rls_rule_and_a_limit_sent_with_a_request_count_once_for_the_cluster() {
     use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
     use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
     use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code;
     use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use weir_api::envoy::r#type::v3::RateLimitUnit;
 
     let dir = tempfile::tempdir().unwrap();
     let rules = dir.path().join("rules.yaml");
@@ -865,6 +868,39 @@ async fn an_rls_rule_counts_once_for_the_cluster() {
     assert_eq!(
         forwarded, 6,
         "two of the three nodes asked the owner, three times each"
+    );
+
+    // A limit sent with a descriptor no rule holds counts on the key's owner too: four an
+    // hour for the cluster, not for each node.
+    let sent = || RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "team".to_owned(),
+                value: "x".to_owned(),
+            }],
+            limit: Some(RateLimitOverride {
+                requests_per_unit: 4,
+                unit: RateLimitUnit::Hour as i32,
+            }),
+            hits_addend: None,
+        }],
+        hits_addend: 0,
+    };
+    let mut codes = Vec::new();
+    for _ in 0..2 {
+        for node in &nodes {
+            let mut client = RateLimitServiceClient::connect(node.grpc.clone())
+                .await
+                .unwrap();
+            let answer = client.should_rate_limit(sent()).await.unwrap().into_inner();
+            codes.push((answer.overall_code, answer.statuses[0].limit_remaining));
+        }
+    }
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    assert_eq!(
+        codes,
+        [(ok, 3), (ok, 2), (ok, 1), (ok, 0), (over, 0), (over, 0)]
     );
 }
 

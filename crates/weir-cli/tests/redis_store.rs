@@ -427,15 +427,18 @@ async fn a_redis_policy_is_committed_only_where_every_member_can_run_it() {
 }
 
 #[tokio::test]
-async fn envoy_rules_kept_in_redis_count_once_for_every_node() {
+async fn envoy_rules_and_limits_sent_with_requests_kept_in_redis_count_once_for_every_node() {
     if !redis_available() {
         return;
     }
     use weir_api::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-    use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use weir_api::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+        Entry, RateLimitOverride,
+    };
     use weir_api::envoy::service::ratelimit::v3::RateLimitRequest;
     use weir_api::envoy::service::ratelimit::v3::rate_limit_response::Code;
     use weir_api::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    use weir_api::envoy::r#type::v3::RateLimitUnit;
 
     let dir = tempfile::tempdir().unwrap();
     let redis = Redis::start(dir.path(), free_port(), false).await;
@@ -460,31 +463,64 @@ async fn envoy_rules_kept_in_redis_count_once_for_every_node() {
             .await
             .unwrap(),
     ];
-    let mut codes = Vec::new();
-    for i in 0..6 {
-        let answer = clients[i % 2]
-            .should_rate_limit(RateLimitRequest {
-                domain: "edge".to_owned(),
-                descriptors: vec![RateLimitDescriptor {
-                    entries: vec![Entry {
-                        key: "user".to_owned(),
-                        value: "alice".to_owned(),
+    // (key, value, a limit sent with it per unit) asked `times`, through each node in turn:
+    // (code, remaining) each time.
+    let mut ask = async |key: &str, value: &str, sent: Option<(u32, RateLimitUnit)>, times| {
+        let mut codes = Vec::new();
+        for i in 0..times {
+            let answer = clients[i % 2]
+                .should_rate_limit(RateLimitRequest {
+                    domain: "edge".to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: key.to_owned(),
+                            value: value.to_owned(),
+                        }],
+                        limit: sent.map(|(requests_per_unit, unit)| RateLimitOverride {
+                            requests_per_unit,
+                            unit: unit as i32,
+                        }),
+                        hits_addend: None,
                     }],
-                    limit: None,
-                    hits_addend: None,
-                }],
-                hits_addend: 0,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        codes.push((answer.overall_code, answer.statuses[0].limit_remaining));
-    }
+                    hits_addend: 0,
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            codes.push((answer.overall_code, answer.statuses[0].limit_remaining));
+        }
+        codes
+    };
     let ok = Code::Ok as i32;
     let over = Code::OverLimit as i32;
     assert_eq!(
-        codes,
+        ask("user", "alice", None, 6).await,
         [(ok, 3), (ok, 2), (ok, 1), (ok, 0), (over, 0), (over, 0)]
+    );
+    // A limit sent with a rule's descriptor, of the rule's unit, counts in the rule's window
+    // (as the reference server's one counter does), past the rule's own limit.
+    assert_eq!(
+        ask("user", "bob", Some((6, RateLimitUnit::Day)), 8).await,
+        [
+            (ok, 5),
+            (ok, 4),
+            (ok, 3),
+            (ok, 2),
+            (ok, 1),
+            (ok, 0),
+            (over, 0),
+            (over, 0)
+        ]
+    );
+    // One no rule holds counts in the domain's counter of its unit: in Redis too, so the two
+    // nodes share it.
+    assert_eq!(
+        ask("team", "x", Some((3, RateLimitUnit::Hour)), 5).await,
+        [(ok, 2), (ok, 1), (ok, 0), (over, 0), (over, 0)]
+    );
+    assert!(
+        !redis.cli(&["KEYS", "*sent:HOUR*"]).trim().is_empty(),
+        "the domain's counter is kept in Redis"
     );
 }
 

@@ -116,7 +116,9 @@ impl Decider {
         {
             Ok(decision) => {
                 let quota = Quota {
-                    used: capacity.saturating_sub(decision.remaining),
+                    used: decision
+                        .count
+                        .unwrap_or(capacity.saturating_sub(decision.remaining)),
                     remaining: decision.remaining,
                     reset_after: decision.reset_after,
                 };

@@ -139,6 +139,9 @@ pub struct RedisDecision {
     pub reset_after: Duration,
     /// Until a refused request could go (zero when admitted).
     pub retry_after: Duration,
+    /// A window's count just after, past its limit when refused hits count (`None`: a
+    /// bucket, whose spent is its capacity less what remains).
+    pub count: Option<u64>,
 }
 
 /// Why Redis could not decide.
@@ -287,7 +290,7 @@ impl RedisBuckets {
             for argument in &arguments {
                 invocation.arg(argument);
             }
-            let reply: (u64, u64, u64, u64) = match self.link().await? {
+            let reply: (u64, u64, u64, u64, i64) = match self.link().await? {
                 Link::Single(mut connection) => invocation.invoke_async(&mut connection).await,
                 Link::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
                 Link::Sentinel(mut connection) => {
@@ -304,7 +307,7 @@ impl RedisBuckets {
             Ok(reply) => reply,
             Err(_) => Err(RedisUnavailable::TimedOut(timeout)),
         };
-        let (admitted, remaining, reset_after, retry_after) = match answered {
+        let (admitted, remaining, reset_after, retry_after, count) = match answered {
             Ok(reply) => reply,
             Err(error) => {
                 if let Some(kind) = error.kind() {
@@ -324,6 +327,7 @@ impl RedisBuckets {
             remaining,
             reset_after: Duration::from_micros(reset_after),
             retry_after: Duration::from_micros(retry_after),
+            count: u64::try_from(count).ok(),
         })
     }
 }

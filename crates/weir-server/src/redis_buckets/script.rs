@@ -8,9 +8,11 @@
 //! with a time to live of when it is whole again (one that is not a number, or later than an
 //! empty bucket's, is damaged and read as an empty bucket: a refusal never says to wait longer
 //! than the bucket takes to refill); a window is a hash of its number and its
-//! count, living until the window ends. The reply is four integers: admitted (1 or 0), what
-//! remains, microseconds until the bucket is whole again (the window ends), and microseconds
-//! until a refused request could go (0 when admitted).
+//! count, living until the window ends. The reply is five integers: admitted (1 or 0), what
+//! remains, microseconds until the bucket is whole again (the window ends), microseconds
+//! until a refused request could go (0 when admitted), and a window's count (past its limit
+//! when refused hits count: what a limit sent with an Envoy request is compared with; -1 for
+//! a bucket).
 
 use weir::keyed::Shape;
 
@@ -30,11 +32,11 @@ if ARGV[1] == 'g' then
   local allow_at = new_tat - tolerance
   if allow_at > now then
     local left = math.max(0, math.floor((tolerance - (tat - now)) / interval))
-    return {0, left, math.ceil(tat - now), math.ceil(allow_at - now)}
+    return {0, left, math.ceil(tat - now), math.ceil(allow_at - now), -1}
   end
   local whole_in = new_tat - now
   redis.call('SET', KEYS[1], string.format('%.0f', new_tat), 'PX', math.ceil(whole_in / 1000) + 1)
-  return {1, math.max(0, math.floor((tolerance - whole_in) / interval)), math.ceil(whole_in), 0}
+  return {1, math.max(0, math.floor((tolerance - whole_in) / interval)), math.ceil(whole_in), 0, -1}
 end
 local limit, length, cost = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local number = math.floor(now / length)
@@ -49,9 +51,9 @@ if admitted or ARGV[5] == '1' then
   redis.call('PEXPIRE', KEYS[1], math.ceil(left / 1000))
 end
 if admitted then
-  return {1, math.max(0, limit - count), math.ceil(left), 0}
+  return {1, math.max(0, limit - count), math.ceil(left), 0, count}
 end
-return {0, math.max(0, limit - count), math.ceil(left), math.ceil(left)}
+return {0, math.max(0, limit - count), math.ceil(left), math.ceil(left), count}
 ";
 
 /// The script's arguments after `KEYS[1]` for a bucket of `shape` and a request of `cost`;

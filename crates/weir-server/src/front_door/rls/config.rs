@@ -49,6 +49,17 @@ pub enum Unit {
 }
 
 impl Unit {
+    /// Every unit, in declaration order (a unit's index is `unit as usize`).
+    pub const ALL: [Unit; 7] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+        Unit::Year,
+    ];
+
     /// The unit named `name`, in any case (`minute`, `MINUTE`).
     pub fn parse(name: &str) -> Option<Unit> {
         Some(match name.to_ascii_uppercase().as_str() {

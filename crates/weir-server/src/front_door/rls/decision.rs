@@ -27,7 +27,6 @@ use super::counts::{Counts, RuleCounts};
 use super::rules::{self, Lookup, Matched, Tree};
 use super::sent::{Overrides, Sent};
 use super::settings::RlsSettings;
-use crate::decide::Home;
 
 /// A rule with what counts for it.
 #[derive(Debug)]
@@ -44,7 +43,7 @@ pub struct Rls<C: Clock + Clone = SystemClock> {
     pub(super) tree: Tree,
     pub(super) bound: Vec<Bound<C>>,
     /// Shared with the service the rules reload into while the domain stays.
-    pub(super) overrides: HashMap<String, Arc<Overrides<C>>>,
+    pub(super) overrides: HashMap<String, Overrides<C>>,
     pub(super) settings: RlsSettings,
     pub(super) clock: C,
 }
@@ -83,6 +82,27 @@ enum Plan {
         /// The matched rule whose counter it shares (its window, of the same unit).
         shared: Option<usize>,
     },
+}
+
+impl Plan {
+    /// The limit sent, for a plan of one.
+    fn sent(&self, hits: u64) -> Option<Sent<'_>> {
+        match self {
+            Plan::Override {
+                per_unit,
+                unit,
+                key,
+                shared,
+            } => Some(Sent {
+                per_unit: *per_unit,
+                unit: *unit,
+                key,
+                hits,
+                shared: *shared,
+            }),
+            _ => None,
+        }
+    }
 }
 
 impl<C: Clock + Clone> Rls<C> {
@@ -151,15 +171,8 @@ impl<C: Clock + Clone> Rls<C> {
             .iter()
             .map(|d| {
                 let kept = before.and_then(|before| before.overrides.get(&d.domain));
-                let overrides = kept.map_or_else(
-                    || {
-                        Arc::new(Overrides {
-                            by_unit: Default::default(),
-                            counts: Counts::default(),
-                        })
-                    },
-                    Arc::clone,
-                );
+                let counts = kept.map_or_else(Default::default, |kept| Arc::clone(&kept.counts));
+                let overrides = Overrides::bound(&d.domain, policies, counts);
                 (d.domain.clone(), overrides)
             })
             .collect();
@@ -185,7 +198,7 @@ impl<C: Clock + Clone> Rls<C> {
     pub fn override_counts(&self) -> impl Iterator<Item = (&str, &Counts)> {
         self.overrides
             .iter()
-            .map(|(domain, o)| (domain.as_str(), &o.counts))
+            .map(|(domain, o)| (domain.as_str(), &*o.counts))
     }
 
     /// How many rules are loaded.
@@ -204,22 +217,17 @@ impl<C: Clock + Clone> Rls<C> {
         descriptors: &[Descriptor<'_>],
         hits_addend: u32,
     ) -> Result<Answer, RequestError> {
-        // A node alone, without Redis: every rule's bucket is here.
-        let here = |policy: &Policy<C>| Home::of(policy, false, None) == Home::Here;
-        let prepared = self.prepare(domain, descriptors, hits_addend, &here)?;
+        let prepared = self.prepare(domain, descriptors, hits_addend)?;
         Ok(self.finish(prepared, Vec::new()))
     }
 
     /// Checks a whole request and finds each descriptor's rule (applying `replaces`), counting
-    /// nothing: a bad request is refused before anything is counted. `here` says whether a
-    /// policy's buckets are this node's (its home, `Decider::home_of`): only then can a limit
-    /// sent with a request count in its rule's counter.
+    /// nothing: a bad request is refused before anything is counted.
     pub fn prepare(
         &self,
         domain: &str,
         descriptors: &[Descriptor<'_>],
         hits_addend: u32,
-        here: &dyn Fn(&Policy<C>) -> bool,
     ) -> Result<Prepared, RequestError> {
         if domain.is_empty() {
             return Err(RequestError::NoDomain);
@@ -239,7 +247,7 @@ impl<C: Clock + Clone> Rls<C> {
         let known = self.tree.has_domain(domain);
         let mut plans = Vec::with_capacity(descriptors.len());
         for (index, descriptor) in descriptors.iter().enumerate() {
-            plans.push(self.plan(domain, known, index, descriptor, request_hits, here)?);
+            plans.push(self.plan(domain, known, index, descriptor, request_hits)?);
         }
         let replaced: BTreeSet<&str> = plans
             .iter()
@@ -274,8 +282,9 @@ impl<C: Clock + Clone> Rls<C> {
         })
     }
 
-    /// The rule decisions of `prepared`: (step, policy, key, hits) for every descriptor
-    /// counted by a rule's policy, for the caller to decide wherever each bucket lives.
+    /// The decisions of `prepared`: (step, policy, key, hits) for every descriptor counted by
+    /// a policy — its rule's, or for a limit sent with it the counter its hits count in — for
+    /// the caller to decide wherever each bucket lives.
     pub fn rule_decisions<'a>(
         &'a self,
         prepared: &'a Prepared,
@@ -288,6 +297,11 @@ impl<C: Clock + Clone> Rls<C> {
                 Plan::Rule(matched) => {
                     let policy = self.bound[matched.rule].policy.as_deref()?;
                     Some((step, policy, matched.key.as_str(), *hits))
+                }
+                Plan::Override { .. } => {
+                    let sent = plan.sent(*hits)?;
+                    let policy = self.sent_counter(&prepared.domain, &sent)?;
+                    Some((step, policy, sent.key, *hits))
                 }
                 _ => None,
             })
@@ -317,27 +331,13 @@ impl<C: Clock + Clone> Rls<C> {
                     let quota_mode = all_quota || self.tree.rules()[matched.rule].quota_mode;
                     (self.account(&matched, hits, counted), quota_mode)
                 }
-                Plan::Override {
-                    per_unit,
-                    unit,
-                    key,
-                    shared,
-                } => (
-                    self.overrides.get(&prepared.domain).map_or_else(
-                        || Status::unlimited(0),
-                        |overrides| {
-                            let shared = shared.and_then(|rule| self.bound[rule].policy.as_deref());
-                            let sent = Sent {
-                                per_unit,
-                                unit,
-                                key: &key,
-                                hits,
-                            };
-                            overrides.count(sent, shared, &self.settings, &self.clock)
-                        },
-                    ),
-                    all_quota,
-                ),
+                Plan::Override { .. } => {
+                    let counted = decided
+                        .next_if(|(at, _)| *at == step)
+                        .map(|(_, counted)| counted.quota);
+                    let sent = plan.sent(hits).expect("a sent limit's plan");
+                    (self.sent_status(&prepared.domain, sent, counted), all_quota)
+                }
             };
             let is_over = status.code == Code::OverLimit;
             if quota_mode {
@@ -373,7 +373,6 @@ impl<C: Clock + Clone> Rls<C> {
         index: usize,
         descriptor: &Descriptor<'_>,
         request_hits: u64,
-        here: &dyn Fn(&Policy<C>) -> bool,
     ) -> Result<(Plan, u64), RequestError> {
         // No rule has an empty key, nor matches no entries: such a descriptor is OK with no
         // limit, as the reference server answers it (it checks neither).
@@ -401,7 +400,7 @@ impl<C: Clock + Clone> Rls<C> {
             let unit = unit.ok_or(RequestError::OverrideUnit { index })?;
             let (key, shared) = match self.tree.find(domain, descriptor.entries.iter().copied()) {
                 Lookup::Rule(matched) => {
-                    let shared = self.shares_counter(matched.rule, unit, here);
+                    let shared = self.shares_counter(matched.rule, unit);
                     (matched.key, shared.then_some(matched.rule))
                 }
                 _ => (rules::counter_key(descriptor.entries.iter().copied()), None),
@@ -426,30 +425,6 @@ impl<C: Clock + Clone> Rls<C> {
             },
         };
         Ok((plan, hits))
-    }
-
-    /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in the rule's own
-    /// counter, as in the reference server, whose counter is the descriptor's and the unit's
-    /// window whatever the limit: a window of the same unit counting on this node (`here`).
-    pub(super) fn shares_counter(
-        &self,
-        rule: usize,
-        unit: Unit,
-        here: &dyn Fn(&Policy<C>) -> bool,
-    ) -> bool {
-        let Limit::Rate {
-            unit: rule_unit,
-            algorithm,
-            ..
-        } = &self.tree.rules()[rule].limit
-        else {
-            return false;
-        };
-        // A count kept elsewhere (a cluster-wide rule's owner, Redis) is not this node's to
-        // add to; a limiter other than a window keeps no count a limit could be compared with.
-        *rule_unit == unit
-            && algorithm.counts_refused()
-            && self.bound[rule].policy.as_deref().is_some_and(here)
     }
 
     /// Decides `hits` for a matched rule with a rate on this node's own policy.

@@ -11,8 +11,7 @@ use arc_swap::ArcSwap;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use weir::SystemClock;
-use weir::policy::{Policy, PolicySetError, Scope};
+use weir::policy::{PolicySetError, Scope};
 
 use super::answer::{Answer, Descriptor, RequestError};
 use super::config::RulesConfig;
@@ -20,7 +19,7 @@ use super::decision::{Counted, Rls};
 use super::policies::policies_of;
 use super::settings::RlsSettings;
 use crate::app::{App, Reloaded};
-use crate::decide::{Ask, Home};
+use crate::decide::Ask;
 use crate::reserved::is_rule_policy;
 
 /// The rules in force, shared by the service, the reload watcher and the metrics.
@@ -96,9 +95,7 @@ impl LiveRules {
         hits_addend: u32,
     ) -> Result<Answer, RequestError> {
         let rls = self.current.load();
-        let decider = app.decider();
-        let here = |policy: &Policy<SystemClock>| decider.home_of(policy) == Home::Here;
-        let prepared = rls.prepare(domain, descriptors, hits_addend, &here)?;
+        let prepared = rls.prepare(domain, descriptors, hits_addend)?;
         let mut decided = Vec::new();
         for (step, policy, key, hits) in rls.rule_decisions(&prepared) {
             let counted = match app

@@ -1,6 +1,7 @@
 //! The Weir policy each rule with a rate counts through: a `fixed_window` as the reference
 //! server counts (the default), or the limiter `weir_algorithm` names, keyed by the
-//! descriptor's values and named `rls:<domain>.<path>`.
+//! descriptor's values and named `rls:<domain>.<path>`; and each domain's counters of limits
+//! sent with requests (`sent.rs`).
 
 use std::time::Duration;
 
@@ -9,6 +10,7 @@ use weir::policy::{Limiter, Mode, OnExhausted, PolicyConfig, Scope};
 
 use super::config::{Limit, RulesConfig};
 use super::rules::{Rule, Tree};
+use super::sent::counter_policies;
 use super::settings::RlsSettings;
 
 /// The policy that counts for a rule with a rate, or `None` (unlimited, or a limit of 0).
@@ -49,15 +51,21 @@ pub fn policy_of(rule: &Rule, settings: &RlsSettings, scope: Scope) -> Option<Po
     })
 }
 
-/// The policies `config`'s rules count through, at `scope`.
+/// The policies `config`'s rules count through, at `scope`, and each domain's counters of
+/// limits sent with requests.
 pub fn policies_of(
     config: &RulesConfig,
     settings: &RlsSettings,
     scope: Scope,
 ) -> Vec<PolicyConfig> {
+    let sent = config
+        .domains
+        .iter()
+        .flat_map(|d| counter_policies(&d.domain, settings, scope));
     Tree::new(config)
         .rules()
         .iter()
         .filter_map(|rule| policy_of(rule, settings, scope))
+        .chain(sent)
         .collect()
 }

@@ -1,32 +1,87 @@
-//! Limits sent with requests: a descriptor's own `limit`, compared instead of its rule's, its
-//! hits counted in the rule's own window when the reference server would share it (the same
-//! descriptor, the same unit), else in a counter of the domain and unit.
+//! Limits sent with requests: a descriptor's own `limit`, compared instead of its rule's.
+//!
+//! Its hits count in the rule's own window when the reference server would share it (the same
+//! descriptor, the same unit), else in the domain's counter of that unit: a policy of its own
+//! per domain and unit, `rls:<domain>:sent:<UNIT>`, a window that never refuses. Either is
+//! decided wherever its buckets live, as every rule's is — by the key's owner in a cluster, in
+//! Redis with `[redis] every_policy` — so a sent limit holds across the nodes, as the
+//! reference server's shared Redis holds it, and is not each node's.
 
-use std::sync::OnceLock;
+use std::sync::Arc;
+use std::time::Duration;
 
-use weir::keyed::{KeyedLimiter, Overflow, Shape};
+use weir::Clock;
+use weir::keyed::Overflow;
 use weir::limiter::Quota;
-use weir::limiter::fixed_window;
-use weir::policy::{Policy, Request};
-use weir::{Clock, WindowConfig};
+use weir::policy::{
+    KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request, Scope,
+};
 
 use super::answer::{Code, CurrentLimit, Status, whole_seconds};
-use super::config::Unit;
+use super::config::{Limit, Unit};
 use super::counts::Counts;
+use super::decision::Rls;
 use super::settings::RlsSettings;
+use crate::reserved::RLS_PREFIX;
 
-/// Per domain: a hit counter per unit for the descriptors that bring their own limit.
-pub(super) struct Overrides<C: Clock> {
-    /// Indexed by [`Unit`] in declaration order.
-    pub(super) by_unit: [OnceLock<KeyedLimiter<C>>; 7],
-    /// The reference server's counters of the domain's sent limits.
-    pub(super) counts: Counts,
+/// Per domain: the counters of the descriptors that bring their own limit.
+pub(super) struct Overrides<C: Clock + Clone> {
+    /// The domain's counter of each unit, indexed by [`Unit`] in declaration order (`None`:
+    /// the policy set does not hold it).
+    pub(super) by_unit: [Option<Arc<Policy<C>>>; 7],
+    /// The reference server's counters of the domain's sent limits, kept across reloads
+    /// while the domain stays.
+    pub(super) counts: Arc<Counts>,
 }
 
-impl<C: Clock> std::fmt::Debug for Overrides<C> {
+impl<C: Clock + Clone> std::fmt::Debug for Overrides<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Overrides").finish_non_exhaustive()
     }
+}
+
+impl<C: Clock + Clone> Overrides<C> {
+    /// `domain`'s counters as bound in `policies`, its reference counters `counts`.
+    pub(super) fn bound(domain: &str, policies: &PolicySet<C>, counts: Arc<Counts>) -> Self {
+        Overrides {
+            by_unit: Unit::ALL.map(|unit| policies.get(&counter_name(domain, unit))),
+            counts,
+        }
+    }
+}
+
+/// The name of `domain`'s counter of sent limits of `unit`.
+pub fn counter_name(domain: &str, unit: Unit) -> String {
+    format!("{RLS_PREFIX}{domain}:sent:{}", unit.name())
+}
+
+/// `domain`'s counters of sent limits, one per unit, at `scope`: fixed windows that count
+/// every hit and refuse none (the limit sent is compared with the count by the caller).
+pub fn counter_policies(
+    domain: &str,
+    settings: &RlsSettings,
+    scope: Scope,
+) -> impl Iterator<Item = PolicyConfig> {
+    let (max_keys, domain) = (settings.max_keys, domain.to_owned());
+    Unit::ALL.into_iter().map(move |unit| {
+        let spec = KeyedSpec::per_window("fixed_window", u64::from(u32::MAX), unit.window())
+            .expect("fixed_window is a window limiter's table");
+        PolicyConfig {
+            name: counter_name(&domain, unit),
+            kinds: Vec::new(),
+            mode: Mode::Enforce,
+            on_exhausted: OnExhausted::Reject,
+            max_wait: Duration::ZERO,
+            max_keys,
+            overflow: Overflow::Sketch,
+            max_cost: None,
+            scope,
+            learning_period: Duration::ZERO,
+            // The default; a window is never shared out, so the owner keeps every count.
+            assignments: true,
+            limiter: Limiter::Keyed(spec),
+        }
+    })
 }
 
 /// A limit sent with one descriptor, and the hits it asks.
@@ -35,33 +90,60 @@ pub(super) struct Sent<'a> {
     pub(super) unit: Unit,
     pub(super) key: &'a str,
     pub(super) hits: u64,
+    /// The rule whose window counts them, if one does.
+    pub(super) shared: Option<usize>,
 }
 
-impl<C: Clock + Clone> Overrides<C> {
-    /// Counts `hits` against a limit sent with the request.
-    /// `shared` is the policy of the rule whose window counts them, if one does.
-    pub(super) fn count(
+impl<C: Clock + Clone> Rls<C> {
+    /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in the rule's own
+    /// counter, as in the reference server, whose counter is the descriptor's and the unit's
+    /// window whatever the limit: a window of the same unit, which counts refused hits too (a
+    /// bucket keeps no count a limit could be compared with).
+    pub(super) fn shares_counter(&self, rule: usize, unit: Unit) -> bool {
+        let Limit::Rate {
+            unit: rule_unit,
+            algorithm,
+            ..
+        } = &self.tree.rules()[rule].limit
+        else {
+            return false;
+        };
+        *rule_unit == unit && algorithm.counts_refused() && self.bound[rule].policy.is_some()
+    }
+
+    /// The policy whose window counts `sent`'s hits in `domain`: its rule's, or the domain's
+    /// counter of its unit.
+    pub(super) fn sent_counter(&self, domain: &str, sent: &Sent<'_>) -> Option<&Policy<C>> {
+        match sent.shared {
+            Some(rule) => self.bound[rule].policy.as_deref(),
+            None => self.overrides.get(domain)?.by_unit[sent.unit as usize].as_deref(),
+        }
+    }
+
+    /// The status of `sent` in `domain` once its counter counted it (`counted`: what it has
+    /// spent just after, if decided elsewhere; else counted here now).
+    pub(super) fn sent_status(
         &self,
+        domain: &str,
         sent: Sent<'_>,
-        shared: Option<&Policy<C>>,
-        settings: &RlsSettings,
-        clock: &C,
+        counted: Option<Option<Quota>>,
     ) -> Status {
+        let Some(overrides) = self.overrides.get(domain) else {
+            return Status::unlimited(0);
+        };
+        let quota = counted.unwrap_or_else(|| {
+            self.sent_counter(domain, &sent).and_then(|policy| {
+                policy
+                    .try_acquire_with_quota(&Request::new(sent.key).cost(sent.hits))
+                    .1
+            })
+        });
         let Sent {
             per_unit,
             unit,
-            key,
             hits,
+            ..
         } = sent;
-        let quota = match shared {
-            // The rule's window counts the hits whatever its own limit says of them.
-            Some(policy) => {
-                policy
-                    .try_acquire_with_quota(&Request::new(key).cost(hits))
-                    .1
-            }
-            None => self.count_apart(unit, key, hits, settings.max_keys, clock),
-        };
         let quota = quota.unwrap_or(Quota {
             used: hits,
             remaining: 0,
@@ -69,8 +151,10 @@ impl<C: Clock + Clone> Overrides<C> {
         });
         let limit = u64::from(per_unit);
         let over = quota.used > limit || (limit == 0 && hits > 0);
-        let near = (limit as f64 * settings.near_limit_ratio).floor() as u64;
-        self.counts.record(hits, quota.used, limit, near, false);
+        let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
+        overrides
+            .counts
+            .record(hits, quota.used, limit, near, false);
         Status {
             code: if over { Code::OverLimit } else { Code::Ok },
             current_limit: Some(CurrentLimit {
@@ -82,29 +166,5 @@ impl<C: Clock + Clone> Overrides<C> {
             reset_after: Some(whole_seconds(quota.reset_after)),
             quota_mode: false,
         }
-    }
-
-    /// Counts `hits` for a sent limit no rule's counter holds: in the domain's counter of
-    /// `unit`, which never refuses.
-    fn count_apart(
-        &self,
-        unit: Unit,
-        key: &str,
-        hits: u64,
-        max_keys: usize,
-        clock: &C,
-    ) -> Option<Quota> {
-        let counter = self.by_unit[unit as usize].get_or_init(|| {
-            let shape = Shape::try_from(WindowConfig {
-                count: fixed_window::COUNT,
-                limit: u64::from(u32::MAX),
-                window: unit.window(),
-            })
-            .expect("a whole unit is a valid window");
-            KeyedLimiter::new(shape, max_keys, Overflow::Shared, clock.clone())
-        });
-        // The override's limit is compared by the caller; past the key cap the quota is the
-        // shared overflow cell's.
-        counter.try_acquire_with_quota(key, hits).1
     }
 }
