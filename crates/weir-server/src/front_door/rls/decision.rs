@@ -25,7 +25,7 @@ use super::answer::{
 use super::config::{Limit, RulesConfig, Unit};
 use super::counts::{Counts, RuleCounts};
 use super::rules::{self, Lookup, Matched, Tree};
-use super::sent::{Overrides, Sent};
+use super::sent::{Overrides, Sent, shares_window};
 use super::settings::RlsSettings;
 
 /// A rule with what counts for it.
@@ -336,7 +336,12 @@ impl<C: Clock + Clone> Rls<C> {
                         .next_if(|(at, _)| *at == step)
                         .map(|(_, counted)| counted.quota);
                     let sent = plan.sent(hits).expect("a sent limit's plan");
-                    (self.sent_status(&prepared.domain, sent, counted), all_quota)
+                    let counter = self.sent_counter(&prepared.domain, &sent);
+                    let status = self.overrides.get(&prepared.domain).map_or_else(
+                        || Status::unlimited(0),
+                        |overrides| overrides.status(sent, counted, counter, &self.settings),
+                    );
+                    (status, all_quota)
                 }
             };
             let is_over = status.code == Code::OverLimit;
@@ -425,6 +430,20 @@ impl<C: Clock + Clone> Rls<C> {
             },
         };
         Ok((plan, hits))
+    }
+
+    /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in its window.
+    fn shares_counter(&self, rule: usize, unit: Unit) -> bool {
+        shares_window(&self.tree.rules()[rule].limit, unit) && self.bound[rule].policy.is_some()
+    }
+
+    /// The policy whose window counts `sent`'s hits in `domain`: its rule's, or the domain's
+    /// counter of its unit.
+    fn sent_counter(&self, domain: &str, sent: &Sent<'_>) -> Option<&Policy<C>> {
+        match sent.shared {
+            Some(rule) => self.bound[rule].policy.as_deref(),
+            None => self.overrides.get(domain)?.counter(sent.unit),
+        }
     }
 
     /// Decides `hits` for a matched rule with a rate on this node's own policy.

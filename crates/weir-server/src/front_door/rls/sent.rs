@@ -20,7 +20,6 @@ use weir::policy::{
 use super::answer::{Code, CurrentLimit, Status, whole_seconds};
 use super::config::{Limit, Unit};
 use super::counts::Counts;
-use super::decision::Rls;
 use super::settings::RlsSettings;
 use crate::reserved::RLS_PREFIX;
 
@@ -48,6 +47,64 @@ impl<C: Clock + Clone> Overrides<C> {
             counts,
         }
     }
+
+    /// The domain's counter of `unit`.
+    pub(super) fn counter(&self, unit: Unit) -> Option<&Policy<C>> {
+        self.by_unit[unit as usize].as_deref()
+    }
+
+    /// The status of `sent` once counted: `counted` is what its counter has spent just after
+    /// when it was decided elsewhere; else it is counted here now, in `counter`.
+    pub(super) fn status(
+        &self,
+        sent: Sent<'_>,
+        counted: Option<Option<Quota>>,
+        counter: Option<&Policy<C>>,
+        settings: &RlsSettings,
+    ) -> Status {
+        let quota = counted.unwrap_or_else(|| {
+            counter.and_then(|policy| {
+                policy
+                    .try_acquire_with_quota(&Request::new(sent.key).cost(sent.hits))
+                    .1
+            })
+        });
+        let Sent {
+            per_unit,
+            unit,
+            hits,
+            ..
+        } = sent;
+        let quota = quota.unwrap_or(Quota {
+            used: hits,
+            remaining: 0,
+            reset_after: unit.window(),
+        });
+        let limit = u64::from(per_unit);
+        let over = quota.used > limit || (limit == 0 && hits > 0);
+        let near = (limit as f64 * settings.near_limit_ratio).floor() as u64;
+        self.counts.record(hits, quota.used, limit, near, false);
+        Status {
+            code: if over { Code::OverLimit } else { Code::Ok },
+            current_limit: Some(CurrentLimit {
+                requests_per_unit: per_unit,
+                unit,
+                name: None,
+            }),
+            limit_remaining: u32::try_from(limit.saturating_sub(quota.used)).unwrap_or(u32::MAX),
+            reset_after: Some(whole_seconds(quota.reset_after)),
+            quota_mode: false,
+        }
+    }
+}
+
+/// Whether a limit of `unit` sent for the descriptors of a rule limited by `limit` counts in
+/// the rule's own window, as in the reference server, whose counter is the descriptor's and the
+/// unit's window whatever the limit: a window of the same unit, which counts refused hits too
+/// (a bucket keeps no count a limit could be compared with).
+pub(super) fn shares_window(limit: &Limit, unit: Unit) -> bool {
+    matches!(limit, Limit::Rate { unit: rule_unit, algorithm, .. }
+        if *rule_unit == unit && algorithm.counts_refused())
 }
 
 /// The name of `domain`'s counter of sent limits of `unit`.
@@ -92,79 +149,4 @@ pub(super) struct Sent<'a> {
     pub(super) hits: u64,
     /// The rule whose window counts them, if one does.
     pub(super) shared: Option<usize>,
-}
-
-impl<C: Clock + Clone> Rls<C> {
-    /// Whether a limit of `unit` sent for rule `rule`'s descriptors counts in the rule's own
-    /// counter, as in the reference server, whose counter is the descriptor's and the unit's
-    /// window whatever the limit: a window of the same unit, which counts refused hits too (a
-    /// bucket keeps no count a limit could be compared with).
-    pub(super) fn shares_counter(&self, rule: usize, unit: Unit) -> bool {
-        let Limit::Rate {
-            unit: rule_unit,
-            algorithm,
-            ..
-        } = &self.tree.rules()[rule].limit
-        else {
-            return false;
-        };
-        *rule_unit == unit && algorithm.counts_refused() && self.bound[rule].policy.is_some()
-    }
-
-    /// The policy whose window counts `sent`'s hits in `domain`: its rule's, or the domain's
-    /// counter of its unit.
-    pub(super) fn sent_counter(&self, domain: &str, sent: &Sent<'_>) -> Option<&Policy<C>> {
-        match sent.shared {
-            Some(rule) => self.bound[rule].policy.as_deref(),
-            None => self.overrides.get(domain)?.by_unit[sent.unit as usize].as_deref(),
-        }
-    }
-
-    /// The status of `sent` in `domain` once its counter counted it (`counted`: what it has
-    /// spent just after, if decided elsewhere; else counted here now).
-    pub(super) fn sent_status(
-        &self,
-        domain: &str,
-        sent: Sent<'_>,
-        counted: Option<Option<Quota>>,
-    ) -> Status {
-        let Some(overrides) = self.overrides.get(domain) else {
-            return Status::unlimited(0);
-        };
-        let quota = counted.unwrap_or_else(|| {
-            self.sent_counter(domain, &sent).and_then(|policy| {
-                policy
-                    .try_acquire_with_quota(&Request::new(sent.key).cost(sent.hits))
-                    .1
-            })
-        });
-        let Sent {
-            per_unit,
-            unit,
-            hits,
-            ..
-        } = sent;
-        let quota = quota.unwrap_or(Quota {
-            used: hits,
-            remaining: 0,
-            reset_after: unit.window(),
-        });
-        let limit = u64::from(per_unit);
-        let over = quota.used > limit || (limit == 0 && hits > 0);
-        let near = (limit as f64 * self.settings.near_limit_ratio).floor() as u64;
-        overrides
-            .counts
-            .record(hits, quota.used, limit, near, false);
-        Status {
-            code: if over { Code::OverLimit } else { Code::Ok },
-            current_limit: Some(CurrentLimit {
-                requests_per_unit: per_unit,
-                unit,
-                name: None,
-            }),
-            limit_remaining: u32::try_from(limit.saturating_sub(quota.used)).unwrap_or(u32::MAX),
-            reset_after: Some(whole_seconds(quota.reset_after)),
-            quota_mode: false,
-        }
-    }
 }
