@@ -90,7 +90,7 @@ wait_members() {
     local ready=0 out http
     for out in "$@"; do
       http=$(sed -n 's/^listening http=\([^ ]*\).*/\1/p' "$out")
-      [ -n "$http" ] && [ "$(curl -s "http://$http/v1/cluster" | jq '.members | length' 2>/dev/null)" = "$#" ] &&
+      [ -n "$http" ] && [ "$(curl -s "http://$http/v1/cluster" | jq '[.members[] | select(.state == "alive")] | length' 2>/dev/null)" = "$#" ] &&
         ready=$((ready + 1))
     done
     [ "$ready" = "$#" ] && break

@@ -215,11 +215,20 @@ pub struct PolicyLogVoter {
 pub struct ClusterMember {
     /// Its node id.
     pub id: String,
-    /// Its gRPC address.
+    /// Its gRPC address (as the policy log last knew it, for a member not seen alive).
     pub grpc: String,
-    /// `"alive"` (members that are not are not listed).
+    /// `alive`; `leaving` (alive, handing its buckets over before it stops); `suspect` (a
+    /// voter of the policy log that gossip no longer sees: paused, cut off or stopped, for less
+    /// than `forget_after`); `gone` (unseen for longer: the leader forgets it unless the live
+    /// voters would then lose their majority). Members that left gracefully are not listed.
     pub state: String,
-    /// The cluster protocol version it speaks.
+    /// How long it has gone unseen, for a member not alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unseen_for_ms: Option<u64>,
+    /// Whether it votes in the policy log (counts in the majority a change needs).
+    #[serde(default)]
+    pub votes: bool,
+    /// The cluster protocol version it speaks (0: not known, for a member not seen alive).
     pub protocol: u32,
     /// Whether it may own buckets.
     pub owner: bool,

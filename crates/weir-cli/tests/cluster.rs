@@ -93,10 +93,14 @@ async fn view(server: &Server) -> ClusterView {
         .unwrap()
 }
 
+/// The members `server` sees answer (a voter it no longer sees is listed too, as suspect).
 async fn members(server: &Server) -> usize {
     let view = view(server).await;
     assert_eq!(view.mode, "cluster");
-    view.members.len()
+    view.members
+        .iter()
+        .filter(|m| m.state == "alive" || m.state == "leaving")
+        .count()
 }
 
 /// Waits until every server sees `count` members, has rebuilt its ring from them and has had
@@ -1790,6 +1794,63 @@ async fn voters_seen(server: &Server) -> Vec<(String, String)> {
         .into_iter()
         .map(|voter| (voter.id, voter.state))
         .collect()
+}
+
+/// A paused member (SIGSTOP) is still part of the cluster — it counts in every majority — so
+/// the others list it as suspect, with its vote and how long it has gone unseen, in
+/// `/v1/cluster` and `weir top --cluster`, rather than dropping it; resumed, it is alive again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_member_is_shown_suspect_with_its_vote_and_alive_again_once_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let [n1, n2, n3] = three_nodes(dir.path(), CONFIG).await;
+    policy_log_leader(&[&n1, &n2, &n3]).await;
+    let states = |view: &ClusterView| {
+        let mut states: Vec<(String, String, bool)> = view
+            .members
+            .iter()
+            .map(|m| (m.id.clone(), m.state.clone(), m.votes))
+            .collect();
+        states.sort();
+        states
+    };
+    let all_alive = [
+        ("n1", "alive", true),
+        ("n2", "alive", true),
+        ("n3", "alive", true),
+    ]
+    .map(|(id, state, votes)| (id.to_owned(), state.to_owned(), votes));
+    assert_eq!(states(&view(&n1).await), all_alive);
+
+    n3.signal("STOP");
+    eventually(Duration::from_secs(30), "n3 suspect on n1", || async {
+        let view = view(&n1).await;
+        view.members.iter().any(|m| {
+            m.id == "n3"
+                && m.state == "suspect"
+                && m.votes
+                && m.unseen_for_ms.is_some()
+                && m.grpc == n3.grpc
+        }) && members(&n1).await == 2
+    })
+    .await;
+    let top = support::weir()
+        .args(["top", "--cluster", "--server", &n1.http])
+        .output()
+        .unwrap();
+    let top = String::from_utf8_lossy(&top.stdout).into_owned();
+    let first = top.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("members: ")
+            && first.contains("n1 alive")
+            && first.contains("n3 suspect (unseen"),
+        "{top}"
+    );
+
+    n3.signal("CONT");
+    eventually(Duration::from_secs(30), "n3 alive again on n1", || async {
+        states(&view(&n1).await) == all_alive
+    })
+    .await;
 }
 
 /// A member killed with its data dir lost is forgotten as a voter once unseen for

@@ -112,6 +112,30 @@ pub fn render(rows: &[Value]) -> String {
     out
 }
 
+/// The members `/v1/cluster` lists, on one line: each with its state, how long a member not
+/// alive has gone unseen, and whether it has no vote in the policy log.
+pub fn render_members(view: &Value) -> String {
+    let members = view["members"].as_array().cloned().unwrap_or_default();
+    let each: Vec<String> = members
+        .iter()
+        .map(|m| {
+            let mut text = format!(
+                "{} {}",
+                printable(m["id"].as_str().unwrap_or("?")),
+                printable(m["state"].as_str().unwrap_or("?"))
+            );
+            if let Some(ms) = m["unseen_for_ms"].as_u64() {
+                let _ = write!(text, " (unseen {} s)", ms / 1000);
+            }
+            if m["votes"] == Value::Bool(false) && view["policy_log"].is_object() {
+                text.push_str(" (no vote)");
+            }
+            text
+        })
+        .collect();
+    format!("members: {}\n", each.join(", "))
+}
+
 /// The query string for `options`, each value percent-encoded (a policy name may hold `&`).
 fn throttles_query(options: &TopOptions) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
@@ -135,7 +159,12 @@ pub async fn run(client: &Client, options: &TopOptions) -> anyhow::Result<()> {
     loop {
         let body = client.get(&query).await?;
         let rows = body["rows"].as_array().cloned().unwrap_or_default();
-        let table = render(&rows);
+        let mut table = String::new();
+        if options.cluster {
+            // Who answers, and who the cluster is waiting for: a paused member has no rows.
+            table.push_str(&render_members(&client.get("/v1/cluster").await?));
+        }
+        table.push_str(&render(&rows));
         let mut stdout = std::io::stdout();
         if options.watch && tty {
             // Clear the screen and home the cursor, then redraw.
@@ -157,6 +186,22 @@ pub async fn run(client: &Client, options: &TopOptions) -> anyhow::Result<()> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn members_render_with_their_state_and_how_long_one_has_gone_unseen() {
+        let view = json!({
+            "policy_log": {},
+            "members": [
+                {"id": "n1", "state": "alive", "votes": true},
+                {"id": "n2", "state": "leaving", "votes": false},
+                {"id": "n3", "state": "suspect", "votes": true, "unseen_for_ms": 12_400},
+            ]
+        });
+        assert_eq!(
+            render_members(&view),
+            "members: n1 alive, n2 leaving (no vote), n3 suspect (unseen 12 s)\n"
+        );
+    }
 
     #[test]
     fn rows_render_as_an_aligned_table() {

@@ -349,6 +349,8 @@ impl App {
                 id: self.node_id.clone(),
                 grpc: self.grpc.to_string(),
                 state: "alive".to_owned(),
+                unseen_for_ms: None,
+                votes: false,
                 protocol: crate::cluster::PROTOCOL,
                 owner: true,
                 config_version: Some(self.admin.config_version()),

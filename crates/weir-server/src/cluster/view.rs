@@ -45,19 +45,40 @@ impl ClusterMode {
     /// Members, ring and counters, for `/v1/cluster`.
     pub fn describe(&self) -> ClusterView {
         let versions = self.config_versions();
-        let members = self
+        let voters = self.policy_log.voter_states();
+        let votes = |id: &str| voters.iter().any(|voter| voter.id == id);
+        let mut members: Vec<ClusterMember> = self
             .members
             .borrow()
             .iter()
             .map(|m| ClusterMember {
                 id: m.id.clone(),
                 grpc: m.grpc.clone(),
-                state: "alive".to_owned(),
+                // Only a member stepping down advertises that it owns nothing.
+                state: if m.owner { "alive" } else { "leaving" }.to_owned(),
+                unseen_for_ms: None,
+                votes: votes(&m.id),
                 protocol: m.protocol,
                 owner: m.owner,
                 config_version: versions.members.get(&m.id).cloned(),
             })
             .collect();
+        // A voter gossip no longer sees is still part of the cluster — it counts in every
+        // majority — so it is shown, as suspect or gone, not left out.
+        let unseen: Vec<_> = voters
+            .into_iter()
+            .filter(|voter| voter.state != "alive" && !members.iter().any(|m| m.id == voter.id))
+            .collect();
+        members.extend(unseen.into_iter().map(|voter| ClusterMember {
+            grpc: self.policy_log.voter_address(&voter.id).unwrap_or_default(),
+            id: voter.id,
+            state: voter.state,
+            unseen_for_ms: voter.unseen_for_ms,
+            votes: true,
+            protocol: 0,
+            owner: false,
+            config_version: None,
+        }));
         ClusterView {
             config_differs: versions.differing(),
             mode: "cluster".to_owned(),

@@ -203,6 +203,15 @@ impl PolicyLog {
         })
     }
 
+    /// The address the log knows voter `name` by (its gRPC address), if it is a voter.
+    pub fn voter_address(&self, name: &str) -> Option<String> {
+        let membership = self.raft().metrics().borrow().membership_config.clone();
+        membership
+            .membership()
+            .get_node(&id_of(name))
+            .map(|node| node.addr.clone())
+    }
+
     /// Every voter with its state as this member sees it: `alive` (gossip sees it),
     /// `suspect` (unseen, for less than `forget_after`), `gone` (unseen for longer: the leader
     /// forgets it unless the live voters would lose their majority).

@@ -314,6 +314,16 @@
     ctx.restore();
   }
 
+  // A member's state as the table shows it: how long one not alive has gone unseen, and
+  // whether it lacks a vote in the policy log (a member still joining, or one removed).
+  function memberState(m, view) {
+    let text = m.state;
+    if (m.unseen_for_ms != null) text += ` for ${fmt(m.unseen_for_ms / 1000, 0)} s`;
+    if (m.state === "alive" && !m.owner) text += " (not an owner)";
+    if (view.policy_log && !m.votes) text += " (no vote)";
+    return text;
+  }
+
   function renderCluster(view, stats) {
     clusterMode = view.mode;
     $("cluster-mode").textContent = `${view.mode} · ${view.ring.members} ring owner(s), ` +
@@ -326,7 +336,7 @@
       const version = m.config_version ?? "–";
       return el("tr", { "data-member": m.id, "data-config-differs": String(differs.has(m.id)) }, [
         el("td", { text: m.id + (m.id === stats.node_id ? " (this node)" : "") }),
-        el("td", { text: m.grpc }), el("td", { text: m.state + (m.owner ? "" : " (not an owner)") }),
+        el("td", { text: m.grpc || "–" }), el("td", { text: memberState(m, view) }),
         el("td", { class: "num", text: share == null ? "–" : `${fmt(share * 100)}%` }),
         el("td", { class: "num", text: String(view.lent[m.id] ?? 0) }),
         el("td", { text: differs.has(m.id) ? `${version} — differs from this node's` : version }),
@@ -345,10 +355,12 @@
       el("div", {}, [el("dt", { text: k }), el("dd", { class: "num", text: fmt(v, 0) })])));
 
     const t = stats.at_ms / 1000;
-    const ids = view.members.map((m) => m.id).sort().join(",");
+    // The members that answer: one suspect or gone is in the table, not in the count.
+    const live = view.members.filter((m) => m.state === "alive" || m.state === "leaving");
+    const ids = live.map((m) => m.id).sort().join(",");
     if ((lastMembers != null && ids !== lastMembers) ||
         (lastGeneration != null && stats.ring.generation !== lastGeneration)) {
-      const text = `${new Date(stats.at_ms).toLocaleTimeString()}: members now ${view.members.length} (${ids})`;
+      const text = `${new Date(stats.at_ms).toLocaleTimeString()}: members now ${live.length} (${ids})`;
       markers.push({ t, text });
       if (markers.length > 20) markers.shift();
       $("membership-changes").replaceChildren(...markers.map((m) => el("li", { text: m.text })));
@@ -357,7 +369,7 @@
     lastGeneration = stats.ring.generation;
     const dt = prevCluster ? t - prevCluster.t : 0;
     const rate = (f) => prevCluster && dt > 0 ? Math.max(0, (c[f] - prevCluster.counters[f]) / dt) : null;
-    [t, view.members.length, rate("fail_open"), rate("unavailable")].forEach((v, i) => {
+    [t, live.length, rate("fail_open"), rate("unavailable")].forEach((v, i) => {
       clusterSeries[i].push(v);
       if (clusterSeries[i].length > POINTS) clusterSeries[i].shift();
     });
