@@ -30,6 +30,12 @@ struct OutcomeLabel {
     outcome: &'static str,
 }
 
+/// `{state}`
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
+}
+
 /// `{peer}`
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PeerLabel {
@@ -95,6 +101,29 @@ impl Collector for ClusterCollector {
                 ConstGauge::new(value),
             )?;
         }
+        // What this member sees of the voters: an old leader cut off keeps `leader` at 1, so
+        // whether a majority is in sight is exported apart, by every member.
+        let voters_in = |state: &str| log.voter_states.iter().filter(|v| v.state == state).count();
+        let alive = voters_in("alive");
+        single(
+            &mut encoder,
+            "weir_policy_log_quorum",
+            "1 if this member sees a majority of the policy log's voters alive (gossip), else 0: without one no policy change can be committed",
+            MetricType::Gauge,
+            ConstGauge::new(i64::from(alive * 2 > log.voter_states.len())),
+        )?;
+        family(
+            &mut encoder,
+            "weir_policy_log_voters_unseen",
+            "Voters of the policy log this member's gossip does not see: suspect (for less than `forget_after`) or gone (for longer; still voting only when forgetting it would cost the live voters their majority)",
+            MetricType::Gauge,
+            ["suspect", "gone"].map(|state| {
+                (
+                    StateLabel { state },
+                    ConstGauge::new(voters_in(state) as i64),
+                )
+            }),
+        )?;
         family(
             &mut encoder,
             "weir_policy_log_changes",
