@@ -1,6 +1,7 @@
 //! The alerting rules of `docs/prometheus/weir-rules.yaml` fired by a real Prometheus against
 //! a live cluster, not only by promtool's unit tests on made-up series: three nodes, two of
-//! them killed, a change refused — and the alerts an on-call engineer needs then are firing.
+//! them killed, a change refused — and the alerts an on-call engineer needs then are firing;
+//! and a node whose Redis is full, with its errors by kind.
 //!
 //! The rules are loaded as they are but for their `for:`, set to 0 s (how long a condition must
 //! last is what the unit tests hold; here, that the expressions select what a node exports and
@@ -16,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Server, eventually, free_udp};
+use support::{Server, eventually, free_port, free_udp};
 
 const SECRET: &str = "the alerting test's cluster secret";
 
@@ -30,11 +31,7 @@ impl Prometheus {
     /// Starts Prometheus on a free loopback port, scraping `targets` as job `weir` and
     /// evaluating `rules` each second.
     fn start(dir: &Path, targets: &[&str], rules: &Path) -> Prometheus {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let config = dir.join("prometheus.yml");
         std::fs::write(
             &config,
@@ -78,6 +75,16 @@ impl Prometheus {
 
     /// The alerts firing now, as `(alertname, instance)`.
     async fn firing(&self) -> BTreeSet<(String, String)> {
+        self.firing_kinds()
+            .await
+            .into_iter()
+            .map(|(alert, _)| alert)
+            .collect()
+    }
+
+    /// The alerts firing now, as `((alertname, instance), kind)` (`kind` empty when the alert
+    /// has none).
+    async fn firing_kinds(&self) -> BTreeSet<((String, String), String)> {
         let Ok(response) = reqwest::get(format!("{}/api/v1/alerts", self.url)).await else {
             return BTreeSet::new();
         };
@@ -88,11 +95,8 @@ impl Prometheus {
             .flatten()
             .filter(|alert| alert["state"] == "firing")
             .map(|alert| {
-                let labels = &alert["labels"];
-                (
-                    labels["alertname"].as_str().unwrap_or("").to_owned(),
-                    labels["instance"].as_str().unwrap_or("").to_owned(),
-                )
+                let label = |name: &str| alert["labels"][name].as_str().unwrap_or("").to_owned();
+                ((label("alertname"), label("instance")), label("kind"))
             })
             .collect()
     }
@@ -212,6 +216,75 @@ async fn the_cluster_alerts_fire_against_a_live_cluster_that_lost_its_majority()
         firing.is_superset(&expected),
         "firing: {firing:?}\nexpected: {expected:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_answering_with_errors_fires_its_alert_by_kind() {
+    if !support::available("prometheus", &["--version"], "WEIR_REQUIRE_PROMTOOL")
+        || !support::available("redis-server", &["--version"], "WEIR_REQUIRE_REDIS")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A Redis out of memory that evicts nothing: every decision's script is refused, `OOM`.
+    let port = free_port();
+    let redis = Stopped(
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(["--maxmemory", "1", "--maxmemory-policy", "noeviction"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting redis-server"),
+    );
+    let config = format!(
+        "[redis]\nurl = \"redis://127.0.0.1:{port}\"\n[[policy]]\nname = \"r\"\nscope = \"redis\"\non_exhausted = \"reject\"\ntoken_bucket = {{ rate = 10, burst = 10 }}\n"
+    );
+    let node = Server::start(&config, &dir.path().join("data"));
+    let target = node.http.trim_start_matches("http://").to_owned();
+    let prometheus = Prometheus::start(dir.path(), &[&target], &rules_firing_at_once(dir.path()));
+    eventually(
+        Duration::from_secs(60),
+        "Prometheus scraping the node",
+        || async { prometheus.series("weir_redis_errors_total").await > 0 },
+    )
+    .await;
+    let refused = async || {
+        reqwest::Client::new()
+            .post(node.url("/v1/acquire"))
+            .json(&json!({"policy": "r", "key": "k"}))
+            .send()
+            .await
+            .is_ok_and(|r| !r.status().is_success())
+    };
+    let expected = ("WeirRedisErrors".to_owned(), target.clone());
+    eventually(
+        Duration::from_secs(60),
+        "WeirRedisErrors firing",
+        || async {
+            assert!(
+                refused().await,
+                "a decision Redis answered with an error is refused"
+            );
+            prometheus
+                .firing_kinds()
+                .await
+                .contains(&(expected.clone(), "out_of_memory".to_owned()))
+        },
+    )
+    .await;
+    drop(redis);
+}
+
+/// A child process killed (by its PID) when dropped.
+struct Stopped(Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 async fn cluster_view(server: &Server) -> Value {

@@ -11,7 +11,8 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 
 use support::Server;
-use support::envoy::{Envoy, Load, docs, free_port, upstream};
+use support::envoy::{Envoy, Load, docs, upstream};
+use support::free_port;
 
 /// An Envoy on `docs/envoy/envoy.yaml` asking Weir's RLS on `weir_grpc_port`: its fail-open
 /// and its fail-closed listener's URLs.

@@ -12,7 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Server, available, cluster_member, counter, eventually, free_udp, is_ready};
+use support::{
+    Server, available, cluster_member, counter, eventually, free_port, free_udp, is_ready,
+};
 
 /// A `redis-server` of this test's, stopped (by its PID) when dropped.
 struct Redis {
@@ -86,14 +88,6 @@ impl Drop for Redis {
 /// Whether redis-server runs here; if not, the test is skipped unless CI requires it.
 fn redis_available() -> bool {
     available("redis-server", &["--version"], "WEIR_REQUIRE_REDIS")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A port for a Redis Cluster node, which also listens on it + 10 000 (the cluster bus): both

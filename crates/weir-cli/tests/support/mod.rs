@@ -85,6 +85,15 @@ fn looks() -> tokio::time::Interval {
     looks
 }
 
+/// A loopback TCP port nobody listens on now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A free loopback UDP address, for a cluster member's gossip.
 pub fn free_udp() -> String {
     std::net::UdpSocket::bind("127.0.0.1:0")
