@@ -147,6 +147,10 @@ pub struct ClusterView {
     /// node's: they run other policies, or have not yet applied a change the cluster made.
     #[serde(default)]
     pub config_differs: Vec<String>,
+    /// What differs, policy by policy, between this node and each member in
+    /// `config_differs` (asked of each, a second to answer; empty when none differs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config_drift: Vec<PolicyDrift>,
     /// The cluster's policy log as this node sees it (cluster mode only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy_log: Option<PolicyLogView>,
@@ -207,6 +211,20 @@ pub struct PolicyLogVoter {
     /// How long it has gone unseen, if it is not alive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unseen_for_ms: Option<u64>,
+}
+
+/// One policy that differs between this node and another member ([`ClusterView`]).
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PolicyDrift {
+    /// The other member's node id.
+    pub member: String,
+    /// The policy.
+    pub policy: String,
+    /// How it differs: `missing there` (this node runs it, the member does not), `missing
+    /// here`, or the settings that differ with both values (`token_bucket: {"rate":10,…}
+    /// here, {"rate":20,…} there`).
+    pub how: String,
 }
 
 /// A member in [`ClusterView`].

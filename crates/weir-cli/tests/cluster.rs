@@ -1313,6 +1313,27 @@ async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_w
         .await
         .unwrap();
     assert!(metrics.contains("weir_cluster_config_drift 2"), "{metrics}");
+    // What differs, named: asked of the members that differ, on every read. Held long enough
+    // for the drift to be logged (5 s).
+    let drift_of = |server: &Server| {
+        let url = server.url("/v1/cluster");
+        async move {
+            let view: ClusterView = reqwest::get(url).await.unwrap().json().await.unwrap();
+            view.config_drift
+                .into_iter()
+                .map(|d| format!("{} {} {}", d.member, d.policy, d.how))
+                .collect::<Vec<_>>()
+        }
+    };
+    holds_for(Duration::from_secs(6), "the drift named", || async {
+        assert_eq!(
+            drift_of(all[0]).await,
+            ["n2 extra missing there", "n3 extra missing there"]
+        );
+        assert_eq!(drift_of(all[1]).await, ["n1 extra missing here"]);
+        true
+    })
+    .await;
     // A config version is no membership: the ring did not change.
     assert!(view(&nodes[0]).await.ring.unchanged_for_ms > unchanged_before);
 
@@ -1378,6 +1399,17 @@ async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_w
         agreed,
     )
     .await;
+    // n1 logged the drift, naming the policy, and its end.
+    let [n1, _n2, _n3] = nodes;
+    let drift_ended = || async { view(&n1).await.config_differs.is_empty() };
+    eventually(Duration::from_secs(20), "no drift on n1", drift_ended).await;
+    n1.signal("TERM");
+    let (_, log) = n1.wait();
+    assert!(
+        log.contains("config drift:") && log.contains("extra on n2: missing there"),
+        "{log}"
+    );
+    assert!(log.contains("config drift ended"), "{log}");
 }
 
 /// 40 a second with a burst of 10, one bucket per key for the whole cluster.

@@ -57,7 +57,7 @@ impl App {
             for (peer, channel) in cluster.peers() {
                 asking.spawn(async move {
                     let mut client = crate::proto::weir_client::WeirClient::new(channel);
-                    let asked = client.stats(crate::proto::StatsRequest {});
+                    let asked = client.stats(crate::proto::StatsRequest::default());
                     (peer, tokio::time::timeout(ANSWER_WITHIN, asked).await)
                 });
             }

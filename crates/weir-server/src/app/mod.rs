@@ -25,6 +25,7 @@ mod background;
 pub mod cells;
 mod cluster_policies;
 mod cluster_stats;
+mod drift;
 mod health;
 mod kept_buckets;
 mod leasing;
@@ -364,24 +365,28 @@ impl App {
             counters: ClusterCounters::default(),
             lent: Default::default(),
             config_differs: Vec::new(),
+            config_drift: Vec::new(),
             policy_log: None,
             cannot_run: Vec::new(),
         }
     }
 
     /// In cluster mode, advertises this node's config version and its policy log's identity
-    /// and reads the members', every `every`, until the process ends.
+    /// and reads the members', every `every`, until the process ends; logs drift between the
+    /// members' policies when it starts, changes and ends (`drift.rs`).
     pub async fn share_config_version(self: Arc<Self>, every: Duration) {
         let Some(cluster) = self.cluster.clone() else {
             return;
         };
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut drift = drift::DriftLog::default();
         loop {
             ticks.tick().await;
             cluster
                 .share_config_version(self.admin.config_version())
                 .await;
+            drift.observe(&self, std::time::Instant::now()).await;
             cluster.share_log_identity().await;
             cluster.share_abilities(self.admin.abilities()).await;
         }

@@ -262,6 +262,23 @@ impl PolicyAdmin {
         crate::etag::version_of(&self.policies)
     }
 
+    /// Each policy in force with its entity tag and config (JSON), for members whose config
+    /// versions differ to name what differs.
+    pub fn policy_versions(&self) -> Vec<crate::proto::PolicyVersion> {
+        self.policies
+            .policies()
+            .iter()
+            .map(|policy| {
+                let config = policy.config();
+                crate::proto::PolicyVersion {
+                    name: config.name.clone(),
+                    etag: etag_of(&config),
+                    config_json: serde_json::to_string(&config).unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+
     /// The policies in force this node cannot run: a `scope = "redis"` policy (the cluster
     /// committed it) on a node without `[redis]`.
     pub fn cannot_run(&self) -> Vec<String> {

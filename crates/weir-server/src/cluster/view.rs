@@ -81,6 +81,8 @@ impl ClusterMode {
         }));
         ClusterView {
             config_differs: versions.differing(),
+            // Named by asking the members (`App::config_drift`), not here.
+            config_drift: Vec::new(),
             mode: "cluster".to_owned(),
             members,
             ring: RingSummary {

@@ -274,14 +274,22 @@ impl Weir for WeirService {
         result
     }
 
-    async fn stats(&self, _: Request<StatsRequest>) -> Result<Response<StatsResponse>, Status> {
+    async fn stats(
+        &self,
+        request: Request<StatsRequest>,
+    ) -> Result<Response<StatsResponse>, Status> {
         let start = Instant::now();
+        let admin = self.app.policy_admin();
         let stats = self.app.stats();
         let result = Ok(Response::new(StatsResponse {
             node_id: stats.node_id,
             at_ms: stats.at_ms,
-            config_version: self.app.policy_admin().config_version(),
+            config_version: admin.config_version(),
             policies: stats.policies.into_iter().map(Into::into).collect(),
+            versions: match request.get_ref().with_versions {
+                true => admin.policy_versions(),
+                false => Vec::new(),
+            },
         }));
         self.observe("Stats", start, &result);
         result

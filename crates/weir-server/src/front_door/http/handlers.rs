@@ -456,7 +456,11 @@ pub(super) async fn throttles(
     responses((status = 200, description = "Members, ring, counters.", body = weir_api::http::ClusterView))
 )]
 pub(super) async fn cluster(State(app): State<Arc<App>>) -> Json<weir_api::http::ClusterView> {
-    Json(app.cluster())
+    let mut view = app.cluster();
+    if !view.config_differs.is_empty() {
+        view.config_drift = app.config_drift().await;
+    }
+    Json(view)
 }
 
 /// `GET /v1/stats`' query.

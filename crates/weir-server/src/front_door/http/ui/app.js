@@ -324,6 +324,13 @@
     return text;
   }
 
+  // What differs between this node's policies and member `id`'s, policy by policy.
+  function driftOf(view, id) {
+    const named = (view.config_drift ?? []).filter((d) => d.member === id)
+      .map((d) => `${d.policy} (${d.how})`);
+    return named.length ? `: ${named.join("; ")}` : "";
+  }
+
   function renderCluster(view, stats) {
     clusterMode = view.mode;
     $("cluster-mode").textContent = `${view.mode} · ${view.ring.members} ring owner(s), ` +
@@ -339,7 +346,7 @@
         el("td", { text: m.grpc || "–" }), el("td", { text: memberState(m, view) }),
         el("td", { class: "num", text: share == null ? "–" : `${fmt(share * 100)}%` }),
         el("td", { class: "num", text: String(view.lent[m.id] ?? 0) }),
-        el("td", { text: differs.has(m.id) ? `${version} — differs from this node's` : version }),
+        el("td", { text: differs.has(m.id) ? `${version} — differs from this node's${driftOf(view, m.id)}` : version }),
       ]);
     }));
     const c = view.counters;
