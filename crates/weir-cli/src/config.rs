@@ -1,4 +1,4 @@
-//! `weir config get|set|delete`: a policy read or changed on a running server.
+//! `weir config get|set|delete|revert`: a policy read or changed on a running server.
 
 use std::path::PathBuf;
 
@@ -22,6 +22,12 @@ pub(crate) enum ConfigAction {
     },
     /// Deletes a policy.
     Delete {
+        /// The policy.
+        name: String,
+    },
+    /// Drops the changes made over the API to a policy: the config file's version runs again
+    /// (or none, if the file has none).
+    Revert {
         /// The policy.
         name: String,
     },
@@ -78,7 +84,19 @@ pub(crate) fn policy_named(
 pub(crate) async fn config(action: ConfigAction, client: Client) -> anyhow::Result<()> {
     let body = match action {
         ConfigAction::Get { name: Some(name) } => {
-            client.get(&format!("/v1/policies/{name}")).await?
+            let body = client.get(&format!("/v1/policies/{name}")).await?;
+            // Where it comes from, beside the policy (standard output stays the policy's JSON,
+            // for `config set`).
+            let list = client.get("/v1/policies").await?;
+            if let Some(listed) = list["policies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|p| p["policy"]["name"] == name.as_str())
+            {
+                eprintln!("{}", source_line(&name, listed));
+            }
+            body
         }
         ConfigAction::Get { name: None } => client.get("/v1/policies").await?,
         ConfigAction::Set { name, file } => {
@@ -87,9 +105,33 @@ pub(crate) async fn config(action: ConfigAction, client: Client) -> anyhow::Resu
                 .await?
         }
         ConfigAction::Delete { name } => client.delete(&format!("/v1/policies/{name}")).await?,
+        ConfigAction::Revert { name } => {
+            let body = client
+                .delete(&format!("/v1/policies/{name}/override"))
+                .await?;
+            if body.is_null() {
+                eprintln!(
+                    "policy {name:?} reverted: the config file has none of that name, so none runs now"
+                );
+                return Ok(());
+            }
+            eprintln!("policy {name:?} reverted: the config file's version runs now");
+            body
+        }
     };
     println!("{}", serde_json::to_string_pretty(&body)?);
     Ok(())
+}
+
+/// Where policy `name` comes from, as `GET /v1/policies` lists it (`listed`), in a sentence.
+fn source_line(name: &str, listed: &serde_json::Value) -> String {
+    match (listed["source"].as_str(), listed["overrides_file"] == true) {
+        (Some("api"), true) => format!(
+            "source: api, in place of the config file's policy {name:?} (`weir config revert {name}` runs the file's again)"
+        ),
+        (Some(source), _) => format!("source: {source}"),
+        (None, _) => "source: not said (a server older than this command)".to_owned(),
+    }
 }
 
 #[cfg(test)]

@@ -2059,3 +2059,73 @@ async fn a_new_owner_asks_instead_of_waiting_through_a_join_and_a_graceful_leave
     converge(&[&n1, &n2, &n3], 3).await;
     assert_eq!(refusal_of_any_key(&n2).await, None, "after it left");
 }
+
+/// A file policy changed over the API in a cluster, then reverted through another member:
+/// the revert goes through the policy log, and every member runs the file's version again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_through_any_member_brings_the_files_policy_back_everywhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let [n1, n2, n3] = three_nodes(dir.path(), CONFIG).await;
+    policy_log_leader(&[&n1, &n2, &n3]).await;
+    let source_and_limit = |server: &Server| {
+        let url = server.url("/v1/policies/search");
+        async move {
+            let response = reqwest::get(url).await.unwrap();
+            let source = response
+                .headers()
+                .get("weir-policy-source")
+                .map(|v| v.to_str().unwrap().to_owned());
+            let body: Value = response.json().await.unwrap_or(Value::Null);
+            (source, body["concurrency"]["shared_limit"].clone())
+        }
+    };
+    let changed = json!({"on_exhausted": "reject", "concurrency": {"node_limit": 1, "shared_limit": 7, "lease_ttl": "10s", "on_unavailable": "closed"}});
+    let put = reqwest::Client::new()
+        .put(n1.url("/v1/policies/search"))
+        .json(&changed)
+        .send()
+        .await
+        .unwrap();
+    assert!(put.status().is_success(), "{}", put.text().await.unwrap());
+    eventually(
+        Duration::from_secs(20),
+        "the change on every member",
+        || async {
+            for node in [&n1, &n2, &n3] {
+                let (source, limit) = source_and_limit(node).await;
+                if source.as_deref() != Some("api; overrides=file") || limit != json!(7) {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    let reverted = reqwest::Client::new()
+        .delete(n2.url("/v1/policies/search/override"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reverted.status(), 200, "{}", reverted.text().await.unwrap());
+    eventually(
+        Duration::from_secs(20),
+        "the file's on every member",
+        || async {
+            for node in [&n1, &n2, &n3] {
+                let (source, limit) = source_and_limit(node).await;
+                if source.as_deref() != Some("file") || limit != json!(2) {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await;
+    // Nothing left to revert, through any member.
+    let again = reqwest::Client::new()
+        .delete(n3.url("/v1/policies/search/override"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 404);
+}

@@ -308,3 +308,124 @@ async fn a_reload_that_would_remove_every_policy_must_say_so_and_leases_end_with
     assert!(emptied, "`policy = []` did not remove every policy");
     assert_eq!(reloads(&server, "failed").await, 2);
 }
+
+/// The header `GET /v1/policies/{name}` says where a policy comes from in.
+async fn source_of(server: &Server, name: &str) -> Option<String> {
+    let response = reqwest::get(server.url(&format!("/v1/policies/{name}")))
+        .await
+        .unwrap();
+    response
+        .headers()
+        .get("weir-policy-source")
+        .map(|v| v.to_str().unwrap().to_owned())
+}
+
+/// `weir config ARGS… --server` against `server`: (success, stdout, stderr).
+fn weir_config(server: &Server, args: &[&str]) -> (bool, String, String) {
+    let output = support::weir()
+        .arg("config")
+        .args(args)
+        .args(["--server", &server.http])
+        .output()
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A file policy changed and another deleted over the API: where each comes from is said, a
+/// reload names them as shadowed (the file's edit does not reach them), and a revert brings
+/// the file's versions back — the edited one's new version, and the deleted one.
+#[tokio::test]
+async fn a_file_policy_changed_over_the_api_says_so_and_a_revert_brings_the_files_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let server = Server::start(FIRST, &data);
+    assert_eq!(source_of(&server, "x").await.as_deref(), Some("file"));
+    let put = reqwest::Client::new()
+        .put(server.url("/v1/policies/x"))
+        .json(&json!({"on_exhausted": "reject", "token_bucket": {"rate": 9, "burst": 100}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status(), StatusCode::OK);
+    let deleted = reqwest::Client::new()
+        .delete(server.url("/v1/policies/gone"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), StatusCode::OK);
+    assert_eq!(
+        source_of(&server, "x").await.as_deref(),
+        Some("api; overrides=file")
+    );
+    let (_, list) = get(&server, "/v1/policies").await;
+    let listed = |name: &str| {
+        list["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["policy"]["name"] == name)
+            .map(|p| (p["source"].clone(), p["overrides_file"].clone()))
+    };
+    assert_eq!(listed("x"), Some((json!("api"), json!(true))));
+    assert_eq!(listed("pinned"), Some((json!("file"), json!(false))));
+    let (ok, _, said) = weir_config(&server, &["get", "x"]);
+    assert!(
+        ok && said.contains("in place of the config file's"),
+        "{said}"
+    );
+    assert_eq!(
+        counter(&server, "weir_config_shadowed_policies").await,
+        2,
+        "x changed and gone deleted over the API"
+    );
+
+    // The file edited: its `x` does not reach the node while the API's stands.
+    let config = data.with_extension("toml");
+    std::fs::write(&config, FIRST.replace("rate = 2", "rate = 6")).unwrap();
+    // Read again, and nothing changes: every policy it changed is one the API shadows.
+    let reread = eventually(Duration::from_secs(5), || async {
+        reloads(&server, "unchanged").await + reloads(&server, "applied").await >= 1
+    })
+    .await;
+    assert!(reread, "the edit was not read");
+    assert_eq!(
+        get(&server, "/v1/policies/x").await.1["token_bucket"]["rate"],
+        json!(9.0)
+    );
+
+    // Reverted: the file's versions, as the file has them now.
+    let (ok, out, said) = weir_config(&server, &["revert", "x"]);
+    assert!(ok, "{said}");
+    assert!(
+        said.contains("the config file's version runs now"),
+        "{said}"
+    );
+    let reverted: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(reverted["token_bucket"]["rate"], json!(6.0), "{out}");
+    assert_eq!(source_of(&server, "x").await.as_deref(), Some("file"));
+    assert_eq!(
+        get(&server, "/v1/policies/gone").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (ok, _, said) = weir_config(&server, &["revert", "gone"]);
+    assert!(ok, "{said}");
+    assert_eq!(source_of(&server, "gone").await.as_deref(), Some("file"));
+    assert_eq!(counter(&server, "weir_config_shadowed_policies").await, 0);
+    // Nothing left to revert: said so, by name.
+    let (ok, _, said) = weir_config(&server, &["revert", "x"]);
+    assert!(
+        !ok && said.contains("no change made over the API to revert"),
+        "{said}"
+    );
+
+    server.signal("TERM");
+    let (_, log) = server.wait();
+    assert!(
+        log.contains("replaced or deleted over the API") && log.contains("\"gone\""),
+        "{log}"
+    );
+}

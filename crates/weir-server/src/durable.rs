@@ -74,6 +74,19 @@ impl Overlay {
         next.deletes.insert(name.to_owned());
         next
     }
+
+    /// Whether a change made over the API holds `name` (a replacement or a deletion).
+    pub fn touches(&self, name: &str) -> bool {
+        self.upserts.contains_key(name) || self.deletes.contains(name)
+    }
+
+    /// This overlay without any change to `name`: the config file's version (or none) again.
+    pub fn without(&self, name: &str) -> Overlay {
+        let mut next = self.clone();
+        next.upserts.remove(name);
+        next.deletes.remove(name);
+        next
+    }
 }
 
 /// A problem with the data dir.

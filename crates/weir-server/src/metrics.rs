@@ -28,6 +28,7 @@ mod running;
 
 pub(crate) use kept::KeptCollector;
 pub(crate) use redis::RedisCollector;
+pub(crate) use running::SourcesCollector;
 
 /// Labels of the API's own request metrics. Every value is static, so counting a request
 /// allocates nothing (see [`intern`]).

@@ -175,6 +175,31 @@ impl PolicyAdmin {
         }
     }
 
+    /// A revert in a cluster: committed once every live member can apply it.
+    pub(super) async fn revert_cluster_policy(
+        &self,
+        log: &PolicyLog,
+        name: &str,
+    ) -> Result<(), ApiError> {
+        if let Some(cluster) = self.cluster.as_ref() {
+            let lacking = cluster.members_lacking("revert").await;
+            if !lacking.is_empty() {
+                return Err(ApiError::conflict(format!(
+                    "the member(s) {} run a Weir without revert: upgrade them first (a change they cannot apply would stop their policy log)",
+                    lacking.join(", ")
+                )));
+            }
+        }
+        let change = Change::Revert {
+            name: name.to_owned(),
+        };
+        match self.commit(log, change).await? {
+            Outcome::Reverted => Ok(()),
+            Outcome::NotFound => Err(super::policy_admin::nothing_to_revert(name)),
+            outcome => Err(refused(name, None, outcome)),
+        }
+    }
+
     /// `DELETE` in a cluster: committed, then answered as on one node.
     pub(super) async fn delete_cluster_policy(
         &self,
@@ -208,6 +233,9 @@ fn fate_of(change: &Change) -> String {
         Change::Delete { name, .. } => {
             format!("(`GET /v1/policies/{name}`: 404 `unknown_policy` if it did).")
         }
+        Change::Revert { name } => format!(
+            "(`GET /v1/policies/{name}`: its `Weir-Policy-Source` is `file`, or 404 if the file has none, if it did)."
+        ),
         _ => String::new(),
     }
 }

@@ -219,6 +219,10 @@ impl App {
             decider: Arc::clone(&decider),
             has_redis: redis.is_some(),
         }));
+        let sources = Arc::clone(&admin);
+        metrics.register_collector(Box::new(crate::metrics::SourcesCollector(Box::new(
+            move || sources.source_counts(),
+        ))));
         Ok(Arc::new(App {
             node_id: settings.node_id,
             grpc: settings.grpc,

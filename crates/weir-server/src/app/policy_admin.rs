@@ -30,6 +30,36 @@ pub struct TaggedPolicy {
     pub etag: String,
 }
 
+/// Where a policy in force comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicySource {
+    /// The config file, as written there.
+    File,
+    /// The RLS rules (`rls:…`).
+    Rls,
+    /// A change made over the API, for a name the config file does not define.
+    Api,
+    /// A change made over the API in place of the config file's policy of that name (which a
+    /// revert brings back).
+    ApiOverFile,
+}
+
+impl PolicySource {
+    /// `file`, `rls` or `api`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicySource::File => "file",
+            PolicySource::Rls => "rls",
+            PolicySource::Api | PolicySource::ApiOverFile => "api",
+        }
+    }
+
+    /// Whether it stands in place of the config file's policy of its name.
+    pub fn overrides_file(self) -> bool {
+        self == PolicySource::ApiOverFile
+    }
+}
+
 /// The policies in force, the overlay of API changes laid over the config file's, and what
 /// goes with a policy's life (its leases, its last busy signal).
 pub struct PolicyAdmin {
@@ -118,6 +148,86 @@ impl PolicyAdmin {
                 }
             })
             .collect()
+    }
+
+    /// Where `config`, a policy in force, comes from: the config file when it is the file's
+    /// policy as written there, else the API (in place of the file's, if it has one).
+    pub fn source_of(&self, config: &PolicyConfig) -> PolicySource {
+        if crate::reserved::is_rule_policy(&config.name) {
+            return PolicySource::Rls;
+        }
+        let file = self
+            .file_policies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match file.iter().find(|p| p.name == config.name) {
+            Some(written) if written == config => PolicySource::File,
+            Some(_) => PolicySource::ApiOverFile,
+            None => PolicySource::Api,
+        }
+    }
+
+    /// The config file's policies that a change made over the API replaced or deleted: not
+    /// in force as the file writes them.
+    pub fn shadowed(&self) -> Vec<String> {
+        self.file_policies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|p| {
+                self.policies
+                    .get(&p.name)
+                    .is_none_or(|running| running.config() != **p)
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    }
+
+    /// How many policies in force come from each source (`file`, `api`, `rls`), and how many
+    /// of the file's are shadowed ([`shadowed`](Self::shadowed)): for `/metrics`.
+    pub fn source_counts(&self) -> (Vec<(&'static str, u64)>, u64) {
+        let mut counts = [("file", 0), ("api", 0), ("rls", 0)];
+        for policy in self.policies.policies() {
+            let source = self.source_of(&policy.config()).name();
+            if let Some(count) = counts.iter_mut().find(|(name, _)| *name == source) {
+                count.1 += 1;
+            }
+        }
+        (counts.to_vec(), self.shadowed().len() as u64)
+    }
+
+    /// Drops the changes made over the API to policy `name` (in a cluster, through the policy
+    /// log): the config file's version applies again, or none if the file has none. The
+    /// policy now in force, if any. 404 when no change made over the API holds the name.
+    pub async fn revert_policy(&self, name: &str) -> Result<Option<TaggedPolicy>, ApiError> {
+        refuse_rule_policy(name)?;
+        if let Some(log) = self.policy_log() {
+            self.revert_cluster_policy(log, name).await?;
+            return Ok(self.policy(name).ok());
+        }
+        let mut overlay = self.overlay.lock().await;
+        if !overlay.touches(name) {
+            return Err(nothing_to_revert(name));
+        }
+        let next = overlay.without(name);
+        self.persist(&next).await?;
+        let file = self
+            .file_policies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|p| p.name == name)
+            .cloned();
+        match file {
+            Some(config) => {
+                self.policies
+                    .upsert(config)
+                    .map_err(|e| ApiError::invalid(e.to_string()))?;
+            }
+            None => self.remove_policy(name),
+        }
+        *overlay = next;
+        Ok(self.policy(name).ok())
     }
 
     fn check_if_match(&self, name: &str, if_match: Option<&str>) -> Result<(), ApiError> {
@@ -293,10 +403,25 @@ impl PolicyAdmin {
             .collect()
     }
 
-    /// What this node can run that not every member may: `redis` with a `[redis]` store.
+    /// What this node can run that not every member may: `revert` (it applies
+    /// `Change::Revert`), and `redis` with a `[redis]` store.
     pub(super) fn abilities(&self) -> &'static str {
-        if self.has_redis { "redis" } else { "" }
+        if self.has_redis {
+            "revert,redis"
+        } else {
+            "revert"
+        }
     }
+}
+
+/// The error of a revert with nothing to revert.
+pub(super) fn nothing_to_revert(name: &str) -> ApiError {
+    ApiError::new(
+        crate::error::ErrorKind::UnknownPolicy,
+        format!(
+            "policy `{name}` has no change made over the API to revert: it runs as the config file (or the RLS rules) define it, or not at all"
+        ),
+    )
 }
 
 /// Refuses a change over the API to a reserved name (see [`reserved_name`]).

@@ -52,7 +52,15 @@ impl PolicyAdmin {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = file.clone();
         let wanted = overlay.apply(file);
-        self.converge(wanted, |name| !is_rule_policy(name), || {})
+        let reloaded = self.converge(wanted, |name| !is_rule_policy(name), || {})?;
+        let shadowed = self.shadowed();
+        if !shadowed.is_empty() {
+            tracing::warn!(
+                ?shadowed,
+                "the config file's policies named were replaced or deleted over the API: the file's versions do not apply until reverted (`weir config revert NAME`, `DELETE /v1/policies/NAME/override`)"
+            );
+        }
+        Ok(reloaded)
     }
 
     /// Whether a config file with no policies at all would remove a running policy: one the

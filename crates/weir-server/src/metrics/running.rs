@@ -64,6 +64,43 @@ impl Collector for BuildCollector {
     }
 }
 
+/// What the policies in force come from, read at scrape time: `(source, policies)` pairs and
+/// how many of the config file's policies a change made over the API stands in place of.
+pub(crate) type SourceCounts = Box<dyn Fn() -> (Vec<(&'static str, u64)>, u64) + Send + Sync>;
+
+/// Where the policies in force come from (`weir_config_policies{source}`), and the config
+/// file's policies replaced or deleted over the API (`weir_config_shadowed_policies`): an edit
+/// of the file does not reach those until they are reverted.
+pub(crate) struct SourcesCollector(pub(crate) SourceCounts);
+
+impl std::fmt::Debug for SourcesCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourcesCollector").finish_non_exhaustive()
+    }
+}
+
+impl Collector for SourcesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::fmt::Result {
+        let (by_source, shadowed) = (self.0)();
+        family(
+            &mut encoder,
+            "weir_config_policies",
+            "Policies in force by where they come from: file (the config file), api (changed or made over the API), rls (the RLS rules)",
+            MetricType::Gauge,
+            by_source
+                .into_iter()
+                .map(|(source, n)| (SourceLabel { source }, ConstGauge::new(n as i64))),
+        )?;
+        single(
+            &mut encoder,
+            "weir_config_shadowed_policies",
+            "Policies of the config file that a change made over the API replaced or deleted: edits of the file do not reach them until reverted (`weir config revert NAME`)",
+            MetricType::Gauge,
+            ConstGauge::new(shadowed as i64),
+        )
+    }
+}
+
 /// Log lines of the libraries under Weir held back by `log_gate::ForeignLines`, by library.
 #[derive(Debug)]
 pub(super) struct SuppressedLinesCollector;

@@ -31,6 +31,12 @@ pub enum Change {
         /// What the write expects to delete.
         expect: Expect,
     },
+    /// Drops every change made over the API to a policy: the config file's version (or none)
+    /// applies again. Written only once every live member advertises it can apply it.
+    Revert {
+        /// The policy's name.
+        name: String,
+    },
     /// Makes `overlay` the cluster's: what the member that started the log had changed over
     /// the API while it ran alone.
     Seed {
@@ -62,6 +68,8 @@ pub enum Outcome {
         /// The policy as it was.
         previous: PolicyConfig,
     },
+    /// The changes made over the API to a policy were dropped.
+    Reverted,
     /// The overlay was replaced.
     Seeded,
     /// `If-Match` did not match: nothing changed. `current` is the policy's tag, if it exists.
@@ -69,7 +77,8 @@ pub enum Outcome {
         /// The policy's tag, if it exists.
         current: Option<String>,
     },
-    /// A delete of a policy that does not exist: nothing changed.
+    /// A delete of a policy that does not exist, or a revert of one no change over the API
+    /// holds: nothing changed.
     NotFound,
     /// An entry that changes no policy: a new leader's first, a change of the members.
     Nothing,
@@ -125,6 +134,13 @@ pub fn apply(overlay: &mut Overlay, change: Change) -> Outcome {
             }
             *overlay = overlay.with_delete(&name);
             Outcome::Deleted { previous: existing }
+        }
+        Change::Revert { name } => {
+            if !overlay.touches(&name) {
+                return Outcome::NotFound;
+            }
+            *overlay = overlay.without(&name);
+            Outcome::Reverted
         }
         Change::Seed { overlay: seed } => {
             *overlay = seed;

@@ -40,6 +40,12 @@ pub(super) struct TaggedPolicyView {
     policy: PolicyConfig,
     /// Its `ETag`, for `If-Match`.
     etag: String,
+    /// Where it comes from: `file` (the config file), `api` (made or changed over the API) or
+    /// `rls` (the RLS rules).
+    source: &'static str,
+    /// Whether it was changed over the API in place of the config file's policy of its name
+    /// (`DELETE /v1/policies/{name}/override` brings the file's back).
+    overrides_file: bool,
 }
 
 /// `GET /v1/throttles`.
@@ -257,13 +263,18 @@ pub(super) async fn busy(
     responses((status = 200, description = "The policies.", body = PolicyList))
 )]
 pub(super) async fn list_policies(State(app): State<Arc<App>>) -> Json<PolicyList> {
-    let policies = app
-        .policy_admin()
+    let admin = app.policy_admin();
+    let policies = admin
         .all_policies()
         .into_iter()
-        .map(|p| TaggedPolicyView {
-            policy: p.config,
-            etag: p.etag,
+        .map(|p| {
+            let source = admin.source_of(&p.config);
+            TaggedPolicyView {
+                policy: p.config,
+                etag: p.etag,
+                source: source.name(),
+                overrides_file: source.overrides_file(),
+            }
         })
         .collect();
     Json(PolicyList { policies })
@@ -284,7 +295,10 @@ pub(super) fn with_etag(body: serde_json::Value, status: StatusCode, etag: &str)
     tag = "policies",
     params(("name" = String, Path, description = "The policy's name.")),
     responses(
-        (status = 200, description = "The policy.", body = PolicyConfig, headers(("ETag" = String, description = "The policy's entity tag, for `If-Match`"))),
+        (status = 200, description = "The policy.", body = PolicyConfig, headers(
+            ("ETag" = String, description = "The policy's entity tag, for `If-Match`"),
+            ("Weir-Policy-Source" = String, description = "Where it comes from: `file`, `rls`, `api`, or `api; overrides=file` when a change over the API stands in place of the config file's (`DELETE /v1/policies/{name}/override` brings the file's back)"),
+        )),
         (status = 404, description = "No such policy (`unknown_policy`).", body = ErrorBody),
     )
 )]
@@ -292,11 +306,24 @@ pub(super) async fn get_policy(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
-    let tagged = app.policy_admin().policy(&name)?;
+    let admin = app.policy_admin();
+    let tagged = admin.policy(&name)?;
+    let source = admin.source_of(&tagged.config);
     let body =
         serde_json::to_value(&tagged.config).map_err(|e| ApiError::internal(e.to_string()))?;
-    Ok(with_etag(body, StatusCode::OK, &tagged.etag))
+    let mut response = with_etag(body, StatusCode::OK, &tagged.etag);
+    let source = match source.overrides_file() {
+        true => format!("{}; overrides=file", source.name()),
+        false => source.name().to_owned(),
+    };
+    if let Ok(value) = HeaderValue::from_str(&source) {
+        response.headers_mut().insert(SOURCE_HEADER, value);
+    }
+    Ok(response)
 }
+
+/// The header `GET /v1/policies/{name}` says where the policy comes from in.
+pub(crate) const SOURCE_HEADER: &str = "weir-policy-source";
 
 /// Creates or replaces a policy, live (in a cluster, through the cluster's policy log).
 #[utoipa::path(

@@ -6,6 +6,7 @@ mod cluster_members;
 mod handlers;
 mod headers;
 mod openapi;
+mod policy_override;
 mod ui;
 
 pub(crate) use body::ErrorBody;
@@ -40,6 +41,7 @@ mod route {
     pub const BUSY: &str = "/v1/busy";
     pub const POLICIES: &str = "/v1/policies";
     pub const POLICY: &str = "/v1/policies/{name}";
+    pub const POLICY_OVERRIDE: &str = "/v1/policies/{name}/override";
     pub const THROTTLES: &str = "/v1/throttles";
     pub const CLUSTER: &str = "/v1/cluster";
     pub const CLUSTER_MEMBER: &str = "/v1/cluster/members/{id}";
@@ -52,13 +54,14 @@ mod route {
     pub const READYZ: &str = "/readyz";
     /// Every route the router has.
     #[cfg(test)]
-    pub const ALL: [&str; 16] = [
+    pub const ALL: [&str; 17] = [
         ACQUIRE,
         RELEASE,
         RENEW,
         BUSY,
         POLICIES,
         POLICY,
+        POLICY_OVERRIDE,
         THROTTLES,
         CLUSTER,
         CLUSTER_MEMBER,
@@ -101,6 +104,12 @@ fn endpoint_of(path: &str, others: &'static [&'static str]) -> &'static str {
         route::HEALTHZ => route::HEALTHZ,
         route::READYZ => route::READYZ,
         _ if one_segment_after(path, "/v1/policies/") => route::POLICY,
+        _ if path
+            .strip_suffix("/override")
+            .is_some_and(|policy| one_segment_after(policy, "/v1/policies/")) =>
+        {
+            route::POLICY_OVERRIDE
+        }
         _ if one_segment_after(path, "/v1/cluster/members/") => route::CLUSTER_MEMBER,
         _ if one_segment_after(path, "/ui/") => route::UI_ASSET,
         _ => others
@@ -153,6 +162,7 @@ fn routes(app: Arc<App>, others: Router<Arc<App>>) -> Router {
             route::POLICY,
             get(get_policy).put(put_policy).delete(delete_policy),
         )
+        .route(route::POLICY_OVERRIDE, delete(policy_override::revert))
         .route(route::THROTTLES, get(throttles))
         .route(route::CLUSTER, get(cluster))
         .route(route::CLUSTER_MEMBER, delete(cluster_members::forget))

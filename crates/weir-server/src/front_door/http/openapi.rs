@@ -12,6 +12,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 
 use super::cluster_members;
 use super::handlers;
+use super::policy_override;
 use super::ui;
 
 /// The document's description: what every operation shares.
@@ -37,6 +38,7 @@ admin token answers state-changing calls only for loopback or listed hosts.";
         handlers::throttles,
         handlers::cluster,
         cluster_members::forget,
+        policy_override::revert,
         handlers::stats,
         openapi,
         ui::page,

@@ -112,3 +112,34 @@ fn a_seed_replaces_the_overlay_whole() {
     );
     assert_eq!(overlay, seed);
 }
+
+#[test]
+fn a_revert_drops_a_replacement_or_a_deletion_and_finds_nothing_the_second_time() {
+    let mut overlay = Overlay::default();
+    let base = policy("global", 40.0);
+    apply(
+        &mut overlay,
+        put(policy("global", 5.0), None, Some(base.clone())),
+    );
+    let delete = Change::Delete {
+        name: "other".to_owned(),
+        expect: Expect {
+            if_match: None,
+            base: Some(policy("other", 1.0)),
+        },
+    };
+    apply(&mut overlay, delete);
+    for name in ["global", "other"] {
+        let revert = Change::Revert {
+            name: name.to_owned(),
+        };
+        assert_eq!(apply(&mut overlay, revert.clone()), Outcome::Reverted);
+        assert!(!overlay.touches(name));
+        assert_eq!(apply(&mut overlay, revert), Outcome::NotFound);
+    }
+    // The file's versions apply again.
+    assert_eq!(
+        overlay.apply(vec![base.clone(), policy("other", 1.0)]),
+        [base, policy("other", 1.0)]
+    );
+}

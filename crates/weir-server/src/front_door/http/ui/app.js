@@ -67,7 +67,8 @@
   async function getJson(path) {
     const response = await fetch(path, { cache: "no-store" });
     if (!response.ok) throw new Error(`${path}: ${response.status}`);
-    return { body: await response.json(), etag: response.headers.get("ETag") };
+    return { body: await response.json(), etag: response.headers.get("ETag"),
+      source: response.headers.get("Weir-Policy-Source") };
   }
 
   // --- policies -------------------------------------------------------------------------
@@ -419,10 +420,14 @@
     const name = $("edit-policy").value;
     if (!name) return;
     try {
-      const { body, etag } = await getJson(`/v1/policies/${encodeURIComponent(name)}`);
+      const { body, etag, source } = await getJson(`/v1/policies/${encodeURIComponent(name)}`);
       editing = { name, etag };
       $("edit-text").value = JSON.stringify(body, null, 2);
-      $("edit-etag").textContent = `ETag ${etag}`;
+      // Where it comes from: a change saved here stands in place of the config file's.
+      const from = source === "api; overrides=file"
+        ? "changed over the API in place of the config file's (weir config revert brings the file's back)"
+        : `from ${source ?? "?"}`;
+      $("edit-etag").textContent = `ETag ${etag} · ${from}`;
       showEdit(`Loaded ${name}.`, "");
     } catch (e) {
       showEdit(`Could not load ${name}: ${e.message}`, "error");
