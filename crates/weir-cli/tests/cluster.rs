@@ -97,6 +97,11 @@ async fn view(server: &Server) -> ClusterView {
 async fn members(server: &Server) -> usize {
     let view = view(server).await;
     assert_eq!(view.mode, "cluster");
+    live(&view)
+}
+
+/// The members `view` lists that answer: alive, or leaving.
+fn live(view: &ClusterView) -> usize {
     view.members
         .iter()
         .filter(|m| m.state == "alive" || m.state == "leaving")
@@ -113,7 +118,7 @@ async fn converge(servers: &[&Server], count: usize) {
             for server in servers {
                 let view = view(server).await;
                 assert_eq!(view.mode, "cluster");
-                if view.members.len() != count || view.ring.members != count {
+                if live(&view) != count || view.ring.members != count {
                     return false;
                 }
                 if !view.ring.handed_over {
@@ -1106,17 +1111,30 @@ async fn a_hot_bucket_is_decided_where_it_is_asked_within_its_one_rate() {
     // Every decision is counted once, on the node that made it — within a share, for another
     // node, or its own — in the policy's own series: the nodes' sums are what the clients saw
     // (the three first asks included).
+    // Where each was decided is said: within a share on the askers, for another node on the
+    // owner (here: the owner's own asks, none).
     let mut counted = [0, 0];
+    let mut by_place = std::collections::BTreeMap::new();
     for node in &nodes {
         for (i, outcome) in ["admitted", "rejected"].into_iter().enumerate() {
-            let series = format!("weir_decisions_total{{policy=\"hot\",outcome=\"{outcome}\"}}");
-            counted[i] += counter(node, &series).await;
+            for decided in ["here", "owner", "assigned"] {
+                let series = format!(
+                    "weir_decisions_total{{policy=\"hot\",outcome=\"{outcome}\",decided=\"{decided}\"}}"
+                );
+                let n = counter(node, &series).await;
+                counted[i] += n;
+                *by_place.entry(decided).or_insert(0) += n;
+            }
         }
     }
     assert_eq!(
         counted,
         [admitted + 3, asked - admitted],
         "the nodes' weir_decisions_total (admitted, rejected) against the clients' count"
+    );
+    assert!(
+        by_place["assigned"] > 0 && by_place["owner"] > 0,
+        "{by_place:?}"
     );
 }
 
@@ -1171,6 +1189,14 @@ async fn envoys_on_every_node_share_a_cluster_scoped_rate_over_rlqs() {
         assert_eq!(counter(node, unanswered).await, 0);
     }
     assert_eq!(lending, 1, "the bucket's owner alone lends its shares");
+    // What the Envoys decided within their shares, as they report it, is counted in the
+    // policy's own series, on the node each reports to.
+    let mut envoys_decided = 0;
+    for node in &nodes {
+        let series = "weir_decisions_total{policy=\"tenants\",outcome=\"admitted\",decided=\"envoy_assigned\"}";
+        envoys_decided += counter(node, series).await;
+    }
+    assert!(envoys_decided > 0, "no Envoy decision counted");
     load.stop().await;
     drop(envoys);
 }

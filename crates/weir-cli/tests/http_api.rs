@@ -500,7 +500,7 @@ async fn health_readiness_cluster_and_metrics() {
     let text = response.text().await.unwrap();
     for series in [
         "weir_requests_total{policy=\"tokens\"} 1",
-        "weir_decisions_total{policy=\"tokens\",outcome=\"admitted\"} 1",
+        "weir_decisions_total{policy=\"tokens\",outcome=\"admitted\",decided=\"here\"} 1",
         "weir_wait_seconds_bucket{policy=\"tokens\",le=\"+Inf\"} 0",
         "weir_keys{policy=\"tokens\"} 1",
         "weir_api_requests_total{api=\"http\",endpoint=\"/v1/acquire\",code=\"200\"} 1",

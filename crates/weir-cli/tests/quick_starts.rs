@@ -269,7 +269,9 @@ async fn the_httpx_quick_start_waits_out_its_refusals_and_gives_its_lease_back()
     }
     // What the server decided is what the program says it did.
     let decisions = |policy: &str, outcome: &str| {
-        format!("weir_decisions_total{{policy=\"{policy}\",outcome=\"{outcome}\"}}")
+        format!(
+            "weir_decisions_total{{policy=\"{policy}\",outcome=\"{outcome}\",decided=\"here\"}}"
+        )
     };
     assert_eq!(counter(&server, &decisions("tables", "admitted")).await, 3);
     assert_eq!(

@@ -17,8 +17,9 @@ use weir_cluster::rates::{
 use weir_cluster::transport::BoxFuture;
 
 use super::owner::assignable;
-use super::{Ask, Decider, Decision};
+use super::{Ask, Decider, Decision, Place};
 use crate::cluster::ClusterMode;
+use weir::policy::stats::Outcome;
 
 impl Decider {
     /// Decides a request another node forwards: only for a cluster-scoped policy whose bucket
@@ -161,7 +162,22 @@ impl Decider {
             cost: request.cost,
             max_wait: Some(request.max_wait),
         };
-        match self.decide_here(policy, ask).await {
+        let decided = self.decide_here(policy, ask).await;
+        // Counted here by the bucket, and told apart as decided for another node.
+        let outcome = match &decided {
+            Ok(Decision::Admitted {
+                would_throttle: true,
+                ..
+            }) => Some(Outcome::WouldThrottle),
+            Ok(Decision::Admitted { waited, .. }) if !waited.is_zero() => Some(Outcome::Throttled),
+            Ok(Decision::Admitted { .. }) => Some(Outcome::Admitted),
+            Ok(Decision::Refused { .. }) => Some(Outcome::Rejected),
+            Err(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            policy.count_place(kind, Place::Owner.index(), outcome);
+        }
+        match decided {
             // What a waiting request's asker keeps is read once it is decided.
             Ok(Decision::Admitted {
                 waited,

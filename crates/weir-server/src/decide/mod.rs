@@ -17,6 +17,7 @@
 //! | `for_others.rs` | the owner's side: a decision another node forwards, a handover, a report |
 //! | `redis.rs` | a bucket kept in Redis: asked there, asked again while the request may wait |
 //! | `lent.rs` | shares of this node's own buckets lent to data planes (RLQS) |
+//! | `place.rs` | where a decision was made, as the counters tell it apart |
 //!
 //! Concurrency policies are not decided here: what they admit is a lease, held until released
 //! (`app::admission`), and their cluster tier is the shared pool's.
@@ -26,11 +27,13 @@ mod here;
 mod home;
 mod lent;
 mod owner;
+mod place;
 mod redis;
 mod waiting;
 
 pub use home::Home;
 pub use lent::{NoQuota, QuotaBook};
+pub use place::{HERE, Place};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -166,12 +169,12 @@ impl Decision {
 }
 
 /// Counts a decision on `ask` that `policy`'s own buckets here did not make (within an
-/// assigned share, or by Redis) in the policy's counters, as one of its own (`over`: the
-/// bucket said no).
-fn count_elsewhere(policy: &Policy<SystemClock>, ask: Ask<'_>, over: bool) {
+/// assigned share, or by Redis: `place`) in the policy's counters, as one of its own (`over`:
+/// the bucket said no).
+fn count_elsewhere(policy: &Policy<SystemClock>, ask: Ask<'_>, over: bool, place: Place) {
     let mut request = weir::policy::Request::new(ask.key).cost(ask.cost);
     request.kind = ask.kind;
-    policy.count_decided_elsewhere(&request, over);
+    policy.count_decided_elsewhere(&request, over, place.index());
 }
 
 /// What deciding a bucket needs: where buckets may live, and what is lent out of them.

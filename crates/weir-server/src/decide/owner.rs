@@ -22,7 +22,7 @@ use weir_cluster::assignment::{Assignment, Local, REPORT_EVERY, RateReport, Whol
 use weir_cluster::rates::{Decided, RateAsk, RateDecision, Report, ReportAnswer};
 
 use super::waiting::Waiting;
-use super::{AdmissionTier, Ask, Decider, Decision, NoQuota, count_elsewhere};
+use super::{AdmissionTier, Ask, Decider, Decision, NoQuota, Place, count_elsewhere};
 
 impl Decider {
     /// `ask` of a cluster-scoped policy: decided within this node's assigned share, or by the
@@ -39,7 +39,8 @@ impl Decider {
             let decided = cluster.decide_assigned(policy.name(), ask.key, ask.cost);
             // Decided here, within this node's share: counted here, as a decision of its own.
             if !matches!(decided, Local::Forward) {
-                count_elsewhere(policy, ask, matches!(decided, Local::Refused { .. }));
+                let refused = matches!(decided, Local::Refused { .. });
+                count_elsewhere(policy, ask, refused, Place::Assigned);
             }
             match decided {
                 Local::Admitted => return Some(assigned(false)),

@@ -16,7 +16,7 @@ use weir::limiter::Quota;
 use weir::policy::{BucketShape, Policy, RejectReason, Rejection};
 
 use super::waiting::Waiting;
-use super::{AdmissionTier, Ask, Decider, Decision, count_elsewhere};
+use super::{AdmissionTier, Ask, Decider, Decision, Place, count_elsewhere};
 use crate::error::ApiError;
 use crate::redis_buckets::{RedisDecision, Unavailable};
 
@@ -32,7 +32,7 @@ impl Decider {
         let decided = self.decide_in_redis_uncounted(policy, ask).await;
         // Decided by Redis (or by `on_unavailable` for it): counted here, once, as the policy's.
         if let Some(Ok(decision)) = &decided {
-            count_elsewhere(policy, ask, decision.is_over());
+            count_elsewhere(policy, ask, decision.is_over(), Place::Redis);
         }
         decided
     }

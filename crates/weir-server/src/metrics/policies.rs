@@ -10,9 +10,10 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use weir::SystemClock;
 use weir::policy::PolicySet;
-use weir::policy::stats::WAIT_BUCKETS;
+use weir::policy::stats::{StatsSnapshot, WAIT_BUCKETS};
 
 use super::{family, single};
+use crate::decide::{HERE, Place};
 use crate::leases::Leases;
 
 /// Reads every policy's counters at scrape time.
@@ -33,6 +34,8 @@ struct PolicyLabel {
 struct OutcomeLabels {
     policy: String,
     outcome: &'static str,
+    /// Where it was decided (`decide::Place`, or `here`).
+    decided: &'static str,
 }
 
 /// `{policy, kind}`
@@ -44,6 +47,38 @@ struct KindLabels {
 
 /// A histogram from a snapshot: per-bucket (not cumulative) counts over [`WAIT_BUCKETS`] and an
 /// unbounded last bucket.
+/// `weir_decisions_total`'s series of policy `name`: each outcome decided here, and at each
+/// place that decided any (a place never used adds no series).
+fn decisions(name: &str, s: &StatsSnapshot) -> impl Iterator<Item = (OutcomeLabels, ConstCounter)> {
+    let totals = [
+        ("admitted", s.admitted - s.throttled - s.would_throttle),
+        ("throttled", s.throttled),
+        ("rejected", s.rejected),
+        ("would_throttle", s.would_throttle),
+    ];
+    let label = |outcome, decided| OutcomeLabels {
+        policy: name.to_owned(),
+        outcome,
+        decided,
+    };
+    let mut series = Vec::with_capacity(5);
+    for (column, (outcome, total)) in totals.into_iter().enumerate() {
+        let elsewhere: u64 = s.placed.iter().map(|row| row[column]).sum();
+        series.push((
+            label(outcome, HERE),
+            ConstCounter::new(total.saturating_sub(elsewhere)),
+        ));
+        for place in Place::ALL {
+            let n = s.placed[place.index()][column];
+            if n > 0 {
+                series.push((label(outcome, place.name()), ConstCounter::new(n)));
+            }
+        }
+    }
+    series.push((label("unkeyed", HERE), ConstCounter::new(s.unkeyed)));
+    series.into_iter()
+}
+
 fn wait_histogram(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -97,26 +132,9 @@ impl Collector for PolicyCollector {
         family(
             &mut encoder,
             "weir_decisions",
-            "Decisions by outcome: admitted (at once), throttled (admitted after waiting), rejected, would_throttle (monitor mode), unkeyed (no bucket key)",
+            "Decisions by outcome: admitted (at once), throttled (admitted after waiting), rejected, would_throttle (monitor mode), unkeyed (no bucket key); and where decided: here (this node's bucket), owner (for another node's request), assigned (within this node's share), redis, envoy_assigned (Envoy within its RLQS share). Each decision is counted once, on the node that made it",
             MetricType::Counter,
-            stats.iter().flat_map(|(n, s, _)| {
-                [
-                    ("admitted", s.admitted - s.throttled - s.would_throttle),
-                    ("throttled", s.throttled),
-                    ("rejected", s.rejected),
-                    ("would_throttle", s.would_throttle),
-                    ("unkeyed", s.unkeyed),
-                ]
-                .map(|(outcome, value)| {
-                    (
-                        OutcomeLabels {
-                            policy: n.clone(),
-                            outcome,
-                        },
-                        ConstCounter::new(value),
-                    )
-                })
-            }),
+            stats.iter().flat_map(|(n, s, _)| decisions(n, s)),
         )?;
         wait_histogram(
             &mut encoder,

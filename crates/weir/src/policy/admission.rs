@@ -173,7 +173,9 @@ impl<C: Clock + Clone> Policy<C> {
     /// in — as one of its own: in its counters (`refused`: the bucket said no; admitted anyway
     /// if the policy only monitors) and in who it holds back. So a policy's numbers count every
     /// decision made for it on this node, wherever its bucket is.
-    pub fn count_decided_elsewhere(&self, request: &Request<'_>, refused: bool) {
+    /// `place` (< [`stats::PLACES`](super::stats::PLACES)) names where, for the counters to
+    /// keep apart.
+    pub fn count_decided_elsewhere(&self, request: &Request<'_>, refused: bool, place: usize) {
         let state = self.state.load();
         if !state.config.applies_to(request.kind) {
             return;
@@ -190,8 +192,29 @@ impl<C: Clock + Clone> Policy<C> {
             self.record_throttled(&state, limiter, request);
         }
         state.stats.decided(outcome, Duration::ZERO);
+        state.stats.placed(place, outcome);
         if outcome != Outcome::Rejected {
             state.stats.finish();
+        }
+    }
+
+    /// Counts decisions on requests of `kind` made elsewhere in bulk, as a data plane reports
+    /// what it decided within a share of this policy's bucket: `admitted` admitted, `refused`
+    /// refused, at `place`.
+    pub fn count_reported(&self, kind: Option<&str>, admitted: u64, refused: u64, place: usize) {
+        let state = self.state.load();
+        if state.config.applies_to(kind) {
+            state.stats.decided_many(admitted, refused, place);
+        }
+    }
+
+    /// Tells apart a decision on a request of `kind` that this policy's own buckets made and
+    /// counted, on behalf of `place` (a node: the bucket's owner deciding another node's
+    /// request).
+    pub fn count_place(&self, kind: Option<&str>, place: usize, outcome: Outcome) {
+        let state = self.state.load();
+        if state.config.applies_to(kind) {
+            state.stats.placed(place, outcome);
         }
     }
 

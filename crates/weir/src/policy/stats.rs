@@ -48,6 +48,19 @@ impl WaitHistogram {
     }
 }
 
+/// How many places besides its own buckets here a policy's decisions can be told apart by.
+/// The caller names them (a node: the bucket's owner deciding for another, a share assigned to
+/// it, a store); the counters only keep them apart.
+pub const PLACES: usize = 4;
+
+/// The outcomes told apart by place, in the order of [`StatsSnapshot::placed`]'s rows.
+pub const PLACED_OUTCOMES: [Outcome; 4] = [
+    Outcome::Admitted,
+    Outcome::Throttled,
+    Outcome::Rejected,
+    Outcome::WouldThrottle,
+];
+
 /// The live counters of one policy.
 #[derive(Debug, Default)]
 pub struct PolicyStats {
@@ -61,6 +74,9 @@ pub struct PolicyStats {
     unkeyed: AtomicU64,
     waits: WaitHistogram,
     waiters: AtomicI64,
+    /// Of the decisions counted above, those made at each place (by place, then outcome in
+    /// [`PLACED_OUTCOMES`] order); the rest were made by the policy's own buckets.
+    placed: [[AtomicU64; 4]; PLACES],
 }
 
 /// How a decision ended, for the counters.
@@ -113,6 +129,31 @@ impl PolicyStats {
         self.admitted.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Decisions made at `place` counted in bulk, as a data plane reports them: `admitted`
+    /// requests admitted at once (and done), `refused` refused.
+    pub fn decided_many(&self, admitted: u64, refused: u64, place: usize) {
+        self.started
+            .fetch_add(admitted + refused, Ordering::Relaxed);
+        self.admitted.fetch_add(admitted, Ordering::Relaxed);
+        self.released.fetch_add(admitted, Ordering::Relaxed);
+        self.rejected.fetch_add(refused, Ordering::Relaxed);
+        if let Some(row) = self.placed.get(place) {
+            row[0].fetch_add(admitted, Ordering::Relaxed);
+            row[2].fetch_add(refused, Ordering::Relaxed);
+        }
+    }
+
+    /// One decision already counted was made at `place` (< [`PLACES`]; others are ignored).
+    pub fn placed(&self, place: usize, outcome: Outcome) {
+        let column = PLACED_OUTCOMES
+            .iter()
+            .position(|o| *o == outcome)
+            .expect("every outcome is placed");
+        if let Some(row) = self.placed.get(place) {
+            row[column].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// An admitted request has finished.
     #[inline]
     pub fn finish(&self) {
@@ -153,6 +194,7 @@ impl PolicyStats {
             overflow_hits: keys.overflow_hits,
             sketched: keys.sketched,
             sketch_bytes: keys.sketch_bytes,
+            placed: self.placed.each_ref().map(|row| row.each_ref().map(load)),
         }
     }
 }
@@ -192,6 +234,9 @@ pub struct StatsSnapshot {
     pub sketched: u64,
     /// Memory the sketches take, in bytes.
     pub sketch_bytes: u64,
+    /// Of the decisions counted, those made at each place the caller names (by place, then
+    /// outcome in [`PLACED_OUTCOMES`] order); the rest were made by the policy's own buckets.
+    pub placed: [[u64; 4]; PLACES],
 }
 
 /// "Policy P was throttled in the last N s": what changed over one reporting period.

@@ -169,11 +169,10 @@ impl QuotaStream {
         let mut actions = Vec::new();
         let mut fresh = Vec::new();
         for usage in report.bucket_quota_usages {
+            let (allowed, denied) = (usage.num_requests_allowed, usage.num_requests_denied);
             let Some(id) = usage.bucket_id else { continue };
             let name = sorted(&id.bucket);
-            let count = usage
-                .num_requests_allowed
-                .saturating_add(usage.num_requests_denied);
+            let count = allowed.saturating_add(denied);
             match self.buckets.get_mut(&name) {
                 Some(tracked) => {
                     tracked
@@ -214,9 +213,10 @@ impl QuotaStream {
                             pushed: None,
                         },
                     );
-                    fresh.push(name);
+                    fresh.push(name.clone());
                 }
             }
+            self.count_envoys_decisions(&name, allowed, denied);
         }
         for name in fresh {
             if let Some(action) = self.ask(&name).await {
@@ -225,6 +225,16 @@ impl QuotaStream {
         }
         RateLimitQuotaResponse {
             bucket_action: actions,
+        }
+    }
+
+    /// Counts what Envoy reports it decided for bucket `name` in the policy it maps to, as
+    /// decisions of its own (`weir_decisions_total{decided="envoy_assigned"}`).
+    fn count_envoys_decisions(&self, name: &[(String, String)], allowed: u64, denied: u64) {
+        let counted_in = self.buckets.get(name).and_then(|t| t.counted_in.as_ref());
+        if let Some(policy) = counted_in.and_then(|(policy, _)| self.app.policies().get(policy)) {
+            let place = crate::decide::Place::EnvoyAssigned.index();
+            policy.count_reported(None, allowed, denied, place);
         }
     }
 
