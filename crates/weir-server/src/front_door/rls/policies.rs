@@ -6,11 +6,12 @@
 use std::time::Duration;
 
 use weir::keyed::Overflow;
-use weir::policy::{Limiter, Mode, OnExhausted, PolicyConfig, Scope};
+use weir::policy::{KeyedSpec, Limiter, Mode, OnExhausted, PolicyConfig, Scope};
 
+use super::config::Unit;
 use super::config::{Limit, RulesConfig};
 use super::rules::{Rule, Tree};
-use super::sent::counter_policies;
+use super::sent::counter_name;
 use super::settings::RlsSettings;
 
 /// The policy that counts for a rule with a rate, or `None` (unlimited, or a limit of 0).
@@ -29,14 +30,25 @@ pub fn policy_of(rule: &Rule, settings: &RlsSettings, scope: Scope) -> Option<Po
         return None;
     }
     let spec = algorithm.spec(u64::from(*requests_per_unit), unit.window())?;
-    Some(PolicyConfig {
-        name: rule.policy_name(),
+    let mode = match rule.shadow_mode {
+        true => Mode::Monitor,
+        false => Mode::Enforce,
+    };
+    Some(counting(rule.policy_name(), mode, spec, settings, scope))
+}
+
+/// A policy that counts hits for RLS: deciding at once, keyed by descriptor values.
+fn counting(
+    name: String,
+    mode: Mode,
+    spec: KeyedSpec,
+    settings: &RlsSettings,
+    scope: Scope,
+) -> PolicyConfig {
+    PolicyConfig {
+        name,
         kinds: Vec::new(),
-        mode: if rule.shadow_mode {
-            Mode::Monitor
-        } else {
-            Mode::Enforce
-        },
+        mode,
         on_exhausted: OnExhausted::Reject,
         max_wait: Duration::ZERO,
         max_keys: settings.max_keys,
@@ -46,8 +58,30 @@ pub fn policy_of(rule: &Rule, settings: &RlsSettings, scope: Scope) -> Option<Po
         max_cost: None,
         scope,
         learning_period: Duration::ZERO,
+        // The default; only a token bucket is ever shared out, and a window is never.
         assignments: true,
         limiter: Limiter::Keyed(spec),
+    }
+}
+
+/// `domain`'s counters of limits sent with requests (`sent.rs`), one per unit, at `scope`:
+/// fixed windows that count every hit and refuse none (the limit sent is compared with the
+/// count by the caller).
+fn counter_policies<'a>(
+    domain: &'a str,
+    settings: &'a RlsSettings,
+    scope: Scope,
+) -> impl Iterator<Item = PolicyConfig> + 'a {
+    Unit::ALL.into_iter().map(move |unit| {
+        let spec = KeyedSpec::per_window("fixed_window", u64::from(u32::MAX), unit.window())
+            .expect("fixed_window is a window limiter's table");
+        counting(
+            counter_name(domain, unit),
+            Mode::Enforce,
+            spec,
+            settings,
+            scope,
+        )
     })
 }
 

@@ -8,14 +8,10 @@
 //! reference server's shared Redis holds it, and is not each node's.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use weir::Clock;
-use weir::keyed::Overflow;
 use weir::limiter::Quota;
-use weir::policy::{
-    KeyedSpec, Limiter, Mode, OnExhausted, Policy, PolicyConfig, PolicySet, Request, Scope,
-};
+use weir::policy::{Policy, PolicySet, Request};
 
 use super::answer::{Code, CurrentLimit, Status, whole_seconds};
 use super::config::{Limit, Unit};
@@ -110,35 +106,6 @@ pub(super) fn shares_window(limit: &Limit, unit: Unit) -> bool {
 /// The name of `domain`'s counter of sent limits of `unit`.
 pub fn counter_name(domain: &str, unit: Unit) -> String {
     format!("{RLS_PREFIX}{domain}:sent:{}", unit.name())
-}
-
-/// `domain`'s counters of sent limits, one per unit, at `scope`: fixed windows that count
-/// every hit and refuse none (the limit sent is compared with the count by the caller).
-pub fn counter_policies(
-    domain: &str,
-    settings: &RlsSettings,
-    scope: Scope,
-) -> impl Iterator<Item = PolicyConfig> {
-    let (max_keys, domain) = (settings.max_keys, domain.to_owned());
-    Unit::ALL.into_iter().map(move |unit| {
-        let spec = KeyedSpec::per_window("fixed_window", u64::from(u32::MAX), unit.window())
-            .expect("fixed_window is a window limiter's table");
-        PolicyConfig {
-            name: counter_name(&domain, unit),
-            kinds: Vec::new(),
-            mode: Mode::Enforce,
-            on_exhausted: OnExhausted::Reject,
-            max_wait: Duration::ZERO,
-            max_keys,
-            overflow: Overflow::Sketch,
-            max_cost: None,
-            scope,
-            learning_period: Duration::ZERO,
-            // The default; a window is never shared out, so the owner keeps every count.
-            assignments: true,
-            limiter: Limiter::Keyed(spec),
-        }
-    })
 }
 
 /// A limit sent with one descriptor, and the hits it asks.
