@@ -203,19 +203,12 @@ async fn the_cluster_alerts_fire_against_a_live_cluster_that_lost_its_majority()
     .into_iter()
     .map(|name| (name.to_owned(), n1_target.clone()))
     .collect();
-    // Polled rather than `eventually`, to say what was firing when it was not all.
-    let mut firing = BTreeSet::new();
-    for _ in 0..600 {
-        firing = prometheus.firing().await;
-        if firing.is_superset(&expected) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        firing.is_superset(&expected),
-        "firing: {firing:?}\nexpected: {expected:?}"
-    );
+    eventually(
+        Duration::from_secs(60),
+        "the alerts firing for n1",
+        || async { prometheus.firing().await.is_superset(&expected) },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
