@@ -173,6 +173,7 @@ impl<C: Clock + Clone> Policy<C> {
     /// in — as one of its own: in its counters (`refused`: the bucket said no; admitted anyway
     /// if the policy only monitors) and in who it holds back. So a policy's numbers count every
     /// decision made for it on this node, wherever its bucket is.
+    ///
     /// `place` (< [`stats::PLACES`](super::stats::PLACES)) names where, for the counters to
     /// keep apart.
     pub fn count_decided_elsewhere(&self, request: &Request<'_>, refused: bool, place: usize) {

@@ -61,6 +61,14 @@ pub const PLACED_OUTCOMES: [Outcome; 4] = [
     Outcome::WouldThrottle,
 ];
 
+/// The column of `outcome` in [`StatsSnapshot::placed`]'s rows.
+fn placed_column(outcome: Outcome) -> usize {
+    PLACED_OUTCOMES
+        .iter()
+        .position(|o| *o == outcome)
+        .expect("every outcome is placed")
+}
+
 /// The live counters of one policy.
 #[derive(Debug, Default)]
 pub struct PolicyStats {
@@ -132,25 +140,22 @@ impl PolicyStats {
     /// Decisions made at `place` counted in bulk, as a data plane reports them: `admitted`
     /// requests admitted at once (and done), `refused` refused.
     pub fn decided_many(&self, admitted: u64, refused: u64, place: usize) {
+        // Reported by a client: a sum past the counter's range is held at it, never a panic.
         self.started
-            .fetch_add(admitted + refused, Ordering::Relaxed);
+            .fetch_add(admitted.saturating_add(refused), Ordering::Relaxed);
         self.admitted.fetch_add(admitted, Ordering::Relaxed);
         self.released.fetch_add(admitted, Ordering::Relaxed);
         self.rejected.fetch_add(refused, Ordering::Relaxed);
         if let Some(row) = self.placed.get(place) {
-            row[0].fetch_add(admitted, Ordering::Relaxed);
-            row[2].fetch_add(refused, Ordering::Relaxed);
+            row[placed_column(Outcome::Admitted)].fetch_add(admitted, Ordering::Relaxed);
+            row[placed_column(Outcome::Rejected)].fetch_add(refused, Ordering::Relaxed);
         }
     }
 
     /// One decision already counted was made at `place` (< [`PLACES`]; others are ignored).
     pub fn placed(&self, place: usize, outcome: Outcome) {
-        let column = PLACED_OUTCOMES
-            .iter()
-            .position(|o| *o == outcome)
-            .expect("every outcome is placed");
         if let Some(row) = self.placed.get(place) {
-            row[column].fetch_add(1, Ordering::Relaxed);
+            row[placed_column(outcome)].fetch_add(1, Ordering::Relaxed);
         }
     }
 
