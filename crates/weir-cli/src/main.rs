@@ -44,7 +44,8 @@ enum Command {
         /// Every node's rows.
         #[arg(long)]
         cluster: bool,
-        /// The sort column: current_qps, qps_limit, in_flight, waiters, key, policy, kind.
+        /// The sort column: current_qps, throttled_qps, qps_limit, in_flight, waiters, key,
+        /// policy, kind (with --cluster, keys are ordered by the cluster's totals).
         #[arg(long)]
         sort: Option<String>,
         /// Only this policy.

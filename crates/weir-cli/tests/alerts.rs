@@ -1,7 +1,8 @@
 //! The alerting rules of `docs/prometheus/weir-rules.yaml` fired by a real Prometheus against
 //! a live cluster, not only by promtool's unit tests on made-up series: three nodes, two of
 //! them killed, a change refused — and the alerts an on-call engineer needs then are firing;
-//! and a node whose Redis is full, with its errors by kind.
+//! a node whose Redis is full, with its errors by kind; and a node whose disk is full, its kept
+//! buckets not written.
 //!
 //! The rules are loaded as they are but for their `for:`, set to 0 s (how long a condition must
 //! last is what the unit tests hold; here, that the expressions select what a node exports and
@@ -268,6 +269,64 @@ async fn redis_answering_with_errors_fires_its_alert_by_kind() {
     )
     .await;
     drop(redis);
+}
+
+/// A day's quota kept across restarts, written every 200 ms.
+const KEPT: &str = r#"
+[server]
+durable_flush = "200ms"
+
+[[policy]]
+name = "day"
+on_exhausted = "reject"
+token_bucket = { rate = 0.000115740740, burst = 10 }
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_buckets_not_written_on_a_full_disk_fire_their_alert() {
+    if !support::available("prometheus", &["--version"], "WEIR_REQUIRE_PROMTOOL") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("disk");
+    let Some(tmpfs) = support::disk::small_disk(&small) else {
+        return;
+    };
+    let node = Server::start(KEPT, &small.join("data"));
+    let target = node.http.trim_start_matches("http://").to_owned();
+    let prometheus = Prometheus::start(dir.path(), &[&target], &rules_firing_at_once(dir.path()));
+    eventually(
+        Duration::from_secs(60),
+        "Prometheus scraping the node",
+        || async { prometheus.series("weir_kept_bucket_writes_total").await > 0 },
+    )
+    .await;
+    support::disk::fill(&small);
+    let expected = ("WeirKeptBucketWritesFailing".to_owned(), target.clone());
+    let mut key = 0;
+    eventually(
+        Duration::from_secs(60),
+        "WeirKeptBucketWritesFailing firing",
+        || {
+            // A bucket spent since the last walk, for each walk to have one to write.
+            key += 1;
+            let (node, prometheus, expected) = (&node, &prometheus, &expected);
+            async move {
+                let spent = reqwest::Client::new()
+                    .post(node.url("/v1/acquire"))
+                    .json(&json!({"policy": "day", "key": format!("k{key}")}))
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(spent.status(), 200, "it still decides on a full disk");
+                prometheus.firing().await.contains(expected)
+            }
+        },
+    )
+    .await;
+    drop(prometheus);
+    drop(node);
+    drop(tmpfs);
 }
 
 /// A child process killed (by its PID) when dropped.

@@ -1136,6 +1136,46 @@ async fn a_hot_bucket_is_decided_where_it_is_asked_within_its_one_rate() {
         by_place["assigned"] > 0 && by_place["owner"] > 0,
         "{by_place:?}"
     );
+    // `weir top --cluster` shows the key once for the cluster, what it was offered, admitted
+    // and held back summed over the nodes that decided it, then each of them: the clients'
+    // own rates over the run, within what a table measuring since each node's first refusal
+    // (and until it is asked) can be off by.
+    let top = support::weir()
+        .args(["top", "--cluster", "--policy", "hot", "--server"])
+        .arg(&nodes[0].http)
+        .output()
+        .unwrap();
+    assert!(top.status.success(), "{top:?}");
+    let table = String::from_utf8(top.stdout).unwrap();
+    let rates = |line: &str| -> Vec<f64> {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        cells[cells.len() - 5..cells.len() - 2]
+            .iter()
+            .map(|cell| cell.parse().unwrap())
+            .collect()
+    };
+    let cluster = table
+        .lines()
+        .find(|line| line.starts_with("cluster "))
+        .unwrap_or_else(|| panic!("no cluster row:\n{table}"));
+    let nodes_deciding = table.lines().filter(|l| l.starts_with("  n")).count();
+    assert!(nodes_deciding >= 2, "{table}");
+    let [offered, admitted_rate, held] = rates(cluster)[..] else {
+        unreachable!()
+    };
+    let near = |shown: f64, seen: u64| {
+        let seen = seen as f64 / elapsed;
+        (shown - seen).abs() <= 0.25 * seen
+    };
+    assert!(
+        near(offered, asked),
+        "offered {offered}, {asked} asked:\n{table}"
+    );
+    assert!(
+        near(admitted_rate, admitted),
+        "admitted {admitted_rate}, {admitted} admitted:\n{table}"
+    );
+    assert!(near(held, asked - admitted), "held {held}:\n{table}");
 }
 
 /// `docs/envoy/rlqs.toml`'s tenants, cluster-scoped.

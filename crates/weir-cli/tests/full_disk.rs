@@ -7,11 +7,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
+use support::disk::{fill, small_disk};
 use support::{Server, cluster_member, eventually, free_udp, has_policy, is_ready};
 
 const CONFIG: &str = r#"
@@ -25,55 +25,6 @@ const SECRET: &str = "these nodes share this secret";
 
 fn node(data: &Path, id: &str, gossip: &str, join: Option<&str>) -> Server {
     cluster_member(CONFIG, data, (id, gossip, join), SECRET)
-}
-
-/// A tmpfs of `size` mounted on `at` (unmounted when dropped); `None` (the test skipped) where
-/// none can be mounted and `WEIR_REQUIRE_TMPFS` is not set.
-fn small_disk(at: &Path) -> Option<Tmpfs> {
-    match Tmpfs::mount(at, "4m") {
-        Ok(tmpfs) => Some(tmpfs),
-        Err(why) if std::env::var_os("WEIR_REQUIRE_TMPFS").is_none() => {
-            eprintln!("skipped: no tmpfs could be mounted ({why})");
-            None
-        }
-        Err(why) => panic!("WEIR_REQUIRE_TMPFS is set, but no tmpfs could be mounted: {why}"),
-    }
-}
-
-/// A tmpfs of `size` mounted on `at`, unmounted when dropped.
-struct Tmpfs {
-    at: PathBuf,
-}
-
-impl Tmpfs {
-    /// Mounts it, or says why it could not (not root, no `mount`).
-    fn mount(at: &Path, size: &str) -> Result<Tmpfs, String> {
-        std::fs::create_dir_all(at).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(at)
-            .output()
-            .map_err(|e| format!("running mount: {e}"))?;
-        match out.status.success() {
-            true => Ok(Tmpfs { at: at.to_owned() }),
-            false => Err(String::from_utf8_lossy(&out.stderr).into_owned()),
-        }
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
-    }
-}
-
-/// Fills the file system of `dir` with `dir/filler` until it has no room.
-fn fill(dir: &Path) {
-    use std::io::Write;
-    let mut filler = std::fs::File::create(dir.join("filler")).unwrap();
-    let chunk = vec![0xa5u8; 64 << 10];
-    while filler.write_all(&chunk).is_ok() {}
-    let _ = filler.sync_all();
 }
 
 /// `PUT /v1/policies/{name}` with a large description-like key set: its status.

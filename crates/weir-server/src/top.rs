@@ -49,39 +49,51 @@ pub fn printable(text: &str) -> String {
     out
 }
 
-/// Renders rows as a plain table.
-pub fn render(rows: &[Value]) -> String {
-    let header = [
-        "NODE",
-        "POLICY",
-        "KEY",
-        "KIND",
-        "LIMIT",
-        "QPS",
-        "IN_FLIGHT",
-        "WAITERS",
-    ];
-    let cells: Vec<[String; 8]> = rows
-        .iter()
-        .map(|r| {
-            [
-                printable(r["node_id"].as_str().unwrap_or("")),
-                printable(r["policy"].as_str().unwrap_or("")),
-                printable(r["key"].as_str().unwrap_or("")),
-                printable(r["kind"].as_str().unwrap_or("")),
-                number(&r["qps_limit"]),
-                number(&r["current_qps"]),
-                number(&r["in_flight"]),
-                number(&r["waiters"]),
-            ]
-        })
-        .collect();
-    let widths: Vec<usize> = (0..8)
+/// The columns of the table: who, then the rates a second (offered, admitted at once, refused
+/// or made to wait) and what the key holds now.
+const HEADER: [&str; 10] = [
+    "NODE",
+    "POLICY",
+    "KEY",
+    "KIND",
+    "LIMIT",
+    "OFFERED",
+    "ADMITTED",
+    "HELD",
+    "IN_FLIGHT",
+    "WAITERS",
+];
+/// The first column aligned right: the numbers.
+const FIRST_NUMBER: usize = 4;
+
+/// A row's cells: `node` as given, the rest from the row. `HELD` (and so `ADMITTED`) is `-`
+/// where the server did not measure it (a key an adaptive policy limits).
+fn cells(node: String, r: &Value) -> [String; 10] {
+    let offered = r["current_qps"].as_f64();
+    let held = r["throttled_qps"].as_f64();
+    let admitted = offered.zip(held).map(|(o, h)| (o - h).max(0.0));
+    let rate = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+    [
+        node,
+        printable(r["policy"].as_str().unwrap_or("")),
+        printable(r["key"].as_str().unwrap_or("")),
+        printable(r["kind"].as_str().unwrap_or("")),
+        number(&r["qps_limit"]),
+        rate(offered),
+        rate(admitted),
+        rate(held),
+        number(&r["in_flight"]),
+        number(&r["waiters"]),
+    ]
+}
+
+fn table(cells: &[[String; 10]], empty: &str) -> String {
+    let widths: Vec<usize> = (0..HEADER.len())
         .map(|i| {
             cells
                 .iter()
                 .map(|c| c[i].chars().count())
-                .chain([header[i].len()])
+                .chain([HEADER[i].len()])
                 .max()
                 .unwrap_or(0)
         })
@@ -92,7 +104,7 @@ pub fn render(rows: &[Value]) -> String {
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                if i >= 4 {
+                if i >= FIRST_NUMBER {
                     format!("{c:>w$}", w = widths[i])
                 } else {
                     format!("{c:<w$}", w = widths[i])
@@ -101,15 +113,67 @@ pub fn render(rows: &[Value]) -> String {
             .collect();
         let _ = writeln!(out, "{}", row.join("  ").trim_end());
     };
-    line(&mut out, &header);
-    for row in &cells {
+    line(&mut out, &HEADER);
+    for row in cells {
         let cols: Vec<&str> = row.iter().map(String::as_str).collect();
         line(&mut out, &cols);
     }
     if cells.is_empty() {
-        out.push_str("(no key is being held back)\n");
+        out.push_str(empty);
     }
     out
+}
+
+const NOBODY: &str = "(no key is being held back)\n";
+
+/// Renders rows as a plain table, a row per node and key.
+pub fn render(rows: &[Value]) -> String {
+    let cells: Vec<[String; 10]> = rows
+        .iter()
+        .map(|r| cells(printable(r["node_id"].as_str().unwrap_or("")), r))
+        .collect();
+    table(&cells, NOBODY)
+}
+
+/// Renders the rows of every node by key: a key decided on one node is that node's row; a key
+/// decided on several is a `cluster` row with their sums (what the cluster was offered,
+/// admitted and held back of that key), then each node's row under it. Keys come busiest (most
+/// offered across the cluster) first unless `sorted` by another column, in which case they keep
+/// the order of their first row.
+pub fn render_by_key(rows: &[Value], sorted: bool) -> String {
+    let mut keys: Vec<(String, Vec<&Value>)> = Vec::new();
+    for row in rows {
+        let id =
+            serde_json::to_string(&[&row["policy"], &row["kind"], &row["key"]]).unwrap_or_default();
+        match keys.iter_mut().find(|(k, _)| *k == id) {
+            Some((_, group)) => group.push(row),
+            None => keys.push((id, vec![row])),
+        }
+    }
+    let offered =
+        |group: &[&Value]| -> f64 { group.iter().filter_map(|r| r["current_qps"].as_f64()).sum() };
+    if !sorted {
+        keys.sort_by(|(_, a), (_, b)| offered(b).total_cmp(&offered(a)));
+    }
+    let mut all = Vec::new();
+    for (_, group) in keys {
+        let node = |r: &Value| printable(r["node_id"].as_str().unwrap_or(""));
+        if let [only] = group[..] {
+            all.push(cells(node(only), only));
+            continue;
+        }
+        let sum = |field: &str| -> Value {
+            let values: Option<Vec<f64>> = group.iter().map(|r| r[field].as_f64()).collect();
+            values.map_or(Value::Null, |v| v.iter().sum::<f64>().into())
+        };
+        let mut total = group[0].clone();
+        for field in ["current_qps", "throttled_qps", "in_flight", "waiters"] {
+            total[field] = sum(field);
+        }
+        all.push(cells("cluster".to_owned(), &total));
+        all.extend(group.iter().map(|r| cells(format!("  {}", node(r)), r)));
+    }
+    table(&all, NOBODY)
 }
 
 /// The members `/v1/cluster` lists, on one line: each with its state, how long a member not
@@ -164,7 +228,10 @@ pub async fn run(client: &Client, options: &TopOptions) -> anyhow::Result<()> {
             // Who answers, and who the cluster is waiting for: a paused member has no rows.
             table.push_str(&render_members(&client.get("/v1/cluster").await?));
         }
-        table.push_str(&render(&rows));
+        match options.cluster {
+            true => table.push_str(&render_by_key(&rows, options.sort.is_some())),
+            false => table.push_str(&render(&rows)),
+        }
         let mut stdout = std::io::stdout();
         if options.watch && tty {
             // Clear the screen and home the cursor, then redraw.
@@ -205,22 +272,66 @@ mod tests {
 
     #[test]
     fn rows_render_as_an_aligned_table() {
-        let rows = vec![json!({
-            "node_id": "local", "policy": "tables", "key": "orders", "kind": "scan",
-            "qps_limit": 10.0, "current_qps": 42.25, "in_flight": 0, "waiters": 3
-        })];
+        let rows = vec![
+            json!({
+                "node_id": "local", "policy": "tables", "key": "orders", "kind": "scan",
+                "qps_limit": 10.0, "current_qps": 42.25, "throttled_qps": 32.0,
+                "in_flight": 0, "waiters": 3
+            }),
+            json!({
+                "node_id": "local", "policy": "adaptive", "key": "t", "kind": "read",
+                "qps_limit": 5.0, "current_qps": 7.0, "throttled_qps": null,
+                "in_flight": 0, "waiters": 0
+            }),
+        ];
         let table = render(&rows);
         let lines: Vec<&str> = table.lines().collect();
-        assert_eq!(lines.len(), 2);
         assert_eq!(
-            lines[0],
-            "NODE   POLICY  KEY     KIND  LIMIT   QPS  IN_FLIGHT  WAITERS"
-        );
-        assert_eq!(
-            lines[1],
-            "local  tables  orders  scan     10  42.2          0        3"
+            lines,
+            [
+                "NODE   POLICY    KEY     KIND  LIMIT  OFFERED  ADMITTED  HELD  IN_FLIGHT  WAITERS",
+                "local  tables    orders  scan     10     42.2      10.2  32.0          0        3",
+                "local  adaptive  t       read      5      7.0         -     -          0        0",
+            ]
         );
         assert!(render(&[]).contains("no key is being held back"));
+    }
+
+    #[test]
+    fn a_key_decided_on_several_nodes_shows_the_clusters_sums_then_each_node() {
+        let row = |node: &str, key: &str, offered: f64, held: f64| {
+            json!({
+                "node_id": node, "policy": "api", "key": key, "kind": "",
+                "qps_limit": 100.0, "current_qps": offered, "throttled_qps": held,
+                "in_flight": 0, "waiters": 0
+            })
+        };
+        // As the server sends them: each node's row, busiest first.
+        let rows = vec![
+            row("n2", "k0", 100.0, 40.0),
+            row("n1", "k1", 90.0, 10.0),
+            row("n3", "k0", 80.0, 30.0),
+            row("n1", "k0", 70.0, 30.0),
+        ];
+        let table = render_by_key(&rows, false);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines,
+            [
+                "NODE     POLICY  KEY  KIND  LIMIT  OFFERED  ADMITTED   HELD  IN_FLIGHT  WAITERS",
+                "cluster  api     k0           100    250.0     150.0  100.0          0        0",
+                "  n2     api     k0           100    100.0      60.0   40.0          0        0",
+                "  n3     api     k0           100     80.0      50.0   30.0          0        0",
+                "  n1     api     k0           100     70.0      40.0   30.0          0        0",
+                "n1       api     k1           100     90.0      80.0   10.0          0        0",
+            ]
+        );
+        // Sorted by another column, keys keep the order of their first row.
+        let sorted = render_by_key(&rows[1..2], true);
+        assert!(
+            sorted.lines().nth(1).unwrap().starts_with("n1 "),
+            "{sorted}"
+        );
     }
 
     #[test]
@@ -243,7 +354,7 @@ mod tests {
         let hostile = "a\u{1b}]0;owned\u{7}\u{1b}[2J\nb\u{9b}c\u{202e}d\\u{1b}";
         let rows = vec![json!({
             "node_id": "n", "policy": "p", "key": hostile, "kind": "k\r",
-            "qps_limit": 1.0, "current_qps": 1.0, "in_flight": 0, "waiters": 0
+            "qps_limit": 1.0, "current_qps": 1.0, "throttled_qps": 1.0, "in_flight": 0, "waiters": 0
         })];
         let table = render(&rows);
         assert_eq!(

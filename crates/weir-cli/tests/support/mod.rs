@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use weir_bench::nodes::{Listening, listening};
 
+pub mod disk;
 pub mod envoy;
 
 /// A running `weir serve`.

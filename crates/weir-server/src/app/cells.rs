@@ -391,6 +391,7 @@ impl Cells {
                     kind: k.kind.unwrap_or_default(),
                     qps_limit,
                     current_qps: k.current_qps,
+                    throttled_qps: Some(k.throttled_qps),
                     in_flight: 0,
                     waiters: 0,
                 }

@@ -29,8 +29,8 @@ pub struct ThrottleQuery {
     pub policy: Option<String>,
     /// Only this node.
     pub node: Option<String>,
-    /// Sort column: `current_qps` (default), `qps_limit`, `in_flight`, `waiters`, `key`,
-    /// `policy`, `kind`.
+    /// Sort column: `current_qps` (default), `throttled_qps`, `qps_limit`, `in_flight`,
+    /// `waiters`, `key`, `policy`, `kind`.
     pub sort: Option<String>,
     /// `desc` (default for numbers) or `asc` (default for names).
     pub order: Option<String>,
@@ -47,7 +47,7 @@ fn sort_rows(
     let column = sort.unwrap_or("current_qps");
     let numeric = matches!(
         column,
-        "current_qps" | "qps_limit" | "in_flight" | "waiters"
+        "current_qps" | "throttled_qps" | "qps_limit" | "in_flight" | "waiters"
     );
     let descending = match order {
         None => numeric,
@@ -61,6 +61,10 @@ fn sort_rows(
     };
     let by: fn(&ThrottleRow, &ThrottleRow) -> std::cmp::Ordering = match column {
         "current_qps" => |a, b| a.row.current_qps.total_cmp(&b.row.current_qps),
+        "throttled_qps" => |a, b| {
+            let held = |r: &ThrottleRow| r.row.throttled_qps.unwrap_or(0.0);
+            held(a).total_cmp(&held(b))
+        },
         "qps_limit" => |a, b| {
             let limit = |r: &ThrottleRow| r.row.qps_limit.unwrap_or(f64::INFINITY);
             limit(a).total_cmp(&limit(b))
@@ -72,7 +76,7 @@ fn sort_rows(
         "kind" => |a, b| a.row.kind.cmp(&b.row.kind),
         other => {
             return Err(ApiError::invalid(format!(
-                "`sort` must be one of current_qps, qps_limit, in_flight, waiters, key, policy, kind; got `{other}`"
+                "`sort` must be one of current_qps, throttled_qps, qps_limit, in_flight, waiters, key, policy, kind; got `{other}`"
             )));
         }
     };
@@ -178,6 +182,7 @@ impl App {
                     kind: r.kind,
                     qps_limit: r.qps_limit,
                     current_qps: r.current_qps,
+                    throttled_qps: r.throttled_qps,
                     in_flight: r.in_flight,
                     waiters: r.waiters,
                 },

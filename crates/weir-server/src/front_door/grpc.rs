@@ -263,6 +263,7 @@ impl Weir for WeirService {
                             kind: r.row.kind,
                             qps_limit: r.row.qps_limit,
                             current_qps: r.row.current_qps,
+                            throttled_qps: r.row.throttled_qps,
                             in_flight: r.row.in_flight,
                             waiters: r.row.waiters,
                         })

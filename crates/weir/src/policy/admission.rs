@@ -187,10 +187,13 @@ impl<C: Clock + Clone> Policy<C> {
             (true, true) => Outcome::WouldThrottle,
             (true, false) => Outcome::Rejected,
         };
-        // Its refusals go into who is held back; its admissions do not (that table's lock, taken
-        // on every admission, would cost the path that exists to be cheap).
+        // Its refusals go into who is held back, and its admissions into the rates of a key
+        // already there (the table's lock is taken only while it follows some key: a policy
+        // holding nobody back pays an atomic load).
         if refused && let Some(Some(limiter)) = state.buckets(request.kind) {
             self.record_throttled(&state, limiter, request);
+        } else if !refused {
+            state.throttled.admitted(request.key, self.clock.now());
         }
         state.stats.decided(outcome, Duration::ZERO);
         state.stats.placed(place, outcome);

@@ -26,6 +26,9 @@ pub struct ThrottledRow {
     pub qps_limit: Option<f64>,
     /// Requests per second seen for it.
     pub current_qps: f64,
+    /// Of those, requests per second refused or made to wait; `None` where not measured (a key
+    /// an adaptive policy limits: its limiter refuses without counting per key).
+    pub throttled_qps: Option<f64>,
     /// Permits it holds now (concurrency).
     pub in_flight: u64,
     /// Its requests waiting now.
@@ -70,6 +73,7 @@ impl<C: Clock + Clone> Policy<C> {
                     kind: t.rpc,
                     qps_limit: Some(t.qps_limit),
                     current_qps: t.current_qps,
+                    throttled_qps: None,
                     in_flight: 0,
                     waiters: 0,
                 })
@@ -91,6 +95,7 @@ impl<C: Clock + Clone> Policy<C> {
                     key: k.key,
                     kind: k.kind.unwrap_or_default(),
                     current_qps: k.current_qps,
+                    throttled_qps: Some(k.throttled_qps),
                     in_flight,
                     waiters,
                 }

@@ -6,12 +6,14 @@
 //! at most `capacity` keys — the most recently throttled. A key stays in the table until it has
 //! gone a whole window without being throttled.
 //!
-//! For each key the table also measures the rate of requests it sees, over a sliding window
-//! of two fixed buckets. Refusals and waits are recorded on their own; admitted requests are
-//! recorded only for keys in the table (the keyed limiter marks their cells), so an untracked
-//! key's fast path pays nothing.
+//! For each key the table also measures the rate of requests it sees, and the rate of those it
+//! held back, over a sliding window of two fixed buckets. Refusals and waits are recorded on
+//! their own; admitted requests are recorded only for keys in the table (the keyed limiter marks
+//! their cells, and a decision made elsewhere asks [`ThrottledKeys::admitted`] only while the
+//! table holds a key at all), so an untracked key's fast path pays nothing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -32,7 +34,9 @@ pub struct ThrottledKey {
     pub kind: Option<String>,
     /// Requests per second seen for the key over the window.
     pub current_qps: f64,
-    /// Refusals and waits in the window.
+    /// Of those, requests per second refused or made to wait.
+    pub throttled_qps: f64,
+    /// Refusals and waits since the key entered the table.
     pub throttled: u64,
     /// When the key was last throttled.
     pub last_throttled: Nanos,
@@ -46,6 +50,15 @@ struct Entry {
     last_throttled: Nanos,
     throttled: u64,
     window_start: Nanos,
+    /// Requests seen in the current and the previous fixed bucket.
+    requests: Buckets,
+    /// Of those, the ones refused or made to wait.
+    held: Buckets,
+}
+
+/// A count in two fixed buckets of a window: the current one and the one before.
+#[derive(Debug, Default, Clone, Copy)]
+struct Buckets {
     current: u64,
     previous: u64,
 }
@@ -54,21 +67,23 @@ impl Entry {
     fn roll(&mut self, now: Nanos, window: u64) {
         let elapsed = now.saturating_sub(self.window_start);
         if elapsed >= 2 * window {
-            self.previous = 0;
-            self.current = 0;
+            self.requests = Buckets::default();
+            self.held = Buckets::default();
             self.window_start = now - now % window.max(1);
         } else if elapsed >= window {
-            self.previous = self.current;
-            self.current = 0;
+            for buckets in [&mut self.requests, &mut self.held] {
+                buckets.previous = buckets.current;
+                buckets.current = 0;
+            }
             self.window_start += window;
         }
     }
 
     /// Requests per second over the last `window` (or since the key is followed, if that is
     /// shorter, but never less than a second), weighting the previous bucket by how much of it still falls inside.
-    fn rate(&self, now: Nanos, window: u64) -> f64 {
+    fn rate(&self, counted: Buckets, now: Nanos, window: u64) -> f64 {
         let into_current = now.saturating_sub(self.window_start).min(window) as f64 / window as f64;
-        let requests = self.previous as f64 * (1.0 - into_current) + self.current as f64;
+        let requests = counted.previous as f64 * (1.0 - into_current) + counted.current as f64;
         // At least a second (or the window, if shorter), so that two requests a few
         // microseconds apart do not read as a million per second.
         let covered = now
@@ -82,6 +97,9 @@ impl Entry {
 #[derive(Debug)]
 pub struct ThrottledKeys {
     entries: Mutex<HashMap<Box<str>, Entry>>,
+    /// How many keys `entries` holds, kept beside it so an admission can learn without the
+    /// lock that no key is followed.
+    followed: AtomicUsize,
     capacity: usize,
     /// The window in ns.
     window: u64,
@@ -107,6 +125,7 @@ impl ThrottledKeys {
     pub fn new(capacity: usize, window: Duration) -> Self {
         ThrottledKeys {
             entries: Mutex::new(HashMap::new()),
+            followed: AtomicUsize::new(0),
             capacity: capacity.max(1),
             window: duration_to_nanos(window).max(1),
         }
@@ -145,15 +164,17 @@ impl ThrottledKeys {
                     last_throttled: now,
                     throttled: 0,
                     window_start: now - now % self.window,
-                    current: 0,
-                    previous: 0,
+                    requests: Buckets::default(),
+                    held: Buckets::default(),
                 },
             );
+            self.followed.store(entries.len(), Ordering::Relaxed);
             changes.added = true;
         }
         let entry = entries.get_mut(key).expect("present");
         entry.roll(now, self.window);
-        entry.current += 1;
+        entry.requests.current += 1;
+        entry.held.current += 1;
         entry.throttled += 1;
         entry.last_throttled = now;
         if entry.kind.as_deref() != kind {
@@ -162,11 +183,15 @@ impl ThrottledKeys {
         changes
     }
 
-    /// Records an admitted request for a key the table follows.
+    /// Records an admitted request for a key the table follows (another key is ignored; while
+    /// the table is empty, without taking its lock).
     pub fn admitted(&self, key: &str, now: Nanos) {
+        if self.followed.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         if let Some(entry) = self.lock().get_mut(key) {
             entry.roll(now, self.window);
-            entry.current += 1;
+            entry.requests.current += 1;
         }
     }
 
@@ -182,6 +207,7 @@ impl ThrottledKeys {
             }
             keep
         });
+        self.followed.store(entries.len(), Ordering::Relaxed);
     }
 
     /// The keys throttled within the window, most requests per second first, at most `limit`.
@@ -197,7 +223,8 @@ impl ThrottledKeys {
                 ThrottledKey {
                     key: key.to_string(),
                     kind: entry.kind.as_deref().map(str::to_owned),
-                    current_qps: entry.rate(now, self.window),
+                    current_qps: entry.rate(entry.requests, now, self.window),
+                    throttled_qps: entry.rate(entry.held, now, self.window),
                     throttled: entry.throttled,
                     last_throttled: entry.last_throttled,
                 }
@@ -249,6 +276,24 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_table_ignores_admissions_and_follows_a_key_again_once_it_is_throttled() {
+        let table = ThrottledKeys::new(10, Duration::from_secs(10));
+        table.admitted("a", 0);
+        table.throttled("a", None, S);
+        table.admitted("a", 2 * S);
+        let (rows, _) = table.rows(2 * S, 10);
+        // Followed since its refusal: that and the admission after it, in one second.
+        assert_eq!((rows[0].current_qps, rows[0].throttled_qps), (2.0, 1.0));
+        // Gone quiet, the key leaves; an admission then is not counted for it.
+        let (rows, _) = table.rows(12 * S, 10);
+        assert!(rows.is_empty());
+        table.admitted("a", 13 * S);
+        table.throttled("a", None, 14 * S);
+        let (rows, _) = table.rows(14 * S, 10);
+        assert_eq!((rows[0].current_qps, rows[0].throttled_qps), (1.0, 1.0));
+    }
+
+    #[test]
     fn quiet_keys_leave_after_a_window() {
         let table = ThrottledKeys::new(10, Duration::from_secs(10));
         table.throttled("a", Some("k"), 0);
@@ -277,6 +322,12 @@ mod tests {
             "{}",
             rows[0].current_qps
         );
+        // Two of them held back.
+        assert!(
+            (rows[0].throttled_qps - 0.2).abs() < 1e-6,
+            "{}",
+            rows[0].throttled_qps
+        );
         // Half a window later, half of the old bucket still counts. (Throttled again within a
         // window of the last time, the key stays in the table.)
         table.throttled("hot", Some("scan"), 15 * S);
@@ -285,6 +336,12 @@ mod tests {
             (rows[0].current_qps - 5.1).abs() < 1e-9,
             "{}",
             rows[0].current_qps
+        );
+        // Half of the old bucket's two, and the new one.
+        assert!(
+            (rows[0].throttled_qps - 0.2).abs() < 1e-9,
+            "{}",
+            rows[0].throttled_qps
         );
         assert_eq!(rows[0].throttled, 3);
     }

@@ -420,9 +420,9 @@ pub(super) struct ThrottleParams {
     policy: Option<String>,
     /// Only this node.
     node: Option<String>,
-    /// Sort by `current_qps` (the default), `qps_limit`, `in_flight`, `waiters`, `key`,
-    /// `policy` or `kind`.
-    #[param(pattern = "^(current_qps|qps_limit|in_flight|waiters|key|policy|kind)$")]
+    /// Sort by `current_qps` (the default), `throttled_qps`, `qps_limit`, `in_flight`,
+    /// `waiters`, `key`, `policy` or `kind`.
+    #[param(pattern = "^(current_qps|throttled_qps|qps_limit|in_flight|waiters|key|policy|kind)$")]
     sort: Option<String>,
     /// `desc` (the default for numbers) or `asc` (for names).
     #[param(pattern = "^(asc|desc)$")]

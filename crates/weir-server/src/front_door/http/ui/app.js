@@ -211,6 +211,7 @@
     rows.sort((a, b) => {
       let x = a[column], y = b[column];
       if (column === "qps_limit") { x = x ?? Infinity; y = y ?? Infinity; }
+      if (column === "throttled_qps") { x = x ?? 0; y = y ?? 0; }
       const order = typeof x === "number" ? x - y : String(x).localeCompare(String(y));
       return descending ? -order : order;
     });
@@ -226,6 +227,7 @@
         el("td", { text: r.node_id }), el("td", { text: r.policy }),
         el("td", { class: "key", text: r.key }), el("td", { text: r.kind }),
         el("td", { class: "num qps", "data-value": String(r.current_qps), text: fmt(r.current_qps) }),
+        el("td", { class: "num held", "data-value": String(r.throttled_qps), text: fmt(r.throttled_qps) }),
         el("td", { class: "num limit", "data-value": String(r.qps_limit), text: fmt(r.qps_limit) }),
         el("td", {}, [bar, ratio == null ? "" : ` ${fmt(ratio * 100, 0)}%`]),
         el("td", { class: "num", text: String(r.in_flight) }),
@@ -576,7 +578,7 @@
     b.addEventListener("click", () => {
       const column = b.dataset.sort;
       sort = { column, descending: sort.column === column ? !sort.descending :
-        ["current_qps", "qps_limit", "in_flight", "waiters"].includes(column) };
+        ["current_qps", "throttled_qps", "qps_limit", "in_flight", "waiters"].includes(column) };
       renderThrottles();
     });
   }
