@@ -2195,3 +2195,44 @@ async fn a_revert_through_any_member_brings_the_files_policy_back_everywhere() {
         .unwrap();
     assert_eq!(again.status(), 404);
 }
+
+/// A rolling restart of the three nodes, one after another (SIGTERM, wait for the exit, start
+/// again on the same data dir, wait until the cluster has it back): every line a node wrote
+/// while it lived through the others' restarts and its own stop is INFO — a restart is normal
+/// operation, and nothing in it should page anyone or read like a fault.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rolling_restart_logs_at_info_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let seed = free_udp();
+    let [n1, n2, n3] = three_nodes_through(dir.path(), [CONFIG; 3], &seed).await;
+    policy_log_leader(&[&n1, &n2, &n3]).await;
+    let mut logs = Vec::new();
+    let mut up = vec![(n1, "n1"), (n2, "n2"), (n3, "n3")];
+    for id in ["n3", "n2", "n1"] {
+        let at = up.iter().position(|(_, up_id)| *up_id == id).unwrap();
+        let (node, _) = up.remove(at);
+        node.signal("TERM");
+        let (status, log) = tokio::task::spawn_blocking(move || node.wait())
+            .await
+            .unwrap();
+        assert!(status.success(), "{id}: {log}");
+        logs.push((id, log));
+        let join = (id != "n1").then_some(seed.as_str());
+        let gossip = if id == "n1" { seed.clone() } else { free_udp() };
+        up.push((start_node(dir.path(), id, CONFIG, &gossip, join), id));
+        let servers: Vec<&Server> = up.iter().map(|(server, _)| server).collect();
+        converge(&servers, 3).await;
+        policy_log_leader(&servers).await;
+    }
+    for (id, log) in logs {
+        let loud: Vec<&str> = log
+            .lines()
+            .filter(|line| line.contains(" WARN ") || line.contains(" ERROR "))
+            .collect();
+        assert!(
+            loud.is_empty(),
+            "{id} logged above INFO:\n{}",
+            loud.join("\n")
+        );
+    }
+}

@@ -16,7 +16,9 @@
 //! - every `redis-cli` line of `docs/redis.md`'s walk-through runs against a server on the
 //!   embedded default config with `--resp`, and prints what its comment shows;
 //! - `docs/deployment.md`'s three nodes on one machine run as the block stands (moved to free
-//!   ports), and print what its comments show.
+//!   ports), and print what its comments show;
+//! - every measured figure the other docs quote (a percentage, a ratio like `1.36×`) is one
+//!   `docs/benchmarks.md` reports, so a claim cannot drift from its measurement.
 
 mod support;
 
@@ -577,4 +579,83 @@ async fn the_documented_cluster_counters_are_the_ones_a_node_reports() {
     let envoy = std::fs::read_to_string(repo().join("docs/envoy.md")).unwrap();
     let named = "rate_buckets_handed_over";
     assert!(envoy.contains(named) && answered.contains(named), "{named}");
+}
+
+/// The measured figures of `line`: percentages (`26 %`, `2.8–3.5 %`) and ratios written against
+/// their number (`1.36×`, `0.42–0.48×`); `50 × seconds`, a product, is not one. Ranges are
+/// written with a hyphen.
+fn figures(line: &str) -> Vec<String> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut found = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts = chars[i].is_ascii_digit()
+            && (i == 0 || !(chars[i - 1].is_alphanumeric() || matches!(chars[i - 1], '.' | '_')));
+        if !starts {
+            i += 1;
+            continue;
+        }
+        let number = |from: usize| {
+            let mut end = from;
+            while end < chars.len() && (chars[end].is_ascii_digit() || chars[end] == '.') {
+                end += 1;
+            }
+            end
+        };
+        let mut end = number(i);
+        if end + 1 < chars.len()
+            && matches!(chars[end], '–' | '-')
+            && chars[end + 1].is_ascii_digit()
+        {
+            end = number(end + 1);
+        }
+        let figure: String = chars[i..end].iter().collect::<String>().replace('–', "-");
+        match (chars.get(end), chars.get(end + 1)) {
+            (Some('%'), _) | (Some(' '), Some('%')) => found.push(format!("{figure} %")),
+            (Some('×'), _) => found.push(format!("{figure}×")),
+            _ => {}
+        }
+        i = end.max(i + 1);
+    }
+    found
+}
+
+#[test]
+fn figures_are_told_from_products() {
+    assert_eq!(
+        figures(
+            "cost 26 % at 1M keys, 1.36× slower, 2.8–3.5 % over; within `10 + 50 × seconds`, 3%"
+        ),
+        ["26 %", "1.36×", "2.8-3.5 %", "3 %"]
+    );
+}
+
+#[test]
+fn every_figure_the_docs_quote_is_one_the_benchmarks_report() {
+    let bench = std::fs::read_to_string(repo().join("docs/benchmarks.md")).unwrap();
+    let reported: BTreeSet<String> = bench.lines().flat_map(figures).collect();
+    let mut docs = vec![repo().join("README.md")];
+    for entry in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") && !path.ends_with("benchmarks.md") {
+            docs.push(path);
+        }
+    }
+    let mut unreported = Vec::new();
+    for doc in docs {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            for figure in figures(line) {
+                if !reported.contains(&figure) {
+                    let name = doc.file_name().unwrap().to_string_lossy().into_owned();
+                    unreported.push(format!("{name}:{}: {figure}", n + 1));
+                }
+            }
+        }
+    }
+    assert!(
+        unreported.is_empty(),
+        "figures docs/benchmarks.md does not report:\n{}",
+        unreported.join("\n")
+    );
 }

@@ -10,7 +10,9 @@
 //! [`LogGate`] does it for Weir's own lines. [`ForeignLines`] does it for the libraries under
 //! Weir (HTTP/2, Raft, gRPC), whose lines Weir does not write: each of their call sites logs at
 //! most once a minute, and what it held back is counted by library in
-//! `weir_log_lines_suppressed_total`.
+//! `weir_log_lines_suppressed_total`. One kind of theirs is held back always: the Raft
+//! library's ERROR that a member is unreachable, which every restart of a member causes —
+//! Weir says that itself, at INFO, where it calls the member.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
@@ -106,9 +108,7 @@ impl ForeignLines {
         match last.get(&id) {
             Some(at) if now.saturating_duration_since(*at) < LOG_EVERY => {
                 drop(last);
-                let library = meta.target().split("::").next().unwrap_or("");
-                let mut suppressed = SUPPRESSED.lock().unwrap_or_else(|p| p.into_inner());
-                *suppressed.entry(library).or_default() += 1;
+                count_suppressed(meta);
                 false
             }
             _ => {
@@ -118,6 +118,30 @@ impl ForeignLines {
             }
         }
     }
+}
+
+/// Counts a line of a library held back, by library.
+fn count_suppressed(meta: &'static Metadata<'static>) {
+    let library = meta.target().split("::").next().unwrap_or("");
+    let mut suppressed = SUPPRESSED.lock().unwrap_or_else(|p| p.into_inner());
+    *suppressed.entry(library).or_default() += 1;
+}
+
+/// Whether `event` is the Raft library's report of a member it could not reach, which Weir
+/// logs itself (`policy_log::network`).
+fn said_by_weir(event: &tracing::Event<'_>) -> bool {
+    struct Unreachable(bool);
+    impl tracing::field::Visit for Unreachable {
+        fn record_debug(&mut self, _: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            self.0 |= format!("{value:?}").contains("Unreachable");
+        }
+    }
+    if !event.metadata().target().starts_with("openraft") {
+        return false;
+    }
+    let mut found = Unreachable(false);
+    event.record(&mut found);
+    found.0
 }
 
 /// Whether `target` is one of Weir's own crates'.
@@ -140,6 +164,10 @@ impl<S> Filter<S> for ForeignLines {
     }
 
     fn event_enabled(&self, event: &tracing::Event<'_>, _: &Context<'_, S>) -> bool {
+        if said_by_weir(event) {
+            count_suppressed(event.metadata());
+            return false;
+        }
         self.passes_at(event.metadata(), Instant::now())
     }
 
@@ -214,6 +242,26 @@ mod tests {
             .find(|(source, _)| *source == "h2")
             .map_or(0, |(_, n)| n);
         assert_eq!(after - before, 999);
+    }
+
+    #[test]
+    fn the_raft_librarys_unreachable_member_is_held_back_and_its_other_errors_pass() {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::{Layer as _, fmt};
+        let kept = Kept::default();
+        let writer = kept.clone();
+        let layer = fmt::layer()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .with_filter(ForeignLines::new());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+            let err = "Unreachable node: calling http://127.0.0.1:1: tcp connect error";
+            tracing::error!(target: "openraft::replication", err, "RPCError");
+            tracing::error!(target: "openraft::storage", "a log entry could not be read");
+        });
+        let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
+        assert!(!text.contains("RPCError"), "{text}");
+        assert!(text.contains("a log entry could not be read"), "{text}");
     }
 
     #[test]

@@ -781,7 +781,7 @@ fn the_periodic_report_speaks_only_when_something_was_throttled() {
     assert_eq!(report.period, Duration::from_secs(10));
     assert_eq!(
         report.to_string(),
-        "policy `getpage` was throttled in the last 10s: 0 of 8 requests waited (0.000ns in total), 3 refused, 0 would have been throttled; each bucket allows 5"
+        "policy `getpage` was throttled in the last 10s: 0 of 8 requests waited (0.000ns in total), 3 refused, 0 would have been throttled; each bucket allows 5/s"
     );
     assert_eq!(p.report(), None, "nothing since");
 }

@@ -461,8 +461,25 @@ impl ClusterMode {
                     "members joined the cluster"
                 );
             }
-            if !applied.departed.is_empty() {
-                tracing::info!(departed = ?applied.departed, members = members.len(), "members left the cluster; their shared leases here expire with their TTL");
+            // A member that stepped down first (no longer owning) left gracefully, its buckets
+            // handed over; one that vanished still owning them was lost.
+            let (left, lost): (Vec<&String>, Vec<&String>) = applied
+                .departed
+                .iter()
+                .partition(|id| owning.get(*id) == Some(&false));
+            if !left.is_empty() {
+                tracing::info!(
+                    ?left,
+                    members = members.len(),
+                    "members left the cluster after handing their buckets over"
+                );
+            }
+            if !lost.is_empty() {
+                tracing::info!(
+                    ?lost,
+                    members = members.len(),
+                    "members lost (no longer seen, still owning buckets: stopped, paused or cut off); their buckets move to the next owners, and shared leases they held here expire with their TTL"
+                );
             }
             let now = SystemClock::new().now();
             for departed in &applied.departed {

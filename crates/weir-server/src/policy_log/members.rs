@@ -141,7 +141,8 @@ impl PolicyLog {
         for member in live {
             let id = id_of(&member.id);
             let node = BasicNode::new(member.grpc.clone());
-            let change = match (member.owner, voters.contains(&id)) {
+            // `member.owner`: a member that owns buckets, not one leaving (it stepped down).
+            let (change, what) = match (member.owner, voters.contains(&id)) {
                 (true, false) => {
                     let learned = tokio::time::timeout(
                         CATCH_UP_WITHIN,
@@ -154,21 +155,28 @@ impl PolicyLog {
                     }
                     let mut next = voters.clone();
                     next.insert(id);
-                    ChangeMembers::ReplaceAllVoters(next)
+                    (
+                        ChangeMembers::ReplaceAllVoters(next),
+                        "a new member votes in the policy log",
+                    )
                 }
-                (true, true) if membership.get_node(&id) != Some(&node) => {
-                    ChangeMembers::SetNodes(BTreeMap::from([(id, node)]))
-                }
+                (true, true) if membership.get_node(&id) != Some(&node) => (
+                    ChangeMembers::SetNodes(BTreeMap::from([(id, node)])),
+                    "a voter of the policy log is reached at a new address",
+                ),
                 (false, true) if voters.len() > KEPT_VOTERS => {
                     let mut next = voters.clone();
                     next.remove(&id);
-                    ChangeMembers::ReplaceAllVoters(next)
+                    (
+                        ChangeMembers::ReplaceAllVoters(next),
+                        "a leaving member no longer votes in the policy log",
+                    )
                 }
                 _ => continue,
             };
             match self.raft().change_membership(change, false).await {
                 Ok(_) => {
-                    tracing::info!(member = %member.id, owner = member.owner, "the policy log's voters changed")
+                    tracing::info!(member = %member.id, address = %member.grpc, "{what}")
                 }
                 Err(error) => {
                     tracing::warn!(%error, member = %member.id, "could not change the policy log's voters")

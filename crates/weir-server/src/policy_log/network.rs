@@ -193,12 +193,26 @@ impl Member {
             Err(error @ CallError::Body { .. }) => {
                 Err(RPCError::Network(NetworkError::new(&AnyError::new(&error))))
             }
-            Err(error) => Err(RPCError::Unreachable(Unreachable::new(&AnyError::new(
-                &error,
-            )))),
+            Err(error) => {
+                // The Raft library reports it as an ERROR of its own, held back (`log_gate`):
+                // a member being restarted is normal operation, said here at INFO.
+                if let Some(unlogged) = UNREACHABLE.pass() {
+                    tracing::info!(
+                        member = %self.address,
+                        unlogged,
+                        "the policy log cannot reach a member (restarting, stopped or cut off; its state shows in /v1/cluster): {error}"
+                    );
+                }
+                Err(RPCError::Unreachable(Unreachable::new(&AnyError::new(
+                    &error,
+                ))))
+            }
         }
     }
 }
+
+/// Calls to a member of the policy log that could not reach it, logged once a minute.
+static UNREACHABLE: crate::log_gate::LogGate = crate::log_gate::LogGate::new();
 
 impl RaftNetwork<PolicyRaft> for Member {
     async fn append_entries(

@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use super::Request;
 use super::state::PolicyState;
-use super::stats::ThrottleReport;
+use super::stats::{Allowance, ThrottleReport};
 use super::throttled::Changes;
 use super::{Policy, lock};
 use super::{PolicyConfig, ReportBaseline};
 use crate::clock::Clock;
-use crate::keyed::KeyedLimiter;
+use crate::keyed::{KeyedLimiter, Shape};
 
 /// A row of "who is throttled".
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -103,6 +103,16 @@ impl<C: Clock + Clone> Policy<C> {
             .collect()
     }
 
+    /// What each of the policy's default buckets allows (`None`: limits adapt per key).
+    fn allowance(&self) -> Option<Allowance> {
+        let state = self.state.load();
+        let shape = state.default_buckets()?.shape();
+        Some(match shape {
+            Shape::Concurrency { limit } => Allowance::InFlight(limit),
+            _ => Allowance::PerSecond(PolicyConfig::limit_of(&shape)),
+        })
+    }
+
     /// "Policy P was throttled in the last N s", if anything was throttled since the last call
     /// (or since the policy was created). Call it periodically.
     pub fn report(&self) -> Option<ThrottleReport> {
@@ -114,7 +124,7 @@ impl<C: Clock + Clone> Policy<C> {
             Duration::from_nanos(now.saturating_sub(baseline.at)),
             &baseline.snapshot,
             &current,
-            self.limit(),
+            self.allowance(),
         );
         *baseline = ReportBaseline {
             at: now,

@@ -261,8 +261,58 @@ pub struct ThrottleReport {
     pub would_throttle: u64,
     /// Total wait in the period.
     pub wait_sum: Duration,
-    /// The rate (or limit) each bucket allows; `None` where limits adapt per key.
-    pub allowed: Option<f64>,
+    /// What each bucket allows; `None` where limits adapt per key.
+    pub allowed: Option<Allowance>,
+}
+
+/// What one bucket of a policy allows, as a report says it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Allowance {
+    /// A rate: requests a second.
+    PerSecond(f64),
+    /// A concurrency limit: requests in flight at once.
+    InFlight(u64),
+}
+
+impl fmt::Display for Allowance {
+    /// A rate as a person writes it: a second, with four significant digits, and below one a
+    /// second also in the first of a minute, an hour or a day it is a whole number in (else
+    /// the first it is at least one in): `0.01157/s (1000/day)`, `0.5/s (30/min)`, `250/s`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let per_second = match *self {
+            Allowance::InFlight(limit) => return write!(f, "{limit} in flight"),
+            Allowance::PerSecond(rate) => rate,
+        };
+        write!(f, "{}/s", significant(per_second))?;
+        if per_second >= 1.0 || per_second <= 0.0 || !per_second.is_finite() {
+            return Ok(());
+        }
+        let units = [(60.0, "min"), (3600.0, "h"), (86_400.0, "day")];
+        let whole = |count: f64| (count - count.round()).abs() <= 1e-6 * count && count >= 1.0;
+        let (seconds, unit) = units
+            .iter()
+            .find(|(seconds, _)| whole(per_second * seconds))
+            .or_else(|| {
+                units
+                    .iter()
+                    .find(|(seconds, _)| per_second * seconds >= 1.0)
+            })
+            .unwrap_or(&units[2]);
+        write!(f, " ({}/{unit})", significant(per_second * seconds))
+    }
+}
+
+/// `x` with four significant digits, without trailing zeros (`1000`, `41.67`, `0.01157`).
+fn significant(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let decimals = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+    let text = format!("{x:.decimals$}");
+    match text.contains('.') {
+        true => text.trim_end_matches('0').trim_end_matches('.').to_owned(),
+        false => text,
+    }
 }
 
 impl ThrottleReport {
@@ -273,7 +323,7 @@ impl ThrottleReport {
         period: Duration,
         before: &StatsSnapshot,
         after: &StatsSnapshot,
-        allowed: Option<f64>,
+        allowed: Option<Allowance>,
     ) -> Option<Self> {
         let report = ThrottleReport {
             policy: policy.to_owned(),
@@ -312,6 +362,25 @@ impl fmt::Display for ThrottleReport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_a_bucket_allows_is_written_as_a_person_writes_it() {
+        let said = |allowance: Allowance| allowance.to_string();
+        assert_eq!(said(Allowance::PerSecond(250.0)), "250/s");
+        assert_eq!(said(Allowance::PerSecond(12.5)), "12.5/s");
+        assert_eq!(said(Allowance::PerSecond(0.5)), "0.5/s (30/min)");
+        // A day's quota of 1000, as a rate kept in floating point.
+        assert_eq!(
+            said(Allowance::PerSecond(0.011574073999994642)),
+            "0.01157/s (1000/day)"
+        );
+        assert_eq!(
+            said(Allowance::PerSecond(1.0 / 7.0 / 60.0)),
+            "0.002381/s (8.571/h)"
+        );
+        assert_eq!(said(Allowance::PerSecond(0.0)), "0/s");
+        assert_eq!(said(Allowance::InFlight(4)), "4 in flight");
+    }
 
     #[test]
     fn outcomes_land_in_the_right_counters() {
@@ -355,7 +424,13 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            ThrottleReport::between("p", Duration::from_secs(10), &quiet, &later, Some(5.0)),
+            ThrottleReport::between(
+                "p",
+                Duration::from_secs(10),
+                &quiet,
+                &later,
+                Some(Allowance::PerSecond(5.0))
+            ),
             None
         );
         let throttled = StatsSnapshot {
@@ -364,9 +439,14 @@ mod tests {
             wait_sum: Duration::from_millis(250),
             ..later.clone()
         };
-        let report =
-            ThrottleReport::between("p", Duration::from_secs(10), &later, &throttled, Some(5.0))
-                .unwrap();
+        let report = ThrottleReport::between(
+            "p",
+            Duration::from_secs(10),
+            &later,
+            &throttled,
+            Some(Allowance::PerSecond(5.0)),
+        )
+        .unwrap();
         assert_eq!((report.accounted, report.throttled), (10, 5));
         assert!(
             report
