@@ -18,7 +18,9 @@
 //! - `docs/deployment.md`'s three nodes on one machine run as the block stands (moved to free
 //!   ports), and print what its comments show;
 //! - every measured figure the other docs quote (a percentage, a ratio like `1.36×`) is one
-//!   `docs/benchmarks.md` reports, so a claim cannot drift from its measurement.
+//!   `docs/benchmarks.md` reports, so a claim cannot drift from its measurement;
+//! - every promise of `docs/guarantees.md` names a test that checks it (a test file, or test
+//!   function, that exists) or the benchmark that measures it.
 
 mod support;
 
@@ -657,5 +659,74 @@ fn every_figure_the_docs_quote_is_one_the_benchmarks_report() {
         unreported.is_empty(),
         "figures docs/benchmarks.md does not report:\n{}",
         unreported.join("\n")
+    );
+}
+
+/// Every file under `dir` (recursively), by file name, with its text.
+fn sources(dir: &Path, found: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            if !path.ends_with("target") {
+                sources(&path, found);
+            }
+        } else if path
+            .extension()
+            .is_some_and(|e| e == "rs" || e == "py" || e == "sh")
+        {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            found.push((name, std::fs::read_to_string(&path).unwrap_or_default()));
+        }
+    }
+}
+
+#[test]
+fn every_guarantee_names_the_test_that_checks_it() {
+    let text = std::fs::read_to_string(repo().join("docs/guarantees.md")).unwrap();
+    let mut files = Vec::new();
+    sources(&repo().join("crates"), &mut files);
+    sources(&repo().join("bench"), &mut files);
+    // A test named in a promise: a test file, `file.rs`, or a test function, `a_test_name`
+    // (in backquotes, with at least two underscores: a sentence's words, not a setting).
+    let names_a_test = |promise: &str| {
+        promise.split('`').skip(1).step_by(2).any(|quoted| {
+            let file = quoted.rsplit('/').next().unwrap_or(quoted);
+            let is_file = [".rs", ".py", ".sh"].iter().any(|e| file.ends_with(e))
+                && files.iter().any(|(name, _)| name == file);
+            let is_function = quoted.matches('_').count() >= 2
+                && quoted
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c.is_ascii_digit())
+                && files
+                    .iter()
+                    .any(|(_, code)| code.contains(&format!("fn {quoted}(")));
+            let is_bench = quoted.starts_with("weir bench") || quoted.starts_with("cargo bench");
+            is_file || is_function || is_bench
+        })
+    };
+    let mut promises = Vec::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if line.starts_with("- **") || line.starts_with('#') || line.trim().is_empty() {
+            promises.extend(current.take());
+        }
+        if line.starts_with("- **") {
+            current = Some(line.to_owned());
+        } else if let Some(promise) = current.as_mut() {
+            promise.push(' ');
+            promise.push_str(line.trim());
+        }
+    }
+    promises.extend(current);
+    assert!(promises.len() >= 30, "{} promises", promises.len());
+    let unchecked: Vec<String> = promises
+        .iter()
+        .filter(|promise| !names_a_test(promise))
+        .map(|promise| promise.chars().take(80).collect())
+        .collect();
+    assert!(
+        unchecked.is_empty(),
+        "promises of docs/guarantees.md that name no test:\n{}",
+        unchecked.join("\n")
     );
 }
