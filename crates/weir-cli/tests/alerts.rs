@@ -271,17 +271,6 @@ async fn redis_answering_with_errors_fires_its_alert_by_kind() {
     drop(redis);
 }
 
-/// A day's quota kept across restarts, written every 200 ms.
-const KEPT: &str = r#"
-[server]
-durable_flush = "200ms"
-
-[[policy]]
-name = "day"
-on_exhausted = "reject"
-token_bucket = { rate = 0.000115740740, burst = 10 }
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kept_buckets_not_written_on_a_full_disk_fire_their_alert() {
     if !support::available("prometheus", &["--version"], "WEIR_REQUIRE_PROMTOOL") {
@@ -292,7 +281,7 @@ async fn kept_buckets_not_written_on_a_full_disk_fire_their_alert() {
     let Some(tmpfs) = support::disk::small_disk(&small) else {
         return;
     };
-    let node = Server::start(KEPT, &small.join("data"));
+    let node = Server::start(support::disk::KEPT_DAY, &small.join("data"));
     let target = node.http.trim_start_matches("http://").to_owned();
     let prometheus = Prometheus::start(dir.path(), &[&target], &rules_firing_at_once(dir.path()));
     eventually(

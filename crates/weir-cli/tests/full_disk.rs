@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
-use support::disk::{fill, small_disk};
+use support::disk::{KEPT_DAY, fill, small_disk};
 use support::{Server, cluster_member, eventually, free_udp, has_policy, is_ready};
 
 const CONFIG: &str = r#"
@@ -114,17 +114,6 @@ async fn a_member_whose_disk_fills_says_so_acknowledges_nothing_and_runs_again_w
     drop(tmpfs);
 }
 
-/// Ten a day per key, kept across restarts.
-const DAY: &str = r#"
-[server]
-durable_flush = "200ms"
-
-[[policy]]
-name = "day"
-on_exhausted = "reject"
-token_bucket = { rate = 0.000115740740, burst = 10 }
-"#;
-
 /// Asks for `key` of `day` `times` times: how many were admitted.
 async fn spend(server: &Server, key: &str, times: usize) -> usize {
     let mut admitted = 0;
@@ -158,7 +147,7 @@ async fn kept_buckets_not_written_on_a_full_disk_are_said_and_written_once_there
         return;
     };
     let data = small.join("data");
-    let server = Server::start(DAY, &data);
+    let server = Server::start(KEPT_DAY, &data);
     assert_eq!(spend(&server, "tenant", 4).await, 4);
     fill(&small);
     assert_eq!(spend(&server, "tenant", 2).await, 2);
@@ -197,7 +186,7 @@ async fn kept_buckets_not_written_on_a_full_disk_are_said_and_written_once_there
     assert_eq!(written, 1, "one line however many walks failed:\n{stderr}");
 
     // Six of ten spent before the stop: four left after it.
-    let server = Server::start(DAY, &data);
+    let server = Server::start(KEPT_DAY, &data);
     assert_eq!(spend(&server, "tenant", 10).await, 4);
     drop(server);
     drop(tmpfs);

@@ -212,8 +212,8 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_librarys_line_repeated_is_written_once_and_the_rest_counted() {
+    /// What a log layer filtered by [`ForeignLines`] writes of the lines `log` emits.
+    fn written_through_the_filter(log: impl FnOnce()) -> String {
         use tracing_subscriber::layer::SubscriberExt as _;
         use tracing_subscriber::{Layer as _, fmt};
         let kept = Kept::default();
@@ -222,11 +222,17 @@ mod tests {
             .with_writer(move || writer.clone())
             .with_ansi(false)
             .with_filter(ForeignLines::new());
+        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), log);
+        String::from_utf8(kept.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn a_librarys_line_repeated_is_written_once_and_the_rest_counted() {
         let before = suppressed()
             .into_iter()
             .find(|(source, _)| *source == "h2")
             .map_or(0, |(_, n)| n);
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let text = written_through_the_filter(|| {
             for _ in 0..1000 {
                 tracing::warn!(target: "h2::proto::streams", "locally-reset streams reached limit");
             }
@@ -234,7 +240,6 @@ mod tests {
                 tracing::warn!(target: "weir_server::connections", "a line of Weir's own");
             }
         });
-        let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
         assert_eq!(text.matches("locally-reset streams").count(), 1, "{text}");
         assert_eq!(text.matches("a line of Weir's own").count(), 3, "{text}");
         let after = suppressed()
@@ -246,20 +251,11 @@ mod tests {
 
     #[test]
     fn the_raft_librarys_unreachable_member_is_held_back_and_its_other_errors_pass() {
-        use tracing_subscriber::layer::SubscriberExt as _;
-        use tracing_subscriber::{Layer as _, fmt};
-        let kept = Kept::default();
-        let writer = kept.clone();
-        let layer = fmt::layer()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_filter(ForeignLines::new());
-        tracing::subscriber::with_default(tracing_subscriber::registry().with(layer), || {
+        let text = written_through_the_filter(|| {
             let err = "Unreachable node: calling http://127.0.0.1:1: tcp connect error";
             tracing::error!(target: "openraft::replication", err, "RPCError");
             tracing::error!(target: "openraft::storage", "a log entry could not be read");
         });
-        let text = String::from_utf8(kept.0.lock().unwrap().clone()).unwrap();
         assert!(!text.contains("RPCError"), "{text}");
         assert!(text.contains("a log entry could not be read"), "{text}");
     }

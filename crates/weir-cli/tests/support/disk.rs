@@ -4,6 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// A policy `day`, ten a day per key, its buckets kept across restarts and written every 200 ms:
+/// a node on a small disk has kept buckets to write.
+pub const KEPT_DAY: &str = r#"
+[server]
+durable_flush = "200ms"
+
+[[policy]]
+name = "day"
+on_exhausted = "reject"
+token_bucket = { rate = 0.000115740740, burst = 10 }
+"#;
+
 /// A 4 MiB tmpfs mounted on `at` (unmounted when dropped); `None` (the test skipped) where
 /// none can be mounted and `WEIR_REQUIRE_TMPFS` is not set.
 pub fn small_disk(at: &Path) -> Option<Tmpfs> {
