@@ -8,7 +8,7 @@
 //!
 //! Per restart (the span from the SIGTERM to 10 s after the node is ready again): what
 //! the rate admitted against its bound over that span (rate × time + burst, so anything above
-//! is over-admission), how long the shared tier refused every lease for want of an owner that
+//! is over-admission) and in its busiest second (any 1 s window, against rate + burst), how long the shared tier refused every lease for want of an owner that
 //! could grant, the most leases out at once against the ceiling, and the answers' latency.
 
 use std::sync::Arc;
@@ -56,6 +56,9 @@ pub struct Restart {
     pub bound: f64,
     /// What was admitted beyond the bound, as a share of rate × span (0 if none).
     pub over: f64,
+    /// The most the rate admitted in any 1 s window of the span (by when each was asked): its
+    /// bound is rate + burst.
+    pub busiest_second: u64,
     /// Leases refused as unavailable: no owner that could grant (settling after a change of
     /// owner, no majority, unreachable).
     pub shared_refused: u64,
@@ -92,7 +95,7 @@ impl RollingRestart {
     /// The report as a table.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 5x through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>14} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
+            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 5x through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>11} {:>14} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
             self.rate,
             self.burst,
             self.ceiling,
@@ -103,6 +106,7 @@ impl RollingRestart {
             "admitted",
             "bound",
             "over",
+            "busiest 1 s",
             "shared refused",
             "refusing s",
             "most",
@@ -112,13 +116,15 @@ impl RollingRestart {
         );
         for r in std::iter::once(&self.fresh_start).chain(&self.restarts) {
             text.push_str(&format!(
-                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>14} {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
+                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>6} / {:>2} {:>14} {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
                 r.node,
                 r.seconds,
                 r.down_seconds,
                 r.admitted,
                 r.bound,
                 r.over * 100.0,
+                r.busiest_second,
+                self.rate + self.burst,
                 r.shared_refused,
                 r.shared_refusing_seconds,
                 r.most_leases,
@@ -336,6 +342,20 @@ fn figures(
         .count() as u64;
     let bound = f64::from(RATE) * seconds + f64::from(BURST);
     let over = ((admitted as f64 - bound) / (f64::from(RATE) * seconds)).max(0.0);
+    let mut admitted_at: Vec<Duration> = span
+        .iter()
+        .filter(|(_, _, a)| *a == Answer::Admitted)
+        .map(|(at, _, _)| *at)
+        .collect();
+    admitted_at.sort();
+    let mut first = 0;
+    let mut busiest_second = 0;
+    for (last, at) in admitted_at.iter().enumerate() {
+        while *at - admitted_at[first] >= Duration::from_secs(1) {
+            first += 1;
+        }
+        busiest_second = busiest_second.max(last - first + 1);
+    }
     let slots = ((to - from).as_millis() / SLOT.as_millis()).max(1) as usize;
     let mut refusing = vec![false; slots];
     let mut shared_refused = 0;
@@ -364,6 +384,7 @@ fn figures(
         admitted,
         bound,
         over,
+        busiest_second: busiest_second as u64,
         shared_refused,
         shared_refusing_seconds: shared_refusing,
         most_leases: most
@@ -442,11 +463,28 @@ mod tests {
         let r = figures(&log, &most, "n1".into(), ms(1000), ms(1500), ms(3000));
         assert_eq!(r.admitted, 100);
         assert_eq!(r.bound, 90.0);
+        // All hundred were asked within [1.00 s, 1.99 s]: one second held them all.
+        assert_eq!(r.busiest_second, 100);
         assert!((r.over - 10.0 / 80.0).abs() < 1e-9, "{}", r.over);
         assert_eq!(r.shared_refused, 3);
         assert!((r.shared_refusing_seconds - 0.2).abs() < 1e-9);
         assert_eq!(r.most_leases, 4);
         assert_eq!(r.failed, 1);
         assert_eq!(r.down_seconds, 0.5);
+    }
+
+    #[test]
+    fn the_busiest_second_is_the_fullest_1_s_window_wherever_it_falls() {
+        let ms = Duration::from_millis;
+        // 20 a second for 4 s, and 30 more asked between 2.0 s and 2.3 s.
+        let mut log: Vec<_> = (0..80)
+            .map(|i| (ms(i * 50), ms(1), Answer::Admitted))
+            .collect();
+        log.extend((0..30).map(|i| (ms(2000 + i * 10), ms(1), Answer::Admitted)));
+        log.push((ms(2100), ms(1), Answer::Refused));
+        let r = figures(&log, &[], "n2".into(), ms(0), ms(0), ms(4000));
+        assert_eq!(r.admitted, 110);
+        // Any 1 s window holding [2.0 s, 2.3 s) holds 20 of the steady ones and the 30.
+        assert_eq!(r.busiest_second, 50);
     }
 }
