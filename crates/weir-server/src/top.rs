@@ -87,11 +87,12 @@ fn cells(node: String, r: &Value) -> [String; 10] {
     ]
 }
 
-fn table(cells: &[[String; 10]], empty: &str) -> String {
+/// `rows` under [`HEADER`], each column as wide as its widest cell; a line saying nobody is
+/// held back when there are none.
+fn table(rows: &[[String; 10]]) -> String {
     let widths: Vec<usize> = (0..HEADER.len())
         .map(|i| {
-            cells
-                .iter()
+            rows.iter()
                 .map(|c| c[i].chars().count())
                 .chain([HEADER[i].len()])
                 .max()
@@ -114,17 +115,15 @@ fn table(cells: &[[String; 10]], empty: &str) -> String {
         let _ = writeln!(out, "{}", row.join("  ").trim_end());
     };
     line(&mut out, &HEADER);
-    for row in cells {
+    for row in rows {
         let cols: Vec<&str> = row.iter().map(String::as_str).collect();
         line(&mut out, &cols);
     }
-    if cells.is_empty() {
-        out.push_str(empty);
+    if rows.is_empty() {
+        out.push_str("(no key is being held back)\n");
     }
     out
 }
-
-const NOBODY: &str = "(no key is being held back)\n";
 
 /// Renders rows as a plain table, a row per node and key.
 pub fn render(rows: &[Value]) -> String {
@@ -132,7 +131,7 @@ pub fn render(rows: &[Value]) -> String {
         .iter()
         .map(|r| cells(printable(r["node_id"].as_str().unwrap_or("")), r))
         .collect();
-    table(&cells, NOBODY)
+    table(&cells)
 }
 
 /// Renders the rows of every node by key: a key decided on one node is that node's row; a key
@@ -173,7 +172,7 @@ pub fn render_by_key(rows: &[Value], sorted: bool) -> String {
         all.push(cells("cluster".to_owned(), &total));
         all.extend(group.iter().map(|r| cells(format!("  {}", node(r)), r)));
     }
-    table(&all, NOBODY)
+    table(&all)
 }
 
 /// The members `/v1/cluster` lists, on one line: each with its state, how long a member not
