@@ -466,8 +466,11 @@ fn the_redis_baseline_holds_the_same_policies() {
 /// cluster-scoped rate admits at most 1 % over rate × time + burst (`docs/benchmarks.md`,
 /// Rolling restart). Before, the seed node came back alone on its ring and decided the bucket
 /// fresh for a moment (about one burst over, 3 %), and a handoff freed leases on an old owner
-/// that still granted (5 out against 4, in one run of seven). The cluster's first start is held
-/// to the same.
+/// that still granted (5 out against 4, in one run of seven). No 1 s window holds more than
+/// rate + burst (+ 1 % of the rate) of admissions surely decided within it: before a bucket lent
+/// of was handed over whole, the owner's restart had one at 122–132 against 110 in half the
+/// runs (each lagging ring decided the bucket on one of its own). The cluster's first start is
+/// held to the same.
 #[test]
 fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
     let output = weir()
@@ -487,6 +490,11 @@ fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
         assert!(
             restart["over"].as_f64().unwrap() <= 0.01,
             "over the rate: {restart}"
+        );
+        let second = report["rate"].as_f64().unwrap() * 1.01 + report["burst"].as_f64().unwrap();
+        assert!(
+            restart["busiest_second"].as_f64().unwrap() <= second,
+            "over the rate in one second: {restart}"
         );
         assert!(
             restart["most_leases"].as_u64().unwrap() <= report["ceiling"].as_u64().unwrap(),

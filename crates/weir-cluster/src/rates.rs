@@ -138,8 +138,8 @@ pub trait RateOwner: Send + Sync + 'static {
     /// Answers a holder's report on a bucket this node owns.
     fn report(&self, report: Report) -> ReportAnswer;
 
-    /// A handover for every cluster-scoped bucket this node holds that is not whole and whose
-    /// ring name ([`bucket_of`]) `moving` picks. A walk over every key: for membership
+    /// A handover for every cluster-scoped bucket this node holds that is not whole, or that it
+    /// lends shares of, and whose ring name ([`bucket_of`]) `moving` picks. A walk over every key: for membership
     /// changes, never per request.
     fn handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover>;
 }
@@ -148,5 +148,27 @@ pub trait RateOwner: Send + Sync + 'static {
 /// ([`shared_bucket_of`](crate::admission::shared_bucket_of)): a rate policy's bucket `k` and a concurrency policy's bucket `k` are two
 /// buckets, which may have two owners.
 pub fn bucket_of(policy: &str, key: &str) -> String {
-    format!("rate\u{0}{policy}\u{0}{key}")
+    format!("{RATE_BUCKET}{policy}\u{0}{key}")
+}
+
+/// What every [`bucket_of`] name starts with.
+const RATE_BUCKET: &str = "rate\u{0}";
+
+/// The policy and key a [`bucket_of`] name was made of; `None` for any other name.
+pub fn policy_and_key(bucket: &str) -> Option<(&str, &str)> {
+    bucket.strip_prefix(RATE_BUCKET)?.split_once('\u{0}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_buckets_name_gives_back_its_policy_and_key() {
+        assert_eq!(
+            policy_and_key(&bucket_of("steady", "k\u{0}x")),
+            Some(("steady", "k\u{0}x"))
+        );
+        assert_eq!(policy_and_key("shared\u{0}pool\u{0}k"), None);
+    }
 }

@@ -8,8 +8,13 @@
 //!
 //! Per restart (the span from the SIGTERM to 10 s after the node is ready again): what
 //! the rate admitted against its bound over that span (rate × time + burst, so anything above
-//! is over-admission) and in its busiest second (any 1 s window, against rate + burst), how long the shared tier refused every lease for want of an owner that
+//! is over-admission) and in its busiest second (any 1 s window, against rate + burst; given as
+//! the admissions surely decided within it and those perhaps, as a client can only bracket when
+//! a server decided), how long the shared tier refused every lease for want of an owner that
 //! could grant, the most leases out at once against the ceiling, and the answers' latency.
+//!
+//! The load, 100/s asked three times over, is the one at which the owner's restart was found
+//! over in its busiest second (`docs/benchmarks.md`, "The busiest second").
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,7 +27,7 @@ use super::{Scenario, ScenarioSettings, finish};
 use crate::nodes::{LocalNode, Workdir, start_cluster};
 
 /// The cluster-scoped rate, per second, and its burst.
-const RATE: u32 = 40;
+const RATE: u32 = 100;
 const BURST: u32 = 10;
 /// The concurrency policy's shared limit (no node tier: every lease is the cluster's) and its
 /// leases' TTL. Without loans (`max_loan = 1`), so that every lease is asked of the bucket's
@@ -30,8 +35,10 @@ const BURST: u32 = 10;
 /// of owner would admit through it).
 const SHARED_LIMIT: usize = 4;
 const LEASE_TTL: &str = "3s";
-/// How often the rate is asked (5× its rate), and how many clients take leases.
-const ASK_EVERY: Duration = Duration::from_millis(5);
+/// How many clients ask for the rate, how often each asks (together 3× its rate), and how
+/// many clients take leases.
+const ASKERS: usize = 3;
+const ASK_EVERY: Duration = Duration::from_millis(10);
 const HOLDERS: usize = 8;
 /// How long a lease is held, and how long a refused holder waits before asking again.
 const HOLD: Duration = Duration::from_millis(20);
@@ -59,6 +66,9 @@ pub struct Restart {
     /// The most the rate admitted in any 1 s window of the span (by when each was asked): its
     /// bound is rate + burst.
     pub busiest_second: u64,
+    /// The most admissions whose time from asking to answer meets any 1 s window: the busiest
+    /// second is between [`Restart::busiest_second`] and this.
+    pub busiest_second_at_most: u64,
     /// Leases refused as unavailable: no owner that could grant (settling after a change of
     /// owner, no majority, unreachable).
     pub shared_refused: u64,
@@ -95,7 +105,7 @@ impl RollingRestart {
     /// The report as a table.
     pub fn render(&self) -> String {
         let mut text = format!(
-            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 5x through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>11} {:>14} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
+            "rolling restart: {NODES} nodes, each stopped (SIGTERM) and started again under load; a cluster-scoped rate of {}/s (burst {}) asked at 3x by {ASKERS} clients through the nodes up; a closed concurrency policy (shared limit {}, lease_ttl {}) held by {HOLDERS} clients\n{:>5} {:>7} {:>7} {:>9} {:>8} {:>7} {:>15} {:>14} {:>13} {:>6} {:>8} {:>8} {:>7}\n",
             self.rate,
             self.burst,
             self.ceiling,
@@ -116,7 +126,7 @@ impl RollingRestart {
         );
         for r in std::iter::once(&self.fresh_start).chain(&self.restarts) {
             text.push_str(&format!(
-                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>6} / {:>2} {:>14} {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
+                "{:>5} {:>7.1} {:>7.1} {:>9} {:>8.0} {:>6.2}% {:>4}–{:<4}/ {:>3} {:>14} {:>13.1} {:>6} {:>8.2} {:>8.2} {:>7}\n",
                 r.node,
                 r.seconds,
                 r.down_seconds,
@@ -124,6 +134,7 @@ impl RollingRestart {
                 r.bound,
                 r.over * 100.0,
                 r.busiest_second,
+                r.busiest_second_at_most,
                 self.rate + self.burst,
                 r.shared_refused,
                 r.shared_refusing_seconds,
@@ -224,10 +235,10 @@ pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<Roll
     let in_flight = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(Mutex::new(Vec::<(Duration, usize)>::new()));
     let mut tasks = Vec::new();
-    {
+    for asker in 0..ASKERS {
         let (client, up, log, stop) = (client.clone(), up.clone(), log.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
-            let turn = AtomicUsize::new(0);
+            let turn = AtomicUsize::new(asker);
             let mut ticks = tokio::time::interval(ASK_EVERY);
             while !stop.load(Ordering::Relaxed) {
                 ticks.tick().await;
@@ -342,20 +353,7 @@ fn figures(
         .count() as u64;
     let bound = f64::from(RATE) * seconds + f64::from(BURST);
     let over = ((admitted as f64 - bound) / (f64::from(RATE) * seconds)).max(0.0);
-    let mut admitted_at: Vec<Duration> = span
-        .iter()
-        .filter(|(_, _, a)| *a == Answer::Admitted)
-        .map(|(at, _, _)| *at)
-        .collect();
-    admitted_at.sort();
-    let mut first = 0;
-    let mut busiest_second = 0;
-    for (last, at) in admitted_at.iter().enumerate() {
-        while *at - admitted_at[first] >= Duration::from_secs(1) {
-            first += 1;
-        }
-        busiest_second = busiest_second.max(last - first + 1);
-    }
+    let (busiest_second, busiest_second_at_most) = busiest_second(&span);
     let slots = ((to - from).as_millis() / SLOT.as_millis()).max(1) as usize;
     let mut refusing = vec![false; slots];
     let mut shared_refused = 0;
@@ -384,7 +382,8 @@ fn figures(
         admitted,
         bound,
         over,
-        busiest_second: busiest_second as u64,
+        busiest_second,
+        busiest_second_at_most,
         shared_refused,
         shared_refusing_seconds: shared_refusing,
         most_leases: most
@@ -397,6 +396,44 @@ fn figures(
         p99_ms: pct(0.99),
         failed: span.iter().filter(|(_, _, a)| *a == Answer::Failed).count() as u64,
     }
+}
+
+/// The busiest 1 s window's admissions, bracketed: at least those asked and answered within
+/// it, at most those whose time from asking to answer meets it. (A request was decided
+/// somewhere between the two; stamping it by when it was asked alone would put one that
+/// waited on a node going away in a window it may not have been decided in.)
+fn busiest_second(span: &[&(Duration, Duration, Answer)]) -> (u64, u64) {
+    let mut admitted: Vec<(Duration, Duration)> = span
+        .iter()
+        .filter(|(_, _, a)| *a == Answer::Admitted)
+        .map(|(asked, took, _)| (*asked, *asked + *took))
+        .collect();
+    admitted.sort();
+    let second = Duration::from_secs(1);
+    // A window holding some admissions wholly still does when it starts at the first of
+    // them to be asked; one meeting some still does when it starts at the first to be
+    // answered. So those starts are the only ones to try.
+    let surely = admitted
+        .iter()
+        .map(|(from, _)| {
+            admitted
+                .iter()
+                .filter(|(asked, answered)| asked >= from && *answered < *from + second)
+                .count()
+        })
+        .max()
+        .unwrap_or(0) as u64;
+    let at_most = admitted
+        .iter()
+        .map(|(_, from)| {
+            admitted
+                .iter()
+                .filter(|(asked, answered)| *asked < *from + second && answered >= from)
+                .count()
+        })
+        .max()
+        .unwrap_or(0) as u64;
+    (surely, at_most)
 }
 
 /// Waits until every node in `nodes` answers `/readyz` with 200.
@@ -449,9 +486,9 @@ mod tests {
     fn a_restarts_figures_count_what_passed_the_bound_and_the_slots_refused() {
         let ms = Duration::from_millis;
         let mut log = Vec::new();
-        // 2 s span from t = 1 s: 100 admitted against a bound of 40 × 2 + 10 = 90.
-        for i in 0..100 {
-            log.push((ms(1000 + i * 10), ms(1), Answer::Admitted));
+        // 2 s span from t = 1 s: 250 admitted against a bound of 100 × 2 + 10 = 210.
+        for i in 0..250 {
+            log.push((ms(1000 + i * 4), ms(1), Answer::Admitted));
         }
         // Two refusals in one slot and one in another; one before the span, not counted.
         log.push((ms(1200), ms(2), Answer::Unavailable));
@@ -461,11 +498,11 @@ mod tests {
         log.push((ms(1600), ms(0), Answer::Failed));
         let most = [(ms(900), 9), (ms(1100), 3), (ms(1900), 4)];
         let r = figures(&log, &most, "n1".into(), ms(1000), ms(1500), ms(3000));
-        assert_eq!(r.admitted, 100);
-        assert_eq!(r.bound, 90.0);
-        // All hundred were asked within [1.00 s, 1.99 s]: one second held them all.
-        assert_eq!(r.busiest_second, 100);
-        assert!((r.over - 10.0 / 80.0).abs() < 1e-9, "{}", r.over);
+        assert_eq!(r.admitted, 250);
+        assert_eq!(r.bound, 210.0);
+        // All 250 were asked and answered within [1.000 s, 1.997 s]: one second held them all.
+        assert_eq!((r.busiest_second, r.busiest_second_at_most), (250, 250));
+        assert!((r.over - 40.0 / 200.0).abs() < 1e-9, "{}", r.over);
         assert_eq!(r.shared_refused, 3);
         assert!((r.shared_refusing_seconds - 0.2).abs() < 1e-9);
         assert_eq!(r.most_leases, 4);
@@ -484,7 +521,24 @@ mod tests {
         log.push((ms(2100), ms(1), Answer::Refused));
         let r = figures(&log, &[], "n2".into(), ms(0), ms(0), ms(4000));
         assert_eq!(r.admitted, 110);
-        // Any 1 s window holding [2.0 s, 2.3 s) holds 20 of the steady ones and the 30.
-        assert_eq!(r.busiest_second, 50);
+        // Any 1 s window holding [2.0 s, 2.3 s) holds 20 of the steady ones and the 30 — and
+        // perhaps one more: the one asked at 1.950 s may have been decided as it was answered,
+        // at 1.951 s, in the window [1.951 s, 2.951 s).
+        assert_eq!((r.busiest_second, r.busiest_second_at_most), (50, 51));
+    }
+
+    #[test]
+    fn an_answer_that_took_long_is_only_perhaps_in_the_windows_it_spans() {
+        let ms = Duration::from_millis;
+        // 10 a second for 3 s, and 15 asked at 1.0 s that were answered 1.5 s later: decided
+        // at some moment of [1.0 s, 2.5 s], so in no one window surely, and in each that meets
+        // that span perhaps: the window from 1.401 s (when the one asked at 1.4 s was answered)
+        // meets it, the 15 and the ten asked from 1.5 s to 2.4 s.
+        let mut log: Vec<_> = (0..30)
+            .map(|i| (ms(i * 100), ms(1), Answer::Admitted))
+            .collect();
+        log.extend((0..15).map(|_| (ms(1000), ms(1500), Answer::Admitted)));
+        let r = figures(&log, &[], "n3".into(), ms(0), ms(0), ms(3000));
+        assert_eq!((r.busiest_second, r.busiest_second_at_most), (10, 26));
     }
 }

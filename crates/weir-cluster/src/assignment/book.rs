@@ -315,6 +315,15 @@ impl AssignmentBook {
         demands.len()
     }
 
+    /// The buckets with shares lent now.
+    pub fn lent_buckets(&self, now: Nanos) -> Vec<String> {
+        self.lock()
+            .keys()
+            .filter(|bucket| self.lent.in_use(bucket, now) > 0)
+            .cloned()
+            .collect()
+    }
+
     /// Shares lent now, by holding node, over every bucket.
     pub fn lent(&self, now: Nanos) -> std::collections::BTreeMap<String, u64> {
         self.lent.lent(now)

@@ -402,6 +402,10 @@ fn a_bucket_s_book_moves_to_its_next_owner_and_is_counted_there() {
     let (old, new) = (AssignmentBook::new(16), AssignmentBook::new(16));
     let bucket = "p\0k".to_owned();
     old.report("h", &bucket, &report("k", 200, 0), WHOLE, 0);
+    // Listed among those lent of, so that it moves even when its bucket is whole; not once
+    // the share has run out.
+    assert_eq!(old.lent_buckets(100 * MS), std::slice::from_ref(&bucket));
+    assert!(old.lent_buckets(2 * SEC).is_empty());
     let lent = old.lent_in(&bucket, 100 * MS);
     assert_eq!(lent.len(), 1);
     assert_eq!((lent[0].holder.as_str(), lent[0].shares), ("h", 500));

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use weir::Clock;
 use weir_cluster::assignment::{AssignmentBook, HeldRates, Local, RateReport, SetAside, Whole};
-use weir_cluster::rates::{Assignment, Lent, Report, ReportAnswer, bucket_of};
+use weir_cluster::rates::{Assignment, Lent, Report, ReportAnswer, bucket_of, policy_and_key};
 use weir_cluster::transport::TransportExt;
 
 use super::{ClusterCounters, ClusterMode, SystemClock};
@@ -100,6 +100,18 @@ impl ClusterMode {
         self.assignments
             .book
             .lent_in(&bucket_of(policy, key), SystemClock::new().now())
+    }
+
+    /// The buckets this node lends shares of now, as (policy, key): each moves with its book
+    /// when the ring moves it, whole or not.
+    pub fn lent_buckets(&self) -> Vec<(String, String)> {
+        self.assignments
+            .book
+            .lent_buckets(SystemClock::new().now())
+            .iter()
+            .filter_map(|bucket| policy_and_key(bucket))
+            .map(|(policy, key)| (policy.to_owned(), key.to_owned()))
+            .collect()
     }
 
     /// Takes on the shares of `policy`'s bucket `key` its previous owner lent; what to set

@@ -206,8 +206,47 @@ impl Decider {
         }
     }
 
-    /// Handovers of this node's cluster-scoped rate buckets that `moving` picks.
+    /// Handovers of this node's cluster-scoped rate buckets that `moving` picks: those spent,
+    /// and those it lends shares of even when whole.
+    ///
+    /// A bucket lent of is hot: nodes ask for it while their rings follow the change at their
+    /// own pace, and the new owner answers a lagging ring's asks only for a bucket handed to it.
+    /// Were a whole one not handed, each lagging node would decide it on a bucket of its own,
+    /// and the cluster admit up to a burst and more per such node (`docs/benchmarks.md`, "The
+    /// busiest second").
     fn rate_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
+        let mut handovers = self.spent_handovers(moving);
+        let Some(cluster) = &self.cluster else {
+            return handovers;
+        };
+        let spent: std::collections::HashSet<(String, String)> = handovers
+            .iter()
+            .filter(|handover| handover.kind.is_none())
+            .map(|handover| (handover.policy.clone(), handover.key.clone()))
+            .collect();
+        for (name, key) in cluster.lent_buckets() {
+            if spent.contains(&(name.clone(), key.clone())) || !moving(&bucket_of(&name, &key)) {
+                continue;
+            }
+            let Some(quota) = self
+                .cluster_policy(&name)
+                .and_then(|policy| policy.quota(None, &key))
+            else {
+                continue;
+            };
+            handovers.push(Handover {
+                lent: cluster.lent_in(&name, &key),
+                policy: name,
+                key,
+                kind: None,
+                quota,
+            });
+        }
+        handovers
+    }
+
+    /// Handovers of this node's spent cluster-scoped rate buckets that `moving` picks.
+    fn spent_handovers(&self, moving: &mut dyn FnMut(&str) -> bool) -> Vec<Handover> {
         let mut handovers = Vec::new();
         for policy in self.policies.policies() {
             if policy.with_config(|c| c.scope != Scope::Cluster) {
