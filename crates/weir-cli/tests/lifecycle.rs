@@ -394,6 +394,40 @@ fn a_corrupt_data_dir_is_named_and_not_overwritten() {
     );
 }
 
+/// A data dir a newer Weir wrote (a rollback without restoring the data dir) stops the start,
+/// naming the file and both formats, and is left as it is.
+#[test]
+fn a_data_dir_of_a_newer_format_stops_the_start_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let newer = r#"{"format": 9, "upserts": {}, "laid_out_otherwise": true}"#;
+    std::fs::write(dir.path().join("policies.json"), newer).unwrap();
+    let output = weir()
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(
+            "policies.json was written by a newer Weir: its data format is 9, and this build reads formats up to 1"
+        ),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Upgrades and rollbacks"), "{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("policies.json")).unwrap(),
+        newer
+    );
+}
+
 /// An unwritable data dir is reported at start, not at the first change; the node still serves.
 #[tokio::test]
 async fn an_unwritable_data_dir_is_reported_at_start() {

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::data_file::{DataFileError, refuse_empty, unless_panics};
+use crate::data_file::{DataFileError, refuse_empty, settle_format, unless_panics};
 
 /// The database's file in the data dir.
 pub const FILE: &str = "buckets.redb";
@@ -34,6 +34,9 @@ const BUCKETS: TableDefinition<(&str, &str, &str), (u64, u64, u64)> =
 /// `CL.THROTTLE`'s keys, whose shape is the key's own: `key` → `(whole_at, interval,
 /// tolerance)`.
 const CELLS: TableDefinition<&[u8], (u64, u64, u64)> = TableDefinition::new("cells");
+
+/// The layout of the tables above, as the file records it ([`settle_format`]).
+pub const FORMAT: u32 = 1;
 
 /// A failure of the database.
 #[derive(Debug, thiserror::Error)]
@@ -159,6 +162,7 @@ impl BucketFile {
         let db = unless_panics(&path, WITHOUT, || {
             let db = open().map_err(|e| DataFileError::from_redb(&path, e, WITHOUT))?;
             create_tables(&db).map_err(|e| as_damage(&path, e))?;
+            settle_format(&db, &path, FORMAT, WITHOUT)?;
             Ok(db)
         })?;
         Ok(BucketFile {

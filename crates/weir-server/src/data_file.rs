@@ -8,12 +8,24 @@
 //! it kept would be whole again without a word. So here a 0-byte file is damaged, a panic while
 //! opening or reading the file at start is caught and reported as damage, and another process
 //! holding the file is told apart from damage (and never answered with "move it away").
+//!
+//! Each file also records its *format* (the layout of its tables and records, counted from 1):
+//! a file of a newer format than this build reads stops the start by name and is left as it is
+//! — what a rollback to an older build meets — and one written before formats were recorded is
+//! format 1, recorded at its first start. When a layout changes, its format goes up and the
+//! start migrates a file of the older one.
 
 use std::any::Any;
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
+
+use redb::{Database, ReadableTable, TableDefinition};
+
+/// The table a data file records its format in, one row.
+const FORMAT_TABLE: TableDefinition<&str, u32> = TableDefinition::new("weir_format");
+const FORMAT_ROW: &str = "format";
 
 /// Why a data file could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +49,18 @@ pub enum DataFileError {
     InUse {
         /// The file.
         path: PathBuf,
+    },
+    /// The file is of a newer format than this build reads: written by a newer Weir.
+    #[error(
+        "{path} was written by a newer Weir: its data format is {found}, and this build reads formats up to {reads}. Weir does not change it. Run the newer build on this data dir; to go back to this one, restore the data dir from the copy taken before the upgrade (docs/deployment.md, \"Upgrades and rollbacks\")"
+    )]
+    Newer {
+        /// The file.
+        path: PathBuf,
+        /// The format it records.
+        found: u32,
+        /// The newest format this build reads.
+        reads: u32,
     },
     /// redb failed otherwise (a permission, a disk error).
     #[error("{path}: {source}")]
@@ -74,6 +98,54 @@ impl DataFileError {
             },
         }
     }
+}
+
+/// Checks the format `db` (the file at `path`) records against `reads`, the newest this build
+/// reads: newer stops the start ([`DataFileError::Newer`]); none recorded (a file from before
+/// formats were) is format 1; an older or absent one is recorded as `reads` once its
+/// migration, if its layout changed, is done — there is none yet, every file being of format 1.
+pub fn settle_format(
+    db: &Database,
+    path: &Path,
+    reads: u32,
+    without: &'static str,
+) -> Result<(), DataFileError> {
+    let failed = |error: redb::Error| DataFileError::from_redb(path, error, without);
+    let txn = db.begin_write().map_err(|e| failed(e.into()))?;
+    {
+        let mut table = txn.open_table(FORMAT_TABLE).map_err(|e| failed(e.into()))?;
+        let found = table
+            .get(FORMAT_ROW)
+            .map_err(|e| failed(e.into()))?
+            .map(|format| format.value());
+        match found {
+            Some(found) if found > reads => {
+                return Err(DataFileError::Newer {
+                    path: path.to_owned(),
+                    found,
+                    reads,
+                });
+            }
+            Some(found) if found == reads => {}
+            _ => {
+                table
+                    .insert(FORMAT_ROW, reads)
+                    .map_err(|e| failed(e.into()))?;
+            }
+        }
+    }
+    txn.commit().map_err(|e| failed(e.into()))
+}
+
+/// Records `format` in `db`, as a build of that format would: for tests.
+#[cfg(test)]
+pub(crate) fn record_format(db: &Database, format: u32) {
+    let txn = db.begin_write().unwrap();
+    txn.open_table(FORMAT_TABLE)
+        .unwrap()
+        .insert(FORMAT_ROW, format)
+        .unwrap();
+    txn.commit().unwrap();
 }
 
 /// Refuses a file that exists but is empty: to redb a new database, here a damaged one (a
@@ -192,6 +264,45 @@ mod tests {
         assert!(text.contains("nothing kept"), "{text}");
         // And the thread is back to reporting panics it does not catch here.
         assert!(!CAUGHT_HERE.get());
+    }
+
+    #[test]
+    fn a_files_format_is_recorded_once_and_a_newer_one_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.redb");
+        let db = Database::create(&path).unwrap();
+        let recorded = |db: &Database| {
+            let txn = db.begin_read().unwrap();
+            let table = txn.open_table(FORMAT_TABLE).unwrap();
+            table.get(FORMAT_ROW).unwrap().map(|format| format.value())
+        };
+        // A file from before formats were recorded is format 1, and says so from then on.
+        settle_format(&db, &path, 1, "nothing kept").unwrap();
+        assert_eq!(recorded(&db), Some(1));
+        settle_format(&db, &path, 1, "nothing kept").unwrap();
+        // A build that reads format 2 brings a format 1 file up.
+        settle_format(&db, &path, 2, "nothing kept").unwrap();
+        assert_eq!(recorded(&db), Some(2));
+        // And the older build is refused it, by name, the file left as it was.
+        let error = settle_format(&db, &path, 1, "nothing kept").unwrap_err();
+        assert!(matches!(
+            error,
+            DataFileError::Newer {
+                found: 2,
+                reads: 1,
+                ..
+            }
+        ));
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!("{} was written by a newer Weir", path.display())),
+            "{text}"
+        );
+        assert!(
+            text.contains("its data format is 2, and this build reads formats up to 1"),
+            "{text}"
+        );
+        assert_eq!(recorded(&db), Some(2));
     }
 
     #[test]

@@ -22,6 +22,12 @@ use serde::{Deserialize, Serialize};
 use weir::policy::PolicyConfig;
 
 const FILE: &str = "policies.json";
+
+/// The layout of `policies.json` this build reads and writes. Format 1 is written without a
+/// `format` field, as every build before formats were recorded wrote it (so that one of those
+/// can still read it after a rollback); a later format writes its number, and this build
+/// refuses a file whose number is higher, by name, before reading anything else of it.
+pub const FORMAT: u32 = 1;
 const LOCK: &str = "lock";
 const TEMP: &str = "policies.json.tmp";
 
@@ -35,6 +41,16 @@ pub struct Overlay {
     /// Policies deleted over the API.
     #[serde(default)]
     pub deletes: BTreeSet<String>,
+    /// The file's format, when it is not 1 ([`FORMAT`]).
+    #[serde(default, skip_serializing)]
+    pub format: Option<u32>,
+}
+
+/// A file's format alone, read before the rest (which a newer format may lay out otherwise).
+#[derive(Deserialize)]
+struct FormatOnly {
+    #[serde(default)]
+    format: Option<u32>,
 }
 
 impl Overlay {
@@ -110,6 +126,18 @@ pub enum DurableError {
         /// Who holds it, as it wrote itself in the lock file.
         holder: String,
     },
+    /// The file is of a newer format than this build reads: written by a newer Weir.
+    #[error(
+        "{path} was written by a newer Weir: its data format is {found}, and this build reads formats up to {reads}. Weir does not change it. Run the newer build on this data dir; to go back to this one, restore the data dir from the copy taken before the upgrade (docs/deployment.md, \"Upgrades and rollbacks\")"
+    )]
+    Newer {
+        /// The file.
+        path: PathBuf,
+        /// The format it records.
+        found: u32,
+        /// The newest format this build reads.
+        reads: u32,
+    },
     /// The file does not parse. It is left as it is for the operator to inspect.
     #[error(
         "{path} is not a valid policy file ({detail}). It holds the policy changes made over the API; Weir does not overwrite it. To start without them, move it away (e.g. to {path}.corrupt): the config file's policies then apply as written"
@@ -145,6 +173,17 @@ pub fn load(dir: &Path) -> Result<Overlay, DurableError> {
             e.utf8_error().valid_up_to()
         ),
     })?;
+    if let Ok(FormatOnly {
+        format: Some(found),
+    }) = serde_json::from_str(&text)
+        && found > FORMAT
+    {
+        return Err(DurableError::Newer {
+            path,
+            found,
+            reads: FORMAT,
+        });
+    }
     serde_json::from_str(&text).map_err(|e| DurableError::Corrupt {
         path,
         detail: e.to_string(),
@@ -314,6 +353,29 @@ mod tests {
             "the new holder's words, the old ones gone"
         );
         drop(again);
+    }
+
+    #[test]
+    fn a_file_of_a_newer_format_is_refused_by_name_and_one_of_this_format_says_none() {
+        let dir = tempfile::tempdir().unwrap();
+        store(dir.path(), &Overlay::default().with_delete("gone")).unwrap();
+        let written = fs::read_to_string(dir.path().join(FILE)).unwrap();
+        // Format 1 is written as every build before formats wrote it: a rollback reads it.
+        assert!(!written.contains("format"), "{written}");
+        let newer = r#"{"format": 2, "deletes": ["gone"], "renamed": {}}"#;
+        fs::write(dir.path().join(FILE), newer).unwrap();
+        let err = load(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("policies.json was written by a newer Weir: its data format is 2"),
+            "{err}"
+        );
+        assert_eq!(fs::read_to_string(dir.path().join(FILE)).unwrap(), newer);
+        fs::write(
+            dir.path().join(FILE),
+            r#"{"format": 1, "deletes": ["gone"]}"#,
+        )
+        .unwrap();
+        assert!(load(dir.path()).unwrap().deletes.contains("gone"));
     }
 
     #[test]

@@ -207,3 +207,21 @@ fn a_damaged_bucket_file_is_refused_by_name_never_a_panic_or_a_fresh_start() {
         opened_or_named(&bytes, &what);
     }
 }
+
+#[test]
+fn a_bucket_file_of_a_newer_format_is_refused_by_name_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(FILE), a_written_file()).unwrap();
+    let record = |format| {
+        let db = redb::Database::create(dir.path().join(FILE)).unwrap();
+        crate::data_file::record_format(&db, format);
+    };
+    record(FORMAT + 1);
+    let text = BucketFile::open(dir.path()).unwrap_err().to_string();
+    assert!(text.contains(FILE), "{text}");
+    assert!(text.contains("was written by a newer Weir"), "{text}");
+    // Nothing was lost by the refusal: back at this build's format, every bucket is there.
+    record(FORMAT);
+    let file = BucketFile::open(dir.path()).unwrap();
+    assert_eq!(file.read_all().unwrap().len(), 300);
+}

@@ -19,13 +19,17 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::PolicyRaft;
-use crate::data_file::{DataFileError, refuse_empty, unless_panics};
+use crate::data_file::{DataFileError, refuse_empty, settle_format, unless_panics};
 
 /// The database's file in the data dir.
 pub const FILE: &str = "raft.redb";
 
 const LOG: TableDefinition<u64, &[u8]> = TableDefinition::new("log");
 const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+
+/// The layout of the tables above and of their JSON records, as the file records it
+/// ([`settle_format`]): raised by any change an older build would misread.
+pub const FORMAT: u32 = 1;
 
 /// A failure of the database or of a record's form.
 #[derive(Debug, thiserror::Error)]
@@ -96,6 +100,7 @@ impl Store {
             }
             let store = Store { db: Arc::new(db) };
             store.create_tables().map_err(|e| damaged(e.to_string()))?;
+            settle_format(&store.db, &path, FORMAT, WITHOUT)?;
             store
                 .read_everything()
                 .map_err(|e| damaged(e.to_string()))?;

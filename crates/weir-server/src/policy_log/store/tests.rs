@@ -83,3 +83,28 @@ fn a_damaged_log_is_refused_by_name_never_a_panic_or_a_fresh_start() {
         opened_or_named(&bytes, &what);
     }
 }
+
+#[test]
+fn a_log_of_a_newer_format_is_refused_by_name_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(super::FILE);
+    {
+        let store = Store::open(dir.path()).unwrap();
+        store.write("record", &[1, 2, 3]).unwrap();
+    }
+    let record = |format| {
+        let db = redb::Database::create(&path).unwrap();
+        crate::data_file::record_format(&db, format);
+    };
+    record(super::FORMAT + 1);
+    let text = Store::open(dir.path()).unwrap_err().to_string();
+    assert!(text.contains(super::FILE), "{text}");
+    assert!(text.contains("was written by a newer Weir"), "{text}");
+    // Nothing was lost by the refusal.
+    record(super::FORMAT);
+    let store = Store::open(dir.path()).unwrap();
+    assert_eq!(
+        store.read::<Vec<u32>>("record").unwrap(),
+        Some(vec![1, 2, 3])
+    );
+}
