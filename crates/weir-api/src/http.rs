@@ -254,6 +254,10 @@ pub struct ClusterMember {
     /// members that run the same policies. `None` until it has advertised one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_version: Option<String>,
+    /// The Weir release it runs (`0.1.0`), as it advertises it: a rolling upgrade shows here
+    /// member by member. `None` until it has advertised one, or for a member not seen alive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build: Option<String>,
 }
 
 /// The ring in [`ClusterView`].

@@ -1379,6 +1379,22 @@ async fn a_policy_changed_on_one_member_shows_as_drift_and_the_cluster_is_seen_w
         .await
         .unwrap();
     assert!(metrics.contains("weir_cluster_config_drift 2"), "{metrics}");
+    // And the release each member runs, as a rolling upgrade would show it member by member.
+    eventually(
+        Duration::from_secs(20),
+        "every member's release seen on every member",
+        || async {
+            let mut builds = Vec::new();
+            for server in all {
+                builds.extend(view(server).await.members.into_iter().map(|m| m.build));
+            }
+            builds.len() == 9
+                && builds
+                    .iter()
+                    .all(|b| b.as_deref() == Some(env!("CARGO_PKG_VERSION")))
+        },
+    )
+    .await;
     // What differs, named: asked of the members that differ, on every read. Held long enough
     // for the drift to be logged (5 s).
     let drift_of = |server: &Server| {

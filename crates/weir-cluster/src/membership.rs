@@ -141,6 +141,8 @@ pub enum Advertised {
     PolicyLog,
     /// What it can run that not every member may (`redis`: it has a `[redis]` store).
     Abilities,
+    /// The Weir release it runs (`0.1.0`): what a rolling upgrade has reached, shown only.
+    Build,
 }
 
 impl Advertised {
@@ -150,6 +152,7 @@ impl Advertised {
             Advertised::ConfigVersion => "config",
             Advertised::PolicyLog => "policy_log",
             Advertised::Abilities => "abilities",
+            Advertised::Build => "build",
         }
     }
 }

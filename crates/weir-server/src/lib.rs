@@ -65,6 +65,10 @@ mod watch;
 pub use app::{AcquireInput, AcquireOutcome, AdmissionTier, App, AppSettings};
 pub use client::{Client, ClientTls};
 pub use cluster::PROTOCOL as CLUSTER_PROTOCOL;
+
+/// The Weir release this build is (its package version): what `/v1/cluster` shows each member
+/// running, and what `CHANGELOG.md` lists.
+pub const BUILD: &str = env!("CARGO_PKG_VERSION");
 pub use config::{ConfigFile, DEFAULT_CONFIG, listen_address};
 pub use front_door::grpc::MAX_PENDING_PER_STREAM;
 pub use log_gate::ForeignLines;

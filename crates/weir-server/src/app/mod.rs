@@ -359,6 +359,7 @@ impl App {
                 protocol: crate::cluster::PROTOCOL,
                 owner: true,
                 config_version: Some(self.admin.config_version()),
+                build: Some(crate::BUILD.to_owned()),
             }],
             ring: RingSummary {
                 members: 1,

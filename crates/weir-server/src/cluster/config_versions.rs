@@ -3,6 +3,7 @@
 //! that `/v1/cluster` and `/metrics` show a member whose policies differ — a change made through
 //! one node's API that the others have not had. And what each can run that not every member
 //! may (a `[redis]` store), so that the cluster never commits a policy a member cannot run.
+//! And the release each runs, so that `/v1/cluster` shows how far a rolling upgrade has gone.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,9 @@ pub struct ConfigVersions {
     /// Each live member's (this node's included), by node id; a member that has not
     /// advertised one yet is missing.
     pub members: BTreeMap<String, String>,
+    /// The release each live member runs, by node id; one from before releases were advertised
+    /// is missing.
+    pub builds: BTreeMap<String, String>,
 }
 
 impl ConfigVersions {
@@ -35,21 +39,24 @@ impl ClusterMode {
     /// Advertises `mine`, this node's config version, and reads the members' (see the module
     /// docs). Gossip carries it to the others within a few gossip rounds.
     pub async fn share_config_version(&self, mine: String) {
-        let members = match self.gossip.lock().await.as_ref() {
+        let (members, builds) = match self.gossip.lock().await.as_ref() {
             Some(gossip) => {
                 gossip.advertise(Advertised::ConfigVersion, &mine).await;
-                gossip
-                    .advertised(Advertised::ConfigVersion)
-                    .await
-                    .into_iter()
-                    .collect()
+                gossip.advertise(Advertised::Build, crate::BUILD).await;
+                let members = gossip.advertised(Advertised::ConfigVersion).await;
+                let builds = gossip.advertised(Advertised::Build).await;
+                (members.into_iter().collect(), builds.into_iter().collect())
             }
             None => return,
         };
         *self
             .config_versions
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = ConfigVersions { mine, members };
+            .unwrap_or_else(|p| p.into_inner()) = ConfigVersions {
+            mine,
+            members,
+            builds,
+        };
     }
 
     /// Advertises what this node can run that not every member may (see `Advertised::Abilities`).

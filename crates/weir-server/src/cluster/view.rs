@@ -61,6 +61,7 @@ impl ClusterMode {
                 protocol: m.protocol,
                 owner: m.owner,
                 config_version: versions.members.get(&m.id).cloned(),
+                build: versions.builds.get(&m.id).cloned(),
             })
             .collect();
         // A voter gossip no longer sees is still part of the cluster — it counts in every
@@ -78,6 +79,7 @@ impl ClusterMode {
             protocol: 0,
             owner: false,
             config_version: None,
+            build: None,
         }));
         ClusterView {
             config_differs: versions.differing(),
