@@ -370,20 +370,7 @@ fn a_cluster_node_beyond_loopback_without_a_real_secret_is_refused() {
 fn a_corrupt_data_dir_is_named_and_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("policies.json"), "{ torn").unwrap();
-    let output = weir()
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_on(dir.path());
     assert!(
         stderr.contains("policies.json is not a valid policy file"),
         "{stderr}"
@@ -401,20 +388,7 @@ fn a_data_dir_of_a_newer_format_stops_the_start_by_name() {
     let dir = tempfile::tempdir().unwrap();
     let newer = r#"{"format": 9, "upserts": {}, "laid_out_otherwise": true}"#;
     std::fs::write(dir.path().join("policies.json"), newer).unwrap();
-    let output = weir()
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--grpc",
-            "127.0.0.1:0",
-            "--data-dir",
-        ])
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = refused_on(dir.path());
     assert!(
         stderr.contains(
             "policies.json was written by a newer Weir: its data format is 9, and this build reads formats up to 1"
@@ -426,6 +400,24 @@ fn a_data_dir_of_a_newer_format_stops_the_start_by_name() {
         std::fs::read_to_string(dir.path().join("policies.json")).unwrap(),
         newer
     );
+}
+
+/// Starts `weir serve` on `data_dir`, which must refuse to start: what it said on stderr.
+fn refused_on(data_dir: &std::path::Path) -> String {
+    let output = weir()
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--grpc",
+            "127.0.0.1:0",
+            "--data-dir",
+        ])
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// An unwritable data dir is reported at start, not at the first change; the node still serves.

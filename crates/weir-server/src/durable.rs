@@ -127,17 +127,8 @@ pub enum DurableError {
         holder: String,
     },
     /// The file is of a newer format than this build reads: written by a newer Weir.
-    #[error(
-        "{path} was written by a newer Weir: its data format is {found}, and this build reads formats up to {reads}. Weir does not change it. Run the newer build on this data dir; to go back to this one, restore the data dir from the copy taken before the upgrade (docs/deployment.md, \"Upgrades and rollbacks\")"
-    )]
-    Newer {
-        /// The file.
-        path: PathBuf,
-        /// The format it records.
-        found: u32,
-        /// The newest format this build reads.
-        reads: u32,
-    },
+    #[error(transparent)]
+    Newer(crate::data_file::DataFileError),
     /// The file does not parse. It is left as it is for the operator to inspect.
     #[error(
         "{path} is not a valid policy file ({detail}). It holds the policy changes made over the API; Weir does not overwrite it. To start without them, move it away (e.g. to {path}.corrupt): the config file's policies then apply as written"
@@ -178,11 +169,13 @@ pub fn load(dir: &Path) -> Result<Overlay, DurableError> {
     }) = serde_json::from_str(&text)
         && found > FORMAT
     {
-        return Err(DurableError::Newer {
-            path,
-            found,
-            reads: FORMAT,
-        });
+        return Err(DurableError::Newer(
+            crate::data_file::DataFileError::Newer {
+                path,
+                found,
+                reads: FORMAT,
+            },
+        ));
     }
     serde_json::from_str(&text).map_err(|e| DurableError::Corrupt {
         path,
