@@ -55,7 +55,14 @@ impl LocalNode {
 
     /// Starts it again, as it was started, on its data dir (new HTTP and gRPC ports).
     pub fn restart(&mut self) -> anyhow::Result<()> {
-        let again = Self::spawn(&self.binary, &self.dir, &self.args)?;
+        let binary = self.binary.clone();
+        self.restart_on(&binary)
+    }
+
+    /// Starts it again on its data dir as it was started, but from `binary` (another release:
+    /// an upgrade or a rollback).
+    pub fn restart_on(&mut self, binary: &Path) -> anyhow::Result<()> {
+        let again = Self::spawn(binary, &self.dir, &self.args)?;
         *self = again;
         Ok(())
     }

@@ -113,6 +113,10 @@ pub(crate) enum ScenarioCommand {
         /// `adaptive-backpressure`: also draw both controls' first run into this SVG file.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// `rolling-restart`: start the nodes on this `weir` binary (a previous release) and
+        /// restart each on this one — a rolling upgrade under load.
+        #[arg(long, value_name = "PATH")]
+        from_binary: Option<PathBuf>,
     },
     /// Serves the frameworks' floor to measure the front doors against: a bare axum
     /// `POST /v1/acquire` that parses Weir's body and answers a fixed admission, and a bare
@@ -230,6 +234,7 @@ pub(crate) async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         runs,
         json,
         plot,
+        from_binary,
     }) = args.scenario.take()
     {
         let Some(scenario) = scenario::find(&name) else {
@@ -238,11 +243,17 @@ pub(crate) async fn bench(mut args: BenchArgs) -> anyhow::Result<()> {
         if plot.is_some() && !scenario.plots {
             anyhow::bail!("--plot draws a scenario that plots; {name:?} does not");
         }
+        if from_binary.is_some() && !scenario.upgrades {
+            anyhow::bail!(
+                "--from-binary starts a scenario that restarts its nodes; {name:?} does not"
+            );
+        }
         let settings = scenario::ScenarioSettings {
             duration,
             warmup,
             runs,
             binary: std::env::current_exe().context("finding the weir binary")?,
+            from_binary,
         };
         let finished = (scenario.run)(&settings, plot.as_deref()).await?;
         let (text, value) = (finished.text, finished.json);

@@ -3,6 +3,8 @@
 
 mod support;
 
+use std::process::Command;
+
 use serde_json::{Value, json};
 use support::{Server, weir};
 use weir_bench::nodes::LocalRedis;
@@ -473,8 +475,58 @@ fn the_redis_baseline_holds_the_same_policies() {
 /// held to the same.
 #[test]
 fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
+    rolling_restart_within_bounds(&[]);
+}
+
+/// A rolling upgrade: three nodes started on the previous release (`WEIR_PREVIOUS_RELEASE`, a
+/// `weir` binary built from its tag; `.ci/run` builds it), each restarted on this one under
+/// load, held to the rolling restart's bounds — the two releases share the buckets' ownership
+/// through the mixed window. Skipped where no previous release is given, unless
+/// `WEIR_REQUIRE_PREVIOUS_RELEASE` is set.
+#[test]
+fn a_rolling_upgrade_from_the_previous_release_keeps_the_rate_and_the_ceiling() {
+    let Some(previous) = std::env::var_os("WEIR_PREVIOUS_RELEASE") else {
+        assert!(
+            std::env::var_os("WEIR_REQUIRE_PREVIOUS_RELEASE").is_none(),
+            "WEIR_REQUIRE_PREVIOUS_RELEASE is set, but WEIR_PREVIOUS_RELEASE names no binary"
+        );
+        eprintln!("skipped: WEIR_PREVIOUS_RELEASE names no previous release's binary");
+        return;
+    };
+    let previous = std::path::PathBuf::from(previous);
+    let version = Command::new(&previous).arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+    let old = version.rsplit(' ').next().unwrap().to_owned();
+    let new = env!("CARGO_PKG_VERSION");
+    assert_ne!(
+        old, new,
+        "the previous release is another version: {version}"
+    );
+    let report = rolling_restart_within_bounds(&["--from-binary".as_ref(), previous.as_os_str()]);
+    let builds = |field: &str| -> Vec<String> {
+        report[field]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let ran = |field: &str, version: &str| {
+        builds(field)
+            .iter()
+            .all(|member| member.ends_with(&format!(" {version}")))
+    };
+    assert!(ran("builds_at_start", &old), "{report}");
+    assert!(ran("builds_at_end", new), "{report}");
+    assert_eq!(builds("builds_at_end").len(), 3, "{report}");
+}
+
+/// Runs the rolling-restart scenario with `extra` arguments and holds every row to its
+/// bounds; returns its report.
+fn rolling_restart_within_bounds(extra: &[&std::ffi::OsStr]) -> Value {
     let output = weir()
         .args(["bench", "scenario", "rolling-restart", "--json"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
@@ -501,4 +553,5 @@ fn a_rolling_restart_keeps_the_rate_and_the_ceiling() {
             "over the ceiling: {restart}"
         );
     }
+    report
 }

@@ -11,7 +11,7 @@
 //! no clock of its own: time comes in as an argument or through a `Clock`, and it is tested on
 //! a manual clock. The I/O shells around it are [`transport`] (the trait), [`in_memory`] (an in-memory
 //! network), [`messages`] (what coordinators and owners say), [`grpc`] (the node-to-node protocol), [`batch`] (batching per owner),
-//! [`membership`] (static, or gossip through chitchat) and [`secret`] (the proof and token
+//! [`membership`] (static, or gossip through chitchat; [`protocol`] the version a mixed cluster speaks) and [`secret`] (the proof and token
 //! members carry); `weir serve` wires them together.
 
 pub mod admission;
@@ -25,6 +25,7 @@ pub mod membership;
 pub mod messages;
 pub mod owner;
 pub mod pool;
+pub mod protocol;
 pub mod quorum;
 pub mod rates;
 pub mod ring;

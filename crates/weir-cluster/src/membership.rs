@@ -24,6 +24,7 @@ use chitchat::transport::UdpTransport;
 use chitchat::{ChitchatConfig, ChitchatHandle, ChitchatId, FailureDetectorConfig};
 use tokio::sync::watch;
 
+use crate::protocol::Speaks;
 use crate::ring::{Member, Ring, SharedRing};
 use crate::secret::ClusterSecret;
 
@@ -34,8 +35,11 @@ pub struct NodeInfo {
     pub id: String,
     /// Its gRPC address, `http://host:port`.
     pub grpc: String,
-    /// The cluster protocol version it speaks.
+    /// The cluster protocol version it speaks now.
     pub protocol: u32,
+    /// The newest version it could speak (its `protocol` for a release from before versions
+    /// were negotiated: the only one it speaks).
+    pub newest: u32,
     /// Whether it may own buckets.
     pub owner: bool,
 }
@@ -85,8 +89,8 @@ pub struct GossipSettings {
     pub seeds: Vec<String>,
     /// This node's gRPC address, `http://host:port`.
     pub grpc: String,
-    /// The cluster protocol version this node speaks.
-    pub protocol: u32,
+    /// The cluster protocol versions this node speaks.
+    pub speaks: Speaks,
     /// Whether this node may own buckets.
     pub owner: bool,
     /// How often to gossip.
@@ -114,9 +118,47 @@ pub struct GossipMembership {
     strangers: Arc<AtomicU64>,
     cluster_id: String,
     secret: Option<ClusterSecret>,
-    /// What this node advertises that its proof covers, but whether it owns: (node id, gRPC
-    /// address, protocol), for [`GossipMembership::step_down`] to prove again.
-    advertised: (String, String, String),
+    /// What places this node on the others' rings, as it advertises it now.
+    advertised: Arc<std::sync::Mutex<Placement>>,
+}
+
+/// What places a node on the rings, advertised with the proof that covers it: a change of
+/// either the version it speaks or whether it owns is proved again and travels in one delta.
+#[derive(Debug)]
+struct Placement {
+    cluster_id: String,
+    node_id: String,
+    grpc: String,
+    secret: Option<ClusterSecret>,
+    speaking: u32,
+    owner: bool,
+}
+
+impl Placement {
+    /// The keys and values that advertise it: the version, whether it owns, and their proof.
+    fn entries(&self) -> Vec<(&'static str, String)> {
+        let (protocol, owner) = (self.speaking.to_string(), self.owner.to_string());
+        let proof = self.secret.as_ref().map(|secret| {
+            let fields = [
+                self.cluster_id.as_str(),
+                &self.node_id,
+                &self.grpc,
+                &protocol,
+                &owner,
+            ];
+            (KEY_PROOF, secret.prove(&fields))
+        });
+        let mut entries = vec![(KEY_PROTOCOL, protocol), (KEY_OWNER, owner)];
+        entries.extend(proof);
+        entries
+    }
+
+    /// Writes them into this node's gossip state, all in one delta.
+    fn write(&self, state: &mut chitchat::NodeState) {
+        for (key, value) in self.entries() {
+            state.set(key, value);
+        }
+    }
 }
 
 impl std::fmt::Debug for GossipMembership {
@@ -129,6 +171,10 @@ impl std::fmt::Debug for GossipMembership {
 
 const KEY_GRPC: &str = "grpc";
 const KEY_PROTOCOL: &str = "protocol";
+/// The newest protocol version a member could speak; not covered by the proof (a release from
+/// before versions were negotiated verifies the fields it knows), so a forged one can at most
+/// make members speak an older version they all understand.
+const KEY_PROTOCOL_NEWEST: &str = "protocol_newest";
 const KEY_OWNER: &str = "owner";
 const KEY_PROOF: &str = "proof";
 
@@ -187,36 +233,45 @@ impl GossipMembership {
             extra_liveness_predicate: None,
             protocol_version: chitchat::ProtocolVersion::V0,
         };
-        let protocol = settings.protocol.to_string();
-        let owner = settings.owner.to_string();
+        // Its oldest version first, which every member that understands it at all places on
+        // its ring; raised once it sees what the members speak.
+        let placement = Placement {
+            cluster_id: settings.cluster_id.clone(),
+            node_id: settings.node_id.clone(),
+            grpc: settings.grpc.clone(),
+            secret: settings.secret.clone(),
+            speaking: settings.speaks.oldest,
+            owner: settings.owner,
+        };
         let mut key_values = vec![
             (KEY_GRPC.to_owned(), settings.grpc.clone()),
-            (KEY_PROTOCOL.to_owned(), protocol.clone()),
-            (KEY_OWNER.to_owned(), owner.clone()),
+            (
+                KEY_PROTOCOL_NEWEST.to_owned(),
+                settings.speaks.newest.to_string(),
+            ),
         ];
+        key_values.extend(
+            placement
+                .entries()
+                .into_iter()
+                .map(|(key, value)| (key.to_owned(), value)),
+        );
         let cluster_id = settings.cluster_id.clone();
         let (admit_cluster, admit_secret) = (cluster_id.clone(), settings.secret.clone());
-        if let Some(secret) = &settings.secret {
-            let proof = secret.prove(&[
-                &cluster_id,
-                &settings.node_id,
-                &settings.grpc,
-                &protocol,
-                &owner,
-            ]);
-            key_values.push((KEY_PROOF.to_owned(), proof));
-        }
         let handle = chitchat::spawn_chitchat(config, key_values, transport)
             .await
             .map_err(|e| GossipError {
                 address: settings.gossip,
                 detail: e.to_string(),
             })?;
+        let advertised = Arc::new(std::sync::Mutex::new(placement));
         let mut live = handle.chitchat().lock().await.live_nodes_watcher();
         let (tx, members) = watch::channel(Vec::new());
         let strangers = Arc::new(AtomicU64::new(0));
         let counted = Arc::clone(&strangers);
         let secret = settings.secret.clone();
+        let (placement, chitchat, speaks) =
+            (Arc::clone(&advertised), handle.chitchat(), settings.speaks);
         let follower = tokio::spawn(async move {
             loop {
                 let mut left_out = 0;
@@ -240,6 +295,21 @@ impl GossipMembership {
                         "gossip peers without this cluster's secret are left out of the ring (a node with another `cluster_secret`, or a stranger)"
                     );
                 }
+                let speaking = speaks.among(snapshot.iter().map(|m| m.newest));
+                let mut chitchat = chitchat.lock().await;
+                {
+                    let mut placement = placement.lock().unwrap_or_else(|p| p.into_inner());
+                    if placement.speaking != speaking {
+                        tracing::info!(
+                            from = placement.speaking,
+                            to = speaking,
+                            "the cluster protocol this node speaks changes: the newest every member speaks"
+                        );
+                        placement.speaking = speaking;
+                        placement.write(chitchat.self_node_state());
+                    }
+                }
+                drop(chitchat);
                 // Only a change of who is a member, or of how one advertises itself, is a
                 // change: a key that is no part of it (a config version) changes no ring.
                 tx.send_if_modified(|members| {
@@ -261,7 +331,7 @@ impl GossipMembership {
             strangers,
             cluster_id: admit_cluster,
             secret: admit_secret,
-            advertised: (settings.node_id.clone(), settings.grpc.clone(), protocol),
+            advertised,
         })
     }
 
@@ -291,15 +361,9 @@ impl GossipMembership {
     pub async fn step_down(&self) {
         let chitchat = self.handle.chitchat();
         let mut chitchat = chitchat.lock().await;
-        let state = chitchat.self_node_state();
-        let owner = false.to_string();
-        // The field and the proof that covers it are set together, and travel in one delta.
-        if let Some(secret) = &self.secret {
-            let (node_id, grpc, protocol) = &self.advertised;
-            let fields = [self.cluster_id.as_str(), node_id, grpc, protocol, &owner];
-            state.set(KEY_PROOF, secret.prove(&fields));
-        }
-        state.set(KEY_OWNER, owner);
+        let mut placement = self.advertised.lock().unwrap_or_else(|p| p.into_inner());
+        placement.owner = false;
+        placement.write(chitchat.self_node_state());
     }
 
     /// Advertises `value` under `key` (one of [`Advertised`]), for the members to compare:
@@ -383,10 +447,15 @@ fn admitted(
     let Ok(protocol) = protocol.parse() else {
         return Admitted::Incomplete;
     };
+    let newest = state
+        .get(KEY_PROTOCOL_NEWEST)
+        .and_then(|newest| newest.parse().ok())
+        .unwrap_or(protocol);
     Admitted::Member(NodeInfo {
         id: node_id.to_owned(),
         grpc: grpc.to_owned(),
         protocol,
+        newest,
         owner: owner == "true",
     })
 }
@@ -408,17 +477,17 @@ pub fn apply(
     previous: &mut BTreeSet<String>,
     ring: &SharedRing,
     vnodes: u32,
-    protocol: u32,
+    speaks: Speaks,
     mut addresses: impl FnMut(HashMap<String, String>),
 ) -> Applied {
-    ring.publish(Ring::new(
+    ring.publish(Ring::speaking(
         members.iter().map(|m| Member {
             id: m.id.clone(),
             protocol: m.protocol,
             owner: m.owner,
         }),
         vnodes,
-        protocol,
+        speaks,
     ));
     addresses(
         members
@@ -434,76 +503,4 @@ pub fn apply(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pool::{Grant, SharedPool};
-    use crate::ring::DEFAULT_VNODES;
-
-    fn node(id: &str) -> NodeInfo {
-        NodeInfo {
-            id: id.into(),
-            grpc: format!("http://{id}:50051"),
-            protocol: 1,
-            owner: true,
-        }
-    }
-
-    #[test]
-    fn applying_members_rebuilds_the_ring_and_keeps_the_departeds_leases_until_they_expire() {
-        let ring = SharedRing::default();
-        let pool = SharedPool::new(100);
-        let mut previous = BTreeSet::new();
-        let mut seen = HashMap::new();
-        let first = apply(
-            &[node("a"), node("b")],
-            &mut previous,
-            &ring,
-            DEFAULT_VNODES,
-            1,
-            |a| seen = a,
-        );
-        assert_eq!(
-            first,
-            Applied {
-                departed: Vec::new(),
-                joined: vec!["a".to_owned(), "b".to_owned()],
-            }
-        );
-        assert_eq!(ring.load().members(), ["a", "b"]);
-        assert_eq!(seen["b"], "http://b:50051");
-        assert!(matches!(
-            pool.acquire("x", 5, "b", std::time::Duration::from_nanos(1_000), 0),
-            Grant::Granted { .. }
-        ));
-        assert!(matches!(
-            pool.acquire("x", 5, "a", std::time::Duration::from_nanos(1_000), 0),
-            Grant::Granted { .. }
-        ));
-        let second = apply(
-            &[node("a")],
-            &mut previous,
-            &ring,
-            DEFAULT_VNODES,
-            1,
-            |_| {},
-        );
-        assert_eq!(second.departed, ["b"]);
-        assert!(second.joined.is_empty());
-        // "Departed" may be a pause: b's permit is still counted, and the bucket stays full to
-        // its limit, until the lease expires.
-        assert_eq!(pool.in_use("x", 0), 2);
-        assert_eq!(pool.in_use("x", 999), 2);
-        assert_eq!(pool.in_use("x", 1_000), 0, "gone at its expiry");
-        assert_eq!(ring.load().members(), ["a"]);
-    }
-
-    #[test]
-    fn a_static_membership_publishes_changes() {
-        let membership = StaticMembership::new(vec![node("a")]);
-        let mut watch = membership.watch();
-        assert_eq!(watch.borrow_and_update().len(), 1);
-        membership.set(vec![node("a"), node("b")]);
-        assert!(watch.has_changed().unwrap());
-        assert_eq!(watch.borrow_and_update().len(), 2);
-    }
-}
+mod tests;

@@ -7,13 +7,16 @@
 //! members, never on the order they were learned in. A node joining or leaving moves only the
 //! buckets between its points and their predecessors: about `1/N` of them.
 //!
-//! Only members that may own buckets and speak this node's protocol version are placed.
+//! Only members that may own buckets and speak a protocol version this node understands are
+//! placed ([`protocol`](crate::protocol)).
 //! [`SharedRing`] publishes a ring atomically so lookups take no lock.
 
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+use crate::protocol::Speaks;
 
 /// The fixed seed of the ring's hash: part of the protocol, the same on every node.
 pub const RING_SEED: u64 = 0x5745_4952_5249_4e47; // "WEIRRING"
@@ -63,9 +66,19 @@ fn point_hash(id: &str, vnode: u32) -> u64 {
 impl Ring {
     /// A ring of the `members` that may own buckets and speak `protocol`, `vnodes` points each.
     pub fn new(members: impl IntoIterator<Item = Member>, vnodes: u32, protocol: u32) -> Self {
+        Ring::speaking(members, vnodes, Speaks::only(protocol))
+    }
+
+    /// A ring of the `members` that may own buckets and speak a version `speaks` understands,
+    /// `vnodes` points each.
+    pub fn speaking(
+        members: impl IntoIterator<Item = Member>,
+        vnodes: u32,
+        speaks: Speaks,
+    ) -> Self {
         let mut ids: Vec<String> = members
             .into_iter()
-            .filter(|m| m.owner && m.protocol == protocol)
+            .filter(|m| m.owner && speaks.understands(m.protocol))
             .map(|m| m.id)
             .collect();
         ids.sort();

@@ -6,6 +6,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use weir::{Clock, TokioClock};
 use weir_cluster::membership::{GossipMembership, GossipSettings, Membership, NodeInfo};
+use weir_cluster::protocol::Speaks;
 use weir_cluster::quorum::Quorum;
 use weir_cluster::secret::ClusterSecret;
 
@@ -22,7 +23,7 @@ fn settings(id: &str, gossip: std::net::SocketAddr, seeds: Vec<String>) -> Gossi
         gossip,
         seeds,
         grpc: format!("http://{id}.invalid:50051"),
-        protocol: 1,
+        speaks: Speaks::only(1),
         owner: true,
         interval: Duration::from_millis(50),
         secret: None,
@@ -68,6 +69,54 @@ async fn nodes_join_through_a_seed_and_a_stopped_node_is_dropped() {
     b.stop().await;
     let members = until(&mut a_view, |m| m.len() == 1).await;
     assert_eq!(members[0].id, "a");
+    a.stop().await;
+}
+
+/// A rolling upgrade's mixed window over real gossip: a member of the next release (speaking 3
+/// to 4) alone speaks 4; joined by one of the previous release (3 alone), it speaks 3 — proved
+/// again with the cluster's secret, so the previous release admits it — and both see each other
+/// at 3; once the previous release's member is gone, it speaks 4 again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mixed_cluster_speaks_the_version_every_member_speaks() {
+    let secret = ClusterSecret::new("the secret of a cluster being upgraded").unwrap();
+    let release = |id: &str, gossip, seeds, speaks| GossipSettings {
+        speaks,
+        secret: Some(secret.clone()),
+        ..settings(id, gossip, seeds)
+    };
+    let a_addr = free_udp_addr();
+    let next = Speaks {
+        oldest: 3,
+        newest: 4,
+    };
+    let a = GossipMembership::start(release("a", a_addr, vec![], next))
+        .await
+        .unwrap();
+    let mut a_view = a.watch();
+    let speaking =
+        |members: &[NodeInfo], id: &str| members.iter().find(|m| m.id == id).map(|m| m.protocol);
+    until(&mut a_view, |m| speaking(m, "a") == Some(4)).await;
+
+    let b = GossipMembership::start(release(
+        "b",
+        free_udp_addr(),
+        vec![a_addr.to_string()],
+        Speaks::only(3),
+    ))
+    .await
+    .unwrap();
+    let mut b_view = b.watch();
+    let members = until(&mut a_view, |m| {
+        speaking(m, "a") == Some(3) && speaking(m, "b") == Some(3)
+    })
+    .await;
+    assert_eq!(members.iter().find(|m| m.id == "a").unwrap().newest, 4);
+    // The previous release admits it (its proof covers the version it speaks now) and places
+    // it on its ring.
+    until(&mut b_view, |m| speaking(m, "a") == Some(3)).await;
+
+    b.stop().await;
+    until(&mut a_view, |m| m.len() == 1 && speaking(m, "a") == Some(4)).await;
     a.stop().await;
 }
 

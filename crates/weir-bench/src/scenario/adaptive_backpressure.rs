@@ -557,6 +557,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "adaptive backpressure against a toy busy backend, step-wise and converging side by side",
     figures: "docs/benchmarks.md, `weir bench scenario adaptive-backpressure`",
     plots: true,
+    upgrades: false,
     run: run_scenario,
 };
 

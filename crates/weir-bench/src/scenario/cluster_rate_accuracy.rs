@@ -175,6 +175,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "cluster-scoped rates over 3 local nodes, assigned and forwarded, against per-node ones",
     figures: "docs/benchmarks.md, Cluster-scoped rates",
     plots: false,
+    upgrades: false,
     run: |settings, _plot| finish(cluster_rate_accuracy(settings), ClusterRateAccuracy::render),
 };
 

@@ -56,6 +56,9 @@ pub struct Scenario {
     pub figures: &'static str,
     /// Whether it can draw its first run (`--plot FILE.svg`).
     pub plots: bool,
+    /// Whether it restarts its nodes, and so can start them on another release's binary and
+    /// restart them on this one (`--from-binary`): a rolling upgrade.
+    pub upgrades: bool,
     /// Runs it: its report, drawn into the file given if it plots.
     pub run: RunScenario,
 }
@@ -126,6 +129,9 @@ pub struct ScenarioSettings {
     pub runs: usize,
     /// The `weir` binary the scenario starts nodes from.
     pub binary: PathBuf,
+    /// Another `weir` binary (a previous release) the nodes start on before their first
+    /// restart, for a scenario that [upgrades](Scenario::upgrades); `None`: [`binary`](Self::binary).
+    pub from_binary: Option<PathBuf>,
 }
 
 /// A run's settings with the fields scenarios rarely change filled in: one client at

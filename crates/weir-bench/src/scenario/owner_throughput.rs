@@ -216,6 +216,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "shared admissions of one hot bucket through the nodes that do not own it, loans against leases",
     figures: "docs/benchmarks.md, Owner throughput with delegation",
     plots: false,
+    upgrades: false,
     run: |settings, _plot| finish(owner_throughput(settings), OwnerThroughput::render),
 };
 

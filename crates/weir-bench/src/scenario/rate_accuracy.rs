@@ -160,6 +160,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "many buckets at different rates, admitted against configured",
     figures: "docs/benchmarks.md, `weir bench scenario rate-accuracy`",
     plots: false,
+    upgrades: false,
     run: |settings, _plot| finish(rate_accuracy(settings), RateAccuracy::render),
 };
 

@@ -222,6 +222,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "one hot rate bucket through the nodes that do not own it: assigned shares, forwarding, per node",
     figures: "docs/benchmarks.md, Rate assignments",
     plots: false,
+    upgrades: false,
     run: |settings, _plot| finish(rate_assignments(settings), RateAssignments::render),
 };
 

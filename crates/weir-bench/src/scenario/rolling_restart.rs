@@ -13,6 +13,10 @@
 //! a server decided), how long the shared tier refused every lease for want of an owner that
 //! could grant, the most leases out at once against the ceiling, and the answers' latency.
 //!
+//! With `--from-binary`, the nodes start on another release's binary and each comes back on
+//! this one: a rolling upgrade, held to the same bounds. The report names the builds the
+//! members advertised before the first restart and after the last.
+//!
 //! The load, 100/s asked three times over, is the one at which the owner's restart was found
 //! over in its busiest second (`docs/benchmarks.md`, "The busiest second").
 
@@ -99,6 +103,10 @@ pub struct RollingRestart {
     pub fresh_start: Restart,
     /// One row per restart.
     pub restarts: Vec<Restart>,
+    /// The release each member ran before the first restart, as `/v1/cluster` shows it.
+    pub builds_at_start: Vec<String>,
+    /// And after the last.
+    pub builds_at_end: Vec<String>,
 }
 
 impl RollingRestart {
@@ -144,6 +152,11 @@ impl RollingRestart {
                 r.failed
             ));
         }
+        text.push_str(&format!(
+            "builds: {} at the start, {} at the end\n",
+            self.builds_at_start.join(", "),
+            self.builds_at_end.join(", ")
+        ));
         text
     }
 }
@@ -220,12 +233,14 @@ async fn acquire(client: &reqwest::Client, url: &str, policy: &str) -> (Answer, 
 pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<RollingRestart> {
     let dir = Workdir::new("rolling-restart")?;
     let booting = Instant::now();
-    let mut nodes = start_cluster(&settings.binary, &config(), dir.path(), NODES).await?;
+    let first = settings.from_binary.as_ref().unwrap_or(&settings.binary);
+    let mut nodes = start_cluster(first, &config(), dir.path(), NODES).await?;
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(5))
         .build()?;
     wait_ready(&client, &nodes).await?;
     let booted = booting.elapsed();
+    let builds_at_start = builds(&client, &nodes[0]).await?;
     let up: Up = Arc::new(Mutex::new(
         nodes.iter().map(|n| Some(n.http.clone())).collect(),
     ));
@@ -295,7 +310,7 @@ pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<Roll
         let from = start.elapsed();
         up.lock().await[i] = None;
         tokio::task::block_in_place(|| node.stop())?;
-        tokio::task::block_in_place(|| node.restart())?;
+        tokio::task::block_in_place(|| node.restart_on(&settings.binary))?;
         wait_ready(&client, std::slice::from_ref(node)).await?;
         let ready = start.elapsed();
         up.lock().await[i] = Some(node.http.clone());
@@ -306,6 +321,7 @@ pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<Roll
     for task in tasks {
         task.await?;
     }
+    let builds_at_end = builds(&client, &nodes[0]).await?;
     let log = log.lock().await.clone();
     let most = most.lock().await.clone();
     let restarts = spans
@@ -330,7 +346,29 @@ pub async fn rolling_restart(settings: &ScenarioSettings) -> anyhow::Result<Roll
         ceiling: SHARED_LIMIT,
         lease_ttl: LEASE_TTL,
         restarts,
+        builds_at_start,
+        builds_at_end,
     })
+}
+
+/// The release each member runs, as `node`'s `/v1/cluster` shows it, by member.
+async fn builds(client: &reqwest::Client, node: &LocalNode) -> anyhow::Result<Vec<String>> {
+    let view: weir_api::http::ClusterView = client
+        .get(format!("{}/v1/cluster", node.http))
+        .send()
+        .await?
+        .json()
+        .await?;
+    let mut builds: Vec<String> = view
+        .members
+        .iter()
+        .map(|m| {
+            let build = m.build.as_deref().unwrap_or("an unnamed build");
+            format!("{} {build}", m.id)
+        })
+        .collect();
+    builds.sort();
+    Ok(builds)
 }
 
 /// One restart's figures from the answers asked between `from` and `to`.
@@ -467,6 +505,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "a rolling restart of 3 local nodes under load: over-admission, shared-tier refusals, latency per restart",
     figures: "docs/benchmarks.md, Rolling restart",
     plots: false,
+    upgrades: true,
     run: |settings, _plot| finish(rolling_restart(settings), RollingRestart::render),
 };
 

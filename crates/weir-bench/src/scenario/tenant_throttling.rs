@@ -206,6 +206,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "per-tenant page-read workloads with the node's CPU use",
     figures: "docs/benchmarks.md, `weir bench scenario tenant-throttling`",
     plots: false,
+    upgrades: false,
     run: |settings, _plot| finish(tenant_throttling(settings), TenantThrottling::render),
 };
 

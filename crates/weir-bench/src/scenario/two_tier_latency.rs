@@ -277,6 +277,7 @@ pub const SCENARIO: Scenario = Scenario {
     measures: "two-tier admission latency on a local 3-node cluster",
     figures: "docs/benchmarks.md, The cluster concurrency design's latency table",
     plots: false,
+    upgrades: false,
     run: |settings, _plot| finish(two_tier_latency(settings), TwoTierLatency::render),
 };
 

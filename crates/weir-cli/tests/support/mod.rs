@@ -10,6 +10,7 @@ use weir_bench::nodes::{Listening, listening};
 
 pub mod disk;
 pub mod envoy;
+pub mod netns;
 
 /// A running `weir serve`.
 pub struct Server {
@@ -231,6 +232,44 @@ impl Server {
         Server::start_listening(config, data_dir, (&[], &[]), "warn", grpc)
     }
 
+    /// Cluster member `id` in `network`'s namespace `i`, listening on that namespace's
+    /// address, gossiping on it and joining through `join` (another member's address), proving
+    /// it knows `secret`.
+    pub fn start_in(
+        network: &netns::Network,
+        i: usize,
+        (config, data_dir): (&str, &Path),
+        (id, join): (&str, Option<String>),
+        secret: &str,
+    ) -> Server {
+        let address = network.address(i);
+        let gossip = format!("{address}:7946");
+        let mut args = vec!["--node-id", id, "--gossip", &gossip];
+        let seed = join.map(|seed| format!("{seed}:7946"));
+        if let Some(seed) = &seed {
+            args.extend(["--join", seed]);
+        }
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &network.namespace(i)])
+            .arg(env!("CARGO_BIN_EXE_weir"));
+        Server::start_command(
+            command,
+            config,
+            data_dir,
+            (
+                // Off loopback a node refuses to start without an admin token.
+                &[
+                    ("WEIR_CLUSTER_SECRET", secret),
+                    ("WEIR_ADMIN_TOKEN", "the namespaced nodes' admin token"),
+                ],
+                &args,
+            ),
+            "warn",
+            (&format!("{address}:8080"), &format!("{address}:8081")),
+        )
+    }
+
     fn start_listening(
         config: &str,
         data_dir: &Path,
@@ -238,19 +277,30 @@ impl Server {
         log: &str,
         grpc: &str,
     ) -> Server {
+        Server::start_command(
+            weir(),
+            config,
+            data_dir,
+            (env, args),
+            log,
+            ("127.0.0.1:0", grpc),
+        )
+    }
+
+    /// Starts `command` (the `weir` binary, perhaps behind a wrapper) as `weir serve` on
+    /// `config`, listening on `(http, grpc)`.
+    fn start_command(
+        mut command: Command,
+        config: &str,
+        data_dir: &Path,
+        (env, args): (&[(&str, &str)], &[&str]),
+        log: &str,
+        (http, grpc): (&str, &str),
+    ) -> Server {
         let config_path = data_dir.with_extension("toml");
         std::fs::write(&config_path, config).expect("writing the test config");
-        let mut command = weir();
         command
-            .args([
-                "serve",
-                "--http",
-                "127.0.0.1:0",
-                "--grpc",
-                grpc,
-                "--log",
-                log,
-            ])
+            .args(["serve", "--http", http, "--grpc", grpc, "--log", log])
             .arg("--config")
             .arg(&config_path)
             .arg("--data-dir")

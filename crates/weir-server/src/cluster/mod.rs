@@ -42,17 +42,27 @@ use crate::tls::PeerConnector;
 use weir_cluster::membership::{self, GossipMembership, GossipSettings, Membership, NodeInfo};
 use weir_cluster::owner::Owner;
 use weir_cluster::pool::SharedPool;
+use weir_cluster::protocol::Speaks;
 use weir_cluster::quorum::{DEFAULT_WINDOW, Quorum};
 use weir_cluster::rates::{RateDecision, RateOwner, bucket_of};
 use weir_cluster::ring::{DEFAULT_VNODES, Member, Ring, SharedRing};
 use weir_cluster::secret::ClusterSecret;
 
-/// The cluster protocol version this build speaks; members of another version are not placed
-/// on this node's ring (see `docs/configuration.md`, Cluster mode).
+/// The newest cluster protocol version this build speaks (see `docs/configuration.md`, Cluster
+/// mode).
 /// 2: leases carry units (loans), `Unlease` gives units back, `Adopt` moves a loan whole.
 /// 3: a shared pool's bucket is named by its policy and key; a rate decision may carry a
 /// handover (the bucket's state from its previous owner).
 pub const PROTOCOL: u32 = 3;
+
+/// The versions this build speaks: a mixed cluster speaks the newest every member does, and
+/// members speaking any of these share this node's ring ([`weir_cluster::protocol`]). The
+/// next version that changes a message raises `newest` and keeps 3 understood for a release,
+/// so that a rolling upgrade from this one keeps one ring.
+pub const SPEAKS: Speaks = Speaks {
+    oldest: 3,
+    newest: PROTOCOL,
+};
 
 /// The coordinator a concurrency policy asks for shared leases: over gRPC, batched per owner.
 pub type SharedCoordinator = TwoTier<SystemClock, Batching<GrpcTransport<SystemClock>>>;
@@ -228,7 +238,7 @@ impl ClusterMode {
             gossip,
             seeds: join,
             grpc: grpc_url.clone(),
-            protocol: PROTOCOL,
+            speaks: SPEAKS,
             owner: true,
             interval: Duration::from_millis(200),
             secret: secret.clone(),
@@ -441,7 +451,7 @@ impl ClusterMode {
                 &mut previous,
                 &self.ring,
                 DEFAULT_VNODES,
-                PROTOCOL,
+                SPEAKS,
                 |addresses| {
                     transport.retain_owners(|owner| addresses.contains_key(owner));
                     transport.inner().set_addresses(addresses);

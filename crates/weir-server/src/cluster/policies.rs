@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use weir_cluster::membership::Advertised;
 
-use super::{ClusterMode, PROTOCOL};
+use super::{ClusterMode, SPEAKS};
 use crate::durable::Overlay;
 use crate::policy_log::PolicyLog;
 use crate::policy_log::identity;
@@ -93,7 +93,7 @@ impl ClusterMode {
     pub(super) async fn follow_policies(self: Arc<Self>, seed: Overlay) {
         tokio::spawn(Arc::clone(&self.policy_log).follow_members(
             self.members.clone(),
-            PROTOCOL,
+            SPEAKS,
             self.seeded,
             seed,
         ));

@@ -354,6 +354,7 @@ mod tests {
             id: "n1".to_owned(),
             grpc: "http://127.0.0.1:1".to_owned(),
             protocol: 1,
+            newest: 1,
             owner: true,
         };
         sightings.saw(std::slice::from_ref(&alive), t0);

@@ -42,14 +42,14 @@ const KEPT_VOTERS: usize = 3;
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
 
 impl PolicyLog {
-    /// Follows gossip's `members` (those speaking `protocol`) until the process ends: starts
+    /// Follows gossip's `members` (those speaking a version `speaks` understands) until the process ends: starts
     /// the log if this member is the one to (module docs; `seeded`: it was started with seeds),
     /// laying `seed` (its own overlay) in as the cluster's; and while it leads, keeps the
     /// voters in step with the members.
     pub async fn follow_members(
         self: Arc<Self>,
         members: watch::Receiver<Vec<NodeInfo>>,
-        protocol: u32,
+        speaks: weir_cluster::protocol::Speaks,
         seeded: bool,
         seed: Overlay,
     ) {
@@ -62,7 +62,7 @@ impl PolicyLog {
             let live: Vec<NodeInfo> = members
                 .borrow()
                 .iter()
-                .filter(|member| member.protocol == protocol)
+                .filter(|member| speaks.understands(member.protocol))
                 .cloned()
                 .collect();
             self.sightings.saw(&live, Instant::now());

@@ -9,6 +9,7 @@ fn settings(seconds: u64) -> ScenarioSettings {
         warmup: Duration::ZERO,
         runs: 1,
         binary: std::path::PathBuf::new(),
+        from_binary: None,
     }
 }
 
