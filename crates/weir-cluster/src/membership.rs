@@ -296,20 +296,19 @@ impl GossipMembership {
                     );
                 }
                 let speaking = speaks.among(snapshot.iter().map(|m| m.newest));
-                let mut chitchat = chitchat.lock().await;
-                {
+                let spoken = placement.lock().unwrap_or_else(|p| p.into_inner()).speaking;
+                if spoken != speaking {
+                    tracing::info!(
+                        from = spoken,
+                        to = speaking,
+                        "the cluster protocol this node speaks changes: the newest every member speaks"
+                    );
+                    // Gossip's lock first, as `step_down` takes them.
+                    let mut chitchat = chitchat.lock().await;
                     let mut placement = placement.lock().unwrap_or_else(|p| p.into_inner());
-                    if placement.speaking != speaking {
-                        tracing::info!(
-                            from = placement.speaking,
-                            to = speaking,
-                            "the cluster protocol this node speaks changes: the newest every member speaks"
-                        );
-                        placement.speaking = speaking;
-                        placement.write(chitchat.self_node_state());
-                    }
+                    placement.speaking = speaking;
+                    placement.write(chitchat.self_node_state());
                 }
-                drop(chitchat);
                 // Only a change of who is a member, or of how one advertises itself, is a
                 // change: a key that is no part of it (a config version) changes no ring.
                 tx.send_if_modified(|members| {
