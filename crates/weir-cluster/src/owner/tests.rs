@@ -7,6 +7,53 @@ fn request(bucket: &str) -> LeaseRequest {
     LeaseRequest::one(bucket, 5, "coordinator", Duration::from_nanos(1_000), 0)
 }
 
+const S: u64 = 1_000_000_000;
+
+/// Owner `a` alone on its ring, fenced by a quorum that also knows `b` and `c` (its ring lost
+/// them; gossip still counts them).
+struct Fenced {
+    a: Owner,
+    quorum: Arc<crate::quorum::Quorum>,
+}
+
+impl Fenced {
+    fn new() -> Self {
+        let ring = Arc::new(SharedRing::new(Ring::new(
+            [Member::owner("a", 1)],
+            DEFAULT_VNODES,
+            1,
+        )));
+        let quorum = Arc::new(crate::quorum::Quorum::new(
+            "a",
+            Duration::from_secs(3),
+            false,
+        ));
+        let a =
+            Owner::new("a", ring, Arc::new(SharedPool::new(100))).with_quorum(Arc::clone(&quorum));
+        Fenced { a, quorum }
+    }
+
+    /// Beats `a` every second from `from` to `to`; `b` and `c` heard at each, or silent: still
+    /// at the beat they had at `silent_since`.
+    fn beat(&self, from: u64, to: u64, silent_since: Option<u64>) {
+        for t in from..=to {
+            let beat = u128::from(silent_since.unwrap_or(t));
+            self.quorum.observe([("b", beat), ("c", beat)], t * S);
+            self.a.beat(t * S);
+        }
+    }
+
+    /// A fenced request of `ttl` for bucket `b` at `now`.
+    fn request(ttl: Duration, now: u64) -> LeaseRequest {
+        LeaseRequest {
+            fence: Fence::Closed,
+            now,
+            ttl,
+            ..request("b")
+        }
+    }
+}
+
 #[test]
 fn an_owner_grants_only_for_buckets_it_owns_in_its_own_view() {
     let ring = Arc::new(SharedRing::new(Ring::new(
@@ -65,30 +112,11 @@ fn a_fenced_request_waits_for_one_ttl_of_tenure() {
 
 #[test]
 fn without_a_majority_fenced_grants_and_renewals_are_refused() {
-    use crate::quorum::Quorum;
-    const S: u64 = 1_000_000_000;
-    let ring = Arc::new(SharedRing::new(Ring::new(
-        [Member::owner("a", 1)],
-        DEFAULT_VNODES,
-        1,
-    )));
-    let quorum = Arc::new(Quorum::new("a", Duration::from_secs(3), false));
-    let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)))
-        .with_quorum(Arc::clone(&quorum));
-    let fenced = |now| LeaseRequest {
-        fence: Fence::Closed,
-        now,
-        ttl: Duration::from_secs(10),
-        ..request("b")
-    };
-    let beat = |from: u64, to: u64, heard: bool| {
-        for t in from..=to {
-            // Silent, b and c stay at the beat they had at 14 s.
-            let beat = u128::from(if heard { t } else { 14 });
-            quorum.observe([("b", beat), ("c", beat)], t * S);
-            a.beat(t * S);
-        }
-    };
+    let cluster = Fenced::new();
+    let a = &cluster.a;
+    let fenced = |now| Fenced::request(Duration::from_secs(10), now);
+    // Silent, b and c stay at the beat they had at 14 s.
+    let beat = |from, to, heard: bool| cluster.beat(from, to, (!heard).then_some(14));
     beat(0, 13, true);
     // The tenure is the TTL plus the quorum's margin (3 s window + 1 s).
     assert_eq!(
@@ -150,33 +178,13 @@ fn without_a_majority_fenced_grants_and_renewals_are_refused() {
 /// side may have granted), not grant on a census that could not see them.
 #[test]
 fn a_healed_owner_alone_on_its_ring_waits_its_tenure_whatever_its_census() {
-    use crate::quorum::Quorum;
-    const S: u64 = 1_000_000_000;
-    // The others departed from its ring; gossip still knows them (the quorum counts them).
-    let ring = Arc::new(SharedRing::new(Ring::new(
-        [Member::owner("a", 1)],
-        DEFAULT_VNODES,
-        1,
-    )));
-    let quorum = Arc::new(Quorum::new("a", Duration::from_secs(3), false));
-    let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100)))
-        .with_quorum(Arc::clone(&quorum));
+    let cluster = Fenced::new();
+    let a = &cluster.a;
     a.expect(["a".to_owned()]);
     // A cluster on its first run: its census needs no one awake for a whole window.
     a.first_run();
-    let fenced = |now| LeaseRequest {
-        fence: Fence::Closed,
-        now,
-        ttl: Duration::from_secs(3),
-        ..request("b")
-    };
-    let beat = |from: u64, to: u64, heard: bool| {
-        for t in from..=to {
-            let beat = u128::from(if heard { t } else { 10 });
-            quorum.observe([("b", beat), ("c", beat)], t * S);
-            a.beat(t * S);
-        }
-    };
+    let fenced = |now| Fenced::request(Duration::from_secs(3), now);
+    let beat = |from, to, heard: bool| cluster.beat(from, to, (!heard).then_some(10));
     beat(0, 10, true);
     // Cut off from 10 s; the failure detector reports b and c gone at 15 s.
     beat(11, 14, false);
@@ -217,15 +225,14 @@ fn a_node_that_never_heard_a_majority_has_not_been_cut_off() {
     let quorum = Arc::new(Quorum::new("a", Duration::from_secs(3), true));
     let a = Owner::new("a", Arc::clone(&ring), Arc::new(SharedPool::new(100))).with_quorum(quorum);
     for t in 0..5 {
-        a.beat(t * 1_000_000_000);
+        a.beat(t * S);
     }
-    assert_eq!(a.quiet(5_000_000_000).unclean_departure, None);
+    assert_eq!(a.quiet(5 * S).unclean_departure, None);
 }
 
 #[test]
 fn a_settled_census_lets_a_new_owner_grant_before_its_tenure_and_counts_what_is_held() {
     use crate::census::{Answer, Held, Quiet};
-    const S: u64 = 1_000_000_000;
     let ring = Arc::new(SharedRing::new(Ring::new(
         [Member::owner("b", 1)],
         DEFAULT_VNODES,
