@@ -42,10 +42,10 @@ const KEPT_VOTERS: usize = 3;
 const CATCH_UP_WITHIN: Duration = Duration::from_secs(5);
 
 impl PolicyLog {
-    /// Follows gossip's `members` (those speaking a version `speaks` understands) until the process ends: starts
-    /// the log if this member is the one to (module docs; `seeded`: it was started with seeds),
-    /// laying `seed` (its own overlay) in as the cluster's; and while it leads, keeps the
-    /// voters in step with the members.
+    /// Follows gossip's `members` (those speaking a version `speaks` understands) until the
+    /// process ends: starts the log if this member is the one to (module docs; `seeded`: it was
+    /// started with seeds), laying `seed` (its own overlay) in as the cluster's; and while it
+    /// leads, keeps the voters in step with the members.
     pub async fn follow_members(
         self: Arc<Self>,
         members: watch::Receiver<Vec<NodeInfo>>,
