@@ -129,15 +129,27 @@ redis_cell() {
 
 # start_redis [ARGS...]: a throwaway Redis (no persistence) on a free loopback port, with any
 # extra `redis-server` arguments (a module); sets redis_port and redis_pid, stops it and Weir on
-# exit, and waits until it answers.
+# exit, and waits until it answers. The answer must be its own: two scripts at once (CI's two
+# lanes) can draw the same free port, and the one whose Redis could not bind would otherwise
+# measure the other's — so another port is tried until the process that answers is this one.
 start_redis() {
-  redis_port=$(free_port)
-  redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
-    --logfile "$bench_dir/redis.log" "$@" &
-  redis_pid=$!
-  trap 'kill "${WEIR_PID:-}" "$redis_pid" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
-  for _ in $(seq 1 100); do
-    redis-cli -p "$redis_port" ping >/dev/null 2>&1 && break
-    sleep 0.05
+  for _ in 1 2 3 4 5; do
+    redis_port=$(free_port)
+    redis-server --port "$redis_port" --bind 127.0.0.1 --save '' --appendonly no \
+      --logfile "$bench_dir/redis.log" "$@" &
+    redis_pid=$!
+    trap 'kill "${WEIR_PID:-}" "$redis_pid" 2>/dev/null || true; rm -rf "$bench_dir"' EXIT
+    for _ in $(seq 1 100); do
+      kill -0 "$redis_pid" 2>/dev/null || break
+      if [ "$(redis-cli -p "$redis_port" info server 2>/dev/null |
+        sed -n 's/^process_id:\([0-9]*\).*/\1/p')" = "$redis_pid" ]; then
+        return 0
+      fi
+      sleep 0.05
+    done
+    kill "$redis_pid" 2>/dev/null || true
+    wait "$redis_pid" 2>/dev/null || true
   done
+  echo "no Redis of this script's answered (see $bench_dir/redis.log)" >&2
+  return 1
 }
