@@ -11,7 +11,7 @@
 mod support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -86,26 +86,36 @@ async fn partition_heals(cut: Cut) {
     settle(&nodes).await;
 
     let running = Arc::new(AtomicBool::new(true));
+    let shared_granted = Arc::new(AtomicU64::new(0));
     let clients: Vec<_> = (0..CLIENTS)
         .map(|seed| {
             let urls: Vec<String> = nodes.iter().map(|n| n.http.clone()).collect();
-            tokio::spawn(client(urls, seed, Arc::clone(&running)))
+            let counts = (Arc::clone(&running), Arc::clone(&shared_granted));
+            tokio::spawn(client(urls, seed, counts))
         })
         .collect();
     let owner = owner_of_the_bucket(&nodes).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The cut comes once the shared tier has been in use: its owner has leases out.
+    eventually(
+        Duration::from_secs(30),
+        "shared leases granted before the cut",
+        || async { shared_granted.load(Ordering::Relaxed) >= CLIENTS },
+    )
+    .await;
 
     match cut {
         Cut::Link => network.cut_link(owner),
         Cut::BetweenPeers => network.cut_between(owner),
     }
     let cut_at = Instant::now();
+    // The partition's length is the scenario, not a wait for a condition.
     tokio::time::sleep(CUT_FOR).await;
     match cut {
         Cut::Link => network.heal_link(owner),
         Cut::BetweenPeers => network.heal_between(owner),
     }
     let healed_at = Instant::now();
+    // As long after the heal: the healed owner's own wait and more, the scenario's length.
     tokio::time::sleep(AFTER_HEAL).await;
     running.store(false, Ordering::Relaxed);
     let mut held = Vec::new();
@@ -175,7 +185,13 @@ async fn partition_heals(cut: Cut) {
 
 /// One client: asks a node at random for a lease, holds it 50–300 ms, releases it, again and
 /// again while `running`; returns the leases it surely held.
-async fn client(urls: Vec<String>, seed: u64, running: Arc<AtomicBool>) -> Vec<Held> {
+/// Counts the shared leases granted in `shared_granted`. A refused or failed ask is asked again
+/// after a short pause: the clients' pacing.
+async fn client(
+    urls: Vec<String>,
+    seed: u64,
+    (running, shared_granted): (Arc<AtomicBool>, Arc<AtomicU64>),
+) -> Vec<Held> {
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(1))
         .build()
@@ -209,9 +225,13 @@ async fn client(urls: Vec<String>, seed: u64, running: Arc<AtomicBool>) -> Vec<H
             .json(&json!({"lease": body["lease"]}))
             .send()
             .await;
+        let shared = body["tier"] == "shared";
+        if shared {
+            shared_granted.fetch_add(1, Ordering::Relaxed);
+        }
         held.push(Held {
             node,
-            shared: body["tier"] == "shared",
+            shared,
             from,
             until,
         });
