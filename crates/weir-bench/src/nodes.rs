@@ -126,12 +126,12 @@ pub struct Listening {
     pub grpc: String,
     /// Its Redis-protocol listener, `ADDR`, if it has one.
     pub resp: Option<String>,
-    /// Its Gubernator gRPC listener, `ADDR`, if it has one.
-    pub gubernator: Option<String>,
+    /// Its registered front doors' listeners, `(name, ADDR)` each, in the line's order.
+    pub doors: Vec<(String, String)>,
 }
 
 /// Waits up to `timeout` for a starting `weir serve` (its standard output piped) to print
-/// `listening http=ADDR grpc=ADDR [resp=ADDR] [gubernator=ADDR]`. The rest of its output is read and dropped, so
+/// `listening http=ADDR grpc=ADDR [resp=ADDR] [NAME=ADDR]...`. The rest of its output is read and dropped, so
 /// the child never blocks on a full pipe.
 pub fn listening(child: &mut Child, timeout: Duration) -> Option<Listening> {
     let stdout = child.stdout.take()?;
@@ -154,7 +154,13 @@ pub fn listening(child: &mut Child, timeout: Duration) -> Option<Listening> {
         http: format!("http://{}", field("http=")?),
         grpc: format!("http://{}", field("grpc=")?),
         resp: field("resp="),
-        gubernator: field("gubernator="),
+        doors: line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|part| part.split_once('='))
+            .filter(|(name, _)| !["http", "grpc", "resp"].contains(name))
+            .map(|(name, addr)| (name.to_owned(), addr.to_owned()))
+            .collect(),
     })
 }
 

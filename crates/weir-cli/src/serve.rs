@@ -39,9 +39,9 @@ pub(crate) struct ServeArgs {
     /// The Redis-protocol listener's address (RESP2 and RESP3: `CL.THROTTLE`, `WEIR.*`).
     #[arg(long, env = "WEIR_RESP", value_parser = weir_server::listen_address)]
     resp: Option<SocketAddr>,
-    /// Gubernator's v1 API over gRPC (`pb.gubernator.V1`); its HTTP gateway is on the HTTP port.
-    #[arg(long, env = "WEIR_GUBERNATOR", value_parser = weir_server::listen_address)]
-    gubernator: Option<SocketAddr>,
+    /// The registered front doors' listeners: `--NAME ADDR` each.
+    #[command(flatten)]
+    doors: weir_server::DoorListeners,
     /// This node's name.
     #[arg(long, env = "WEIR_NODE_ID")]
     node_id: Option<String>,
@@ -87,7 +87,7 @@ pub(crate) fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
         http,
         grpc,
         resp,
-        gubernator,
+        doors,
         node_id,
         gossip,
         join,
@@ -110,7 +110,7 @@ pub(crate) fn serve_command(args: ServeArgs) -> anyhow::Result<ExitCode> {
         http,
         grpc,
         resp,
-        gubernator,
+        doors,
         data_dir,
         node_id,
         gossip,

@@ -44,9 +44,9 @@ fn grpcio_passes_gubernators_reference_cases() {
         &["--gubernator", "127.0.0.1:0"],
     );
     let target = server
-        .gubernator
-        .clone()
-        .expect("the Gubernator listener's address");
+        .door("gubernator")
+        .expect("the Gubernator listener's address")
+        .to_owned();
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/gubernator_client.py");
     let output = Command::new("timeout")
         .args(["120", "python3", client, &target])
@@ -195,4 +195,42 @@ fn the_data_token_guards_the_gateway_and_the_service() {
     let bearer = format!("authorization: Bearer {token}");
     let (answer, code) = curl(&[&["-H", bearer.as_str()][..], &post[..]].concat());
     assert_eq!(code, 200, "{answer}");
+}
+
+/// Its listener beyond loopback needs the data token, whether the flag or the table puts it
+/// there, and the refusal says what it would expose and how its clients send the token.
+#[test]
+fn its_listener_beyond_loopback_without_a_data_token_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let weir = env!("CARGO_BIN_EXE_weir");
+    let by_flag = Command::new("timeout")
+        .args(["30", weir, "serve", "--gubernator", "0.0.0.0:0"])
+        .args(["--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env_remove("WEIR_DATA_TOKEN")
+        .output()
+        .unwrap();
+    let config = dir.path().join("weir.toml");
+    std::fs::write(&config, "[gubernator]\nlisten = \"0.0.0.0:1051\"\n").unwrap();
+    let by_table = Command::new(weir)
+        .arg("check-config")
+        .arg(&config)
+        .env_remove("WEIR_DATA_TOKEN")
+        .output()
+        .unwrap();
+    for (how, output) in [("--gubernator", by_flag), ("[gubernator] listen", by_table)] {
+        assert!(!output.status.success(), "{how}: {output:?}");
+        // `serve` says it on standard error, `check-config` among the problems it lists.
+        let stderr =
+            String::from_utf8_lossy(&output.stderr) + String::from_utf8_lossy(&output.stdout);
+        assert!(
+            stderr.contains("(`gubernator`) without a data token"),
+            "{how}: {stderr}"
+        );
+        assert!(
+            stderr.contains("any Gubernator bucket") && stderr.contains("authorization: Bearer"),
+            "{how}: {stderr}"
+        );
+    }
 }

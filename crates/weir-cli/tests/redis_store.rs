@@ -8,87 +8,12 @@
 
 mod support;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{
-    Server, available, cluster_member, counter, eventually, free_port, free_udp, is_ready,
-};
-
-/// A `redis-server` of this test's, stopped (by its PID) when dropped.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Redis {
-    /// A standalone Redis (or, with `cluster`, a cluster-enabled one) on `port`, in `dir`.
-    async fn start(dir: &std::path::Path, port: u16, cluster: bool) -> Redis {
-        let mut command = Command::new("redis-server");
-        command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if cluster {
-            command.args([
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                &format!("nodes-{port}.conf"),
-                "--cluster-node-timeout",
-                "1000",
-            ]);
-        }
-        let child = command.spawn().expect("starting redis-server");
-        Redis { child, port }.answering().await
-    }
-
-    /// Itself, once it answers `PING`.
-    async fn answering(self) -> Redis {
-        eventually(
-            Duration::from_secs(10),
-            "redis-server answering",
-            || async { self.cli(&["PING"]).trim() == "PONG" },
-        )
-        .await;
-        self
-    }
-
-    /// `redis-cli -p PORT ARGS`: its output.
-    fn cli(&self, args: &[&str]) -> String {
-        let output = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("running redis-cli");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    /// Stops it now (SIGKILL).
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Whether redis-server runs here; if not, the test is skipped unless CI requires it.
-fn redis_available() -> bool {
-    available("redis-server", &["--version"], "WEIR_REQUIRE_REDIS")
-}
+use support::redis::{Redis, redis_available};
+use support::{Server, cluster_member, counter, eventually, free_port, free_udp, is_ready};
 
 /// A port for a Redis Cluster node, which also listens on it + 10 000 (the cluster bus): both
 /// free, and below the kernel's ephemeral ports so no connection takes the bus's meanwhile.
@@ -599,7 +524,7 @@ async fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting redis-server --sentinel");
-    Redis { child, port }.answering().await
+    Redis::of(child, port).answering().await
 }
 
 #[tokio::test]
@@ -645,4 +570,182 @@ async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
     assert!(replica.cli(&["ROLE"]).starts_with("master"));
     let failed_open = counter(&node, "weir_redis_decisions_total{outcome=\"fail_open\"}").await;
     assert!(failed_open >= 1, "{failed_open}");
+}
+
+/// A CA, Redis's certificate for 127.0.0.1 and a client certificate, both signed by the CA,
+/// written in `dir` as `ca.crt`, `redis.crt`/`redis.key` and `client.crt`/`client.key`.
+fn certificates(dir: &std::path::Path) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    // Names of their own: OpenSSL (Redis's side) takes a certificate named as its issuer for
+    // a self-signed one.
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "weir test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca.pem()).unwrap();
+    for (name, subject) in [("redis", "127.0.0.1"), ("client", "weir-node")] {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec![subject.to_owned()]).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, subject);
+        let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+        std::fs::write(dir.join(format!("{name}.crt")), cert.pem()).unwrap();
+        std::fs::write(dir.join(format!("{name}.key")), key.serialize_pem()).unwrap();
+    }
+}
+
+/// The Redis store as it is deployed: `rediss://` verified by a CA, a client certificate Redis
+/// asks for (`tls-auth-clients yes`), an ACL user in the URL and the default user off. The
+/// buckets are kept there; a node without the client certificate, or with the wrong password,
+/// is refused by Redis and decides as `on_unavailable` says, the wrong password counted as
+/// `auth`; a `[redis.tls]` with a plain `redis://` URL, or a file that is not there, is
+/// refused by name before anything starts.
+#[tokio::test]
+async fn a_redis_behind_tls_and_an_acl_user_keeps_the_buckets() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    let file = |name: &str| dir.path().join(name).display().to_string();
+    let port = free_port();
+    let redis = Redis::start_with(
+        dir.path(),
+        port,
+        &[
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &file("redis.crt"),
+            "--tls-key-file",
+            &file("redis.key"),
+            "--tls-ca-cert-file",
+            &file("ca.crt"),
+            "--tls-auth-clients",
+            "yes",
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "weir",
+            "on",
+            ">s3cret-pass",
+            "~weir:*",
+            "+@all",
+        ]
+        .map(str::to_owned),
+        [
+            "--tls",
+            "--cacert",
+            &file("ca.crt"),
+            "--cert",
+            &file("client.crt"),
+            "--key",
+            &file("client.key"),
+            "--user",
+            "weir",
+            "--pass",
+            "s3cret-pass",
+            "--no-auth-warning",
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    )
+    .await;
+    // The first decision makes the TLS connection: more than the 200 ms the others allow.
+    let node = |password: &str, client_certificate: bool| {
+        let certificate = if client_certificate {
+            format!(
+                "cert = {:?}\nkey = {:?}",
+                file("client.crt"),
+                file("client.key")
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            r#"
+[redis]
+url = "rediss://weir:{password}@127.0.0.1:{port}"
+on_unavailable = "closed"
+timeout = "5s"
+
+[redis.tls]
+ca = {ca:?}
+{certificate}
+
+[[policy]]
+name = "day"
+scope = "redis"
+on_exhausted = "reject"
+token_bucket = {{ rate = 0.000115740740, burst = 10 }}
+"#,
+            ca = file("ca.crt")
+        )
+    };
+
+    let a = Server::start(&node("s3cret-pass", true), &dir.path().join("a"));
+    assert_eq!(
+        admitted(&[&a], "day", "tenant", 12).await,
+        (10, vec!["redis".to_owned()])
+    );
+    let keys = redis.cli(&["--scan", "--pattern", "weir:*"]);
+    assert_eq!(keys.lines().count(), 1, "{keys}");
+
+    // Redis asks for a client certificate this node does not have: no connection, refused
+    // as `closed` says.
+    let b = Server::start(&node("s3cret-pass", false), &dir.path().join("b"));
+    let (status, body) = ask(&b, "day", "tenant").await;
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["reason"]
+            .as_str()
+            .unwrap()
+            .contains("could not decide"),
+        "{body}"
+    );
+    // The wrong password: refused, counted as an authentication failure.
+    let c = Server::start(&node("wrong-pass", true), &dir.path().join("c"));
+    let (status, body) = ask(&c, "day", "tenant").await;
+    assert_eq!(status, 429, "{body}");
+    let errors = reqwest::get(c.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        counter(&c, "weir_redis_errors_total{kind=\"auth\"}").await >= 1,
+        "the wrong password is not counted as `auth`: {}",
+        errors
+            .lines()
+            .filter(|line| line.starts_with("weir_redis_errors_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+
+    // Refused before anything starts, by name.
+    let check = |text: String| {
+        let path = dir.path().join("check.toml");
+        std::fs::write(&path, text).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_weir"))
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+            + &String::from_utf8_lossy(&output.stderr)
+    };
+    let plain = check(node("s3cret-pass", true).replace("rediss://", "redis://"));
+    assert!(plain.contains("applies to `rediss://` URLs"), "{plain}");
+    let missing = check(node("s3cret-pass", true).replace("ca.crt", "nowhere.crt"));
+    assert!(
+        missing.contains("[redis.tls] `ca`") && missing.contains("nowhere.crt"),
+        "{missing}"
+    );
 }

@@ -11,13 +11,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 use weir_cluster::secret::ClusterSecret;
 
-use crate::front_door::gubernator::settings::GubernatorTable;
 use crate::front_door::resp::settings::{OldSettings, RespTable};
 use crate::front_door::rlqs::buckets::RlqsTable;
 use crate::front_door::rls::settings::RlsTable;
 pub use crate::listen_address::listen_address;
 use crate::listen_address::serde as listen_serde;
 
+pub use door_tables::DoorTables;
 use mistakes::every_mistake;
 use serde::{Deserialize, Serialize};
 use weir::policy::{PolicyConfig, PolicyError};
@@ -25,9 +25,9 @@ use weir::policy::{PolicyConfig, PolicyError};
 /// The embedded default configuration.
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
-/// A whole config file.
+/// A whole config file. A table no field here names is a registered front door's, or a
+/// mistake ([`DoorTables`] tells which, as `deny_unknown_fields` would).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct ConfigFile {
     /// Bootstrap settings.
     #[serde(default)]
@@ -44,12 +44,12 @@ pub struct ConfigFile {
     /// `[resp]`: the Redis protocol.
     #[serde(default, skip_serializing_if = "RespTable::is_default")]
     pub resp: RespTable,
-    /// `[gubernator]`: Gubernator's v1 API.
-    #[serde(default, skip_serializing_if = "GubernatorTable::is_default")]
-    pub gubernator: GubernatorTable,
     /// `[redis]`: the Redis that `scope = "redis"` policies keep their buckets in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis: Option<crate::redis_buckets::RedisSettings>,
+    /// The registered front doors' tables, each read by its door.
+    #[serde(flatten)]
+    pub doors: DoorTables,
     /// The text this was parsed from (what a reload compares the file with).
     #[serde(skip)]
     pub text: String,
@@ -333,14 +333,9 @@ pub enum ConfigProblem {
         /// What is wrong with it.
         problem: String,
     },
-    /// A `[gubernator]` setting that does not hold together.
-    #[error("`gubernator.{field}` {problem}")]
-    Gubernator {
-        /// The field.
-        field: &'static str,
-        /// What is wrong with it.
-        problem: String,
-    },
+    /// A registered front door's table that does not hold together, in the door's words.
+    #[error("{0}")]
+    FrontDoor(String),
     /// A mistake in the RLS rules files.
     #[error("{0}")]
     Rule(#[from] crate::front_door::rls::config::RuleError),
@@ -525,12 +520,7 @@ impl ConfigFile {
                 .into_iter()
                 .map(|(field, problem)| ConfigProblem::Resp { field, problem }),
         );
-        problems.extend(
-            self.gubernator
-                .problems()
-                .into_iter()
-                .map(|(field, problem)| ConfigProblem::Gubernator { field, problem }),
-        );
+        problems.extend(self.doors.problems().map(ConfigProblem::FrontDoor));
         if let Some(redis) = &self.redis {
             problems.extend(
                 redis
@@ -568,6 +558,7 @@ impl ConfigFile {
     }
 }
 
+mod door_tables;
 mod mistakes;
 #[cfg(test)]
 mod tests;

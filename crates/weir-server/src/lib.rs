@@ -70,6 +70,7 @@ pub use cluster::PROTOCOL as CLUSTER_PROTOCOL;
 /// running, and what `CHANGELOG.md` lists.
 pub const BUILD: &str = env!("CARGO_PKG_VERSION");
 pub use config::{ConfigFile, DEFAULT_CONFIG, listen_address};
+pub use front_door::DoorListeners;
 pub use front_door::grpc::MAX_PENDING_PER_STREAM;
 pub use log_gate::ForeignLines;
 pub use serve::{Overrides, check_exposure, check_tls, load_config, serve};

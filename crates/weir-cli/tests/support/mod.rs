@@ -11,6 +11,7 @@ use weir_bench::nodes::{Listening, listening};
 pub mod disk;
 pub mod envoy;
 pub mod netns;
+pub mod redis;
 
 /// A running `weir serve`.
 pub struct Server {
@@ -21,8 +22,9 @@ pub struct Server {
     pub grpc: String,
     /// `127.0.0.1:PORT` of the Redis-protocol listener, if it was asked for (`--resp`).
     pub resp: Option<String>,
-    /// `127.0.0.1:PORT` of Gubernator's gRPC listener, if it was asked for (`--gubernator`).
-    pub gubernator: Option<String>,
+    /// `(name, 127.0.0.1:PORT)` of each registered front door's listener that was asked for
+    /// (`--NAME ADDR`).
+    pub doors: Vec<(String, String)>,
     /// The data dir it runs with.
     pub data_dir: PathBuf,
     /// Its standard error, gathered after it exits.
@@ -193,6 +195,14 @@ pub fn weir() -> Command {
 }
 
 impl Server {
+    /// `127.0.0.1:PORT` of the registered front door `name`'s listener, if it listens.
+    pub fn door(&self, name: &str) -> Option<&str> {
+        self.doors
+            .iter()
+            .find(|(door, _)| door == name)
+            .map(|(_, addr)| addr.as_str())
+    }
+
     /// Starts `weir serve` with `config` (TOML text) and `data_dir`, and waits until it says on
     /// which ports it listens.
     pub fn start(config: &str, data_dir: &Path) -> Server {
@@ -340,7 +350,7 @@ impl Server {
             http,
             grpc,
             resp,
-            gubernator,
+            doors,
         }) = listening(&mut child, Duration::from_secs(30))
         else {
             let _ = child.kill();
@@ -354,7 +364,7 @@ impl Server {
             http,
             grpc,
             resp,
-            gubernator,
+            doors,
             child: Some(child),
             data_dir: data_dir.to_owned(),
             stderr: Some(stderr),

@@ -191,7 +191,9 @@ impl App {
             .map(Arc::new);
         let redis = settings
             .redis
-            .map(|settings| Arc::new(crate::redis_buckets::RedisBuckets::new(settings)));
+            .map(crate::redis_buckets::RedisBuckets::new)
+            .transpose()?
+            .map(Arc::new);
         let quota = Arc::new(QuotaBook::default());
         let health = Health::new(settings.cluster.clone(), kept.clone(), redis.clone());
         let decider = Arc::new(Decider::new(DeciderParts {

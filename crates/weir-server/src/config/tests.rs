@@ -173,20 +173,6 @@ fn a_redis_scoped_policy_needs_a_redis_and_a_shape_redis_keeps() {
 }
 
 #[test]
-fn the_gubernator_table_reads_host_names_and_names_its_mistakes() {
-    let config = ConfigFile::parse("[gubernator]\nlisten = \"localhost:1051\"\n").unwrap();
-    assert_eq!(
-        config.gubernator.listen,
-        Some("127.0.0.1:1051".parse().unwrap())
-    );
-    assert_eq!(config.gubernator.max_keys, 50_000);
-    assert_eq!(
-        problems_of("[gubernator]\nmax_keys = 0\n"),
-        ["`gubernator.max_keys` must be at least 1"]
-    );
-}
-
-#[test]
 fn the_redis_protocol_s_settings_are_read_from_resp_and_still_from_their_old_names() {
     let config = ConfigFile::parse(
         "[resp]\nlisten = \"localhost:6380\"\nmax_keys = 5\nidle_timeout = \"30s\"\n",

@@ -15,11 +15,14 @@
 //! | `mod.rs` | the `[redis]` settings, the connection, one decision |
 //! | `script.rs` | the Lua script and its arguments for each shape |
 //! | `errors.rs` | failures told apart (outage or answer), counted and logged by kind |
+//! | `tls.rs` | `[redis.tls]`: the CA a `rediss://` Redis is verified by, this node's client certificate |
 
 mod errors;
 mod script;
+mod tls;
 
 pub use errors::{RedisErrorKind, RedisErrors};
+pub use tls::{RedisTlsError, RedisTlsSettings};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -56,6 +59,10 @@ pub struct RedisSettings {
     /// Every bucket's Redis key starts with this (default `weir:`).
     #[serde(default = "default_prefix")]
     pub prefix: String,
+    /// `[redis.tls]`: for `rediss://` URLs, the CA Redis is verified by and this node's client
+    /// certificate (absent: the system's roots, no client certificate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<RedisTlsSettings>,
 }
 
 /// `[redis.sentinel]`: a master Redis Sentinel watches and fails over.
@@ -124,7 +131,64 @@ impl RedisSettings {
         if self.timeout.is_zero() {
             problems.push(("timeout", "must be more than 0s".to_owned()));
         }
+        if let Some(tls) = &self.tls {
+            problems.extend(tls.problems().into_iter().map(|problem| ("tls", problem)));
+            if self.sentinel.is_some() {
+                problems.push((
+                    "tls",
+                    "is not supported with `redis.sentinel` yet: reach a Sentinel-watched Redis without TLS, or a standalone or cluster one with it".to_owned(),
+                ));
+            }
+            for url in self.url.iter().chain(&self.cluster) {
+                if !url.starts_with("rediss://") {
+                    problems.push((
+                        "tls",
+                        format!("applies to `rediss://` URLs, and `{url}` is not one: write it `rediss://…`, or leave `[redis.tls]` out"),
+                    ));
+                }
+            }
+        }
         problems
+    }
+}
+
+/// Why the Redis client could not be made when the node started.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisSetupError {
+    /// A `[redis.tls]` file could not be read.
+    #[error(transparent)]
+    Tls(#[from] RedisTlsError),
+    /// The client refused the settings (a certificate or key it cannot parse, say).
+    #[error("[redis]: {0}")]
+    Client(#[from] redis::RedisError),
+}
+
+/// The client for the Redis the settings name, made before any connection is.
+#[derive(Clone)]
+enum Client {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+    Sentinel(SentinelSettings),
+}
+
+impl Client {
+    fn of(settings: &RedisSettings) -> Result<Client, RedisSetupError> {
+        let certificates = settings.tls.as_ref().map(|tls| tls.load()).transpose()?;
+        Ok(match (&settings.url, &settings.sentinel) {
+            (Some(url), _) => Client::Single(match certificates {
+                Some(certificates) => redis::Client::build_with_tls(url.as_str(), certificates)?,
+                None => redis::Client::open(url.as_str())?,
+            }),
+            (None, Some(sentinel)) => Client::Sentinel(sentinel.clone()),
+            (None, None) => {
+                let mut builder =
+                    redis::cluster::ClusterClientBuilder::new(settings.cluster.clone());
+                if let Some(certificates) = certificates {
+                    builder = builder.certs(certificates);
+                }
+                Client::Cluster(builder.build()?)
+            }
+        })
     }
 }
 
@@ -197,6 +261,7 @@ pub struct RedisCounters {
 /// The Redis that `scope = "redis"` policies keep their buckets in.
 pub struct RedisBuckets {
     settings: RedisSettings,
+    client: Client,
     link: Mutex<Option<Link>>,
     script: redis::Script,
     /// What the decisions did.
@@ -215,15 +280,17 @@ impl std::fmt::Debug for RedisBuckets {
 
 impl RedisBuckets {
     /// The Redis of `settings`; connected at the first decision (a Redis down at start is a
-    /// Redis unavailable, not a node that cannot start).
-    pub fn new(settings: RedisSettings) -> Self {
-        RedisBuckets {
+    /// Redis unavailable, not a node that cannot start). An error only for settings no
+    /// connection could be made with: a `[redis.tls]` file that cannot be read or parsed.
+    pub fn new(settings: RedisSettings) -> Result<Self, RedisSetupError> {
+        Ok(RedisBuckets {
+            client: Client::of(&settings)?,
             settings,
             link: Mutex::new(None),
             script: redis::Script::new(script::SOURCE),
             counters: RedisCounters::default(),
             errors: RedisErrors::default(),
-        }
+        })
     }
 
     /// The settings in force.
@@ -237,13 +304,18 @@ impl RedisBuckets {
         if let Some(link) = &*link {
             return Ok(link.clone());
         }
-        let made = match (&self.settings.url, &self.settings.sentinel) {
-            (Some(url), _) => Link::Single(
-                redis::Client::open(url.as_str())?
-                    .get_connection_manager()
+        let made = match &self.client {
+            // One attempt: a failed one is tried again at the next decision, and meanwhile
+            // its error is counted as what it is (a wrong password as `auth`), not as a
+            // timeout while the client retries on its own.
+            Client::Single(client) => Link::Single(
+                client
+                    .get_connection_manager_with_config(
+                        redis::aio::ConnectionManagerConfig::new().set_number_of_retries(0),
+                    )
                     .await?,
             ),
-            (None, Some(sentinel)) => Link::Sentinel(
+            Client::Sentinel(sentinel) => Link::Sentinel(
                 SentinelClient::build(
                     sentinel.nodes.clone(),
                     sentinel.master.clone(),
@@ -253,11 +325,7 @@ impl RedisBuckets {
                 .get_async_connection()
                 .await?,
             ),
-            (None, None) => Link::Cluster(
-                redis::cluster::ClusterClient::new(self.settings.cluster.clone())?
-                    .get_async_connection()
-                    .await?,
-            ),
+            Client::Cluster(client) => Link::Cluster(client.get_async_connection().await?),
         };
         *link = Some(made.clone());
         Ok(made)

@@ -29,7 +29,7 @@ fn settings_name_one_redis_and_a_real_url() {
 
 #[test]
 fn a_bucket_s_key_names_its_policy_kind_and_key_apart() {
-    let redis = RedisBuckets::new(settings("url = \"redis://127.0.0.1:6379\""));
+    let redis = RedisBuckets::new(settings("url = \"redis://127.0.0.1:6379\"")).unwrap();
     assert_eq!(redis.key_of("p", None, "k"), "weir:p\u{1f}\u{1f}k");
     assert_eq!(
         redis.key_of("p", Some("bulk"), "k"),
@@ -79,5 +79,45 @@ fn every_shape_redis_keeps_has_its_arguments() {
             1
         )
         .is_none()
+    );
+}
+
+#[test]
+fn tls_settings_that_cannot_hold_are_named_before_any_file_is_read() {
+    let tls = "[tls]\nca = \"/nowhere/ca.crt\"\n";
+    assert!(
+        settings(&format!("url = \"rediss://u:p@127.0.0.1:6379\"\n{tls}"))
+            .problems()
+            .is_empty()
+    );
+    let plain = settings(&format!("url = \"redis://127.0.0.1:6379\"\n{tls}")).problems();
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert!(
+        plain[0].1.contains("applies to `rediss://` URLs"),
+        "{plain:?}"
+    );
+    let half = settings("url = \"rediss://h:1\"\n[tls]\ncert = \"c.pem\"\n").problems();
+    assert!(
+        half[0].1.contains("`cert` and `key` go together"),
+        "{half:?}"
+    );
+    let sentinel = settings(&format!(
+        "sentinel = {{ master = \"m\", nodes = [\"redis://h:26379\"] }}\n{tls}"
+    ))
+    .problems();
+    assert!(
+        sentinel[0]
+            .1
+            .contains("not supported with `redis.sentinel`"),
+        "{sentinel:?}"
+    );
+    // A file that is not there stops the client being made, naming the setting and the file.
+    let missing = RedisBuckets::new(settings(&format!("url = \"rediss://h:1\"\n{tls}")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        missing.starts_with("[redis.tls] `ca`: reading /nowhere/ca.crt"),
+        "{missing}"
     );
 }

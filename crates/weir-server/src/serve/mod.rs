@@ -89,10 +89,8 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
     let cluster = join_cluster(server, tls.as_ref(), bound.grpc).await?;
     let app = start_core(&config, cluster.as_ref(), bound.grpc)?;
     let rls = crate::front_door::rls::start(&app, &config, rls_hangups).await?;
-    let gubernator = crate::front_door::gubernator::Gubernator::new(&app, &config.gubernator);
-    // Bound before the other doors open: its address in use stops the start.
-    let gubernator_grpc =
-        crate::front_door::gubernator::start(&gubernator, &config.gubernator, server, tls.clone())?;
+    // Bound before the other doors open: an address in use stops the start.
+    let doors = crate::front_door::open_registered(&app, &config, tls.clone())?;
     let background = app.spawn_background(server.lease_sweep, server.report_interval);
     let keeping = app.spawn_keeping(server.durable_flush);
 
@@ -104,8 +102,8 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
             listeners.http,
             http_limits(server),
             tls.clone(),
-            // The other front doors' routes on the HTTP port.
-            crate::front_door::gubernator::routes(Arc::clone(&gubernator)),
+            // The registered doors' routes on the HTTP port.
+            doors.routes,
         ),
         grpc_listener::start(
             &app,
@@ -117,7 +115,7 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
             tls.clone(),
         ),
     ];
-    front_doors.extend(gubernator_grpc);
+    front_doors.extend(doors.tasks);
     front_doors.extend(listeners.resp.map(|listener| {
         crate::front_door::resp::start(&app, listener, server, &config.resp, tls.clone())
     }));
@@ -134,7 +132,7 @@ pub async fn serve(config: ConfigFile, source: Option<std::path::PathBuf>) -> an
         });
     }
     app.health().set_ready(true);
-    bound.announce(&app, gubernator.address());
+    bound.announce(&app, &doors.listening);
 
     // Or, in cluster mode, until this member finds it must not run here (another cluster's
     // data dir): it never joined, so there is nothing to hand over.
@@ -236,15 +234,15 @@ impl Listeners {
 impl Bound {
     /// Logs that the node serves, and prints the line a supervisor (or a test) reads to learn
     /// the bound ports.
-    /// `gubernator`: where Gubernator's gRPC service listens, if it does.
-    fn announce(&self, app: &App, gubernator: Option<SocketAddr>) {
+    /// `doors`: where the registered doors' listeners are, by door.
+    fn announce(&self, app: &App, doors: &[(&'static str, SocketAddr)]) {
         let (http, grpc) = (self.http, self.grpc);
         tracing::info!(
             node = %app.node_id(),
             %http,
             %grpc,
             resp = ?self.resp,
-            ?gubernator,
+            ?doors,
             policies = app.policies().policies().len(),
             "weir is serving"
         );
@@ -252,8 +250,8 @@ impl Bound {
         if let Some(resp) = self.resp {
             line.push_str(&format!(" resp={resp}"));
         }
-        if let Some(gubernator) = gubernator {
-            line.push_str(&format!(" gubernator={gubernator}"));
+        for (door, addr) in doors {
+            line.push_str(&format!(" {door}={addr}"));
         }
         println!("{line}");
     }

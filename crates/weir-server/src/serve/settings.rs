@@ -21,8 +21,8 @@ pub struct Overrides {
     pub grpc: Option<SocketAddr>,
     /// `--resp`: the Redis-protocol listener.
     pub resp: Option<SocketAddr>,
-    /// `--gubernator`: Gubernator's gRPC listener.
-    pub gubernator: Option<SocketAddr>,
+    /// The registered front doors' listeners (`--NAME ADDR`), by door.
+    pub doors: crate::front_door::DoorListeners,
     /// `--data-dir`.
     pub data_dir: Option<PathBuf>,
     /// `--node-id`.
@@ -78,8 +78,8 @@ pub fn load_config(path: Option<&PathBuf>, overrides: &Overrides) -> anyhow::Res
     if !overrides.join.is_empty() {
         server.join = overrides.join.clone();
     }
-    if let Some(gubernator) = overrides.gubernator {
-        config.gubernator.listen = Some(gubernator);
+    for (door, addr) in &overrides.doors.0 {
+        config.doors.set_listen(door, *addr);
     }
     if let Some(rules) = &overrides.rls_config {
         config.rls.config = Some(rules.clone());
@@ -159,42 +159,58 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     let chars = |token: &Option<String>| token.as_deref().map_or(0, |t| t.trim().chars().count());
     let admin_chars = chars(&config.server.admin_token);
     let data_chars = chars(&config.server.data_token);
-    let listeners = [
-        Some(("http", config.server.http)),
-        Some(("grpc", config.server.grpc)),
-        config.resp.listen.map(|addr| ("resp", addr)),
-        config.gubernator.listen.map(|addr| ("gubernator", addr)),
+    let data_token = (
+        "a data token",
+        data_chars,
+        "`data_token` in [server] or WEIR_DATA_TOKEN",
+    );
+    let admin_token = (
+        "an admin token",
+        admin_chars,
+        "`admin_token` in [server] or WEIR_ADMIN_TOKEN",
+    );
+    // Each listener: its name, its address, the token that guards it, what it lays open, and
+    // how its clients give the token.
+    let mut listeners = vec![
+        (
+            "http",
+            config.server.http,
+            admin_token,
+            "could change or delete policies (PUT and DELETE /v1/policies), besides acquiring",
+            "",
+        ),
+        (
+            "grpc",
+            config.server.grpc,
+            admin_token,
+            "could acquire and release leases on any policy, and the HTTP port beside it would be open to policy changes",
+            "",
+        ),
     ];
-    for (name, addr) in listeners.into_iter().flatten() {
+    listeners.extend(config.resp.listen.map(|addr| {
+        (
+            "resp",
+            addr,
+            data_token,
+            "could spend or inspect any key's quota (CL.THROTTLE, WEIR.ACQUIRE) and take and release leases; the Redis port has no admin commands",
+            " (clients give it as their Redis password)",
+        )
+    }));
+    for (door, addr) in config.doors.listening() {
+        let exposure = door.exposure();
+        listeners.push((
+            door.name(),
+            addr,
+            data_token,
+            exposure.exposes,
+            exposure.token_as,
+        ));
+    }
+    for (name, addr, (token, chars, setting), exposes, given_as) in listeners {
         if addr.ip().is_loopback() {
             continue;
         }
-        let (token, chars, exposes, setting) = match name {
-            "resp" => (
-                "a data token",
-                data_chars,
-                "could spend or inspect any key's quota (CL.THROTTLE, WEIR.ACQUIRE) and take and release leases; the Redis port has no admin commands",
-                "`data_token` in [server] or WEIR_DATA_TOKEN (clients give it as their Redis password)",
-            ),
-            "gubernator" => (
-                "a data token",
-                data_chars,
-                "could spend or reset any Gubernator bucket (GetRateLimits)",
-                "`data_token` in [server] or WEIR_DATA_TOKEN (clients send it as `authorization: Bearer <token>` metadata)",
-            ),
-            "http" => (
-                "an admin token",
-                admin_chars,
-                "could change or delete policies (PUT and DELETE /v1/policies), besides acquiring",
-                "`admin_token` in [server] or WEIR_ADMIN_TOKEN",
-            ),
-            _ => (
-                "an admin token",
-                admin_chars,
-                "could acquire and release leases on any policy, and the HTTP port beside it would be open to policy changes",
-                "`admin_token` in [server] or WEIR_ADMIN_TOKEN",
-            ),
-        };
+        let setting = format!("{setting}{given_as}");
         if chars == 0 {
             anyhow::bail!(
                 "refusing to listen on {addr} (`{name}`) without {token}: anyone who can reach it {exposes}. Set {setting}, or listen on 127.0.0.1"
@@ -222,10 +238,13 @@ pub fn check_exposure(config: &ConfigFile) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Loads the TLS files `[server.tls]` names, as `weir serve` will; in cluster mode checks there
-/// is a CA to verify other nodes by. `weir check-config` calls it, so that a file that passes
-/// the check is one the server starts with.
+/// Loads the TLS files `[server.tls]` and `[redis.tls]` name, as `weir serve` will; in cluster
+/// mode checks there is a CA to verify other nodes by. `weir check-config` calls it, so that a
+/// file that passes the check is one the server starts with.
 pub fn check_tls(config: &ConfigFile) -> anyhow::Result<()> {
+    if let Some(redis) = &config.redis {
+        crate::redis_buckets::RedisBuckets::new(redis.clone())?;
+    }
     let Some(settings) = &config.server.tls else {
         return Ok(());
     };

@@ -38,7 +38,7 @@ pub fn routes(door: Arc<Gubernator>) -> OtherRoutes {
             .route(PATHS[1], get(health_check))
             .route(PATHS[2], get(live_check))
             .with_state(door),
-        paths: PATHS,
+        paths: PATHS.to_vec(),
     }
 }
 

@@ -9,7 +9,7 @@
 //!
 //! | file | job |
 //! |---|---|
-//! | `mod.rs` | the door's state, [`start`] |
+//! | `mod.rs` | the door's state, [`DOOR`]: the door as the server registers it |
 //! | `settings.rs` | [`GubernatorTable`], `[gubernator]` |
 //! | `wire.rs` | the v1 messages, field for field |
 //! | `service.rs` | the gRPC service, routed by method |
@@ -28,7 +28,7 @@ mod hit;
 mod leaky_bucket;
 mod metrics;
 mod service;
-pub mod settings;
+mod settings;
 mod token_bucket;
 pub mod wire;
 
@@ -39,13 +39,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use anyhow::Context;
 use tokio::task::JoinHandle;
 
 use crate::app::App;
+use crate::front_door::door::{Exposure, FrontDoor, Opened, Opening};
 use crate::tls::Tls;
 use buckets::Buckets;
-pub use gateway::routes;
 pub use service::V1Server;
 pub use settings::GubernatorTable;
 use wire::{GetRateLimitsReq, GetRateLimitsResp, HealthCheckResp, PeerHealthResp};
@@ -78,11 +77,6 @@ impl Gubernator {
                 &door,
             ))));
         door
-    }
-
-    /// Where the gRPC service listens, once bound.
-    pub fn address(&self) -> Option<SocketAddr> {
-        self.advertised.get().copied()
     }
 
     /// Answers a batch: one response per request, in order; past [`MAX_BATCH`], none.
@@ -142,19 +136,65 @@ fn epoch_millis() -> i64 {
         .map_or(0, |since| since.as_millis() as i64)
 }
 
-/// Serves the gRPC service on `settings.listen`, if set, until the drain: bound here, so that
-/// an address in use stops the start, named.
-pub fn start(
+/// The door, as the server's list of registered doors names it.
+pub static DOOR: GubernatorDoor = GubernatorDoor;
+
+/// Gubernator's API as a registered front door: `[gubernator]`, `--gubernator`, its gateway on
+/// the HTTP port whether or not its gRPC service listens.
+#[derive(Debug)]
+pub struct GubernatorDoor;
+
+impl FrontDoor for GubernatorDoor {
+    fn name(&self) -> &'static str {
+        "gubernator"
+    }
+
+    fn env(&self) -> &'static str {
+        "WEIR_GUBERNATOR"
+    }
+
+    fn listener_help(&self) -> &'static str {
+        "Gubernator's v1 API over gRPC (`pb.gubernator.V1`); its HTTP gateway is on the HTTP port"
+    }
+
+    fn exposure(&self) -> Exposure {
+        Exposure {
+            exposes: "could spend or reset any Gubernator bucket (GetRateLimits)",
+            token_as: " (clients send it as `authorization: Bearer <token>` metadata)",
+        }
+    }
+
+    fn problems(&self, table: &toml::Table) -> Vec<String> {
+        match GubernatorTable::read(table) {
+            Ok(_) => Vec::new(),
+            Err(problem) => vec![problem],
+        }
+    }
+
+    fn listen(&self, table: &toml::Table) -> Option<SocketAddr> {
+        GubernatorTable::read(table).ok()?.listen
+    }
+
+    fn open(&self, opening: Opening<'_>) -> anyhow::Result<Opened> {
+        let settings = GubernatorTable::read(opening.table).map_err(anyhow::Error::msg)?;
+        let door = Gubernator::new(opening.app, &settings);
+        let task = opening.listener.map(|listener| {
+            serve(&door, listener, opening.server, opening.tls)
+        }).transpose()?;
+        Ok(Opened {
+            routes: Some(gateway::routes(door)),
+            task,
+        })
+    }
+}
+
+/// Serves the gRPC service on `listener` until the drain.
+fn serve(
     door: &Arc<Gubernator>,
-    settings: &GubernatorTable,
+    listener: tokio::net::TcpListener,
     server: &crate::config::ServerSettings,
     tls: Option<Arc<Tls>>,
-) -> anyhow::Result<Option<JoinHandle<()>>> {
-    let Some(addr) = settings.listen else {
-        return Ok(None);
-    };
-    let listener = crate::connections::bind(addr, server.listen_backlog)
-        .with_context(|| format!("binding Gubernator's gRPC address {addr}"))?;
+) -> anyhow::Result<JoinHandle<()>> {
     let bound = listener.local_addr()?;
     let _ = door.advertised.set(bound);
     tracing::info!(%bound, "Gubernator's v1 API is served");
@@ -165,7 +205,7 @@ pub fn start(
         let app = Arc::clone(&app);
         async move { app.health().shutting_down().await }
     };
-    Ok(Some(tokio::spawn(async move {
+    Ok(tokio::spawn(async move {
         crate::connections::serve_grpc(
             router,
             listener,
@@ -175,5 +215,5 @@ pub fn start(
             "Gubernator's gRPC listener",
         )
         .await;
-    })))
+    }))
 }

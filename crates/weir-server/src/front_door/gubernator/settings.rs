@@ -1,5 +1,6 @@
-//! `[gubernator]`: where Gubernator's gRPC service listens and how many buckets it keeps. A
-//! leaf the config reads, importing nothing of the server but how addresses are read.
+//! `[gubernator]`: where Gubernator's gRPC service listens and how many buckets it keeps, read
+//! from the table the config keeps for this door. A leaf, importing nothing of the server but
+//! how addresses are read.
 
 use std::net::SocketAddr;
 
@@ -37,17 +38,51 @@ impl Default for GubernatorTable {
 }
 
 impl GubernatorTable {
-    /// Whether nothing is set (the table is then left out of a config written back).
-    pub fn is_default(&self) -> bool {
-        *self == Self::default()
+    /// The table as the config file gives it (an absent one is empty), or what is wrong with
+    /// it.
+    pub fn read(table: &toml::Table) -> Result<Self, String> {
+        let settings: GubernatorTable = table
+            .clone()
+            .try_into()
+            .map_err(|error: toml::de::Error| format!("[gubernator]: {}", error.message()))?;
+        let problems = settings.problems();
+        if problems.is_empty() {
+            Ok(settings)
+        } else {
+            Err(problems.join("; "))
+        }
     }
 
-    /// What does not hold together, as `(field, problem)`.
-    pub fn problems(&self) -> Vec<(&'static str, String)> {
+    /// What does not hold together, each naming its setting.
+    pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         if self.max_keys == 0 {
-            problems.push(("max_keys", "must be at least 1".to_owned()));
+            problems.push("`gubernator.max_keys` must be at least 1".to_owned());
         }
         problems
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_reads_host_names_and_names_its_mistakes() {
+        let table: toml::Table = toml::from_str("listen = \"localhost:1051\"\n").unwrap();
+        let settings = GubernatorTable::read(&table).unwrap();
+        assert_eq!(settings.listen, Some("127.0.0.1:1051".parse().unwrap()));
+        assert_eq!(settings.max_keys, 50_000);
+        let table: toml::Table = toml::from_str("max_keys = 0\n").unwrap();
+        assert_eq!(
+            GubernatorTable::read(&table).unwrap_err(),
+            "`gubernator.max_keys` must be at least 1"
+        );
+        let table: toml::Table = toml::from_str("lisen = \"127.0.0.1:1\"\n").unwrap();
+        let wrong = GubernatorTable::read(&table).unwrap_err();
+        assert!(
+            wrong.starts_with("[gubernator]: unknown field `lisen`"),
+            "{wrong}"
+        );
     }
 }

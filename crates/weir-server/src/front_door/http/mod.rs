@@ -83,12 +83,31 @@ pub struct OtherRoutes {
     /// The routes.
     pub router: Router<Arc<App>>,
     /// Their paths, exact (no parameters).
-    pub paths: &'static [&'static str],
+    pub paths: Vec<&'static str>,
+}
+
+impl OtherRoutes {
+    /// No routes.
+    pub fn none() -> Self {
+        OtherRoutes {
+            router: Router::new(),
+            paths: Vec::new(),
+        }
+    }
+
+    /// These routes and `other`'s.
+    pub fn merge(mut self, other: OtherRoutes) -> Self {
+        self.paths.extend(other.paths);
+        OtherRoutes {
+            router: self.router.merge(other.router),
+            paths: self.paths,
+        }
+    }
 }
 
 /// The route a request's path matches, as the router would match it (a test holds the two
 /// together), or another front door's path among `others`, or [`route::UNMATCHED`].
-fn endpoint_of(path: &str, others: &'static [&'static str]) -> &'static str {
+fn endpoint_of(path: &str, others: &[&'static str]) -> &'static str {
     match path {
         route::ACQUIRE => route::ACQUIRE,
         route::RELEASE => route::RELEASE,
@@ -128,7 +147,7 @@ fn one_segment_after(path: &str, prefix: &str) -> bool {
 }
 
 /// Serves the HTTP API (and the live page) on `listener`, over `tls` if given, until the drain;
-/// `others` are the routes other front doors serve on the HTTP port (Gubernator's gateway).
+/// `others` are the routes other front doors serve on the HTTP port (the registered doors').
 pub fn start(
     app: &Arc<App>,
     listener: tokio::net::TcpListener,
@@ -140,7 +159,7 @@ pub fn start(
     let router = HttpApi {
         router: routes(Arc::clone(&app), others.router),
         app: Arc::clone(&app),
-        others: others.paths,
+        others: others.paths.into(),
     };
     tokio::spawn(async move {
         crate::connections::serve_http(listener, router, limits, tls, async move {
@@ -188,7 +207,7 @@ pub struct HttpApi {
     router: Router,
     app: Arc<App>,
     /// Other front doors' paths.
-    others: &'static [&'static str],
+    others: Arc<[&'static str]>,
 }
 
 impl<B> tower::Service<axum::http::Request<B>> for HttpApi
@@ -204,7 +223,7 @@ where
     }
 
     fn call(&mut self, request: axum::http::Request<B>) -> Self::Future {
-        let endpoint = endpoint_of(request.uri().path(), self.others);
+        let endpoint = endpoint_of(request.uri().path(), &self.others);
         Counted {
             start: Instant::now(),
             answer: self.router.call(request),
