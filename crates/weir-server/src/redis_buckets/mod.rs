@@ -71,8 +71,15 @@ pub struct RedisSettings {
 pub struct SentinelSettings {
     /// The master's name, as the sentinels know it (`sentinel monitor NAME …`).
     pub master: String,
-    /// Some of the sentinels: `redis://host:port` each.
+    /// Some of the sentinels: `redis://host:port` each (a sentinel's own password in its URL).
     pub nodes: Vec<String>,
+    /// The ACL user the master (and a promoted replica) is logged in as; absent: the default
+    /// user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<String>,
+    /// The master's password (`requirepass`, or the ACL user's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<String>,
 }
 
 fn default_timeout() -> Duration {
@@ -319,7 +326,14 @@ impl RedisBuckets {
                 SentinelClient::build(
                     sentinel.nodes.clone(),
                     sentinel.master.clone(),
-                    None,
+                    Some(redis::sentinel::SentinelNodeConnectionInfo {
+                        tls_mode: None,
+                        redis_connection_info: Some(redis::RedisConnectionInfo {
+                            username: sentinel.username.clone(),
+                            password: sentinel.password.clone(),
+                            ..Default::default()
+                        }),
+                    }),
                     SentinelServerType::Master,
                 )?
                 .get_async_connection()
