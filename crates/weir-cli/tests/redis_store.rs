@@ -8,6 +8,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -510,14 +511,26 @@ async fn a_redis_cluster_keeps_every_bucket_and_a_killed_master_fails_open_its_s
 /// The password the Sentinel-watched master and its replica ask for.
 const SENTINEL_PASSWORD: &str = "sentinel-test-pass";
 
-async fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
+/// How a Sentinel-watched master and replica are deployed in a test: given the test's dir and
+/// a port, what each of them is started with, what its sentinel's config says besides the
+/// master it monitors, and the node's `[redis]` lines; and what `redis-cli` needs to be let in.
+struct SentinelDeployment {
+    server: fn(&Path, u16) -> Vec<String>,
+    sentinel: fn(&Path, u16) -> String,
+    node: fn(&Path, u16) -> String,
+    cli: fn(&Path) -> Vec<String>,
+}
+
+/// A sentinel on `port` monitoring the master on `master`, as `deployment` has it.
+async fn sentinel(dir: &Path, port: u16, master: u16, deployment: &SentinelDeployment) -> Redis {
     let config = dir.join(format!("sentinel-{port}.conf"));
     std::fs::write(
         &config,
         format!(
-            "port {port}\nbind 127.0.0.1\nsentinel monitor weir 127.0.0.1 {master} 1\n\
+            "bind 127.0.0.1\n{}\nsentinel monitor weir 127.0.0.1 {master} 1\n\
              sentinel auth-pass weir {SENTINEL_PASSWORD}\n\
-             sentinel down-after-milliseconds weir 1000\nsentinel failover-timeout weir 5000\n"
+             sentinel down-after-milliseconds weir 1000\nsentinel failover-timeout weir 5000\n",
+            (deployment.sentinel)(dir, port)
         ),
     )
     .unwrap();
@@ -528,35 +541,22 @@ async fn sentinel(dir: &std::path::Path, port: u16, master: u16) -> Redis {
         .stderr(Stdio::null())
         .spawn()
         .expect("starting redis-server --sentinel");
-    Redis::of(child, port).answering().await
+    Redis::of(child, port, (deployment.cli)(dir))
+        .answering()
+        .await
 }
 
-/// A master and its replica behind a password, watched by a sentinel: the node logs in to
-/// whichever the sentinel names; the master killed, decisions fail open until the replica is
-/// promoted, then are made there with the buckets as the master left them.
-#[tokio::test]
-async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
-    if !redis_available() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    // Both ask for the password, as a deployed pair does: the replica of its master too.
-    let within = dir.path();
-    let protected = |port: u16| async move {
-        let args = [
-            "--port",
-            &port.to_string(),
-            "--requirepass",
-            SENTINEL_PASSWORD,
-            "--masterauth",
-            SENTINEL_PASSWORD,
-        ]
-        .map(str::to_owned);
-        let cli = ["-a", SENTINEL_PASSWORD, "--no-auth-warning"].map(str::to_owned);
-        Redis::start_with(within, port, &args, cli.to_vec()).await
+/// A master and its replica behind a password, watched by a sentinel, deployed as
+/// `deployment` says in `dir`: the node logs in to whichever the sentinel names; the master
+/// killed, decisions fail open until the replica is promoted, then are made there with the
+/// buckets as the master left them.
+async fn a_sentinel_failover(dir: &Path, deployment: SentinelDeployment) {
+    let start = |port: u16| async move {
+        let args = (deployment.server)(dir, port);
+        Redis::start_with(dir, port, &args, (deployment.cli)(dir)).await
     };
-    let mut master = protected(free_port()).await;
-    let replica = protected(free_port()).await;
+    let mut master = start(free_port()).await;
+    let replica = start(free_port()).await;
     // Redis waits 5 s before a replica's first (diskless) sync, to batch replicas: not here.
     master.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
     replica.cli(&["REPLICAOF", "127.0.0.1", &master.port.to_string()]);
@@ -571,12 +571,14 @@ async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
         || async { replica.cli(&["GET", "probe"]).trim() == "1" },
     )
     .await;
-    let watcher = sentinel(dir.path(), free_port(), master.port).await;
-    let redis = format!(
-        "sentinel = {{ master = \"weir\", nodes = [{:?}], password = {SENTINEL_PASSWORD:?} }}",
-        watcher.url()
+    let watcher = sentinel(dir, free_port(), master.port, &deployment).await;
+    // A first decision makes its connections (over TLS, two handshakes): more than the
+    // 200 ms the other tests allow, under load. A dead master is refused at once meanwhile.
+    let node = Server::start(
+        &config(&(deployment.node)(dir, watcher.port), "open")
+            .replace("timeout = \"200ms\"", "timeout = \"2s\""),
+        &dir.join("a"),
     );
-    let node = Server::start(&config(&redis, "open"), &dir.path().join("a"));
     assert_eq!(
         admitted(&[&node], "day", "tenant", 12).await,
         (10, vec!["redis".to_owned()])
@@ -603,6 +605,126 @@ async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
     );
     let failed_open = counter(&node, "weir_redis_decisions_total{outcome=\"fail_open\"}").await;
     assert!(failed_open >= 1, "{failed_open}");
+}
+
+/// The password on every server, the replica's to its master too, as a deployed pair has it.
+fn with_password(port: u16) -> Vec<String> {
+    [
+        "--port",
+        &port.to_string(),
+        "--requirepass",
+        SENTINEL_PASSWORD,
+        "--masterauth",
+        SENTINEL_PASSWORD,
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+#[tokio::test]
+async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    a_sentinel_failover(
+        dir.path(),
+        SentinelDeployment {
+            server: |_, port| with_password(port),
+            sentinel: |_, port| format!("port {port}"),
+            node: |_, sentinel| {
+                format!(
+                    "sentinel = {{ master = \"weir\", nodes = [\"redis://127.0.0.1:{sentinel}\"], \
+                     password = {SENTINEL_PASSWORD:?} }}"
+                )
+            },
+            cli: |_| {
+                ["-a", SENTINEL_PASSWORD, "--no-auth-warning"]
+                    .map(str::to_owned)
+                    .to_vec()
+            },
+        },
+    )
+    .await;
+}
+
+/// The same over TLS: the servers, their replication and the sentinel on TLS ports only, each
+/// asking for a client certificate; the node reaches the sentinel by `rediss://` and the
+/// master it names over TLS, with the files of `[redis.tls]`.
+#[tokio::test]
+async fn a_sentinel_failover_over_tls_moves_the_decisions_to_the_promoted_replica() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    certificates(dir.path());
+    a_sentinel_failover(
+        dir.path(),
+        SentinelDeployment {
+            server: |dir, port| {
+                let file = |name: &str| dir.join(name).display().to_string();
+                let mut args = with_password(port);
+                args[1] = "0".to_owned();
+                args.extend(
+                    [
+                        "--tls-port",
+                        &port.to_string(),
+                        "--tls-cert-file",
+                        &file("redis.crt"),
+                        "--tls-key-file",
+                        &file("redis.key"),
+                        "--tls-ca-cert-file",
+                        &file("ca.crt"),
+                        "--tls-auth-clients",
+                        "yes",
+                        "--tls-replication",
+                        "yes",
+                    ]
+                    .map(str::to_owned),
+                );
+                args
+            },
+            sentinel: |dir, port| {
+                let file = |name: &str| dir.join(name).display().to_string();
+                format!(
+                    "port 0\ntls-port {port}\ntls-cert-file {}\ntls-key-file {}\n\
+                     tls-ca-cert-file {}\ntls-auth-clients yes\ntls-replication yes",
+                    file("redis.crt"),
+                    file("redis.key"),
+                    file("ca.crt")
+                )
+            },
+            node: |dir, sentinel| {
+                let file = |name: &str| dir.join(name).display().to_string();
+                format!(
+                    "sentinel = {{ master = \"weir\", nodes = [\"rediss://127.0.0.1:{sentinel}\"], \
+                     password = {SENTINEL_PASSWORD:?} }}\n\
+                     tls = {{ ca = {:?}, cert = {:?}, key = {:?} }}",
+                    file("ca.crt"),
+                    file("client.crt"),
+                    file("client.key")
+                )
+            },
+            cli: |dir| {
+                let file = |name: &str| dir.join(name).display().to_string();
+                [
+                    "--tls",
+                    "--cacert",
+                    &file("ca.crt"),
+                    "--cert",
+                    &file("client.crt"),
+                    "--key",
+                    &file("client.key"),
+                    "-a",
+                    SENTINEL_PASSWORD,
+                    "--no-auth-warning",
+                ]
+                .map(str::to_owned)
+                .to_vec()
+            },
+        },
+    )
+    .await;
 }
 
 /// A CA, Redis's certificate for 127.0.0.1 and a client certificate, both signed by the CA,

@@ -67,12 +67,13 @@ impl Redis {
         .await
     }
 
-    /// A Redis the test spawned itself (a sentinel), answering on `port`.
-    pub fn of(child: Child, port: u16) -> Redis {
+    /// A Redis the test spawned itself (a sentinel), answering on `port`; `redis-cli` is
+    /// given `cli_args` to be let in.
+    pub fn of(child: Child, port: u16, cli_args: Vec<String>) -> Redis {
         Redis {
             child,
             port,
-            cli_args: Vec::new(),
+            cli_args,
         }
     }
 

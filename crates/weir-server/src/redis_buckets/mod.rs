@@ -15,13 +15,16 @@
 //! | `mod.rs` | the `[redis]` settings, the connection, one decision |
 //! | `script.rs` | the Lua script and its arguments for each shape |
 //! | `errors.rs` | failures told apart (outage or answer), counted and logged by kind |
+//! | `sentinel.rs` | `[redis.sentinel]`: the sentinels, the master's name and login, a client over them |
 //! | `tls.rs` | `[redis.tls]`: the CA a `rediss://` Redis is verified by, this node's client certificate |
 
 mod errors;
 mod script;
+mod sentinel;
 mod tls;
 
 pub use errors::{RedisErrorKind, RedisErrors};
+pub use sentinel::SentinelSettings;
 pub use tls::{RedisTlsError, RedisTlsSettings};
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,7 +32,6 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
-use redis::sentinel::{SentinelClient, SentinelServerType};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use weir::keyed::Shape;
@@ -63,23 +65,6 @@ pub struct RedisSettings {
     /// certificate (absent: the system's roots, no client certificate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<RedisTlsSettings>,
-}
-
-/// `[redis.sentinel]`: a master Redis Sentinel watches and fails over.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SentinelSettings {
-    /// The master's name, as the sentinels know it (`sentinel monitor NAME …`).
-    pub master: String,
-    /// Some of the sentinels: `redis://host:port` each (a sentinel's own password in its URL).
-    pub nodes: Vec<String>,
-    /// The ACL user the master (and a promoted replica) is logged in as; absent: the default
-    /// user.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<String>,
-    /// The master's password (`requirepass`, or the ACL user's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub password: Option<String>,
 }
 
 fn default_timeout() -> Duration {
@@ -139,14 +124,9 @@ impl RedisSettings {
             problems.push(("timeout", "must be more than 0s".to_owned()));
         }
         if let Some(tls) = &self.tls {
+            let sentinel_urls = self.sentinel.iter().flat_map(|s| &s.nodes);
             problems.extend(tls.problems().into_iter().map(|problem| ("tls", problem)));
-            if self.sentinel.is_some() {
-                problems.push((
-                    "tls",
-                    "is not supported with `redis.sentinel` yet: reach a Sentinel-watched Redis without TLS, or a standalone or cluster one with it".to_owned(),
-                ));
-            }
-            for url in self.url.iter().chain(&self.cluster) {
+            for url in self.url.iter().chain(&self.cluster).chain(sentinel_urls) {
                 if !url.starts_with("rediss://") {
                     problems.push((
                         "tls",
@@ -175,7 +155,9 @@ pub enum RedisSetupError {
 enum Client {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
-    Sentinel(SentinelSettings),
+    /// The settings, and the certificates the sentinels and the master are reached with: a
+    /// sentinel client is made again for every connection.
+    Sentinel(SentinelSettings, Option<redis::TlsCertificates>),
 }
 
 impl Client {
@@ -186,7 +168,11 @@ impl Client {
                 Some(certificates) => redis::Client::build_with_tls(url.as_str(), certificates)?,
                 None => redis::Client::open(url.as_str())?,
             }),
-            (None, Some(sentinel)) => Client::Sentinel(sentinel.clone()),
+            (None, Some(sentinel)) => {
+                // Made once now so that what it refuses stops the start.
+                sentinel.client(certificates.as_ref())?;
+                Client::Sentinel(sentinel.clone(), certificates)
+            }
             (None, None) => {
                 let mut builder =
                     redis::cluster::ClusterClientBuilder::new(settings.cluster.clone());
@@ -322,22 +308,11 @@ impl RedisBuckets {
                     )
                     .await?,
             ),
-            Client::Sentinel(sentinel) => Link::Sentinel(
-                SentinelClient::build(
-                    sentinel.nodes.clone(),
-                    sentinel.master.clone(),
-                    Some(redis::sentinel::SentinelNodeConnectionInfo {
-                        tls_mode: None,
-                        redis_connection_info: Some(redis::RedisConnectionInfo {
-                            username: sentinel.username.clone(),
-                            password: sentinel.password.clone(),
-                            ..Default::default()
-                        }),
-                    }),
-                    SentinelServerType::Master,
-                )?
-                .get_async_connection()
-                .await?,
+            Client::Sentinel(sentinel, certificates) => Link::Sentinel(
+                sentinel
+                    .client(certificates.as_ref())?
+                    .get_async_connection()
+                    .await?,
             ),
             Client::Cluster(client) => Link::Cluster(client.get_async_connection().await?),
         };

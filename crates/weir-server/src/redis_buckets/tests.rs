@@ -106,9 +106,7 @@ fn tls_settings_that_cannot_hold_are_named_before_any_file_is_read() {
     ))
     .problems();
     assert!(
-        sentinel[0]
-            .1
-            .contains("not supported with `redis.sentinel`"),
+        sentinel[0].1.contains("`redis://h:26379` is not one"),
         "{sentinel:?}"
     );
     // A file that is not there stops the client being made, naming the setting and the file.
