@@ -608,10 +608,8 @@ async fn a_sentinel_failover(dir: &Path, deployment: SentinelDeployment) {
 }
 
 /// The password on every server, the replica's to its master too, as a deployed pair has it.
-fn with_password(port: u16) -> Vec<String> {
+fn with_password() -> Vec<String> {
     [
-        "--port",
-        &port.to_string(),
         "--requirepass",
         SENTINEL_PASSWORD,
         "--masterauth",
@@ -630,7 +628,9 @@ async fn a_sentinel_failover_moves_the_decisions_to_the_promoted_replica() {
     a_sentinel_failover(
         dir.path(),
         SentinelDeployment {
-            server: |_, port| with_password(port),
+            server: |_, port| {
+                [vec!["--port".to_owned(), port.to_string()], with_password()].concat()
+            },
             sentinel: |_, port| format!("port {port}"),
             node: |_, sentinel| {
                 format!(
@@ -662,27 +662,8 @@ async fn a_sentinel_failover_over_tls_moves_the_decisions_to_the_promoted_replic
         dir.path(),
         SentinelDeployment {
             server: |dir, port| {
-                let file = |name: &str| dir.join(name).display().to_string();
-                let mut args = with_password(port);
-                args[1] = "0".to_owned();
-                args.extend(
-                    [
-                        "--tls-port",
-                        &port.to_string(),
-                        "--tls-cert-file",
-                        &file("redis.crt"),
-                        "--tls-key-file",
-                        &file("redis.key"),
-                        "--tls-ca-cert-file",
-                        &file("ca.crt"),
-                        "--tls-auth-clients",
-                        "yes",
-                        "--tls-replication",
-                        "yes",
-                    ]
-                    .map(str::to_owned),
-                );
-                args
+                let replication = ["--tls-replication", "yes"].map(str::to_owned).to_vec();
+                [on_tls_only(dir, port), with_password(), replication].concat()
             },
             sentinel: |dir, port| {
                 let file = |name: &str| dir.join(name).display().to_string();
@@ -706,21 +687,9 @@ async fn a_sentinel_failover_over_tls_moves_the_decisions_to_the_promoted_replic
                 )
             },
             cli: |dir| {
-                let file = |name: &str| dir.join(name).display().to_string();
-                [
-                    "--tls",
-                    "--cacert",
-                    &file("ca.crt"),
-                    "--cert",
-                    &file("client.crt"),
-                    "--key",
-                    &file("client.key"),
-                    "-a",
-                    SENTINEL_PASSWORD,
-                    "--no-auth-warning",
-                ]
-                .map(str::to_owned)
-                .to_vec()
+                let mut args = cli_over_tls(dir);
+                args.extend(["-a", SENTINEL_PASSWORD].map(str::to_owned));
+                args
             },
         },
     )
@@ -751,6 +720,45 @@ fn certificates(dir: &std::path::Path) {
     }
 }
 
+/// What a Redis on TLS only is started with, on `port`, with the files `certificates` wrote
+/// in `dir`: each client asked for a certificate.
+fn on_tls_only(dir: &Path, port: u16) -> Vec<String> {
+    let file = |name: &str| dir.join(name).display().to_string();
+    [
+        "--port",
+        "0",
+        "--tls-port",
+        &port.to_string(),
+        "--tls-cert-file",
+        &file("redis.crt"),
+        "--tls-key-file",
+        &file("redis.key"),
+        "--tls-ca-cert-file",
+        &file("ca.crt"),
+        "--tls-auth-clients",
+        "yes",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+/// What `redis-cli` needs to reach a Redis on TLS only: the CA and the client certificate.
+fn cli_over_tls(dir: &Path) -> Vec<String> {
+    let file = |name: &str| dir.join(name).display().to_string();
+    [
+        "--tls",
+        "--cacert",
+        &file("ca.crt"),
+        "--cert",
+        &file("client.crt"),
+        "--key",
+        &file("client.key"),
+        "--no-auth-warning",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
 /// The Redis store as it is deployed: `rediss://` verified by a CA, a client certificate Redis
 /// asks for (`tls-auth-clients yes`), an ACL user in the URL and the default user off. The
 /// buckets are kept there; a node without the client certificate, or with the wrong password,
@@ -766,22 +774,9 @@ async fn a_redis_behind_tls_and_an_acl_user_keeps_the_buckets() {
     certificates(dir.path());
     let file = |name: &str| dir.path().join(name).display().to_string();
     let port = free_port();
-    let redis = Redis::start_with(
-        dir.path(),
-        port,
-        &[
-            "--port",
-            "0",
-            "--tls-port",
-            &port.to_string(),
-            "--tls-cert-file",
-            &file("redis.crt"),
-            "--tls-key-file",
-            &file("redis.key"),
-            "--tls-ca-cert-file",
-            &file("ca.crt"),
-            "--tls-auth-clients",
-            "yes",
+    let mut server = on_tls_only(dir.path(), port);
+    server.extend(
+        [
             "--user",
             "default",
             "off",
@@ -793,24 +788,10 @@ async fn a_redis_behind_tls_and_an_acl_user_keeps_the_buckets() {
             "+@all",
         ]
         .map(str::to_owned),
-        [
-            "--tls",
-            "--cacert",
-            &file("ca.crt"),
-            "--cert",
-            &file("client.crt"),
-            "--key",
-            &file("client.key"),
-            "--user",
-            "weir",
-            "--pass",
-            "s3cret-pass",
-            "--no-auth-warning",
-        ]
-        .map(str::to_owned)
-        .to_vec(),
-    )
-    .await;
+    );
+    let mut cli = cli_over_tls(dir.path());
+    cli.extend(["--user", "weir", "--pass", "s3cret-pass"].map(str::to_owned));
+    let redis = Redis::start_with(dir.path(), port, &server, cli).await;
     // The first decision makes the TLS connection: more than the 200 ms the others allow.
     let node = |password: &str, client_certificate: bool| {
         let certificate = if client_certificate {
@@ -867,20 +848,9 @@ token_bucket = {{ rate = 0.000115740740, burst = 10 }}
     let c = Server::start(&node("wrong-pass", true), &dir.path().join("c"));
     let (status, body) = ask(&c, "day", "tenant").await;
     assert_eq!(status, 429, "{body}");
-    let errors = reqwest::get(c.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
     assert!(
         counter(&c, "weir_redis_errors_total{kind=\"auth\"}").await >= 1,
-        "the wrong password is not counted as `auth`: {}",
-        errors
-            .lines()
-            .filter(|line| line.starts_with("weir_redis_errors_total"))
-            .collect::<Vec<_>>()
-            .join("\n")
+        "the wrong password is not counted as `auth`"
     );
 
     // Refused before anything starts, by name.
