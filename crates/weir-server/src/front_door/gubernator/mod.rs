@@ -178,9 +178,10 @@ impl FrontDoor for GubernatorDoor {
     fn open(&self, opening: Opening<'_>) -> anyhow::Result<Opened> {
         let settings = GubernatorTable::read(opening.table).map_err(anyhow::Error::msg)?;
         let door = Gubernator::new(opening.app, &settings);
-        let task = opening.listener.map(|listener| {
-            serve(&door, listener, opening.server, opening.tls)
-        }).transpose()?;
+        let task = match opening.listener {
+            Some(listener) => Some(serve(&door, listener, opening.server, opening.tls)?),
+            None => None,
+        };
         Ok(Opened {
             routes: Some(gateway::routes(door)),
             task,
