@@ -26,7 +26,7 @@ use weir::policy::{PolicyConfig, PolicyError};
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
 /// A whole config file. A table no field here names is a registered front door's, or a
-/// mistake ([`DoorTables`] tells which, as `deny_unknown_fields` would).
+/// mistake (`DoorTables` tells which, as `deny_unknown_fields` would).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct ConfigFile {
     /// Bootstrap settings.
