@@ -118,7 +118,6 @@ nginx -p "$bench_dir/nginx" -c "$bench_dir/nginx/nginx.conf" &
 pids+=($!)
 wait_port "$upstream_port"
 
-with_port=$(free_port) without_port=$(free_port) admin_port=$(free_port)
 weir_grpc_port=${WEIR_GRPC##*:}
 # One route, two listeners: with the rate limit filter (Envoy's default 20 ms timeout, failing
 # open as most deployments do) and without it.
@@ -172,36 +171,45 @@ http2='    typed_extension_protocol_options:
       envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
         "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
         explicit_http_config: { http2_protocol_options: {} }'
-{
-  echo "admin: { address: { socket_address: { address: 127.0.0.1, port_value: $admin_port } } }"
-  echo "static_resources:"
-  echo "  listeners:"
-  listener with_filter "$with_port" "$filter"
-  listener without_filter "$without_port" ""
-  echo "  clusters:"
-  cluster upstream "$upstream_port" ""
-  cluster weir "$weir_grpc_port" "$http2"
-} >"$bench_dir/envoy.yaml"
-"$envoy_bin" --config-path "$bench_dir/envoy.yaml" --disable-hot-restart --concurrency 1 \
-  --log-level error >"$bench_dir/envoy.log" 2>&1 &
-envoy_pid=$!
-pids+=("$envoy_pid")
-# Envoy can take many seconds to start on a busy machine (CI runs two bench lanes at once): wait
-# for its readiness and both listeners, and say why when it never comes.
-envoy_ready=0
-for _ in $(seq 1 1200); do
-  kill -0 "$envoy_pid" 2>/dev/null || break
-  if [ "$(curl -s "http://127.0.0.1:$admin_port/ready" || true)" = LIVE ]; then
-    envoy_ready=1
-    break
+# Envoy on three fresh ports; true once it is ready. The other bench lane may take a port
+# between `free_port` and Envoy's bind: then it is started again on others.
+start_envoy() {
+  with_port=$(free_port) without_port=$(free_port) admin_port=$(free_port)
+  {
+    echo "admin: { address: { socket_address: { address: 127.0.0.1, port_value: $admin_port } } }"
+    echo "static_resources:"
+    echo "  listeners:"
+    listener with_filter "$with_port" "$filter"
+    listener without_filter "$without_port" ""
+    echo "  clusters:"
+    cluster upstream "$upstream_port" ""
+    cluster weir "$weir_grpc_port" "$http2"
+  } >"$bench_dir/envoy.yaml"
+  "$envoy_bin" --config-path "$bench_dir/envoy.yaml" --disable-hot-restart --concurrency 1 \
+    --log-level error >"$bench_dir/envoy.log" 2>&1 &
+  envoy_pid=$!
+  pids+=("$envoy_pid")
+  # Envoy can take many seconds to start on a busy machine (CI runs two bench lanes at once):
+  # wait for its readiness.
+  for _ in $(seq 1 1200); do
+    kill -0 "$envoy_pid" 2>/dev/null || return 1
+    [ "$(curl -s "http://127.0.0.1:$admin_port/ready" || true)" = LIVE ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+for attempt in 1 2 3; do
+  start_envoy && break
+  kill "$envoy_pid" 2>/dev/null || true
+  wait "$envoy_pid" 2>/dev/null || true
+  if [ "$attempt" -lt 3 ] && grep -q "Address already in use" "$bench_dir/envoy.log"; then
+    echo "a port Envoy was given was taken meanwhile; starting it on others" >&2
+    continue
   fi
-  sleep 0.05
-done
-if [ "$envoy_ready" != 1 ]; then
   echo "Envoy did not become ready within 60 s; its log:" >&2
   cat "$bench_dir/envoy.log" >&2
   exit 1
-fi
+done
 wait_port "$with_port"
 wait_port "$without_port"
 cat >"$bench_dir/users.lua" <<'EOF'
