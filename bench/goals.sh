@@ -24,7 +24,9 @@ need redis-server:redis-server redis-benchmark:redis-tools
 
 echo "# 1. keyed decisions, Weir / governor (ratio of ns per decision)"
 if [ -n "${WEIR_BENCH_BIN:-}" ]; then
-  cargo test --quiet --manifest-path "$root/Cargo.toml" -p weir --bench keyed_pairs -- 1 1000
+  # The workspace's features, as the tests' build resolved them: `-p weir` alone would build
+  # the core's dependencies again with the core's own.
+  cargo test --quiet --manifest-path "$root/Cargo.toml" --workspace --bench keyed_pairs -- 1 1000
 else
   cargo bench --quiet --manifest-path "$root/Cargo.toml" -p weir --bench keyed_pairs -- \
     $((rounds * 4 + 1)) 1 1000 1000000

@@ -6,6 +6,8 @@
 #   a bucket that never refuses — three stateless nodes sharing one Redis, then three nodes
 #   in cluster mode (`scope = "cluster"`) — and the reference server's shape straight to the
 #   same Redis (`INCRBY` + `EXPIRE` pipelined per descriptor, `weir bench --target redis-rls`).
+#   The Redis nodes run twice: decisions batched into shared script calls (the default), and
+#   each decision its own call (`batch_limit = 1`, as before batching).
 #   Requests a second, p50, p99, and CPU a decision: the Weir nodes' together, Redis's.
 # - accuracy: 10 keys of 100 a second (burst 10), each offered 200 a second through the three
 #   nodes, open loop: admitted over configured, lowest, median and highest key.
@@ -137,6 +139,15 @@ ${policies//SCOPE/redis}"
 redis_servers=$servers
 redis_nodes=("${node_pids[@]}")
 throughput weir-redis "$standalone_pid" --target http --server "$redis_servers" --policy open
+# The same nodes' shape with every decision its own script call (`batch_limit = 1`): what the
+# batches save, in the same run.
+nodes unbatched "[redis]
+url = \"redis://127.0.0.1:$redis_port\"
+batch_limit = 1
+${policies//SCOPE/redis}"
+unbatched_nodes=("${node_pids[@]}")
+throughput weir-redis-unbatched "$standalone_pid" --target http --server "$servers" --policy open
+kill "${unbatched_nodes[@]}" 2>/dev/null || true
 nodes cluster "${policies//SCOPE/cluster}" cluster
 cluster_servers=$servers
 cluster_nodes=("${node_pids[@]}")

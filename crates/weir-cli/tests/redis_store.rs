@@ -250,6 +250,76 @@ async fn redis_answers_are_refused_by_name_and_outages_follow_on_unavailable() {
     }
 }
 
+/// Decisions that arrive together leave together: with one script call out at a time, 310
+/// requests asked at once cost Redis at most half as many calls (Redis's own count and the
+/// node's `weir_redis_script_calls_total` agree), each of twenty keys is still counted exactly
+/// (10 of its 15 admitted), and a key of another type asked in the same calls is refused by
+/// name without failing the decisions beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_asked_together_share_script_calls_and_keep_their_own_answers() {
+    if !redis_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let redis = Redis::start(dir.path(), port, false).await;
+    let settings = format!("url = {:?}\nbatches_in_flight = 1", redis.url());
+    let weir = Server::start(&config(&settings, "open"), &dir.path().join("weir"));
+    // The script loaded, and Redis's counts zeroed after it.
+    assert_eq!(ask(&weir, "day", "warm").await.0, 200);
+    redis.cli(&["HSET", "weir:day\u{1f}\u{1f}typed", "field", "value"]);
+    redis.cli(&["CONFIG", "RESETSTAT"]);
+    let calls_before = counter(&weir, "weir_redis_script_calls_total").await;
+
+    // Twenty keys asked fifteen times each, and the key of another type among them.
+    let keys: Vec<String> = (0..310)
+        .map(|i| match i % 31 {
+            30 => "typed".to_owned(),
+            _ => format!("k{}", i % 20),
+        })
+        .collect();
+    let answers =
+        futures_util::future::join_all(keys.iter().map(|key| ask(&weir, "day", key))).await;
+    let mut admitted = std::collections::BTreeMap::<&str, usize>::new();
+    for (key, (status, body)) in keys.iter().zip(&answers) {
+        if key == "typed" {
+            assert_eq!(status, &429, "{body}");
+            assert!(
+                body["reason"].as_str().unwrap().contains("wrong_type"),
+                "{body}"
+            );
+            continue;
+        }
+        match status {
+            200 => *admitted.entry(key).or_default() += 1,
+            429 => assert!(
+                body["reason"].as_str().unwrap().contains("limit"),
+                "{key}: {body}"
+            ),
+            other => panic!("{key}: unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(admitted.len(), 20, "{admitted:?}");
+    assert!(admitted.values().all(|&n| n == 10), "{admitted:?}");
+
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let calls_in_redis: u64 = stats
+        .lines()
+        .filter(|line| line.starts_with("cmdstat_evalsha:") || line.starts_with("cmdstat_eval:"))
+        .map(|line| {
+            let calls = line.split("calls=").nth(1).unwrap();
+            calls.split(',').next().unwrap().parse::<u64>().unwrap()
+        })
+        .sum();
+    let calls = counter(&weir, "weir_redis_script_calls_total").await - calls_before;
+    assert_eq!(calls, calls_in_redis, "{stats}");
+    assert!(
+        calls > 0 && calls * 2 <= keys.len() as u64,
+        "{calls} script calls for {} decisions",
+        keys.len()
+    );
+}
+
 const CLUSTER_SECRET: &str = "the members of this cluster share this secret";
 
 /// A cluster member `id` on `config`, in `dir/id`, gossiping on `gossip` (through `join`).

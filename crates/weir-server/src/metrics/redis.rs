@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 
@@ -54,6 +54,12 @@ impl Collector for RedisCollector {
             ]
             .map(|(outcome, n)| (OutcomeLabel { outcome }, ConstCounter::new(n.load(Relaxed)))),
         )?;
+        ConstCounter::new(self.redis.script_calls()).encode(encoder.encode_descriptor(
+            "weir_redis_script_calls",
+            "Script calls sent to Redis: decisions sent together share one (one a decision in a Redis Cluster); weir_redis_decisions_total over it is the batches' mean size",
+            None,
+            MetricType::Counter,
+        )?)?;
         family(
             &mut encoder,
             "weir_redis_errors",

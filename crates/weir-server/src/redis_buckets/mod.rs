@@ -2,8 +2,9 @@
 //! stateless nodes — any number of Weir nodes sharing one Redis share every bucket, as the
 //! reference Envoy rate limit server's deployments do.
 //!
-//! A decision is one script run in Redis (`script.rs`): one round trip, one key, so one slot
-//! of a Redis Cluster. The client is the `redis` crate's: a connection manager that reconnects
+//! A decision is a key's turn in a script run in Redis (`script.rs`); decisions that arrive
+//! while others are in flight share a run (`batch.rs`), so under load Redis spends one script
+//! call on many decisions. The client is the `redis` crate's: a connection manager that reconnects
 //! by itself for a standalone Redis, the async cluster client (slots, redirections, failover)
 //! for a Redis Cluster, and for a Redis that Sentinel watches a connection to the master the
 //! sentinels name, asked again after any failure. A decision Redis does not answer within `timeout` — Redis down, a
@@ -13,11 +14,13 @@
 //! | file | job |
 //! |---|---|
 //! | `mod.rs` | the `[redis]` settings, the connection, one decision |
+//! | `batch.rs` | decisions queued and sent together, one script call a batch |
 //! | `script.rs` | the Lua script and its arguments for each shape |
 //! | `errors.rs` | failures told apart (outage or answer), counted and logged by kind |
 //! | `sentinel.rs` | `[redis.sentinel]`: the sentinels, the master's name and login, a client over them |
 //! | `tls.rs` | `[redis.tls]`: the CA a `rediss://` Redis is verified by, this node's client certificate |
 
+mod batch;
 mod errors;
 mod script;
 mod sentinel;
@@ -27,14 +30,17 @@ pub use errors::{RedisErrorKind, RedisErrors};
 pub use sentinel::SentinelSettings;
 pub use tls::{RedisTlsError, RedisTlsSettings};
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, oneshot};
 use weir::keyed::Shape;
+
+use batch::{Batches, Pending};
 
 /// `[redis]`: where `scope = "redis"` policies keep their buckets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -61,6 +67,14 @@ pub struct RedisSettings {
     /// Every bucket's Redis key starts with this (default `weir:`).
     #[serde(default = "default_prefix")]
     pub prefix: String,
+    /// The most decisions sent in one script call (default 100): decisions that arrive while
+    /// others are in flight leave together, up to this many.
+    #[serde(default = "default_batch_limit")]
+    pub batch_limit: usize,
+    /// The most script calls out at once (default 4): a decision that finds fewer leaves at
+    /// once, alone if nothing else is queued.
+    #[serde(default = "default_batches_in_flight")]
+    pub batches_in_flight: usize,
     /// `[redis.tls]`: for `rediss://` URLs, the CA Redis is verified by and this node's client
     /// certificate (absent: the system's roots, no client certificate).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -74,6 +88,17 @@ fn default_timeout() -> Duration {
 fn default_prefix() -> String {
     "weir:".to_owned()
 }
+
+fn default_batch_limit() -> usize {
+    100
+}
+
+fn default_batches_in_flight() -> usize {
+    4
+}
+
+/// The most `batch_limit` may be: a script call's keys and arguments are held in Redis at once.
+const MAX_BATCH_LIMIT: usize = 10_000;
 
 /// What a decision Redis cannot make does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -122,6 +147,18 @@ impl RedisSettings {
         }
         if self.timeout.is_zero() {
             problems.push(("timeout", "must be more than 0s".to_owned()));
+        }
+        if !(1..=MAX_BATCH_LIMIT).contains(&self.batch_limit) {
+            problems.push((
+                "batch_limit",
+                format!(
+                    "must be from 1 to {MAX_BATCH_LIMIT} (1 sends every decision alone), not {}",
+                    self.batch_limit
+                ),
+            ));
+        }
+        if self.batches_in_flight == 0 {
+            problems.push(("batches_in_flight", "must be at least 1".to_owned()));
         }
         if let Some(tls) = &self.tls {
             let sentinel_urls = self.sentinel.iter().flat_map(|s| &s.nodes);
@@ -207,9 +244,9 @@ pub enum RedisUnavailable {
     /// No answer within the timeout.
     #[error("Redis did not answer within {0:?}")]
     TimedOut(Duration),
-    /// Redis, or the way to it, failed.
+    /// Redis, or the way to it, failed (shared by the decisions of a call that failed whole).
     #[error("Redis: {0}")]
-    Failed(#[from] redis::RedisError),
+    Failed(Arc<redis::RedisError>),
     /// The shape is not one Redis keeps.
     #[error("a bucket of this shape is not kept in Redis")]
     Shape,
@@ -251,12 +288,20 @@ pub struct RedisCounters {
     pub error: AtomicU64,
 }
 
-/// The Redis that `scope = "redis"` policies keep their buckets in.
-pub struct RedisBuckets {
-    settings: RedisSettings,
+/// How a call reaches Redis: the client, the connection it made, the script, the time a call
+/// may take.
+struct Connector {
     client: Client,
     link: Mutex<Option<Link>>,
     script: redis::Script,
+    timeout: Duration,
+}
+
+/// The Redis that `scope = "redis"` policies keep their buckets in.
+pub struct RedisBuckets {
+    settings: RedisSettings,
+    connector: Arc<Connector>,
+    batches: Arc<Batches>,
     /// What the decisions did.
     pub counters: RedisCounters,
     /// What failed, by kind.
@@ -277,10 +322,17 @@ impl RedisBuckets {
     /// connection could be made with: a `[redis.tls]` file that cannot be read or parsed.
     pub fn new(settings: RedisSettings) -> Result<Self, RedisSetupError> {
         Ok(RedisBuckets {
-            client: Client::of(&settings)?,
+            connector: Arc::new(Connector {
+                client: Client::of(&settings)?,
+                link: Mutex::new(None),
+                script: redis::Script::new(script::SOURCE),
+                timeout: settings.timeout,
+            }),
+            batches: Arc::new(Batches::new(
+                settings.batch_limit,
+                settings.batches_in_flight,
+            )),
             settings,
-            link: Mutex::new(None),
-            script: redis::Script::new(script::SOURCE),
             counters: RedisCounters::default(),
             errors: RedisErrors::default(),
         })
@@ -291,6 +343,74 @@ impl RedisBuckets {
         &self.settings
     }
 
+    /// Script calls sent to Redis so far: one a batch (one a decision in a Redis Cluster).
+    pub fn script_calls(&self) -> u64 {
+        self.batches.calls()
+    }
+
+    /// The Redis key of `policy`'s bucket of `key` (in `kind`'s own buckets, if it has them).
+    fn key_of(&self, policy: &str, kind: Option<&str>, key: &str) -> String {
+        // Unit separators: no policy or kind name holds one, so no two buckets share a key.
+        format!(
+            "{}{policy}\u{1f}{}\u{1f}{key}",
+            self.settings.prefix,
+            kind.unwrap_or_default()
+        )
+    }
+
+    /// Decides `cost` of `policy`'s bucket of `key` (of shape `shape`; `kind` if it is the
+    /// kind's own) in Redis.
+    pub async fn decide(
+        &self,
+        policy: &str,
+        kind: Option<&str>,
+        key: &str,
+        shape: Shape,
+        cost: u64,
+    ) -> Result<RedisDecision, RedisUnavailable> {
+        let arguments = script::arguments(shape, cost).ok_or(RedisUnavailable::Shape)?;
+        let timeout = self.settings.timeout;
+        let (answer, answered) = oneshot::channel();
+        self.batches.send(
+            &self.connector,
+            Pending {
+                key: self.key_of(policy, kind, key),
+                arguments,
+                answer,
+            },
+        );
+        // The sender bounds its call by the same timeout; this one also covers the wait in
+        // the queue.
+        let answered = match tokio::time::timeout(timeout, answered).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(_)) | Err(_) => Err(RedisUnavailable::TimedOut(timeout)),
+        };
+        let (admitted, remaining, reset_after, retry_after, count) = match answered {
+            Ok(reply) => reply,
+            Err(error) => {
+                if let Some(kind) = error.kind() {
+                    self.errors.saw(kind, &error);
+                }
+                return Err(error);
+            }
+        };
+        self.errors.answered();
+        let counter = match admitted {
+            1 => &self.counters.admitted,
+            _ => &self.counters.refused,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        Ok(RedisDecision {
+            admitted: admitted == 1,
+            remaining,
+            reset_after: Duration::from_micros(reset_after),
+            retry_after: Duration::from_micros(retry_after),
+            count: u64::try_from(count).ok(),
+        })
+    }
+}
+
+impl Connector {
     /// The connection, made now if there is none.
     async fn link(&self) -> Result<Link, redis::RedisError> {
         let mut link = self.link.lock().await;
@@ -320,72 +440,9 @@ impl RedisBuckets {
         Ok(made)
     }
 
-    /// The Redis key of `policy`'s bucket of `key` (in `kind`'s own buckets, if it has them).
-    fn key_of(&self, policy: &str, kind: Option<&str>, key: &str) -> String {
-        // Unit separators: no policy or kind name holds one, so no two buckets share a key.
-        format!(
-            "{}{policy}\u{1f}{}\u{1f}{key}",
-            self.settings.prefix,
-            kind.unwrap_or_default()
-        )
-    }
-
-    /// Decides `cost` of `policy`'s bucket of `key` (of shape `shape`; `kind` if it is the
-    /// kind's own) in Redis.
-    pub async fn decide(
-        &self,
-        policy: &str,
-        kind: Option<&str>,
-        key: &str,
-        shape: Shape,
-        cost: u64,
-    ) -> Result<RedisDecision, RedisUnavailable> {
-        let arguments = script::arguments(shape, cost).ok_or(RedisUnavailable::Shape)?;
-        let timeout = self.settings.timeout;
-        let asked = async {
-            let mut invocation = self.script.key(self.key_of(policy, kind, key));
-            for argument in &arguments {
-                invocation.arg(argument);
-            }
-            let reply: (u64, u64, u64, u64, i64) = match self.link().await? {
-                Link::Single(mut connection) => invocation.invoke_async(&mut connection).await,
-                Link::Cluster(mut connection) => invocation.invoke_async(&mut connection).await,
-                Link::Sentinel(mut connection) => {
-                    let reply = invocation.invoke_async(&mut connection).await;
-                    if reply.is_err() {
-                        *self.link.lock().await = None;
-                    }
-                    reply
-                }
-            }?;
-            Ok::<_, RedisUnavailable>(reply)
-        };
-        let answered = match tokio::time::timeout(timeout, asked).await {
-            Ok(reply) => reply,
-            Err(_) => Err(RedisUnavailable::TimedOut(timeout)),
-        };
-        let (admitted, remaining, reset_after, retry_after, count) = match answered {
-            Ok(reply) => reply,
-            Err(error) => {
-                if let Some(kind) = error.kind() {
-                    self.errors.saw(kind, &error);
-                }
-                return Err(error);
-            }
-        };
-        self.errors.answered();
-        let counter = match admitted {
-            1 => &self.counters.admitted,
-            _ => &self.counters.refused,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-        Ok(RedisDecision {
-            admitted: admitted == 1,
-            remaining,
-            reset_after: Duration::from_micros(reset_after),
-            retry_after: Duration::from_micros(retry_after),
-            count: u64::try_from(count).ok(),
-        })
+    /// Drops the connection: the next call makes another.
+    async fn forget_link(&self) {
+        *self.link.lock().await = None;
     }
 }
 
