@@ -28,6 +28,27 @@ fn settings_name_one_redis_and_a_real_url() {
 }
 
 #[test]
+fn batches_are_bounded_and_named_when_they_cannot_be() {
+    let defaults = settings("url = \"redis://a:1\"");
+    assert_eq!((defaults.batch_limit, defaults.batches_in_flight), (100, 4));
+    assert!(
+        settings("url = \"redis://a:1\"\nbatch_limit = 1\nbatches_in_flight = 1")
+            .problems()
+            .is_empty()
+    );
+    for (toml, field, says) in [
+        ("batch_limit = 0", "batch_limit", "from 1 to 10000"),
+        ("batch_limit = 10001", "batch_limit", "not 10001"),
+        ("batches_in_flight = 0", "batches_in_flight", "at least 1"),
+    ] {
+        let problems = settings(&format!("url = \"redis://a:1\"\n{toml}")).problems();
+        assert_eq!(problems.len(), 1, "{toml}: {problems:?}");
+        assert_eq!(problems[0].0, field, "{problems:?}");
+        assert!(problems[0].1.contains(says), "{problems:?}");
+    }
+}
+
+#[test]
 fn a_bucket_s_key_names_its_policy_kind_and_key_apart() {
     let redis = RedisBuckets::new(settings("url = \"redis://127.0.0.1:6379\"")).unwrap();
     assert_eq!(redis.key_of("p", None, "k"), "weir:p\u{1f}\u{1f}k");
