@@ -1,6 +1,6 @@
-//! Decisions bound for Redis, sent together: what Redis spends a decision is mostly the
-//! script call around it, so decisions that arrive while others are in flight leave as one
-//! call over all their keys.
+//! Decisions bound for Redis, sent together: a script call costs Redis a fixed part (reading
+//! it, starting the script, writing the reply) beside each key's own work, so decisions that
+//! arrive while others are in flight leave as one call over all their keys and share it.
 //!
 //! A decision never waits to be batched. It joins the queue, and if fewer than
 //! `batches_in_flight` calls are out, a sender starts at once with whatever is queued (a lone
