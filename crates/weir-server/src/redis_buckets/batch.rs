@@ -127,37 +127,41 @@ async fn call(
     calls: &AtomicU64,
     batch: &[Pending],
 ) -> Result<Vec<Result<Reply, RedisUnavailable>>, redis::RedisError> {
-    let link = connector.link().await?;
-    if let Link::Cluster(connection) = &link {
-        calls.fetch_add(batch.len() as u64, Ordering::Relaxed);
-        let each = batch.iter().map(|pending| {
-            let mut connection = connection.clone();
-            async move {
-                let value = invocation(&connector.script, std::slice::from_ref(pending))
-                    .invoke_async::<Value>(&mut connection)
-                    .await;
-                match value {
-                    Ok(value) => replies_of(value, 1)
-                        .pop()
-                        .unwrap_or_else(|| Err(RedisUnavailable::Failed(Arc::new(unreadable())))),
-                    Err(error) => Err(RedisUnavailable::Failed(Arc::new(error))),
+    let value = match connector.link().await? {
+        Link::Cluster(connection) => {
+            calls.fetch_add(batch.len() as u64, Ordering::Relaxed);
+            let each = batch.iter().map(|pending| {
+                let mut connection = connection.clone();
+                async move {
+                    let value = invocation(&connector.script, std::slice::from_ref(pending))
+                        .invoke_async::<Value>(&mut connection)
+                        .await;
+                    match value {
+                        Ok(value) => replies_of(value, 1).pop().unwrap_or_else(|| {
+                            Err(RedisUnavailable::Failed(Arc::new(unreadable())))
+                        }),
+                        Err(error) => Err(RedisUnavailable::Failed(Arc::new(error))),
+                    }
                 }
-            }
-        });
-        return Ok(futures_util::future::join_all(each).await);
-    }
-    calls.fetch_add(1, Ordering::Relaxed);
-    let invocation = invocation(&connector.script, batch);
-    let value = match link {
-        Link::Single(mut connection) => invocation.invoke_async::<Value>(&mut connection).await,
+            });
+            return Ok(futures_util::future::join_all(each).await);
+        }
+        Link::Single(mut connection) => {
+            calls.fetch_add(1, Ordering::Relaxed);
+            invocation(&connector.script, batch)
+                .invoke_async::<Value>(&mut connection)
+                .await
+        }
         Link::Sentinel(mut connection) => {
-            let value = invocation.invoke_async::<Value>(&mut connection).await;
+            calls.fetch_add(1, Ordering::Relaxed);
+            let value = invocation(&connector.script, batch)
+                .invoke_async::<Value>(&mut connection)
+                .await;
             if value.is_err() {
                 connector.forget_link().await;
             }
             value
         }
-        Link::Cluster(_) => unreachable!("answered above"),
     }?;
     Ok(replies_of(value, batch.len()))
 }
